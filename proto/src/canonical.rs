@@ -1,0 +1,118 @@
+//! Canonical bytes (RFC 8785 JSON Canonicalization Scheme) and SHA-256, the basis of every hash.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// RFC 8785 canonical JSON text of any serializable value.
+pub fn canonical_json<T: Serialize>(value: &T) -> Result<String, serde_json::Error> {
+    serde_json_canonicalizer::to_string(value)
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The content address of a record: SHA-256 over the RFC 8785 form of
+/// `{"author_id": .., "content": .., "record_type": ..}`. Key order and whitespace of the
+/// input never matter; any change to type, content or author does.
+pub fn record_hash(
+    record_type: &str,
+    content: &Value,
+    author_id: &str,
+) -> Result<String, serde_json::Error> {
+    let doc = json!({
+        "author_id": author_id,
+        "content": content,
+        "record_type": record_type,
+    });
+    let bytes = serde_json_canonicalizer::to_vec(&doc)?;
+    Ok(sha256_hex(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> String {
+        let value: Value = serde_json::from_str(text).expect("test JSON parses");
+        canonical_json(&value).expect("canonicalizes")
+    }
+
+    /// RFC 8785 section 3.2.2: the whole-document example.
+    #[test]
+    fn rfc8785_example_3_2_2() {
+        let input = r#"{
+          "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+          "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+          "literals": [null, true, false]
+        }"#;
+        let expected = "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],\"string\":\"€$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}";
+        assert_eq!(canon(input), expected);
+    }
+
+    /// RFC 8785 section 3.2.3: property sorting by UTF-16 code units.
+    #[test]
+    fn rfc8785_example_3_2_3_sorting() {
+        let input = r#"{
+          "\u20ac": "Euro Sign",
+          "\r": "Carriage Return",
+          "\ufb33": "Hebrew Letter Dalet With Dagesh",
+          "1": "One",
+          "\ud83d\ude00": "Emoji: Grinning Face",
+          "\u0080": "Control",
+          "\u00f6": "Latin Small Letter O With Diaeresis"
+        }"#;
+        let expected = "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"ö\":\"Latin Small Letter O With Diaeresis\",\"€\":\"Euro Sign\",\"😀\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}";
+        assert_eq!(canon(input), expected);
+    }
+
+    /// RFC 8785 appendix B: number serialization samples (ECMAScript rules).
+    #[test]
+    fn rfc8785_appendix_b_numbers() {
+        let cases = [
+            ("0", "0"),
+            ("-0", "0"),
+            ("1e21", "1e+21"),
+            ("1e20", "100000000000000000000"),
+            ("5e-324", "5e-324"),
+            ("1.7976931348623157e308", "1.7976931348623157e+308"),
+            ("9007199254740992", "9007199254740992"),
+            ("-9007199254740992", "-9007199254740992"),
+            ("0.000001", "0.000001"),
+            ("0.0000001", "1e-7"),
+            ("295147905179352830000", "295147905179352830000"),
+            ("1.0", "1"),
+            ("333333333.3333332", "333333333.3333332"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(canon(input), expected, "number {input}");
+        }
+    }
+
+    #[test]
+    fn record_hash_is_stable_and_sensitive() {
+        let content = json!({"text": "hello"});
+        let h = record_hash("agent.thought", &content, "agent:bmo").expect("hash");
+        assert_eq!(h.len(), 64);
+        assert_eq!(
+            h,
+            record_hash("agent.thought", &json!({"text": "hello"}), "agent:bmo").expect("hash")
+        );
+        assert_ne!(h, record_hash("agent.plan", &content, "agent:bmo").expect("hash"));
+        assert_ne!(h, record_hash("agent.thought", &content, "agent:bmp").expect("hash"));
+        assert_ne!(
+            h,
+            record_hash("agent.thought", &json!({"text": "hello!"}), "agent:bmo").expect("hash")
+        );
+    }
+
+    /// String concatenation would make these two collide; canonical JSON does not.
+    #[test]
+    fn no_concatenation_ambiguity() {
+        let a = record_hash("a.b", &json!("c"), "x:y").expect("hash");
+        let b = record_hash("a.bc", &json!(""), "x:y").expect("hash");
+        assert_ne!(a, b);
+    }
+}

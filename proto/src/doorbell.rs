@@ -1,0 +1,168 @@
+//! Pointer-only doorbell messages: JSON, unknown fields refused, at most 1 KiB.
+//!
+//! A doorbell says *where to look* in SQLite, never *what happened*: ids and at most a few
+//! small control fields. Consumers must treat every message as a hint and re-read the store.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Largest doorbell payload accepted or produced, in bytes.
+pub const MAX_DOORBELL_BYTES: usize = 1024;
+
+/// Why a doorbell payload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DoorbellError {
+    /// Larger than [`MAX_DOORBELL_BYTES`].
+    #[error("doorbell is {0} bytes, over the {MAX_DOORBELL_BYTES}-byte cap")]
+    Oversized(usize),
+    /// Not JSON, wrong shape, or a field this version does not know.
+    #[error("malformed doorbell: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Parses a doorbell of type `T`, enforcing the size cap before touching the bytes.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DoorbellError> {
+    if bytes.len() > MAX_DOORBELL_BYTES {
+        return Err(DoorbellError::Oversized(bytes.len()));
+    }
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+/// Serializes a doorbell, refusing to produce one over the cap.
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, DoorbellError> {
+    let bytes = serde_json::to_vec(message)?;
+    if bytes.len() > MAX_DOORBELL_BYTES {
+        return Err(DoorbellError::Oversized(bytes.len()));
+    }
+    Ok(bytes)
+}
+
+/// `minato.cmd.session.create`: an instruction record is waiting to become a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCreate {
+    /// The `task.instruction` record.
+    pub record_id: Uuid,
+    /// An existing session to continue, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<Uuid>,
+}
+
+/// `hashi.cmd.worker.dispatch`: a turn is ready to be claimed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerDispatch {
+    /// The turn row to claim.
+    pub turn_id: Uuid,
+}
+
+/// `hashi.evt.worker.complete`: a turn's output ledger is sealed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerComplete {
+    /// The finished turn.
+    pub turn_id: Uuid,
+    /// Its sealed output ledger.
+    pub ledger_id: Uuid,
+}
+
+/// `minato.evt.session.complete`: a session reached its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionComplete {
+    /// The finished session.
+    pub session_id: Uuid,
+}
+
+/// `mikado.evt.record.written`: a new record is in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordWritten {
+    /// The record.
+    pub record_id: Uuid,
+}
+
+/// `aegis.cmd.tool.approve`: a tool call waits for a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolApprove {
+    /// The approval request row / record.
+    pub request_id: Uuid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn uuid_strategy() -> impl Strategy<Value = Uuid> {
+        any::<u128>().prop_map(Uuid::from_u128)
+    }
+
+    proptest! {
+        #[test]
+        fn worker_complete_round_trips(t in uuid_strategy(), l in uuid_strategy()) {
+            let m = WorkerComplete { turn_id: t, ledger_id: l };
+            let bytes = encode(&m).expect("encodes");
+            prop_assert!(bytes.len() <= MAX_DOORBELL_BYTES);
+            prop_assert_eq!(parse::<WorkerComplete>(&bytes).expect("parses"), m);
+        }
+
+        #[test]
+        fn session_create_round_trips(r in uuid_strategy(), s in proptest::option::of(uuid_strategy())) {
+            let m = SessionCreate { record_id: r, session_id: s };
+            let bytes = encode(&m).expect("encodes");
+            prop_assert_eq!(parse::<SessionCreate>(&bytes).expect("parses"), m);
+        }
+
+        #[test]
+        fn other_doorbells_round_trip(a in uuid_strategy()) {
+            let d = WorkerDispatch { turn_id: a };
+            prop_assert_eq!(parse::<WorkerDispatch>(&encode(&d).expect("e")).expect("p"), d);
+            let s = SessionComplete { session_id: a };
+            prop_assert_eq!(parse::<SessionComplete>(&encode(&s).expect("e")).expect("p"), s);
+            let r = RecordWritten { record_id: a };
+            prop_assert_eq!(parse::<RecordWritten>(&encode(&r).expect("e")).expect("p"), r);
+            let t = ToolApprove { request_id: a };
+            prop_assert_eq!(parse::<ToolApprove>(&encode(&t).expect("e")).expect("p"), t);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+            let _ = parse::<WorkerComplete>(&bytes);
+            let _ = parse::<SessionCreate>(&bytes);
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let id = Uuid::now_v7();
+        let text = format!(r#"{{"turn_id":"{id}","content":"no payloads here"}}"#);
+        assert!(matches!(
+            parse::<WorkerDispatch>(text.as_bytes()),
+            Err(DoorbellError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn oversized_is_refused_before_parsing() {
+        let id = Uuid::now_v7();
+        let text = format!(r#"{{"turn_id":"{id}"}}{}"#, " ".repeat(MAX_DOORBELL_BYTES));
+        assert!(matches!(
+            parse::<WorkerDispatch>(text.as_bytes()),
+            Err(DoorbellError::Oversized(n)) if n == text.len()
+        ));
+    }
+
+    #[test]
+    fn malformed_is_refused() {
+        for bad in [&b""[..], b"{", b"null", b"{\"turn_id\":\"nope\"}", b"{}"] {
+            assert!(
+                matches!(parse::<WorkerDispatch>(bad), Err(DoorbellError::Malformed(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
