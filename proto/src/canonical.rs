@@ -31,6 +31,26 @@ pub fn record_hash(
     Ok(sha256_hex(&bytes))
 }
 
+/// [`record_hash`] for content that is already in RFC 8785 form (as Kura stores it), without
+/// re-parsing it: the canonical object is assembled around the canonical content text.
+pub fn record_hash_from_canonical(
+    record_type: &str,
+    canonical_content: &str,
+    author_id: &str,
+) -> Result<String, serde_json::Error> {
+    let author = canonical_json(&author_id)?;
+    let rtype = canonical_json(&record_type)?;
+    let mut h = Sha256::new();
+    h.update(b"{\"author_id\":");
+    h.update(author.as_bytes());
+    h.update(b",\"content\":");
+    h.update(canonical_content.as_bytes());
+    h.update(b",\"record_type\":");
+    h.update(rtype.as_bytes());
+    h.update(b"}");
+    Ok(hex::encode(h.finalize()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +125,16 @@ mod tests {
         assert_ne!(
             h,
             record_hash("agent.thought", &json!({"text": "hello!"}), "agent:bmo").expect("hash")
+        );
+    }
+
+    #[test]
+    fn hash_from_canonical_matches_full_hash() {
+        let content = json!({"b": [1, 2.5, "x\u{1}"], "a": {"z": null, "é": true}});
+        let canonical = canonical_json(&content).expect("canon");
+        assert_eq!(
+            record_hash_from_canonical("memory.fact", &canonical, "user:\"q\"").expect("hash"),
+            record_hash("memory.fact", &content, "user:\"q\"").expect("hash")
         );
     }
 

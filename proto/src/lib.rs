@@ -11,7 +11,7 @@ pub mod merkle;
 pub mod record;
 pub mod subjects;
 
-pub use canonical::{canonical_json, record_hash, sha256_hex};
+pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
 pub use ids::new_id;
 pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
 pub use merkle::InclusionProof;

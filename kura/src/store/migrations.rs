@@ -1,0 +1,37 @@
+//! Numbered schema migrations, compiled into the binary and applied on open.
+
+use rusqlite::Connection;
+use rusqlite_migration::{M, Migrations};
+
+use crate::error::{Result, StoreError};
+
+/// Every migration, in order. Never edit one that has shipped: add the next number.
+const MIGRATIONS: &[M<'static>] = &[
+    // 001: records, ledgers, members, sessions, ref log and the immutability triggers.
+    M::up(include_str!("../../migrations/001_records_ledgers.sql")),
+];
+
+/// Brings the schema up to date; refuses databases written by a newer Kura.
+pub fn apply(conn: &mut Connection) -> Result<()> {
+    let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > MIGRATIONS.len() {
+        return Err(StoreError::Invalid(format!(
+            "database schema version {version} is newer than this kura understands ({}); upgrade kura",
+            MIGRATIONS.len()
+        )));
+    }
+    if version < MIGRATIONS.len() {
+        Migrations::from_slice(MIGRATIONS).to_latest(conn)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_valid() {
+        assert!(Migrations::from_slice(MIGRATIONS).validate().is_ok());
+    }
+}

@@ -1,0 +1,534 @@
+//! Independent verification: recompute every hash from raw column bytes and name every problem.
+//!
+//! Nothing here trusts a stored hash, count or state: record hashes come from the raw
+//! `record_type`/`content`/`author_id` text, Merkle roots from every column of every member,
+//! ledger hashes from the header and the parents' stored hashes, and session heads from the
+//! hash-chained ref log. Every problem found is reported, not just the first.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+
+use proto::ledger::{LedgerHeader, ParentRef};
+use proto::merkle;
+use proto::record::{RecordColumns, RecordType};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::store::Store;
+
+/// What to verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// One ledger and all its ancestors.
+    Ledger(Uuid),
+    /// Every ledger of a session, their ancestors, and the session's ref log.
+    Session(Uuid),
+    /// Everything in the database.
+    All,
+}
+
+/// One thing that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// `record`, `ledger` or `session`.
+    pub kind: &'static str,
+    /// The id of the record, ledger or session at fault.
+    pub id: String,
+    /// Which check failed, a stable code such as `record_hash` or `merkle_root`.
+    pub check: &'static str,
+    /// What exactly was found.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}: {}", self.kind, self.id, self.check, self.detail)
+    }
+}
+
+/// The outcome of a verification.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Distinct records whose hashes were recomputed.
+    pub records_checked: u64,
+    /// Ledgers checked.
+    pub ledgers_checked: u64,
+    /// Sessions whose ref log and head were checked.
+    pub sessions_checked: u64,
+    /// Every problem found; empty means verified.
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    /// True when nothing is wrong.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// A column's raw bytes as text, whatever storage class SQLite gives it.
+fn raw_text(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
+    Ok(match row.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Integer(n) => Some(n.to_string()),
+        ValueRef::Real(x) => Some(x.to_string()),
+        ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+    })
+}
+
+struct Verifier<'c> {
+    conn: &'c Connection,
+    report: Report,
+    seen_records: HashSet<String>,
+}
+
+impl Verifier<'_> {
+    fn problem(&mut self, kind: &'static str, id: &str, check: &'static str, detail: String) {
+        self.report.problems.push(Problem {
+            kind,
+            id: id.to_owned(),
+            check,
+            detail,
+        });
+    }
+
+    /// Checks one record's own consistency (once per record).
+    fn check_record(&mut self, c: &RecordColumns<'_>) {
+        if !self.seen_records.insert(c.record_id.to_owned()) {
+            return;
+        }
+        self.report.records_checked += 1;
+        let id = c.record_id;
+        if proto::ids::parse_id(id).is_none() {
+            self.problem("record", id, "record_id", "id is not a UUID".into());
+        }
+        if c.record_type.parse::<RecordType>().is_err() {
+            self.problem("record", id, "record_type", format!("unknown type {:?}", c.record_type));
+        }
+        match serde_json::from_str::<serde_json::Value>(c.content) {
+            Err(e) => self.problem("record", id, "record_content", format!("content is not JSON: {e}")),
+            Ok(value) => {
+                let canonical = proto::canonical_json(&value).unwrap_or_default();
+                if canonical != c.content {
+                    self.problem(
+                        "record",
+                        id,
+                        "content_not_canonical",
+                        "stored content is not in RFC 8785 form (bytes were altered)".into(),
+                    );
+                }
+                match proto::record_hash_from_canonical(c.record_type, &canonical, c.author_id) {
+                    Ok(h) if h == c.hash => {}
+                    Ok(h) => self.problem(
+                        "record",
+                        id,
+                        "record_hash",
+                        format!("stored hash {} but type, content and author hash to {h}", c.hash),
+                    ),
+                    Err(e) => self.problem("record", id, "record_hash", e.to_string()),
+                }
+            }
+        }
+        match serde_json::from_str::<BTreeMap<String, String>>(c.metadata) {
+            Ok(m) if proto::canonical_json(&m).is_ok_and(|t| t == c.metadata) => {}
+            Ok(_) => self.problem(
+                "record",
+                id,
+                "record_metadata",
+                "metadata is not in RFC 8785 form (bytes were altered)".into(),
+            ),
+            Err(e) => self.problem(
+                "record",
+                id,
+                "record_metadata",
+                format!("metadata is not a JSON object of strings: {e}"),
+            ),
+        }
+        if crate::time::unix_seconds(c.created_at).is_none() {
+            self.problem("record", id, "record_time", format!("created_at {:?} is not a time", c.created_at));
+        }
+    }
+
+    fn check_ledger(&mut self, id: &str) -> Result<Vec<String>> {
+        self.report.ledgers_checked += 1;
+        let row = self
+            .conn
+            .query_row(
+                "SELECT ledger_id, session_id, label, parent_ids, state, record_count, root_hash,
+                        ledger_hash, created_at, sealed_at FROM ledgers WHERE ledger_id = ?1",
+                [id],
+                |r| (0..10).map(|i| raw_text(r, i)).collect::<rusqlite::Result<Vec<_>>>(),
+            )
+            .optional()?;
+        let Some(cols) = row else {
+            self.problem("ledger", id, "ledger_missing", "ledger row does not exist".into());
+            return Ok(vec![]);
+        };
+        let text = |i: usize| cols[i].clone().unwrap_or_default();
+        let (session_id, label, parents_raw, state) = (text(1), text(2), text(3), text(4));
+        let count_raw = text(5);
+        let (root_stored, hash_stored, created_at, sealed_at) =
+            (cols[6].clone(), cols[7].clone(), text(8), cols[9].clone());
+
+        // Members, with their records' raw columns (a missing record shows as NULLs).
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT m.position, m.record_id, r.record_id, r.hash, r.record_type, r.content,
+                    r.author_id, r.metadata, r.created_at
+               FROM ledger_records m LEFT JOIN records r ON r.record_id = m.record_id
+              WHERE m.ledger_id = ?1 ORDER BY m.position",
+        )?;
+        let rows = stmt
+            .query_map([id], |r| {
+                let pos: i64 = r.get(0)?;
+                let member: Option<String> = raw_text(r, 1)?;
+                let cols = (2..9).map(|i| raw_text(r, i)).collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok((pos, member, cols))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        drop(stmt);
+        let mut leaves = Vec::with_capacity(rows.len());
+        let mut positions_ok = true;
+        for (expected, (pos, member, rc)) in rows.iter().enumerate() {
+            if *pos != expected as i64 && positions_ok {
+                positions_ok = false;
+                self.problem(
+                    "ledger",
+                    id,
+                    "member_positions",
+                    format!("position {pos} found where {expected} was expected (a member was removed or moved)"),
+                );
+            }
+            let member = member.clone().unwrap_or_default();
+            if rc[0].is_none() {
+                self.problem(
+                    "ledger",
+                    id,
+                    "member_missing",
+                    format!("member at position {pos} is record {member}, which does not exist"),
+                );
+                continue;
+            }
+            let s = |i: usize| rc[i].as_deref().unwrap_or("");
+            let c = RecordColumns {
+                record_id: s(0),
+                hash: s(1),
+                record_type: s(2),
+                content: s(3),
+                author_id: s(4),
+                metadata: s(5),
+                created_at: s(6),
+            };
+            self.check_record(&c);
+            leaves.push(merkle::leaf_hash(&c.leaf_bytes()));
+        }
+        let count: Option<u64> = count_raw.parse().ok();
+        if count != Some(rows.len() as u64) {
+            self.problem(
+                "ledger",
+                id,
+                "record_count",
+                format!("records {count_raw} members but has {}", rows.len()),
+            );
+        }
+        if self
+            .conn
+            .query_row("SELECT 1 FROM sessions WHERE session_id = ?1", [&session_id], |_| Ok(()))
+            .optional()?
+            .is_none()
+        {
+            self.problem("ledger", id, "session_missing", format!("its session {session_id} does not exist"));
+        }
+
+        let parent_ids = match serde_json::from_str::<Vec<String>>(&parents_raw) {
+            Ok(p) => p,
+            Err(e) => {
+                self.problem("ledger", id, "parent_ids", format!("parent_ids is not a JSON list of ids: {e}"));
+                vec![]
+            }
+        };
+        let mut parents = Vec::new();
+        for p in &parent_ids {
+            let parent: Option<(Option<String>, Option<String>)> = self
+                .conn
+                .query_row(
+                    "SELECT state, ledger_hash FROM ledgers WHERE ledger_id = ?1",
+                    [p],
+                    |r| Ok((raw_text(r, 0)?, raw_text(r, 1)?)),
+                )
+                .optional()?;
+            match parent {
+                None => self.problem("ledger", id, "parent_missing", format!("parent {p} does not exist")),
+                Some((Some(st), Some(h))) if st == "sealed" => parents.push(ParentRef {
+                    ledger_id: p.clone(),
+                    ledger_hash: h,
+                }),
+                Some(_) => self.problem("ledger", id, "parent_not_sealed", format!("parent {p} is not sealed")),
+            }
+        }
+
+        match state.as_str() {
+            "open" => {
+                if root_stored.is_some() || hash_stored.is_some() || sealed_at.is_some() {
+                    self.problem(
+                        "ledger",
+                        id,
+                        "state",
+                        "open ledger carries a root, hash or seal time".into(),
+                    );
+                }
+            }
+            "sealed" => {
+                let root = hex::encode(merkle::root(&leaves));
+                let root_stored = root_stored.unwrap_or_default();
+                if root != root_stored {
+                    self.problem(
+                        "ledger",
+                        id,
+                        "merkle_root",
+                        format!("stored root {root_stored} but its members give {root}"),
+                    );
+                }
+                let header = LedgerHeader {
+                    ledger_id: text(0),
+                    session_id,
+                    label,
+                    parents,
+                    created_at,
+                    sealed_at: sealed_at.unwrap_or_default(),
+                };
+                let recomputed = header.ledger_hash(count.unwrap_or(u64::MAX), &root_stored);
+                let hash_stored = hash_stored.unwrap_or_default();
+                if recomputed != hash_stored {
+                    self.problem(
+                        "ledger",
+                        id,
+                        "ledger_hash",
+                        format!("stored ledger hash {hash_stored} but header, parents and root give {recomputed}"),
+                    );
+                }
+            }
+            other => self.problem("ledger", id, "state", format!("unknown state {other:?}")),
+        }
+        Ok(parent_ids)
+    }
+
+    fn check_session(&mut self, session_id: &str, trusted_head: Option<&str>) -> Result<()> {
+        self.report.sessions_checked += 1;
+        let head: Option<Option<String>> = self
+            .conn
+            .query_row(
+                "SELECT head_ledger_id FROM sessions WHERE session_id = ?1",
+                [session_id],
+                |r| raw_text(r, 0),
+            )
+            .optional()?;
+        let Some(head) = head else {
+            self.problem("session", session_id, "session_missing", "session row does not exist".into());
+            return Ok(());
+        };
+        let entries = crate::store::reflog_raw(self.conn, session_id)?;
+        let mut prev_hash = String::new();
+        let mut prev_head: Option<String> = None;
+        let mut logged = BTreeSet::new();
+        for (i, e) in entries.iter().enumerate() {
+            let want_seq = i as i64 + 1;
+            if e.seq != want_seq {
+                self.problem(
+                    "session",
+                    session_id,
+                    "reflog_sequence",
+                    format!("ref log entry {} found where {want_seq} was expected (entries removed)", e.seq),
+                );
+            }
+            let h = e.compute_hash(&prev_hash);
+            if h != e.entry_hash {
+                self.problem(
+                    "session",
+                    session_id,
+                    "reflog_hash",
+                    format!("ref log entry {} hashes to {h}, stored {}", e.seq, e.entry_hash),
+                );
+            }
+            if e.old_head != prev_head {
+                self.problem(
+                    "session",
+                    session_id,
+                    "reflog_chain",
+                    format!("ref log entry {} moves from {:?}, but the head was {:?}", e.seq, e.old_head, prev_head),
+                );
+            }
+            let target: Option<(Option<String>, Option<String>, Option<String>)> = self
+                .conn
+                .query_row(
+                    "SELECT session_id, state, ledger_hash FROM ledgers WHERE ledger_id = ?1",
+                    [&e.new_head],
+                    |r| Ok((raw_text(r, 0)?, raw_text(r, 1)?, raw_text(r, 2)?)),
+                )
+                .optional()?;
+            match target {
+                None => self.problem(
+                    "session",
+                    session_id,
+                    "head_missing",
+                    format!("ref log entry {} points at ledger {}, which no longer exists", e.seq, e.new_head),
+                ),
+                Some((sid, state, hash)) => {
+                    if sid.as_deref() != Some(session_id) || state.as_deref() != Some("sealed") {
+                        self.problem(
+                            "session",
+                            session_id,
+                            "reflog_target",
+                            format!("ref log entry {} points at {}, not a sealed ledger of this session", e.seq, e.new_head),
+                        );
+                    }
+                    if hash.as_deref() != Some(e.new_head_hash.as_str()) {
+                        self.problem(
+                            "session",
+                            session_id,
+                            "reflog_target",
+                            format!(
+                                "ref log entry {} recorded ledger {} with hash {}, it now has {}",
+                                e.seq,
+                                e.new_head,
+                                e.new_head_hash,
+                                hash.unwrap_or_default()
+                            ),
+                        );
+                    }
+                }
+            }
+            logged.insert(e.new_head.clone());
+            prev_hash = e.entry_hash.clone();
+            prev_head = Some(e.new_head.clone());
+        }
+        if head != prev_head {
+            self.problem(
+                "session",
+                session_id,
+                "head",
+                format!("head is {head:?} but the ref log ends at {prev_head:?}"),
+            );
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT ledger_id FROM ledgers WHERE session_id = ?1 AND state = 'sealed' ORDER BY ledger_id",
+        )?;
+        let sealed = stmt
+            .query_map([session_id], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        drop(stmt);
+        for l in sealed.iter().filter(|l| !logged.contains(*l)) {
+            self.problem(
+                "session",
+                session_id,
+                "unlogged_ledger",
+                format!("sealed ledger {l} never became the head (not in the ref log)"),
+            );
+        }
+        if let Some(trusted) = trusted_head {
+            let known = entries
+                .iter()
+                .any(|e| e.new_head_hash.eq_ignore_ascii_case(trusted));
+            if !known {
+                self.problem(
+                    "session",
+                    session_id,
+                    "trusted_head",
+                    format!("trusted head hash {trusted} is not in this session's history: it was truncated or rewritten"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Verifies `scope`. `trusted_head` is a ledger hash the caller noted earlier (e.g. from
+/// `kura log`); with it, even a consistent truncation of a session is detected.
+pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Result<Report> {
+    let conn = store.conn();
+    let mut v = Verifier {
+        conn,
+        report: Report::default(),
+        seen_records: HashSet::new(),
+    };
+    let ids = |sql: &str, arg: Option<String>| -> Result<Vec<String>> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = match arg {
+            Some(a) => stmt.query_map([a], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?,
+            None => stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?,
+        };
+        Ok(rows)
+    };
+    let (start, sessions) = match scope {
+        Scope::Ledger(id) => (vec![id.to_string()], vec![]),
+        Scope::Session(id) => (
+            ids("SELECT ledger_id FROM ledgers WHERE session_id = ?1 ORDER BY ledger_id", Some(id.to_string()))?,
+            vec![id.to_string()],
+        ),
+        Scope::All => (
+            ids("SELECT ledger_id FROM ledgers ORDER BY ledger_id", None)?,
+            ids("SELECT session_id FROM sessions ORDER BY session_id", None)?,
+        ),
+    };
+    // Walk the ledgers and, through their parents, every ancestor.
+    let mut queue: VecDeque<String> = start.into_iter().collect();
+    let mut done = HashSet::new();
+    while let Some(id) = queue.pop_front() {
+        if !done.insert(id.clone()) {
+            continue;
+        }
+        for parent in v.check_ledger(&id)? {
+            if !done.contains(&parent) {
+                queue.push_back(parent);
+            }
+        }
+    }
+    for s in &sessions {
+        v.check_session(s, trusted_head)?;
+    }
+    if *scope == Scope::All {
+        // Records outside every ledger are still content-addressed: check them too.
+        let mut stmt = conn.prepare(
+            "SELECT record_id, hash, record_type, content, author_id, metadata, created_at FROM records",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let c: Vec<Option<String>> = (0..7).map(|i| raw_text(r, i)).collect::<rusqlite::Result<_>>()?;
+            let s = |i: usize| c[i].as_deref().unwrap_or("");
+            if v.seen_records.contains(s(0)) {
+                continue;
+            }
+            let cols = RecordColumns {
+                record_id: s(0),
+                hash: s(1),
+                record_type: s(2),
+                content: s(3),
+                author_id: s(4),
+                metadata: s(5),
+                created_at: s(6),
+            };
+            v.check_record(&cols);
+        }
+    }
+    if let (Scope::Ledger(_), Some(trusted)) = (scope, trusted_head) {
+        let found = done.iter().any(|l| {
+            conn.query_row("SELECT ledger_hash FROM ledgers WHERE ledger_id = ?1", [l], |r| {
+                r.get::<_, Option<String>>(0)
+            })
+            .ok()
+            .flatten()
+            .is_some_and(|h| h.eq_ignore_ascii_case(trusted))
+        });
+        if !found {
+            v.problem(
+                "ledger",
+                &done.iter().next().cloned().unwrap_or_default(),
+                "trusted_head",
+                format!("trusted hash {trusted} is neither this ledger's nor an ancestor's"),
+            );
+        }
+    }
+    Ok(v.report)
+}
