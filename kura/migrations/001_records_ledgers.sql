@@ -45,6 +45,7 @@ CREATE TABLE ledger_records (
     ledger_id TEXT NOT NULL REFERENCES ledgers(ledger_id),
     position  INTEGER NOT NULL,            -- 0, 1, 2, ... dense, only grows
     record_id TEXT NOT NULL REFERENCES records(record_id),
+    leaf_hash TEXT NOT NULL,               -- RFC 6962 leaf of the record's columns at append time
     PRIMARY KEY (ledger_id, position)
 ) WITHOUT ROWID;
 CREATE INDEX idx_ledger_records_record ON ledger_records(record_id);

@@ -176,7 +176,7 @@ impl Verifier<'_> {
         // Members, with their records' raw columns (a missing record shows as NULLs).
         let mut stmt = self.conn.prepare_cached(
             "SELECT m.position, m.record_id, r.record_id, r.hash, r.record_type, r.content,
-                    r.author_id, r.metadata, r.created_at
+                    r.author_id, r.metadata, r.created_at, m.leaf_hash
                FROM ledger_records m LEFT JOIN records r ON r.record_id = m.record_id
               WHERE m.ledger_id = ?1 ORDER BY m.position",
         )?;
@@ -184,7 +184,7 @@ impl Verifier<'_> {
             .query_map([id], |r| {
                 let pos: i64 = r.get(0)?;
                 let member: Option<String> = raw_text(r, 1)?;
-                let cols = (2..9).map(|i| raw_text(r, i)).collect::<rusqlite::Result<Vec<_>>>()?;
+                let cols = (2..10).map(|i| raw_text(r, i)).collect::<rusqlite::Result<Vec<_>>>()?;
                 Ok((pos, member, cols))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -222,7 +222,20 @@ impl Verifier<'_> {
                 created_at: s(6),
             };
             self.check_record(&c);
-            leaves.push(merkle::leaf_hash(&c.leaf_bytes()));
+            let leaf = merkle::leaf_hash(&c.leaf_bytes());
+            let at_append = rc[7].as_deref().unwrap_or("");
+            if hex::encode(leaf) != at_append {
+                self.problem(
+                    "record",
+                    c.record_id,
+                    "record_leaf",
+                    format!(
+                        "its stored columns (id, hash, type, content, author, metadata or time) differ from \
+                         what was appended at position {pos} of ledger {id}"
+                    ),
+                );
+            }
+            leaves.push(leaf);
         }
         let count: Option<u64> = count_raw.parse().ok();
         if count != Some(rows.len() as u64) {

@@ -36,6 +36,8 @@ pub struct MemberRow {
     pub position: u64,
     /// The record's columns exactly as stored.
     pub columns: OwnedColumns,
+    /// The leaf hash recorded when the record was appended.
+    pub leaf_at_append: String,
 }
 
 /// Checks a human label.
@@ -105,7 +107,7 @@ pub(crate) fn read_ledger_in(conn: &Connection, id: Uuid) -> Result<Ledger> {
 pub(crate) fn member_rows(conn: &Connection, ledger_id: Uuid) -> Result<Vec<MemberRow>> {
     let mut stmt = conn.prepare_cached(
         "SELECT m.position, r.record_id, r.hash, r.record_type, r.content, r.author_id,
-                r.metadata, r.created_at
+                r.metadata, r.created_at, m.leaf_hash
            FROM ledger_records m JOIN records r ON r.record_id = m.record_id
           WHERE m.ledger_id = ?1 ORDER BY m.position",
     )?;
@@ -121,6 +123,7 @@ pub(crate) fn member_rows(conn: &Connection, ledger_id: Uuid) -> Result<Vec<Memb
                 metadata: row.get(6)?,
                 created_at: row.get(7)?,
             },
+            leaf_at_append: row.get(8)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -175,17 +178,18 @@ fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appe
     if state != "open" {
         return Err(StoreError::Sealed(ledger_id.to_string()));
     }
-    let (record, deduplicated) = insert_record(conn, new)?;
+    let stored = insert_record(conn, new)?;
+    let leaf = hex::encode(merkle::leaf_hash(&stored.columns.as_columns().leaf_bytes()));
     conn.prepare_cached(
-        "INSERT INTO ledger_records (ledger_id, position, record_id) VALUES (?1, ?2, ?3)",
+        "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![ledger_id.to_string(), count, record.record_id.to_string()])?;
+    .execute(params![ledger_id.to_string(), count, stored.columns.record_id, leaf])?;
     conn.prepare_cached("UPDATE ledgers SET record_count = ?2 WHERE ledger_id = ?1")?
         .execute(params![ledger_id.to_string(), count + 1])?;
     Ok(Appended {
-        record,
+        record: stored.record,
         position: u64::try_from(count).unwrap_or(0),
-        deduplicated,
+        deduplicated: stored.deduplicated,
     })
 }
 
@@ -256,7 +260,16 @@ impl Store {
                     ledger.record_count
                 )));
             }
-            let root = hex::encode(merkle::root(&leaf_hashes(&members)));
+            let leaves = leaf_hashes(&members);
+            for (m, leaf) in members.iter().zip(&leaves) {
+                if hex::encode(leaf) != m.leaf_at_append {
+                    return Err(StoreError::Invalid(format!(
+                        "record {} changed after it was appended to ledger {ledger_id}; refusing to seal (run `kura verify`)",
+                        m.columns.record_id
+                    )));
+                }
+            }
+            let root = hex::encode(merkle::root(&leaves));
             let parents = parent_refs(tx, &ledger.parent_ids)?;
             let sealed_at = time::now();
             let hash = header(&ledger, parents, &sealed_at).ledger_hash(ledger.record_count, &root);

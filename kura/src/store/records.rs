@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use proto::record::{NewRecord, Record, RecordType};
+use proto::record::{NewRecord, OwnedColumns, Record, RecordType};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
@@ -31,69 +31,118 @@ pub struct Query {
 
 /// Builds a [`Record`] from a row of [`RECORD_COLUMNS`].
 pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Record>> {
-    let id: String = row.get(0)?;
-    let hash: String = row.get(1)?;
-    let rtype: String = row.get(2)?;
-    let content: String = row.get(3)?;
-    let author_id: String = row.get(4)?;
-    let metadata: String = row.get(5)?;
-    let created_at: String = row.get(6)?;
-    Ok((|| {
-        let corrupt = |what: &str| StoreError::Invalid(format!("record {id}: stored {what} is corrupt (run `kura verify`)"));
-        Ok(Record {
-            record_id: parse_id(&id).map_err(|_| corrupt("id"))?,
-            hash,
-            record_type: rtype.parse().map_err(|_| corrupt("type"))?,
-            content: serde_json::from_str(&content).map_err(|_| corrupt("content"))?,
-            author_id,
-            metadata: serde_json::from_str::<BTreeMap<String, String>>(&metadata)
-                .map_err(|_| corrupt("metadata"))?,
-            created_at,
-        })
-    })())
+    let columns = OwnedColumns {
+        record_id: row.get(0)?,
+        hash: row.get(1)?,
+        record_type: row.get(2)?,
+        content: row.get(3)?,
+        author_id: row.get(4)?,
+        metadata: row.get(5)?,
+        created_at: row.get(6)?,
+    };
+    Ok(record_from_columns(&columns))
+}
+
+/// A record as written: the parsed form and the exact stored columns.
+pub(crate) struct Stored {
+    /// The record.
+    pub record: Record,
+    /// Its columns exactly as stored (the Merkle leaf is computed from these).
+    pub columns: OwnedColumns,
+    /// True when the content was already stored and that record was returned.
+    pub deduplicated: bool,
 }
 
 /// Writes a record inside the caller's transaction; if a record with the same content hash
-/// exists, returns that one instead (`true` = deduplicated).
-pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<(Record, bool)> {
+/// exists, returns that one instead.
+pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored> {
     let parts = new.validate()?;
-    if let Some(existing) = by_hash(conn, &parts.hash)? {
-        return Ok((existing, true));
+    if let Some(columns) = columns_by_hash(conn, &parts.hash)? {
+        let record = record_from_columns(&columns)?;
+        return Ok(Stored {
+            record,
+            columns,
+            deduplicated: true,
+        });
     }
     let record_id = proto::new_id();
     let created_at = time::now();
+    let columns = OwnedColumns {
+        record_id: record_id.to_string(),
+        hash: parts.hash,
+        record_type: new.record_type.as_str().to_owned(),
+        content: parts.content,
+        author_id: new.author_id.clone(),
+        metadata: parts.metadata,
+        created_at,
+    };
     conn.prepare_cached(
         "INSERT INTO records (record_id, hash, record_type, content, author_id, metadata, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
     .execute(params![
-        record_id.to_string(),
-        parts.hash,
-        new.record_type.as_str(),
-        parts.content,
-        new.author_id,
-        parts.metadata,
-        created_at,
+        columns.record_id,
+        columns.hash,
+        columns.record_type,
+        columns.content,
+        columns.author_id,
+        columns.metadata,
+        columns.created_at,
     ])?;
-    Ok((
-        Record {
+    Ok(Stored {
+        record: Record {
             record_id,
-            hash: parts.hash,
+            hash: columns.hash.clone(),
             record_type: new.record_type,
             content: new.content.clone(),
             author_id: new.author_id.clone(),
             metadata: new.metadata.clone(),
-            created_at,
+            created_at: columns.created_at.clone(),
         },
-        false,
-    ))
+        columns,
+        deduplicated: false,
+    })
+}
+
+fn columns_by_hash(conn: &Connection, hash: &str) -> Result<Option<OwnedColumns>> {
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE hash = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([hash], |r| {
+            Ok(OwnedColumns {
+                record_id: r.get(0)?,
+                hash: r.get(1)?,
+                record_type: r.get(2)?,
+                content: r.get(3)?,
+                author_id: r.get(4)?,
+                metadata: r.get(5)?,
+                created_at: r.get(6)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Parses stored columns into a [`Record`].
+pub(crate) fn record_from_columns(c: &OwnedColumns) -> Result<Record> {
+    let id = &c.record_id;
+    let corrupt = |what: &str| {
+        StoreError::Invalid(format!("record {id}: stored {what} is corrupt (run `kura verify`)"))
+    };
+    Ok(Record {
+        record_id: parse_id(id).map_err(|_| corrupt("id"))?,
+        hash: c.hash.clone(),
+        record_type: c.record_type.parse().map_err(|_| corrupt("type"))?,
+        content: serde_json::from_str(&c.content).map_err(|_| corrupt("content"))?,
+        author_id: c.author_id.clone(),
+        metadata: serde_json::from_str::<BTreeMap<String, String>>(&c.metadata)
+            .map_err(|_| corrupt("metadata"))?,
+        created_at: c.created_at.clone(),
+    })
 }
 
 fn by_hash(conn: &Connection, hash: &str) -> Result<Option<Record>> {
-    let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE hash = ?1");
-    conn.prepare_cached(&sql)?
-        .query_row([hash], record_from_row)
-        .optional()?
+    columns_by_hash(conn, hash)?
+        .map(|c| record_from_columns(&c))
         .transpose()
 }
 
@@ -101,7 +150,7 @@ impl Store {
     /// Stores a record on its own (not in any ledger). Writing content that is already
     /// stored returns the existing record, unchanged (`true` = deduplicated).
     pub fn write_record(&mut self, new: &NewRecord) -> Result<(Record, bool)> {
-        self.write(|tx| insert_record(tx, new))
+        self.write(|tx| insert_record(tx, new).map(|s| (s.record, s.deduplicated)))
     }
 
     /// Reads one record.
