@@ -90,7 +90,10 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
         )));
     };
     if out.exists() {
-        let empty = out.read_dir().map(|mut d| d.next().is_none()).unwrap_or(false);
+        let empty = out
+            .read_dir()
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
         if !empty && !out.join(".git").exists() {
             return Err(StoreError::Invalid(format!(
                 "{} exists and is not empty or a git repository",
@@ -133,7 +136,13 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
                 None => msg.push_str(&format!("parent (outside this export): {p}\n")),
             }
         }
-        stream.extend_from_slice(format!("commit refs/tags/ledger/{}\nmark :{mark}\n", ledger.ledger_id).as_bytes());
+        stream.extend_from_slice(
+            format!(
+                "commit refs/tags/ledger/{}\nmark :{mark}\n",
+                ledger.ledger_id
+            )
+            .as_bytes(),
+        );
         let who = format!("kura <kura@localhost> {when} +0000\n");
         stream.extend_from_slice(format!("author {who}committer {who}").as_bytes());
         data(&mut stream, msg.as_bytes());
@@ -157,26 +166,34 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
                 content: serde_json::from_str(&c.content).unwrap_or(serde_json::Value::Null),
             };
             stream.extend_from_slice(
-                format!("M 100644 inline records/{:06}-{}.json\n", m.position, c.record_type).as_bytes(),
+                format!(
+                    "M 100644 inline records/{:06}-{}.json\n",
+                    m.position, c.record_type
+                )
+                .as_bytes(),
             );
             data(&mut stream, &json_pretty(&file)?);
         }
         stream.push(b'\n');
         marks.insert(ledger.ledger_id, mark);
     }
-    let head_mark = marks
-        .get(&head)
-        .ok_or_else(|| StoreError::Invalid(format!("session head {head} is not a sealed ledger of the session")))?;
-    stream.extend_from_slice(format!("reset refs/heads/main\nfrom :{head_mark}\n\ndone\n").as_bytes());
+    let head_mark = marks.get(&head).ok_or_else(|| {
+        StoreError::Invalid(format!(
+            "session head {head} is not a sealed ledger of the session"
+        ))
+    })?;
+    stream.extend_from_slice(
+        format!("reset refs/heads/main\nfrom :{head_mark}\n\ndone\n").as_bytes(),
+    );
 
     let mut cmd = git(out);
     cmd.args(["fast-import", "--quiet", "--force", "--done"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| StoreError::Invalid(format!("cannot run git ({e}); export needs git installed")))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        StoreError::Invalid(format!("cannot run git ({e}); export needs git installed"))
+    })?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(&stream)

@@ -27,7 +27,9 @@ pub fn prove(store: &Store, record_id: Uuid, ledger_id: Uuid) -> Result<Inclusio
     let index = members
         .iter()
         .position(|m| m.columns.record_id == rid)
-        .ok_or_else(|| StoreError::Invalid(format!("record {record_id} is not in ledger {ledger_id}")))?;
+        .ok_or_else(|| {
+            StoreError::Invalid(format!("record {record_id} is not in ledger {ledger_id}"))
+        })?;
     let leaves: Vec<merkle::Hash> = members
         .iter()
         .map(|m| merkle::leaf_hash(&m.columns.as_columns().leaf_bytes()))

@@ -61,6 +61,9 @@ mod tests {
         );
         assert!(parse_since("2h").expect("age") < now());
         assert!(parse_since("yesterday-ish").is_err());
-        assert_eq!(unix_seconds("2023-11-14T22:13:20.000000Z"), Some(1_700_000_000));
+        assert_eq!(
+            unix_seconds("2023-11-14T22:13:20.000000Z"),
+            Some(1_700_000_000)
+        );
     }
 }

@@ -44,7 +44,11 @@ pub struct Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}: {}", self.kind, self.id, self.check, self.detail)
+        write!(
+            f,
+            "{} {}: {}: {}",
+            self.kind, self.id, self.check, self.detail
+        )
     }
 }
 
@@ -106,10 +110,20 @@ impl Verifier<'_> {
             self.problem("record", id, "record_id", "id is not a UUID".into());
         }
         if c.record_type.parse::<RecordType>().is_err() {
-            self.problem("record", id, "record_type", format!("unknown type {:?}", c.record_type));
+            self.problem(
+                "record",
+                id,
+                "record_type",
+                format!("unknown type {:?}", c.record_type),
+            );
         }
         match serde_json::from_str::<serde_json::Value>(c.content) {
-            Err(e) => self.problem("record", id, "record_content", format!("content is not JSON: {e}")),
+            Err(e) => self.problem(
+                "record",
+                id,
+                "record_content",
+                format!("content is not JSON: {e}"),
+            ),
             Ok(value) => {
                 let canonical = proto::canonical_json(&value).unwrap_or_default();
                 if canonical != c.content {
@@ -126,7 +140,10 @@ impl Verifier<'_> {
                         "record",
                         id,
                         "record_hash",
-                        format!("stored hash {} but type, content and author hash to {h}", c.hash),
+                        format!(
+                            "stored hash {} but type, content and author hash to {h}",
+                            c.hash
+                        ),
                     ),
                     Err(e) => self.problem("record", id, "record_hash", e.to_string()),
                 }
@@ -148,7 +165,12 @@ impl Verifier<'_> {
             ),
         }
         if crate::time::unix_seconds(c.created_at).is_none() {
-            self.problem("record", id, "record_time", format!("created_at {:?} is not a time", c.created_at));
+            self.problem(
+                "record",
+                id,
+                "record_time",
+                format!("created_at {:?} is not a time", c.created_at),
+            );
         }
     }
 
@@ -160,11 +182,20 @@ impl Verifier<'_> {
                 "SELECT ledger_id, session_id, label, parent_ids, state, record_count, root_hash,
                         ledger_hash, created_at, sealed_at FROM ledgers WHERE ledger_id = ?1",
                 [id],
-                |r| (0..10).map(|i| raw_text(r, i)).collect::<rusqlite::Result<Vec<_>>>(),
+                |r| {
+                    (0..10)
+                        .map(|i| raw_text(r, i))
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                },
             )
             .optional()?;
         let Some(cols) = row else {
-            self.problem("ledger", id, "ledger_missing", "ledger row does not exist".into());
+            self.problem(
+                "ledger",
+                id,
+                "ledger_missing",
+                "ledger row does not exist".into(),
+            );
             return Ok(vec![]);
         };
         let text = |i: usize| cols[i].clone().unwrap_or_default();
@@ -184,7 +215,9 @@ impl Verifier<'_> {
             .query_map([id], |r| {
                 let pos: i64 = r.get(0)?;
                 let member: Option<String> = raw_text(r, 1)?;
-                let cols = (2..10).map(|i| raw_text(r, i)).collect::<rusqlite::Result<Vec<_>>>()?;
+                let cols = (2..10)
+                    .map(|i| raw_text(r, i))
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
                 Ok((pos, member, cols))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -248,17 +281,31 @@ impl Verifier<'_> {
         }
         if self
             .conn
-            .query_row("SELECT 1 FROM sessions WHERE session_id = ?1", [&session_id], |_| Ok(()))
+            .query_row(
+                "SELECT 1 FROM sessions WHERE session_id = ?1",
+                [&session_id],
+                |_| Ok(()),
+            )
             .optional()?
             .is_none()
         {
-            self.problem("ledger", id, "session_missing", format!("its session {session_id} does not exist"));
+            self.problem(
+                "ledger",
+                id,
+                "session_missing",
+                format!("its session {session_id} does not exist"),
+            );
         }
 
         let parent_ids = match serde_json::from_str::<Vec<String>>(&parents_raw) {
             Ok(p) => p,
             Err(e) => {
-                self.problem("ledger", id, "parent_ids", format!("parent_ids is not a JSON list of ids: {e}"));
+                self.problem(
+                    "ledger",
+                    id,
+                    "parent_ids",
+                    format!("parent_ids is not a JSON list of ids: {e}"),
+                );
                 vec![]
             }
         };
@@ -273,12 +320,22 @@ impl Verifier<'_> {
                 )
                 .optional()?;
             match parent {
-                None => self.problem("ledger", id, "parent_missing", format!("parent {p} does not exist")),
+                None => self.problem(
+                    "ledger",
+                    id,
+                    "parent_missing",
+                    format!("parent {p} does not exist"),
+                ),
                 Some((Some(st), Some(h))) if st == "sealed" => parents.push(ParentRef {
                     ledger_id: p.clone(),
                     ledger_hash: h,
                 }),
-                Some(_) => self.problem("ledger", id, "parent_not_sealed", format!("parent {p} is not sealed")),
+                Some(_) => self.problem(
+                    "ledger",
+                    id,
+                    "parent_not_sealed",
+                    format!("parent {p} is not sealed"),
+                ),
             }
         }
 
@@ -339,7 +396,12 @@ impl Verifier<'_> {
             )
             .optional()?;
         let Some(head) = head else {
-            self.problem("session", session_id, "session_missing", "session row does not exist".into());
+            self.problem(
+                "session",
+                session_id,
+                "session_missing",
+                "session row does not exist".into(),
+            );
             return Ok(());
         };
         let entries = crate::store::reflog_raw(self.conn, session_id)?;
@@ -353,7 +415,10 @@ impl Verifier<'_> {
                     "session",
                     session_id,
                     "reflog_sequence",
-                    format!("ref log entry {} found where {want_seq} was expected (entries removed)", e.seq),
+                    format!(
+                        "ref log entry {} found where {want_seq} was expected (entries removed)",
+                        e.seq
+                    ),
                 );
             }
             let h = e.compute_hash(&prev_hash);
@@ -362,7 +427,10 @@ impl Verifier<'_> {
                     "session",
                     session_id,
                     "reflog_hash",
-                    format!("ref log entry {} hashes to {h}, stored {}", e.seq, e.entry_hash),
+                    format!(
+                        "ref log entry {} hashes to {h}, stored {}",
+                        e.seq, e.entry_hash
+                    ),
                 );
             }
             if e.old_head != prev_head {
@@ -370,7 +438,10 @@ impl Verifier<'_> {
                     "session",
                     session_id,
                     "reflog_chain",
-                    format!("ref log entry {} moves from {:?}, but the head was {:?}", e.seq, e.old_head, prev_head),
+                    format!(
+                        "ref log entry {} moves from {:?}, but the head was {:?}",
+                        e.seq, e.old_head, prev_head
+                    ),
                 );
             }
             let target: Option<(Option<String>, Option<String>, Option<String>)> = self
@@ -386,7 +457,10 @@ impl Verifier<'_> {
                     "session",
                     session_id,
                     "head_missing",
-                    format!("ref log entry {} points at ledger {}, which no longer exists", e.seq, e.new_head),
+                    format!(
+                        "ref log entry {} points at ledger {}, which no longer exists",
+                        e.seq, e.new_head
+                    ),
                 ),
                 Some((sid, state, hash)) => {
                     if sid.as_deref() != Some(session_id) || state.as_deref() != Some("sealed") {
@@ -469,15 +543,22 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
     let ids = |sql: &str, arg: Option<String>| -> Result<Vec<String>> {
         let mut stmt = conn.prepare(sql)?;
         let rows = match arg {
-            Some(a) => stmt.query_map([a], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?,
-            None => stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?,
+            Some(a) => stmt
+                .query_map([a], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?,
+            None => stmt
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?,
         };
         Ok(rows)
     };
     let (start, sessions) = match scope {
         Scope::Ledger(id) => (vec![id.to_string()], vec![]),
         Scope::Session(id) => (
-            ids("SELECT ledger_id FROM ledgers WHERE session_id = ?1 ORDER BY ledger_id", Some(id.to_string()))?,
+            ids(
+                "SELECT ledger_id FROM ledgers WHERE session_id = ?1 ORDER BY ledger_id",
+                Some(id.to_string()),
+            )?,
             vec![id.to_string()],
         ),
         Scope::All => (
@@ -508,7 +589,9 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
         )?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let c: Vec<Option<String>> = (0..7).map(|i| raw_text(r, i)).collect::<rusqlite::Result<_>>()?;
+            let c: Vec<Option<String>> = (0..7)
+                .map(|i| raw_text(r, i))
+                .collect::<rusqlite::Result<_>>()?;
             let s = |i: usize| c[i].as_deref().unwrap_or("");
             if v.seen_records.contains(s(0)) {
                 continue;
@@ -527,9 +610,11 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
     }
     if let (Scope::Ledger(_), Some(trusted)) = (scope, trusted_head) {
         let found = done.iter().any(|l| {
-            conn.query_row("SELECT ledger_hash FROM ledgers WHERE ledger_id = ?1", [l], |r| {
-                r.get::<_, Option<String>>(0)
-            })
+            conn.query_row(
+                "SELECT ledger_hash FROM ledgers WHERE ledger_id = ?1",
+                [l],
+                |r| r.get::<_, Option<String>>(0),
+            )
             .ok()
             .flatten()
             .is_some_and(|h| h.eq_ignore_ascii_case(trusted))

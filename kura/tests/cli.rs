@@ -14,8 +14,14 @@ fn full_session_log_show_diff_query_and_verify() {
     let d = k.demo_session();
 
     let log = k.ok(&["log", &d.session, "--records"]);
-    assert!(log.contains(&format!("ledger {} (HEAD, sealed)", d.out2)), "{log}");
-    assert!(log.contains("turn-1-out") && log.contains("tool.call") && log.contains("two files"), "{log}");
+    assert!(
+        log.contains(&format!("ledger {} (HEAD, sealed)", d.out2)),
+        "{log}"
+    );
+    assert!(
+        log.contains("turn-1-out") && log.contains("tool.call") && log.contains("two files"),
+        "{log}"
+    );
     let pos_out2 = log.find(&d.out2).expect("out2 in log");
     let pos_ctx1 = log.find(&d.ctx1).expect("ctx1 in log");
     assert!(pos_out2 < pos_ctx1, "newest first like git log");
@@ -48,13 +54,28 @@ fn full_session_log_show_diff_query_and_verify() {
     assert_eq!(diff["only_b"].as_array().map(Vec::len), Some(1));
     assert_eq!(diff["both"].as_array().map(Vec::len), Some(0));
     let text = k.ok(&["diff", &d.out1, &d.out2]);
-    assert!(text.contains("4 only in A, 1 only in B, 0 in both"), "{text}");
+    assert!(
+        text.contains("4 only in A, 1 only in B, 0 in both"),
+        "{text}"
+    );
 
     let q = k.json(&["query", "--type", "task.deliverable"]);
     assert_eq!(q.as_array().map(Vec::len), Some(2));
-    let q = k.json(&["query", "--type", "task.instruction", "--author", "user:oles", "--limit", "1"]);
+    let q = k.json(&[
+        "query",
+        "--type",
+        "task.instruction",
+        "--author",
+        "user:oles",
+        "--limit",
+        "1",
+    ]);
     assert_eq!(q.as_array().map(Vec::len), Some(1));
-    assert_eq!(q[0]["content"]["text"], json!("now name them"), "newest first");
+    assert_eq!(
+        q[0]["content"]["text"],
+        json!("now name them"),
+        "newest first"
+    );
     let q = k.json(&["query", "--since", "1h", "--session", &d.session]);
     assert_eq!(q.as_array().map(Vec::len), Some(7));
     let q = k.json(&["query", "--since", "2999-01-01T00:00:00Z"]);
@@ -63,7 +84,11 @@ fn full_session_log_show_diff_query_and_verify() {
     assert!(k.ok(&["verify", &d.session]).starts_with("verified:"));
     let v = k.json(&["verify", &d.out2]);
     assert_eq!(v["ok"], json!(true));
-    assert_eq!(v["ledgers_checked"], json!(4), "a ledger's verification walks its ancestors");
+    assert_eq!(
+        v["ledgers_checked"],
+        json!(4),
+        "a ledger's verification walks its ancestors"
+    );
     let v = k.json(&["verify", "--all"]);
     assert_eq!(v["ok"], json!(true));
     assert_eq!(v["records_checked"], json!(7));
@@ -75,9 +100,31 @@ fn same_content_twice_is_one_record() {
     let k = Kura::new();
     let s = k.ok(&["session", "new"]);
     let l = k.ok(&["ledger", "open", "--session", &s, "--label", "l"]);
-    let args = ["record", "add", "--ledger", &l, "--type", "memory.fact", "--author", "agent:mikado", "--content", r#"{"b":1,"a":[true,null]}"#];
+    let args = [
+        "record",
+        "add",
+        "--ledger",
+        &l,
+        "--type",
+        "memory.fact",
+        "--author",
+        "agent:mikado",
+        "--content",
+        r#"{"b":1,"a":[true,null]}"#,
+    ];
     let first = k.json(&args);
-    let spaced = ["record", "add", "--ledger", &l, "--type", "memory.fact", "--author", "agent:mikado", "--content", r#"{ "a" : [ true , null ] , "b" : 1.0 }"#];
+    let spaced = [
+        "record",
+        "add",
+        "--ledger",
+        &l,
+        "--type",
+        "memory.fact",
+        "--author",
+        "agent:mikado",
+        "--content",
+        r#"{ "a" : [ true , null ] , "b" : 1.0 }"#,
+    ];
     let second = k.json(&spaced);
     assert_eq!(first["deduplicated"], json!(false));
     assert_eq!(second["deduplicated"], json!(true));
@@ -101,13 +148,20 @@ fn prove_and_verify_proof_offline() {
     // Offline: no database needed at all.
     let elsewhere = Kura::uninit();
     let path_s = path.to_str().expect("utf8");
-    assert!(elsewhere.ok(&["verify-proof", path_s]).starts_with("proof ok"));
+    assert!(
+        elsewhere
+            .ok(&["verify-proof", path_s])
+            .starts_with("proof ok")
+    );
     elsewhere.ok(&["verify-proof", path_s, "--root", &root]);
     elsewhere.ok(&["verify-proof", path_s, "--root", &lhash]);
     assert!(!elsewhere.db.exists());
 
     let (out, _) = elsewhere.fails(1, &["verify-proof", path_s, "--root", &"ab".repeat(32)]);
-    assert!(out.contains("PROOF FAILED") && out.contains("neither is the trusted"), "{out}");
+    assert!(
+        out.contains("PROOF FAILED") && out.contains("neither is the trusted"),
+        "{out}"
+    );
 
     // A forged proof: the record's content changed.
     let forged = proof.replace(r#"\"result\":[\"a\",\"b\"]"#, r#"\"result\":[\"a\",\"c\"]"#);
@@ -118,8 +172,18 @@ fn prove_and_verify_proof_offline() {
     assert!(out.contains("content hash is"), "{out}");
 
     // Read from stdin too.
-    let mut child = k.cmd(&["verify-proof", "-", "--json"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn");
-    child.stdin.take().expect("stdin").write_all(proof.as_bytes()).expect("write");
+    let mut child = k
+        .cmd(&["verify-proof", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(proof.as_bytes())
+        .expect("write");
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -134,7 +198,18 @@ fn prove_and_verify_proof_offline() {
     // Open ledgers cannot be proven.
     let s = k.ok(&["session", "new"]);
     let l = k.ok(&["ledger", "open", "--session", &s, "--label", "l"]);
-    let r = k.ok(&["record", "add", "--ledger", &l, "--type", "agent.thought", "--author", "agent:x", "--text", "hi"]);
+    let r = k.ok(&[
+        "record",
+        "add",
+        "--ledger",
+        &l,
+        "--type",
+        "agent.thought",
+        "--author",
+        "agent:x",
+        "--text",
+        "hi",
+    ]);
     let (_, err) = k.fails(2, &["prove", &r, "--ledger", &l]);
     assert!(err.contains("still open"), "{err}");
     let (_, err) = k.fails(2, &["prove", &d.instr, "--ledger", &d.out1]);
@@ -150,29 +225,233 @@ fn bad_input_is_a_clear_error_exit_2_and_leaves_the_store_unchanged() {
     let before = k.fingerprint();
     let missing = "01900000-0000-7000-8000-000000000000";
     let big = k.dir.path().join("big.json");
-    std::fs::write(&big, format!("{{\"text\":\"{}\"}}", "x".repeat(5 * 1024 * 1024))).expect("write");
+    std::fs::write(
+        &big,
+        format!("{{\"text\":\"{}\"}}", "x".repeat(5 * 1024 * 1024)),
+    )
+    .expect("write");
     let notjson = k.dir.path().join("bad.json");
     std::fs::write(&notjson, "{not json").expect("write");
     let big_s = big.to_str().expect("utf8").to_owned();
     let notjson_s = notjson.to_str().expect("utf8").to_owned();
 
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "agent:x", "--content", "{oops"], "invalid JSON"),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.dream", "--author", "agent:x", "--text", "t"], "unknown record type \"agent.dream\""),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "nobody", "--text", "t"], "invalid author id"),
-        (vec!["record", "add", "--ledger", &open, "--type", "tool.call", "--author", "agent:x", "--content", "{\"tool_name\":\"x\"}"], "invalid content for tool.call"),
-        (vec!["record", "add", "--ledger", &open, "--type", "memory.fact", "--author", "agent:x", "--content", "{\"n\":9007199254740993}"], "outside the exactly representable range"),
-        (vec!["record", "add", "--ledger", &d.out1, "--type", "agent.thought", "--author", "agent:x", "--text", "late"], "is sealed"),
-        (vec!["record", "add", "--ledger", missing, "--type", "agent.thought", "--author", "agent:x", "--text", "t"], "not found"),
-        (vec!["record", "add", "--ledger", "not-a-uuid", "--type", "agent.thought", "--author", "agent:x", "--text", "t"], "invalid id"),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "agent:x", "--content-file", &big_s], "content limit"),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "agent:x", "--content-file", &notjson_s], "invalid JSON"),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "agent:x", "--content-file", "/nonexistent/file"], "cannot read"),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "agent:x", "--text", "t", "--meta", "novalue"], "expected KEY=VALUE"),
-        (vec!["record", "add", "--ledger", &open, "--type", "agent.thought", "--author", "agent:x"], "one of --text, --content or --content-file"),
-        (vec!["ledger", "open", "--session", missing, "--label", "x"], "session 01900000-0000-7000-8000-000000000000 not found"),
-        (vec!["ledger", "open", "--session", &s, "--label", "x", "--parent", &open], "still open"),
-        (vec!["ledger", "open", "--session", &s, "--label", ""], "invalid label"),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--content",
+                "{oops",
+            ],
+            "invalid JSON",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.dream",
+                "--author",
+                "agent:x",
+                "--text",
+                "t",
+            ],
+            "unknown record type \"agent.dream\"",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "nobody",
+                "--text",
+                "t",
+            ],
+            "invalid author id",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "tool.call",
+                "--author",
+                "agent:x",
+                "--content",
+                "{\"tool_name\":\"x\"}",
+            ],
+            "invalid content for tool.call",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "memory.fact",
+                "--author",
+                "agent:x",
+                "--content",
+                "{\"n\":9007199254740993}",
+            ],
+            "outside the exactly representable range",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &d.out1,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--text",
+                "late",
+            ],
+            "is sealed",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                missing,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--text",
+                "t",
+            ],
+            "not found",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                "not-a-uuid",
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--text",
+                "t",
+            ],
+            "invalid id",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--content-file",
+                &big_s,
+            ],
+            "content limit",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--content-file",
+                &notjson_s,
+            ],
+            "invalid JSON",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--content-file",
+                "/nonexistent/file",
+            ],
+            "cannot read",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+                "--text",
+                "t",
+                "--meta",
+                "novalue",
+            ],
+            "expected KEY=VALUE",
+        ),
+        (
+            vec![
+                "record",
+                "add",
+                "--ledger",
+                &open,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:x",
+            ],
+            "one of --text, --content or --content-file",
+        ),
+        (
+            vec!["ledger", "open", "--session", missing, "--label", "x"],
+            "session 01900000-0000-7000-8000-000000000000 not found",
+        ),
+        (
+            vec![
+                "ledger",
+                "open",
+                "--session",
+                &s,
+                "--label",
+                "x",
+                "--parent",
+                &open,
+            ],
+            "still open",
+        ),
+        (
+            vec!["ledger", "open", "--session", &s, "--label", ""],
+            "invalid label",
+        ),
         (vec!["ledger", "seal", missing], "not found"),
         (vec!["log", missing], "not found"),
         (vec!["show", missing], "no record, ledger or session"),
@@ -182,15 +461,28 @@ fn bad_input_is_a_clear_error_exit_2_and_leaves_the_store_unchanged() {
         (vec!["query", "--type", "bogus.type"], "unknown record type"),
         (vec!["query", "--since", "last tuesday"], "invalid time"),
         (vec!["prove", missing, "--ledger", &d.out1], "not found"),
-        (vec!["--synchronous", "sometimes", "session", "new"], "invalid synchronous mode"),
+        (
+            vec!["--synchronous", "sometimes", "session", "new"],
+            "invalid synchronous mode",
+        ),
     ];
     for (args, expect) in cases {
         let (stdout, stderr) = k.fails(2, &args);
         assert!(stdout.is_empty(), "{args:?} printed to stdout: {stdout}");
         assert!(stderr.starts_with("kura: error: "), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: one line, got {stderr}");
-        assert!(stderr.contains(expect), "{args:?}: expected {expect:?} in {stderr}");
-        assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "{stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got {stderr}"
+        );
+        assert!(
+            stderr.contains(expect),
+            "{args:?}: expected {expect:?} in {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+            "{stderr}"
+        );
         assert_eq!(k.fingerprint(), before, "{args:?} changed the store");
     }
     // clap usage errors are exit 2 too.
@@ -204,12 +496,26 @@ fn bad_input_is_a_clear_error_exit_2_and_leaves_the_store_unchanged() {
 fn missing_corrupt_and_foreign_databases_are_refused_untouched() {
     let k = Kura::uninit();
     let (_, err) = k.fails(2, &["session", "new"]);
-    assert!(err.contains("no Kura database") && err.contains("kura init"), "{err}");
-    assert!(!k.db.exists(), "a read or write command must not create the database");
+    assert!(
+        err.contains("no Kura database") && err.contains("kura init"),
+        "{err}"
+    );
+    assert!(
+        !k.db.exists(),
+        "a read or write command must not create the database"
+    );
 
-    std::fs::write(&k.db, b"SQLite format 3\0 but then garbage garbage garbage ".repeat(100)).expect("write");
+    std::fs::write(
+        &k.db,
+        b"SQLite format 3\0 but then garbage garbage garbage ".repeat(100),
+    )
+    .expect("write");
     let before = std::fs::read(&k.db).expect("read");
-    for args in [&["log", "01900000-0000-7000-8000-000000000000"][..], &["verify", "--all"], &["init"]] {
+    for args in [
+        &["log", "01900000-0000-7000-8000-000000000000"][..],
+        &["verify", "--all"],
+        &["init"],
+    ] {
         let (_, err) = k.fails(2, args);
         assert!(err.contains("is not a Kura database"), "{args:?}: {err}");
     }
@@ -218,7 +524,8 @@ fn missing_corrupt_and_foreign_databases_are_refused_untouched() {
     let other = Kura::uninit();
     {
         let c = rusqlite::Connection::open(&other.db).expect("sqlite");
-        c.execute_batch("CREATE TABLE notes (t TEXT); INSERT INTO notes VALUES ('mine');").expect("schema");
+        c.execute_batch("CREATE TABLE notes (t TEXT); INSERT INTO notes VALUES ('mine');")
+            .expect("schema");
     }
     let before = std::fs::read(&other.db).expect("read");
     for args in [&["session", "new"][..], &["init"]] {
@@ -242,24 +549,44 @@ fn init_is_idempotent_and_db_comes_from_env() {
         .output()
         .expect("run");
     assert!(out.status.success());
-    assert_eq!(k.json(&["session", "list"]).as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        k.json(&["session", "list"]).as_array().map(Vec::len),
+        Some(1)
+    );
 }
 
 #[test]
 fn closed_stdout_is_not_an_error() {
     let k = Kura::new();
     let d = k.demo_session();
-    let mut child = k.cmd(&["log", &d.session, "--records"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut child = k
+        .cmd(&["log", &d.session, "--records"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
     drop(child.stdout.take()); // like `kura log | head -0`
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn help_and_version_exit_0() {
     let k = Kura::uninit();
     assert!(k.ok(&["--help"]).contains("verify-proof"));
-    assert!(k.ok(&["record", "add", "--help"]).contains("--content-file"));
+    assert!(
+        k.ok(&["record", "add", "--help"])
+            .contains("--content-file")
+    );
     assert!(k.ok(&["--version"]).starts_with("kura "));
 }

@@ -120,8 +120,14 @@ mod tests {
             h,
             record_hash("agent.thought", &json!({"text": "hello"}), "agent:bmo").expect("hash")
         );
-        assert_ne!(h, record_hash("agent.plan", &content, "agent:bmo").expect("hash"));
-        assert_ne!(h, record_hash("agent.thought", &content, "agent:bmp").expect("hash"));
+        assert_ne!(
+            h,
+            record_hash("agent.plan", &content, "agent:bmo").expect("hash")
+        );
+        assert_ne!(
+            h,
+            record_hash("agent.thought", &content, "agent:bmp").expect("hash")
+        );
         assert_ne!(
             h,
             record_hash("agent.thought", &json!({"text": "hello!"}), "agent:bmo").expect("hash")

@@ -159,7 +159,10 @@ mod tests {
     fn malformed_is_refused() {
         for bad in [&b""[..], b"{", b"null", b"{\"turn_id\":\"nope\"}", b"{}"] {
             assert!(
-                matches!(parse::<WorkerDispatch>(bad), Err(DoorbellError::Malformed(_))),
+                matches!(
+                    parse::<WorkerDispatch>(bad),
+                    Err(DoorbellError::Malformed(_))
+                ),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );

@@ -16,7 +16,6 @@ pub use ids::new_id;
 pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
 pub use merkle::InclusionProof;
 pub use record::{
-    CanonicalParts, OwnedColumns,
-    Content, NewRecord, Record, RecordColumns, RecordError, RecordType, TextContent,
-    ToolCallContent, ToolResultContent, ToolStatus,
+    CanonicalParts, Content, NewRecord, OwnedColumns, Record, RecordColumns, RecordError,
+    RecordType, TextContent, ToolCallContent, ToolResultContent, ToolStatus,
 };

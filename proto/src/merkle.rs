@@ -211,7 +211,10 @@ impl InclusionProof {
         let path = self
             .audit_path
             .iter()
-            .map(|h| decode_hash(h).ok_or_else(|| format!("audit path entry {h:?} is not 32 bytes of hex")))
+            .map(|h| {
+                decode_hash(h)
+                    .ok_or_else(|| format!("audit path entry {h:?} is not 32 bytes of hex"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let leaf = leaf_hash(&cols.leaf_bytes());
         verify_inclusion(&leaf, self.leaf_index, self.tree_size, &path, &root)
@@ -283,8 +286,14 @@ mod tests {
                 case.leaf_index, case.tree_size
             );
             let root = decode_hash(&case.root).expect("root hex");
-            verify_inclusion(&tree[case.leaf_index], case.leaf_index, case.tree_size, &path, &root)
-                .expect("genuine proof verifies");
+            verify_inclusion(
+                &tree[case.leaf_index],
+                case.leaf_index,
+                case.tree_size,
+                &path,
+                &root,
+            )
+            .expect("genuine proof verifies");
         }
     }
 
@@ -411,7 +420,8 @@ mod tests {
         let p = sample_proof();
         p.verify(None).expect("verifies");
         p.verify(Some(&p.root_hash.clone())).expect("trusted root");
-        p.verify(Some(&p.ledger_hash.clone())).expect("trusted ledger hash");
+        p.verify(Some(&p.ledger_hash.clone()))
+            .expect("trusted ledger hash");
         let err = p.verify(Some(&"0".repeat(64))).expect_err("untrusted root");
         assert!(err.contains("neither is the trusted"), "{err}");
     }
@@ -421,7 +431,10 @@ mod tests {
         let mut p = sample_proof();
         p.tree_size = 8; // same path shape as 7 for leaf 2
         let err = p.verify(None).expect_err("wrong size");
-        assert!(err.contains("ledger hash over this header, size 8"), "{err}");
+        assert!(
+            err.contains("ledger hash over this header, size 8"),
+            "{err}"
+        );
     }
 
     #[test]

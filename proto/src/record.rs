@@ -92,7 +92,11 @@ record_types! {
 
 impl RecordType {
     fn known_list() -> String {
-        Self::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+        Self::ALL
+            .iter()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -252,13 +256,13 @@ impl NewRecord {
         validate_author(&self.author_id)?;
         check_numbers(&self.content)?;
         Content::parse(self.record_type, self.content.clone())?;
-        let content = canonical_json(&self.content)
-            .map_err(|e| RecordError::Canonical(e.to_string()))?;
+        let content =
+            canonical_json(&self.content).map_err(|e| RecordError::Canonical(e.to_string()))?;
         if content.len() > MAX_CONTENT_BYTES {
             return Err(RecordError::TooLarge(content.len()));
         }
-        let metadata = canonical_json(&self.metadata)
-            .map_err(|e| RecordError::Canonical(e.to_string()))?;
+        let metadata =
+            canonical_json(&self.metadata).map_err(|e| RecordError::Canonical(e.to_string()))?;
         let hash = record_hash(self.record_type.as_str(), &self.content, &self.author_id)
             .map_err(|e| RecordError::Canonical(e.to_string()))?;
         Ok(CanonicalParts {
@@ -532,13 +536,31 @@ mod tests {
         };
         let base = cols.leaf_bytes();
         let variants = [
-            RecordColumns { record_id: "r2", ..cols },
+            RecordColumns {
+                record_id: "r2",
+                ..cols
+            },
             RecordColumns { hash: "h2", ..cols },
-            RecordColumns { record_type: "t2", ..cols },
-            RecordColumns { content: "{ }", ..cols },
-            RecordColumns { author_id: "a:c", ..cols },
-            RecordColumns { metadata: "{\"k\":\"v\"}", ..cols },
-            RecordColumns { created_at: "2026-01-01T00:00:00.000001Z", ..cols },
+            RecordColumns {
+                record_type: "t2",
+                ..cols
+            },
+            RecordColumns {
+                content: "{ }",
+                ..cols
+            },
+            RecordColumns {
+                author_id: "a:c",
+                ..cols
+            },
+            RecordColumns {
+                metadata: "{\"k\":\"v\"}",
+                ..cols
+            },
+            RecordColumns {
+                created_at: "2026-01-01T00:00:00.000001Z",
+                ..cols
+            },
         ];
         for v in variants {
             assert_ne!(v.leaf_bytes(), base, "{v:?}");

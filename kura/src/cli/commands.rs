@@ -33,11 +33,16 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             } else if existed {
                 out.line(format!("Kura database ready at {}", args.db.display()))?;
             } else {
-                out.line(format!("Initialized Kura database at {}", args.db.display()))?;
+                out.line(format!(
+                    "Initialized Kura database at {}",
+                    args.db.display()
+                ))?;
             }
             Outcome::Ok
         }
-        Command::VerifyProof { file, root } => verify_proof(&mut out, json, &file, root.as_deref())?,
+        Command::VerifyProof { file, root } => {
+            verify_proof(&mut out, json, &file, root.as_deref())?
+        }
         command => {
             let mut store = Store::open(&args.db, &options)?;
             with_store(&mut store, &mut out, json, command)?
@@ -51,7 +56,12 @@ fn id(text: &str) -> anyhow::Result<Uuid> {
     Ok(parse_id(text)?)
 }
 
-fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) -> anyhow::Result<Outcome> {
+fn with_store(
+    store: &mut Store,
+    out: &mut Out,
+    json: bool,
+    command: Command,
+) -> anyhow::Result<Outcome> {
     match command {
         Command::Init | Command::VerifyProof { .. } => {
             bail!("internal: init and verify-proof run without an open store")
@@ -70,13 +80,26 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
                 out.json(&sessions)?;
             } else {
                 for s in sessions {
-                    let head = s.head_ledger_id.map(|h| h.to_string()).unwrap_or_else(|| "-".into());
-                    out.line(format!("{}  {:<8} head {}  {}", s.session_id, s.status, head, s.label))?;
+                    let head = s
+                        .head_ledger_id
+                        .map(|h| h.to_string())
+                        .unwrap_or_else(|| "-".into());
+                    out.line(format!(
+                        "{}  {:<8} head {}  {}",
+                        s.session_id, s.status, head, s.label
+                    ))?;
                 }
             }
         }
-        Command::Ledger(LedgerCmd::Open { session, label, parents }) => {
-            let parents = parents.iter().map(|p| id(p)).collect::<anyhow::Result<Vec<_>>>()?;
+        Command::Ledger(LedgerCmd::Open {
+            session,
+            label,
+            parents,
+        }) => {
+            let parents = parents
+                .iter()
+                .map(|p| id(p))
+                .collect::<anyhow::Result<Vec<_>>>()?;
             let l = store.open_ledger(id(&session)?, &label, &parents)?;
             if json {
                 out.json(&l)?;
@@ -99,7 +122,15 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
                 ))?;
             }
         }
-        Command::Record(RecordCmd::Add { ledger, record_type, author, text, content, content_file, meta }) => {
+        Command::Record(RecordCmd::Add {
+            ledger,
+            record_type,
+            author,
+            text,
+            content,
+            content_file,
+            meta,
+        }) => {
             let record_type: RecordType = record_type.parse()?;
             let content = match (text, content, content_file) {
                 (Some(t), None, None) => json!({ "text": t }),
@@ -117,7 +148,12 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
                     bail!("--meta {m:?}: key is empty or given twice");
                 }
             }
-            let new = NewRecord { record_type, content, author_id: author, metadata };
+            let new = NewRecord {
+                record_type,
+                content,
+                author_id: author,
+                metadata,
+            };
             let appended = store.append(id(&ledger)?, &new)?;
             if json {
                 out.json(&json!({
@@ -126,7 +162,11 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
                     "deduplicated": appended.deduplicated,
                 }))?;
             } else {
-                let note = if appended.deduplicated { " (existing record, same content)" } else { "" };
+                let note = if appended.deduplicated {
+                    " (existing record, same content)"
+                } else {
+                    ""
+                };
                 out.line(format!("{}{note}", appended.record.record_id))?;
             }
         }
@@ -138,19 +178,43 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
             } else {
                 out.line(format!("--- {}\n+++ {}", d.ledger_a, d.ledger_b))?;
                 for r in &d.only_a {
-                    out.line(format!("- {} {:<17} {}", output::short(Some(&r.hash), 12), r.record_type.as_str(), output::preview(r)))?;
+                    out.line(format!(
+                        "- {} {:<17} {}",
+                        output::short(Some(&r.hash), 12),
+                        r.record_type.as_str(),
+                        output::preview(r)
+                    ))?;
                 }
                 for r in &d.only_b {
-                    out.line(format!("+ {} {:<17} {}", output::short(Some(&r.hash), 12), r.record_type.as_str(), output::preview(r)))?;
+                    out.line(format!(
+                        "+ {} {:<17} {}",
+                        output::short(Some(&r.hash), 12),
+                        r.record_type.as_str(),
+                        output::preview(r)
+                    ))?;
                 }
                 for r in &d.both {
-                    out.line(format!("  {} {:<17} {}", output::short(Some(&r.hash), 12), r.record_type.as_str(), output::preview(r)))?;
+                    out.line(format!(
+                        "  {} {:<17} {}",
+                        output::short(Some(&r.hash), 12),
+                        r.record_type.as_str(),
+                        output::preview(r)
+                    ))?;
                 }
-                out.line(format!("{} only in A, {} only in B, {} in both", d.only_a.len(), d.only_b.len(), d.both.len()))?;
+                out.line(format!(
+                    "{} only in A, {} only in B, {} in both",
+                    d.only_a.len(),
+                    d.only_b.len(),
+                    d.both.len()
+                ))?;
             }
         }
         Command::Show { id: text } => show(store, out, json, id(&text)?)?,
-        Command::Verify { id: target, all, trusted_head } => {
+        Command::Verify {
+            id: target,
+            all,
+            trusted_head,
+        } => {
             let scope = match (target, all) {
                 (_, true) => Scope::All,
                 (Some(t), false) => {
@@ -158,7 +222,9 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
                     match store.kind_of(uid)? {
                         Some("ledger") => Scope::Ledger(uid),
                         Some("session") => Scope::Session(uid),
-                        Some(kind) => bail!("{uid} is a {kind}; verify a ledger, a session or --all"),
+                        Some(kind) => {
+                            bail!("{uid} is a {kind}; verify a ledger, a session or --all")
+                        }
                         None => bail!("no ledger or session {uid}"),
                     }
                 }
@@ -166,17 +232,36 @@ fn with_store(store: &mut Store, out: &mut Out, json: bool, command: Command) ->
             };
             let report = kura::verify::verify(store, &scope, trusted_head.as_deref())?;
             print_report(out, json, &report)?;
-            return Ok(if report.ok() { Outcome::Ok } else { Outcome::VerifyFailed });
+            return Ok(if report.ok() {
+                Outcome::Ok
+            } else {
+                Outcome::VerifyFailed
+            });
         }
-        Command::Export { session, format: _, out: dir } => {
+        Command::Export {
+            session,
+            format: _,
+            out: dir,
+        } => {
             let e = kura::export::export_git(store, id(&session)?, &dir)?;
             if json {
                 out.json(&e)?;
             } else {
-                out.line(format!("exported {} commits to {} (main = {})", e.commits, dir.display(), e.head_commit))?;
+                out.line(format!(
+                    "exported {} commits to {} (main = {})",
+                    e.commits,
+                    dir.display(),
+                    e.head_commit
+                ))?;
             }
         }
-        Command::Query { record_type, since, author, session, limit } => {
+        Command::Query {
+            record_type,
+            since,
+            author,
+            session,
+            limit,
+        } => {
             let q = Query {
                 record_type: record_type.as_deref().map(str::parse).transpose()?,
                 since: since.as_deref().map(kura::time::parse_since).transpose()?,
@@ -216,7 +301,10 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     let limit = MAX_CONTENT_BYTES as u64 + 1;
     if path == Path::new("-") {
-        std::io::stdin().take(limit).read_to_end(&mut buf).context("reading stdin")?;
+        std::io::stdin()
+            .take(limit)
+            .read_to_end(&mut buf)
+            .context("reading stdin")?;
     } else {
         std::fs::File::open(path)
             .with_context(|| format!("cannot read {}", path.display()))?
@@ -225,12 +313,21 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
             .with_context(|| format!("cannot read {}", path.display()))?;
     }
     if buf.len() as u64 >= limit {
-        bail!("{} is larger than the {MAX_CONTENT_BYTES}-byte content limit", path.display());
+        bail!(
+            "{} is larger than the {MAX_CONTENT_BYTES}-byte content limit",
+            path.display()
+        );
     }
     String::from_utf8(buf).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
 }
 
-fn log(store: &Store, out: &mut Out, json: bool, session_id: Uuid, with_records: bool) -> anyhow::Result<()> {
+fn log(
+    store: &Store,
+    out: &mut Out,
+    json: bool,
+    session_id: Uuid,
+    with_records: bool,
+) -> anyhow::Result<()> {
     let session = store.read_session(session_id)?;
     let ledgers = store.session_ledgers(session_id)?;
     if json {
@@ -238,9 +335,15 @@ fn log(store: &Store, out: &mut Out, json: bool, session_id: Uuid, with_records:
         for l in &ledgers {
             let mut v = serde_json::to_value(l)?;
             if let Some(obj) = v.as_object_mut() {
-                obj.insert("head".into(), json!(session.head_ledger_id == Some(l.ledger_id)));
+                obj.insert(
+                    "head".into(),
+                    json!(session.head_ledger_id == Some(l.ledger_id)),
+                );
                 if with_records {
-                    obj.insert("records".into(), serde_json::to_value(store.hydrate(l.ledger_id)?)?);
+                    obj.insert(
+                        "records".into(),
+                        serde_json::to_value(store.hydrate(l.ledger_id)?)?,
+                    );
                 }
             }
             items.push(v);
@@ -248,7 +351,10 @@ fn log(store: &Store, out: &mut Out, json: bool, session_id: Uuid, with_records:
         out.json(&json!({"session": session, "ledgers": items}))?;
         return Ok(());
     }
-    out.line(format!("session {} ({}, {})", session.session_id, session.label, session.status))?;
+    out.line(format!(
+        "session {} ({}, {})",
+        session.session_id, session.label, session.status
+    ))?;
     if ledgers.is_empty() {
         out.line("(no ledgers yet)")?;
     }
@@ -324,12 +430,20 @@ fn print_report(out: &mut Out, json: bool, report: &Report) -> anyhow::Result<()
     if report.ok() {
         out.line(format!("verified: {summary}; every hash matches"))?;
     } else {
-        out.line(format!("VERIFICATION FAILED: {} problems; {summary}", report.problems.len()))?;
+        out.line(format!(
+            "VERIFICATION FAILED: {} problems; {summary}",
+            report.problems.len()
+        ))?;
     }
     Ok(())
 }
 
-fn verify_proof(out: &mut Out, json: bool, file: &Path, root: Option<&str>) -> anyhow::Result<Outcome> {
+fn verify_proof(
+    out: &mut Out,
+    json: bool,
+    file: &Path,
+    root: Option<&str>,
+) -> anyhow::Result<Outcome> {
     let text = read_input(file)?;
     let proof: InclusionProof = serde_json::from_str(&text)
         .map_err(|e| anyhow::anyhow!("{} is not a Kura inclusion proof: {e}", file.display()))?;
@@ -353,10 +467,18 @@ fn verify_proof(out: &mut Out, json: bool, file: &Path, root: Option<&str>) -> a
                 proof.ledger_id,
                 proof.root_hash,
                 proof.ledger_hash,
-                if root.is_some() { ", which is the trusted hash" } else { "" }
+                if root.is_some() {
+                    ", which is the trusted hash"
+                } else {
+                    ""
+                }
             ))?,
             Err(e) => out.line(format!("PROOF FAILED: {e}"))?,
         }
     }
-    Ok(if result.is_ok() { Outcome::Ok } else { Outcome::VerifyFailed })
+    Ok(if result.is_ok() {
+        Outcome::Ok
+    } else {
+        Outcome::VerifyFailed
+    })
 }

@@ -85,12 +85,22 @@ pub fn ledger_block(out: &mut Out, l: &Ledger, is_head: bool) -> io::Result<()> 
         out.line(format!("Sealed:  {s}"))?;
     }
     out.line(format!("Records: {}", l.record_count))?;
-    out.line(format!("Root:    {}", l.root_hash.as_deref().unwrap_or("-")))?;
-    out.line(format!("Hash:    {}", l.ledger_hash.as_deref().unwrap_or("-")))?;
+    out.line(format!(
+        "Root:    {}",
+        l.root_hash.as_deref().unwrap_or("-")
+    ))?;
+    out.line(format!(
+        "Hash:    {}",
+        l.ledger_hash.as_deref().unwrap_or("-")
+    ))?;
     let parents: Vec<String> = l.parent_ids.iter().map(|p| p.to_string()).collect();
     out.line(format!(
         "Parents: {}",
-        if parents.is_empty() { "-".into() } else { parents.join(" ") }
+        if parents.is_empty() {
+            "-".into()
+        } else {
+            parents.join(" ")
+        }
     ))
 }
 
@@ -107,7 +117,11 @@ pub fn record_block(out: &mut Out, r: &Record, ledgers: &[uuid::Uuid]) -> anyhow
     let ledgers: Vec<String> = ledgers.iter().map(|l| l.to_string()).collect();
     out.line(format!(
         "Ledgers: {}",
-        if ledgers.is_empty() { "-".into() } else { ledgers.join(" ") }
+        if ledgers.is_empty() {
+            "-".into()
+        } else {
+            ledgers.join(" ")
+        }
     ))?;
     out.line("")?;
     match r.content.get("text").and_then(|t| t.as_str()) {
@@ -143,7 +157,10 @@ pub fn session_block(out: &mut Out, s: &Session, reflog: &[RefLogEntry]) -> io::
             "    {:>3} {} {} -> {} ({})",
             e.seq,
             e.at,
-            e.old_head.as_deref().map(|h| &h[..h.len().min(13)]).unwrap_or("(none)"),
+            e.old_head
+                .as_deref()
+                .map(|h| &h[..h.len().min(13)])
+                .unwrap_or("(none)"),
             e.new_head,
             e.reason
         ))?;

@@ -42,7 +42,9 @@ pub struct MemberRow {
 
 /// Checks a human label.
 pub(crate) fn check_label(label: &str) -> Result<()> {
-    if label.trim().is_empty() || label.len() > MAX_LABEL_BYTES || label.chars().any(char::is_control)
+    if label.trim().is_empty()
+        || label.len() > MAX_LABEL_BYTES
+        || label.chars().any(char::is_control)
     {
         return Err(StoreError::Invalid(format!(
             "invalid label {label:?}: must be 1..{MAX_LABEL_BYTES} bytes without control characters"
@@ -64,7 +66,9 @@ pub(crate) fn ledger_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Ledger>>
     let sealed_at: Option<String> = row.get(9)?;
     Ok((|| {
         let corrupt = |what: &str| {
-            StoreError::Invalid(format!("ledger {id}: stored {what} is corrupt (run `kura verify`)"))
+            StoreError::Invalid(format!(
+                "ledger {id}: stored {what} is corrupt (run `kura verify`)"
+            ))
         };
         let parent_ids = serde_json::from_str::<Vec<String>>(&parents)
             .map_err(|_| corrupt("parent_ids"))?
@@ -195,7 +199,12 @@ fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appe
 
 impl Store {
     /// Opens a new ledger in `session_id` with the given parents (which must be sealed).
-    pub fn open_ledger(&mut self, session_id: Uuid, label: &str, parents: &[Uuid]) -> Result<Ledger> {
+    pub fn open_ledger(
+        &mut self,
+        session_id: Uuid,
+        label: &str,
+        parents: &[Uuid],
+    ) -> Result<Ledger> {
         check_label(label)?;
         for (i, p) in parents.iter().enumerate() {
             if parents[..i].contains(p) {
@@ -225,7 +234,8 @@ impl Store {
                     ledger.ledger_id.to_string(),
                     session_id.to_string(),
                     label,
-                    serde_json::to_string(&parent_ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+                    serde_json::to_string(&parent_ids)
+                        .map_err(|e| StoreError::Invalid(e.to_string()))?,
                     ledger.created_at,
                 ],
             )?;
@@ -240,7 +250,12 @@ impl Store {
 
     /// Appends many records in one transaction (group commit): all or none.
     pub fn append_batch(&mut self, ledger_id: Uuid, batch: &[NewRecord]) -> Result<Vec<Appended>> {
-        self.write(|tx| batch.iter().map(|new| append_in(tx, ledger_id, new)).collect())
+        self.write(|tx| {
+            batch
+                .iter()
+                .map(|new| append_in(tx, ledger_id, new))
+                .collect()
+        })
     }
 
     /// Seals an open ledger: fixes its Merkle root and chained ledger hash and moves its

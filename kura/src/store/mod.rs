@@ -6,6 +6,7 @@ mod records;
 mod sessions;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
@@ -118,7 +119,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| not_kura(&path, e))?;
-        conn.busy_timeout(options.busy_timeout)?;
+        set_busy_handler(&conn, options.busy_timeout)?;
         let app_id = application_id(&conn, &path)?;
         if app_id != APPLICATION_ID {
             return Err(StoreError::NotKura {
@@ -146,7 +147,7 @@ impl Store {
             )));
         }
         let conn = Connection::open(&path).map_err(|e| not_kura(&path, e))?;
-        conn.busy_timeout(options.busy_timeout)?;
+        set_busy_handler(&conn, options.busy_timeout)?;
         let app_id = application_id(&conn, &path)?;
         if app_id != APPLICATION_ID {
             let tables: i64 =
@@ -209,6 +210,34 @@ impl Store {
     }
 }
 
+/// Busy timeout of the most recently opened store, in microseconds, for [`busy_wait`]
+/// (SQLite busy handlers are plain function pointers and cannot carry it themselves).
+static BUSY_TIMEOUT_US: AtomicU64 = AtomicU64::new(10_000_000);
+
+/// Step of [`busy_wait`]: short, so a waiting writer gets the lock within a fraction of a
+/// millisecond of it being released (SQLite's default handler backs off to 100 ms sleeps and
+/// lets one busy writer starve the others).
+const BUSY_STEP_US: u64 = 250;
+
+/// Busy handler: retry every ~0.25 ms until the busy timeout has passed.
+fn busy_wait(attempt: i32) -> bool {
+    let spent = u64::try_from(attempt).unwrap_or(0) * BUSY_STEP_US;
+    if spent >= BUSY_TIMEOUT_US.load(Ordering::Relaxed) {
+        return false;
+    }
+    std::thread::sleep(Duration::from_micros(BUSY_STEP_US));
+    true
+}
+
+fn set_busy_handler(conn: &Connection, timeout: Duration) -> Result<()> {
+    BUSY_TIMEOUT_US.store(
+        u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    conn.busy_handler(Some(busy_wait))?;
+    Ok(())
+}
+
 /// Reads `application_id`, turning "file is not a database" into a clear refusal.
 fn application_id(conn: &Connection, path: &Path) -> Result<i32> {
     conn.query_row("PRAGMA application_id", [], |r| r.get(0))
@@ -225,10 +254,9 @@ fn not_kura(path: &Path, e: rusqlite::Error) -> StoreError {
             path: path.to_path_buf(),
             reason: "the SQLite file is corrupt".into(),
         },
-        Some(rusqlite::ErrorCode::CannotOpen) => StoreError::Invalid(format!(
-            "cannot open {}: {e}",
-            path.display()
-        )),
+        Some(rusqlite::ErrorCode::CannotOpen) => {
+            StoreError::Invalid(format!("cannot open {}: {e}", path.display()))
+        }
         _ => StoreError::Sqlite(e),
     }
 }

@@ -126,7 +126,9 @@ fn columns_by_hash(conn: &Connection, hash: &str) -> Result<Option<OwnedColumns>
 pub(crate) fn record_from_columns(c: &OwnedColumns) -> Result<Record> {
     let id = &c.record_id;
     let corrupt = |what: &str| {
-        StoreError::Invalid(format!("record {id}: stored {what} is corrupt (run `kura verify`)"))
+        StoreError::Invalid(format!(
+            "record {id}: stored {what} is corrupt (run `kura verify`)"
+        ))
     };
     Ok(Record {
         record_id: parse_id(id).map_err(|_| corrupt("id"))?,

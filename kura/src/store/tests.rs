@@ -26,13 +26,20 @@ fn append_hydrate_seal_round_trip() {
     let session = s.create_session("t").expect("session");
     let l = s.open_ledger(session.session_id, "out", &[]).expect("open");
     for i in 0..5 {
-        let a = s.append(l.ledger_id, &thought(&format!("step {i}"))).expect("append");
+        let a = s
+            .append(l.ledger_id, &thought(&format!("step {i}")))
+            .expect("append");
         assert_eq!(a.position, i);
         assert!(!a.deduplicated);
     }
     let records = s.hydrate(l.ledger_id).expect("hydrate");
     let texts: Vec<_> = records.iter().map(|r| r.content["text"].clone()).collect();
-    assert_eq!(texts, (0..5).map(|i| json!(format!("step {i}"))).collect::<Vec<_>>());
+    assert_eq!(
+        texts,
+        (0..5)
+            .map(|i| json!(format!("step {i}")))
+            .collect::<Vec<_>>()
+    );
     let (sealed, newly) = s.seal_ledger(l.ledger_id).expect("seal");
     assert!(newly);
     assert_eq!(sealed.state, LedgerState::Sealed);
@@ -58,7 +65,12 @@ fn same_content_is_deduplicated() {
     assert!(!dup_a);
     assert!(dup_b);
     assert_eq!(a, b, "the existing record is returned unchanged");
-    assert_eq!(s.exists_by_hash(&a.hash).expect("lookup").map(|r| r.record_id), Some(a.record_id));
+    assert_eq!(
+        s.exists_by_hash(&a.hash)
+            .expect("lookup")
+            .map(|r| r.record_id),
+        Some(a.record_id)
+    );
     assert!(s.exists_by_hash(&"0".repeat(64)).expect("lookup").is_none());
     // In a ledger, the same content twice is two positions of one record.
     let session = s.create_session("t").expect("session");
@@ -80,7 +92,11 @@ fn appending_to_a_sealed_ledger_is_refused_and_changes_nothing() {
     let before = s.query(&Query::default()).expect("query").len();
     let err = s.append(l.ledger_id, &thought("two")).expect_err("sealed");
     assert!(matches!(err, StoreError::Sealed(_)), "{err}");
-    assert_eq!(s.query(&Query::default()).expect("query").len(), before, "no orphan record left");
+    assert_eq!(
+        s.query(&Query::default()).expect("query").len(),
+        before,
+        "no orphan record left"
+    );
 }
 
 #[test]
@@ -88,17 +104,39 @@ fn parents_must_exist_and_be_sealed() {
     let (_d, mut s) = fresh();
     let session = s.create_session("t").expect("session");
     let open = s.open_ledger(session.session_id, "a", &[]).expect("open");
-    let err = s.open_ledger(session.session_id, "b", &[open.ledger_id]).expect_err("open parent");
+    let err = s
+        .open_ledger(session.session_id, "b", &[open.ledger_id])
+        .expect_err("open parent");
     assert!(matches!(err, StoreError::ParentOpen(_)), "{err}");
-    let err = s.open_ledger(session.session_id, "b", &[proto::new_id()]).expect_err("missing parent");
-    assert!(matches!(err, StoreError::NotFound { kind: "ledger", .. }), "{err}");
+    let err = s
+        .open_ledger(session.session_id, "b", &[proto::new_id()])
+        .expect_err("missing parent");
+    assert!(
+        matches!(err, StoreError::NotFound { kind: "ledger", .. }),
+        "{err}"
+    );
     s.seal_ledger(open.ledger_id).expect("seal");
-    let child = s.open_ledger(session.session_id, "b", &[open.ledger_id]).expect("child");
+    let child = s
+        .open_ledger(session.session_id, "b", &[open.ledger_id])
+        .expect("child");
     assert_eq!(child.parent_ids, vec![open.ledger_id]);
-    let err = s.open_ledger(session.session_id, "c", &[open.ledger_id, open.ledger_id]).expect_err("dup");
+    let err = s
+        .open_ledger(session.session_id, "c", &[open.ledger_id, open.ledger_id])
+        .expect_err("dup");
     assert!(matches!(err, StoreError::Invalid(_)), "{err}");
-    let err = s.open_ledger(proto::new_id(), "c", &[]).expect_err("no session");
-    assert!(matches!(err, StoreError::NotFound { kind: "session", .. }), "{err}");
+    let err = s
+        .open_ledger(proto::new_id(), "c", &[])
+        .expect_err("no session");
+    assert!(
+        matches!(
+            err,
+            StoreError::NotFound {
+                kind: "session",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -114,12 +152,21 @@ fn triggers_refuse_rewriting_history() {
         let err = c.execute(sql, [arg]).expect_err(sql);
         assert!(err.to_string().contains("kura:"), "{sql}: {err}");
     };
-    refused("UPDATE records SET content = '{\"text\":\"two\"}' WHERE record_id = ?1", &rid);
+    refused(
+        "UPDATE records SET content = '{\"text\":\"two\"}' WHERE record_id = ?1",
+        &rid,
+    );
     refused("DELETE FROM records WHERE record_id = ?1", &rid);
-    refused("UPDATE ledger_records SET position = 5 WHERE ledger_id = ?1", &lid);
+    refused(
+        "UPDATE ledger_records SET position = 5 WHERE ledger_id = ?1",
+        &lid,
+    );
     refused("DELETE FROM ledger_records WHERE ledger_id = ?1", &lid);
     refused("UPDATE ledgers SET label = 'x' WHERE ledger_id = ?1", &lid);
-    refused("UPDATE ledgers SET record_count = 0 WHERE ledger_id = ?1", &lid);
+    refused(
+        "UPDATE ledgers SET record_count = 0 WHERE ledger_id = ?1",
+        &lid,
+    );
     refused(
         "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, 7, 'x', 'x')",
         &lid,
@@ -128,12 +175,22 @@ fn triggers_refuse_rewriting_history() {
     s.seal_ledger(l.ledger_id).expect("seal");
     let c = s.conn();
     let err = c
-        .execute("UPDATE ledgers SET root_hash = 'x' WHERE ledger_id = ?1", [&lid])
+        .execute(
+            "UPDATE ledgers SET root_hash = 'x' WHERE ledger_id = ?1",
+            [&lid],
+        )
         .expect_err("sealed");
-    assert!(err.to_string().contains("sealed ledgers are immutable"), "{err}");
-    let err = c.execute("DELETE FROM ledgers WHERE ledger_id = ?1", [&lid]).expect_err("delete");
+    assert!(
+        err.to_string().contains("sealed ledgers are immutable"),
+        "{err}"
+    );
+    let err = c
+        .execute("DELETE FROM ledgers WHERE ledger_id = ?1", [&lid])
+        .expect_err("delete");
     assert!(err.to_string().contains("kura:"), "{err}");
-    let err = c.execute("DELETE FROM session_reflog", []).expect_err("reflog");
+    let err = c
+        .execute("DELETE FROM session_reflog", [])
+        .expect_err("reflog");
     assert!(err.to_string().contains("append-only"), "{err}");
     assert!(verify(&s, &Scope::All, None).expect("verify").ok());
 }
@@ -149,17 +206,25 @@ fn append_writes_a_constant_number_of_rows() {
     let mut deltas = Vec::new();
     for i in 0..3 {
         let before = s.conn().total_changes();
-        s.append(l.ledger_id, &thought(&format!("late {i}"))).expect("append");
+        s.append(l.ledger_id, &thought(&format!("late {i}")))
+            .expect("append");
         deltas.push(s.conn().total_changes() - before);
     }
     let first = s.conn().total_changes();
-    let l2 = s.open_ledger(session.session_id, "small", &[]).expect("open");
+    let l2 = s
+        .open_ledger(session.session_id, "small", &[])
+        .expect("open");
     let opened = s.conn().total_changes() - first;
     let before = s.conn().total_changes();
-    s.append(l2.ledger_id, &thought("small one")).expect("append");
+    s.append(l2.ledger_id, &thought("small one"))
+        .expect("append");
     let small = s.conn().total_changes() - before;
     assert_eq!(opened, 1);
-    assert_eq!(deltas, vec![3, 3, 3], "record + member + count, at 2000 members");
+    assert_eq!(
+        deltas,
+        vec![3, 3, 3],
+        "record + member + count, at 2000 members"
+    );
     assert_eq!(small, 3, "the same at 0 members");
 }
 
@@ -175,7 +240,9 @@ fn group_commit_is_all_or_nothing() {
         author_id: "agent:test".into(),
         metadata: BTreeMap::new(),
     });
-    let err = s.append_batch(l.ledger_id, &batch).expect_err("bad third record");
+    let err = s
+        .append_batch(l.ledger_id, &batch)
+        .expect_err("bad third record");
     assert!(matches!(err, StoreError::Record(_)), "{err}");
     assert_eq!(s.read_ledger(l.ledger_id).expect("read").record_count, 0);
     assert!(s.query(&Query::default()).expect("query").is_empty());
@@ -191,17 +258,50 @@ fn query_filters() {
     let l1 = s.open_ledger(s1.session_id, "l", &[]).expect("open");
     let l2 = s.open_ledger(s2.session_id, "l", &[]).expect("open");
     s.append(l1.ledger_id, &thought("t1")).expect("append");
-    s.append(l2.ledger_id, &NewRecord::new(RecordType::MemoryFact, Content::text("f"), "agent:mikado"))
-        .expect("append");
+    s.append(
+        l2.ledger_id,
+        &NewRecord::new(RecordType::MemoryFact, Content::text("f"), "agent:mikado"),
+    )
+    .expect("append");
     let cutoff = crate::time::now();
     s.append(l2.ledger_id, &thought("t2")).expect("append");
     let q = |q: Query| s.query(&q).expect("query").len();
     assert_eq!(q(Query::default()), 3);
-    assert_eq!(q(Query { record_type: Some(RecordType::AgentThought), ..Query::default() }), 2);
-    assert_eq!(q(Query { author_id: Some("agent:mikado".into()), ..Query::default() }), 1);
-    assert_eq!(q(Query { session_id: Some(s2.session_id), ..Query::default() }), 2);
-    assert_eq!(q(Query { since: Some(cutoff), ..Query::default() }), 1);
-    assert_eq!(q(Query { limit: Some(1), ..Query::default() }), 1);
+    assert_eq!(
+        q(Query {
+            record_type: Some(RecordType::AgentThought),
+            ..Query::default()
+        }),
+        2
+    );
+    assert_eq!(
+        q(Query {
+            author_id: Some("agent:mikado".into()),
+            ..Query::default()
+        }),
+        1
+    );
+    assert_eq!(
+        q(Query {
+            session_id: Some(s2.session_id),
+            ..Query::default()
+        }),
+        2
+    );
+    assert_eq!(
+        q(Query {
+            since: Some(cutoff),
+            ..Query::default()
+        }),
+        1
+    );
+    assert_eq!(
+        q(Query {
+            limit: Some(1),
+            ..Query::default()
+        }),
+        1
+    );
     let newest = s.query(&Query::default()).expect("query");
     assert_eq!(newest[0].content["text"], json!("t2"), "newest first");
 }
@@ -210,36 +310,58 @@ fn query_filters() {
 fn opening_refuses_missing_foreign_and_corrupt_files_without_writing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("nope.db");
-    assert!(matches!(Store::open(&missing, &StoreOptions::default()), Err(StoreError::NoDatabase(_))));
+    assert!(matches!(
+        Store::open(&missing, &StoreOptions::default()),
+        Err(StoreError::NoDatabase(_))
+    ));
     assert!(!missing.exists(), "open must not create the file");
 
     let junk = dir.path().join("junk.db");
-    let bytes = b"this is not a database, just some text that is long enough to look like a header....".repeat(20);
+    let bytes =
+        b"this is not a database, just some text that is long enough to look like a header...."
+            .repeat(20);
     std::fs::write(&junk, &bytes).expect("write");
-    for result in [Store::open(&junk, &StoreOptions::default()), Store::create(&junk, &StoreOptions::default())] {
+    for result in [
+        Store::open(&junk, &StoreOptions::default()),
+        Store::create(&junk, &StoreOptions::default()),
+    ] {
         let err = result.expect_err("junk");
         assert!(matches!(err, StoreError::NotKura { .. }), "{err}");
     }
-    assert_eq!(std::fs::read(&junk).expect("read"), bytes, "junk file untouched");
+    assert_eq!(
+        std::fs::read(&junk).expect("read"),
+        bytes,
+        "junk file untouched"
+    );
 
     let foreign = dir.path().join("other.db");
     {
         let c = rusqlite::Connection::open(&foreign).expect("sqlite");
-        c.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").expect("foreign schema");
+        c.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .expect("foreign schema");
     }
     let before = std::fs::read(&foreign).expect("read");
-    for result in [Store::open(&foreign, &StoreOptions::default()), Store::create(&foreign, &StoreOptions::default())] {
+    for result in [
+        Store::open(&foreign, &StoreOptions::default()),
+        Store::create(&foreign, &StoreOptions::default()),
+    ] {
         let err = result.expect_err("foreign");
         assert!(matches!(err, StoreError::NotKura { .. }), "{err}");
     }
-    assert_eq!(std::fs::read(&foreign).expect("read"), before, "foreign file untouched");
+    assert_eq!(
+        std::fs::read(&foreign).expect("read"),
+        before,
+        "foreign file untouched"
+    );
     assert!(!dir.path().join("other.db-wal").exists());
 }
 
 #[test]
 fn a_newer_schema_is_refused() {
     let (d, s) = fresh();
-    s.conn().pragma_update(None, "user_version", 99).expect("bump");
+    s.conn()
+        .pragma_update(None, "user_version", 99)
+        .expect("bump");
     drop(s);
     let err = Store::open(d.path().join("k.db"), &StoreOptions::default()).expect_err("too new");
     assert!(err.to_string().contains("newer than this kura"), "{err}");
@@ -250,9 +372,11 @@ fn pragmas_are_set_per_connection() {
     let (_d, s) = fresh();
     let c = s.conn();
     let get = |p: &str| -> String {
-        c.query_row(&format!("PRAGMA {p}"), [], |r| r.get::<_, rusqlite::types::Value>(0))
-            .map(|v| format!("{v:?}"))
-            .expect("pragma")
+        c.query_row(&format!("PRAGMA {p}"), [], |r| {
+            r.get::<_, rusqlite::types::Value>(0)
+        })
+        .map(|v| format!("{v:?}"))
+        .expect("pragma")
     };
     assert_eq!(get("journal_mode"), "Text(\"wal\")");
     assert_eq!(get("synchronous"), "Integer(2)", "FULL");

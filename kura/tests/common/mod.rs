@@ -33,14 +33,20 @@ impl Kura {
 
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin());
-        c.arg("--db").arg(&self.db).args(args).current_dir(self.dir.path());
+        c.arg("--db")
+            .arg(&self.db)
+            .args(args)
+            .current_dir(self.dir.path());
         c.env_remove("KURA_DB").env_remove("KURA_SYNCHRONOUS");
         c
     }
 
     /// Runs and returns the output, whatever the exit code.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).stdin(Stdio::null()).output().expect("run kura")
+        self.cmd(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kura")
     }
 
     /// Runs, asserts exit 0, returns trimmed stdout.
@@ -98,7 +104,8 @@ impl Kura {
             .expect("rows");
         assert!(!names.is_empty());
         for n in names {
-            c.execute_batch(&format!("DROP TRIGGER {n}")).expect("drop trigger");
+            c.execute_batch(&format!("DROP TRIGGER {n}"))
+                .expect("drop trigger");
         }
         c
     }
@@ -106,22 +113,146 @@ impl Kura {
     /// A session with two sealed turns (context, output, context, output), returning ids.
     pub fn demo_session(&self) -> Demo {
         let session = self.ok(&["session", "new", "--label", "demo"]);
-        let ctx1 = self.ok(&["ledger", "open", "--session", &session, "--label", "turn-1-ctx"]);
-        let instr = self.ok(&["record", "add", "--ledger", &ctx1, "--type", "task.instruction", "--author", "user:oles", "--text", "count the files"]);
+        let ctx1 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-1-ctx",
+        ]);
+        let instr = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &ctx1,
+            "--type",
+            "task.instruction",
+            "--author",
+            "user:oles",
+            "--text",
+            "count the files",
+        ]);
         self.ok(&["ledger", "seal", &ctx1]);
-        let out1 = self.ok(&["ledger", "open", "--session", &session, "--label", "turn-1-out", "--parent", &ctx1]);
-        let thought = self.ok(&["record", "add", "--ledger", &out1, "--type", "agent.thought", "--author", "agent:hashi", "--text", "I will list them", "--meta", "step=1"]);
-        let call = self.ok(&["record", "add", "--ledger", &out1, "--type", "tool.call", "--author", "agent:hashi", "--content", r#"{"tool_name":"fs.list","arguments":{"path":"."}}"#]);
-        let result = self.ok(&["record", "add", "--ledger", &out1, "--type", "tool.result", "--author", "tool:fs", "--content", r#"{"status":"success","result":["a","b"]}"#]);
-        let deliv = self.ok(&["record", "add", "--ledger", &out1, "--type", "task.deliverable", "--author", "agent:hashi", "--text", "two files"]);
+        let out1 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-1-out",
+            "--parent",
+            &ctx1,
+        ]);
+        let thought = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "agent.thought",
+            "--author",
+            "agent:hashi",
+            "--text",
+            "I will list them",
+            "--meta",
+            "step=1",
+        ]);
+        let call = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "tool.call",
+            "--author",
+            "agent:hashi",
+            "--content",
+            r#"{"tool_name":"fs.list","arguments":{"path":"."}}"#,
+        ]);
+        let result = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "tool.result",
+            "--author",
+            "tool:fs",
+            "--content",
+            r#"{"status":"success","result":["a","b"]}"#,
+        ]);
+        let deliv = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "task.deliverable",
+            "--author",
+            "agent:hashi",
+            "--text",
+            "two files",
+        ]);
         self.ok(&["ledger", "seal", &out1]);
-        let ctx2 = self.ok(&["ledger", "open", "--session", &session, "--label", "turn-2-ctx", "--parent", &out1]);
-        self.ok(&["record", "add", "--ledger", &ctx2, "--type", "task.instruction", "--author", "user:oles", "--text", "now name them"]);
+        let ctx2 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-2-ctx",
+            "--parent",
+            &out1,
+        ]);
+        self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &ctx2,
+            "--type",
+            "task.instruction",
+            "--author",
+            "user:oles",
+            "--text",
+            "now name them",
+        ]);
         self.ok(&["ledger", "seal", &ctx2]);
-        let out2 = self.ok(&["ledger", "open", "--session", &session, "--label", "turn-2-out", "--parent", &ctx2]);
-        self.ok(&["record", "add", "--ledger", &out2, "--type", "task.deliverable", "--author", "agent:hashi", "--text", "a and b"]);
+        let out2 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-2-out",
+            "--parent",
+            &ctx2,
+        ]);
+        self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out2,
+            "--type",
+            "task.deliverable",
+            "--author",
+            "agent:hashi",
+            "--text",
+            "a and b",
+        ]);
         self.ok(&["ledger", "seal", &out2]);
-        Demo { session, ctx1, out1, ctx2, out2, instr, thought, call, result, deliv }
+        Demo {
+            session,
+            ctx1,
+            out1,
+            ctx2,
+            out2,
+            instr,
+            thought,
+            call,
+            result,
+            deliv,
+        }
     }
 }
 
@@ -143,8 +274,16 @@ pub fn fingerprint(db: &Path) -> String {
     let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .expect("open read-only");
     let mut text = String::new();
-    for table in ["records", "ledgers", "ledger_records", "sessions", "session_reflog"] {
-        let mut stmt = c.prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2")).expect("prepare");
+    for table in [
+        "records",
+        "ledgers",
+        "ledger_records",
+        "sessions",
+        "session_reflog",
+    ] {
+        let mut stmt = c
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+            .expect("prepare");
         let n = stmt.column_count();
         let mut rows = stmt.query([]).expect("query");
         while let Some(r) = rows.next().expect("row") {
