@@ -56,6 +56,7 @@ fn two_processes_append_to_one_ledger_without_loss_or_fork() {
                     "--nocapture",
                 ])
                 .env(WRITER_ENV, format!("{}|{ledger}|{tag}", k.db.display()))
+                .stdout(std::process::Stdio::null())
                 .spawn()
                 .expect("spawn writer")
         })

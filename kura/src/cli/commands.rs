@@ -423,9 +423,12 @@ fn print_report(out: &mut Out, json: bool, report: &Report) -> anyhow::Result<()
     for p in &report.problems {
         out.line(format!("FAIL {p}"))?;
     }
+    let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
     let summary = format!(
-        "{} records, {} ledgers, {} sessions checked",
-        report.records_checked, report.ledgers_checked, report.sessions_checked
+        "{}, {}, {} checked",
+        plural(report.records_checked, "record"),
+        plural(report.ledgers_checked, "ledger"),
+        plural(report.sessions_checked, "session")
     );
     if report.ok() {
         out.line(format!("verified: {summary}; every hash matches"))?;
