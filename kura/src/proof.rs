@@ -32,7 +32,7 @@ pub fn prove(store: &Store, record_id: Uuid, ledger_id: Uuid) -> Result<Inclusio
         })?;
     let leaves: Vec<merkle::Hash> = members
         .iter()
-        .map(|m| merkle::leaf_hash(&m.columns.as_columns().leaf_bytes()))
+        .map(|m| m.columns.as_columns().leaf_hash())
         .collect();
     let path = merkle::audit_path(&leaves, index).unwrap_or_default();
     let conn = store.conn();

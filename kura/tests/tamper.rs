@@ -338,3 +338,28 @@ fn untouched_store_verifies_and_sealing_a_tampered_open_ledger_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn altered_column_types_are_reported_not_fatal() {
+    let (k, d) = setup();
+    let c = k.drop_triggers();
+    c.execute(
+        "UPDATE ledger_records SET position = 'one' WHERE ledger_id = ?1 AND position = 1",
+        [&d.out1],
+    )
+    .expect("tamper");
+    c.execute(
+        "UPDATE records SET content = x'00ff10' WHERE record_id = ?1",
+        [&d.deliv],
+    )
+    .expect("tamper");
+    c.execute(
+        "UPDATE session_reflog SET seq = 'two' WHERE session_id = ?1 AND seq = 2",
+        [&d.session],
+    )
+    .expect("tamper");
+    let p = problems(&k, &["--all"]);
+    assert_has(&p, "ledger", &d.out1, "member_positions");
+    assert_has(&p, "record", &d.deliv, "record_content");
+    assert_has(&p, "session", &d.session, "reflog_sequence");
+}

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::canonical::{canonical_json, record_hash, sha256_hex};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
 
 /// Largest canonical content a record may carry (bytes). Records are memory, not blobs.
 pub const MAX_CONTENT_BYTES: usize = 4 * 1024 * 1024;
@@ -186,19 +188,15 @@ impl Content {
 
     /// Reads `value` as the content of a record of type `record_type`, checking its shape.
     pub fn parse(record_type: RecordType, value: Value) -> Result<Content, RecordError> {
+        check_shape(record_type, &value)?;
         let invalid = |reason: String| RecordError::InvalidContent {
             record_type,
             reason,
         };
         match record_type {
-            RecordType::ToolCall => {
-                let call: ToolCallContent =
-                    serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
-                if call.tool_name.trim().is_empty() {
-                    return Err(invalid("tool_name is empty".into()));
-                }
-                Ok(Content::ToolCall(call))
-            }
+            RecordType::ToolCall => serde_json::from_value(value)
+                .map(Content::ToolCall)
+                .map_err(|e| invalid(e.to_string())),
             RecordType::ToolResult => serde_json::from_value(value)
                 .map(Content::ToolResult)
                 .map_err(|e| invalid(e.to_string())),
@@ -270,6 +268,27 @@ impl NewRecord {
             content,
             metadata,
         })
+    }
+}
+
+/// Checks that content fits its type's shape, without copying it.
+fn check_shape(record_type: RecordType, value: &Value) -> Result<(), RecordError> {
+    let invalid = |reason: String| RecordError::InvalidContent {
+        record_type,
+        reason,
+    };
+    match record_type {
+        RecordType::ToolCall => {
+            let call = ToolCallContent::deserialize(value).map_err(|e| invalid(e.to_string()))?;
+            if call.tool_name.trim().is_empty() {
+                return Err(invalid("tool_name is empty".into()));
+            }
+            Ok(())
+        }
+        RecordType::ToolResult => ToolResultContent::deserialize(value)
+            .map(|_| ())
+            .map_err(|e| invalid(e.to_string())),
+        _ => Ok(()),
     }
 }
 
@@ -352,11 +371,68 @@ pub struct RecordColumns<'a> {
     pub created_at: &'a str,
 }
 
+/// The leaf document: the seven columns with fields declared in RFC 8785 key order, so plain
+/// compact `serde_json` output *is* the canonical form (serde_json escapes strings exactly as
+/// RFC 8785 does; `leaf_bytes_are_rfc8785` checks this) — without the canonicalizer's sorting
+/// cost on the hot append and verify paths.
+#[derive(Serialize)]
+struct LeafDoc<'a> {
+    author_id: &'a str,
+    content: &'a str,
+    created_at: &'a str,
+    hash: &'a str,
+    metadata: &'a str,
+    record_id: &'a str,
+    record_type: &'a str,
+}
+
+/// `io::Write` into a SHA-256, so documents are hashed without being buffered.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl RecordColumns<'_> {
+    fn leaf_doc(&self) -> LeafDoc<'_> {
+        LeafDoc {
+            author_id: self.author_id,
+            content: self.content,
+            created_at: self.created_at,
+            hash: self.hash,
+            metadata: self.metadata,
+            record_id: self.record_id,
+            record_type: self.record_type,
+        }
+    }
+
     /// The unambiguous leaf bytes: RFC 8785 JSON of all seven columns as strings.
     pub fn leaf_bytes(&self) -> Vec<u8> {
-        // An object of seven string fields always canonicalizes.
-        serde_json_canonicalizer::to_vec(self).unwrap_or_default()
+        // A struct of string fields always serializes.
+        serde_json::to_vec(&self.leaf_doc()).unwrap_or_default()
+    }
+
+    /// The RFC 6962 leaf hash, SHA-256(0x00 ‖ leaf bytes), computed without buffering.
+    pub fn leaf_hash(&self) -> crate::merkle::Hash {
+        let mut w = HashWriter(Sha256::new());
+        w.0.update([0x00]);
+        // Writing into a hasher cannot fail.
+        let _ = serde_json::to_writer(&mut w, &self.leaf_doc());
+        w.0.finalize().into()
+    }
+
+    /// True when the stored hash is the SHA-256 of the canonical (type, content, author)
+    /// document assembled around the **raw** content bytes. No JSON is parsed: if the bytes
+    /// were altered in any way (whitespace included), the hash no longer matches.
+    pub fn hash_matches(&self) -> bool {
+        record_hash_from_canonical(self.record_type, self.content, self.author_id)
+            .is_ok_and(|h| h == self.hash)
     }
 
     /// Recomputes the content hash from the raw `record_type`, `content` and `author_id`.
@@ -625,6 +701,22 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn leaf_bytes_are_rfc8785(cols in prop::collection::vec(any::<String>(), 7)) {
+            let c = RecordColumns {
+                record_id: &cols[0],
+                hash: &cols[1],
+                record_type: &cols[2],
+                content: &cols[3],
+                author_id: &cols[4],
+                metadata: &cols[5],
+                created_at: &cols[6],
+            };
+            let canonical = serde_json_canonicalizer::to_vec(&c).expect("canonicalizes");
+            prop_assert_eq!(c.leaf_bytes(), canonical.clone());
+            prop_assert_eq!(c.leaf_hash(), crate::merkle::leaf_hash(&canonical));
+        }
+
         #[test]
         fn key_order_and_whitespace_never_change_the_hash(
             v in arb_json(),

@@ -137,7 +137,7 @@ pub(crate) fn member_rows(conn: &Connection, ledger_id: Uuid) -> Result<Vec<Memb
 pub(crate) fn leaf_hashes(members: &[MemberRow]) -> Vec<merkle::Hash> {
     members
         .iter()
-        .map(|m| merkle::leaf_hash(&m.columns.as_columns().leaf_bytes()))
+        .map(|m| m.columns.as_columns().leaf_hash())
         .collect()
 }
 
@@ -183,7 +183,7 @@ fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appe
         return Err(StoreError::Sealed(ledger_id.to_string()));
     }
     let stored = insert_record(conn, new)?;
-    let leaf = hex::encode(merkle::leaf_hash(&stored.columns.as_columns().leaf_bytes()));
+    let leaf = hex::encode(stored.columns.as_columns().leaf_hash());
     conn.prepare_cached(
         "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
     )?

@@ -30,7 +30,7 @@ pub fn header_pub(
     ledgers::header(ledger, parents, sealed_at)
 }
 pub use records::Query;
-pub use sessions::{RefLogEntry, Session, reflog_raw};
+pub use sessions::{RefLogEntry, Session};
 
 /// `PRAGMA application_id` of a Kura database ("KURA" in ASCII), so a stray SQLite file is
 /// never mistaken for one.

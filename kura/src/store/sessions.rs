@@ -112,11 +112,6 @@ pub(crate) fn read_session_in(conn: &Connection, id: Uuid) -> Result<Session> {
     })
 }
 
-/// The ref log of a session id given as text (verification reads ids it does not trust).
-pub fn reflog_raw(conn: &Connection, session_id: &str) -> Result<Vec<RefLogEntry>> {
-    reflog_in(conn, session_id)
-}
-
 pub(crate) fn reflog_in(conn: &Connection, session_id: &str) -> Result<Vec<RefLogEntry>> {
     let mut stmt = conn.prepare_cached(
         "SELECT session_id, seq, old_head, new_head, new_head_hash, reason, at, entry_hash
