@@ -57,3 +57,39 @@ pub fn diff(store: &Store, a: Uuid, b: Uuid) -> Result<LedgerDiff> {
         both,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreOptions;
+    use proto::record::{Content, NewRecord, RecordType};
+
+    #[test]
+    fn diff_by_hash_keeps_order_and_counts_repeats_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s =
+            Store::create(dir.path().join("d.db"), &StoreOptions::default()).expect("create");
+        let session = s.create_session("d").expect("session");
+        let t = |x: &str| NewRecord::new(RecordType::AgentThought, Content::text(x), "agent:t");
+        let a = s.open_ledger(session.session_id, "a", &[]).expect("open");
+        let b = s.open_ledger(session.session_id, "b", &[]).expect("open");
+        for x in ["shared", "only-a", "shared", "also-a"] {
+            s.append(a.ledger_id, &t(x)).expect("append");
+        }
+        for x in ["new-b", "shared"] {
+            s.append(b.ledger_id, &t(x)).expect("append");
+        }
+        let d = diff(&s, a.ledger_id, b.ledger_id).expect("diff");
+        let texts = |rs: &[Record]| {
+            rs.iter()
+                .map(|r| r.content["text"].clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(texts(&d.only_a), ["only-a", "also-a"]);
+        assert_eq!(texts(&d.only_b), ["new-b"]);
+        assert_eq!(texts(&d.both), ["shared"]);
+        let same = diff(&s, a.ledger_id, a.ledger_id).expect("self diff");
+        assert!(same.only_a.is_empty() && same.only_b.is_empty());
+        assert!(diff(&s, a.ledger_id, proto::new_id()).is_err());
+    }
+}
