@@ -5,6 +5,7 @@ pub mod diff;
 pub mod error;
 pub mod export;
 pub mod proof;
+pub mod runtime;
 pub mod store;
 pub mod time;
 pub mod verify;

@@ -1,0 +1,147 @@
+//! The NATS doorbell bus: connect with unlimited reconnect, subscribe to pointer-only
+//! doorbells (bad messages logged with their subject and counted, never fatal), ring them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::{ConnectOptions, Event};
+use futures::StreamExt;
+use proto::subjects::Subjects;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Common, Waker};
+
+/// Doorbell counters, for logs and health checks.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Valid doorbells received.
+    pub received: AtomicU64,
+    /// Malformed, oversized or unknown-field doorbells refused.
+    pub rejected: AtomicU64,
+    /// Doorbells rung.
+    pub published: AtomicU64,
+}
+
+/// A connected (or reconnecting) doorbell bus.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    /// The NATS client; reconnects forever in the background.
+    pub client: async_nats::Client,
+    /// Subject builder for the configured prefix.
+    pub subjects: Subjects,
+    /// Counters shared by every subscription.
+    pub stats: Arc<Stats>,
+    /// Runtime handle, so synchronous consumer threads can ring doorbells.
+    handle: tokio::runtime::Handle,
+}
+
+impl Bus {
+    /// Connects to `common.nats_url` as `name`. Returns at once even if NATS is down: the
+    /// client keeps retrying, and each (re)connect wakes `on_connect` so consumers rescan
+    /// SQLite for anything missed while disconnected.
+    pub async fn connect(common: &Common, name: &str, on_connect: Vec<Waker>) -> anyhow::Result<Bus> {
+        let subjects = common.subjects()?;
+        let on_connect = Arc::new(on_connect);
+        let client = ConnectOptions::new()
+            .name(name)
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(2))
+            .ping_interval(Duration::from_secs(10))
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis((50u64 << attempts.min(5)).min(1000))
+            })
+            .event_callback(move |event| {
+                let on_connect = on_connect.clone();
+                async move {
+                    match event {
+                        Event::Connected => {
+                            tracing::info!("NATS connected; rescanning the store");
+                            on_connect.iter().for_each(Waker::wake);
+                        }
+                        Event::Disconnected => {
+                            tracing::warn!("NATS disconnected; polling the store until it returns")
+                        }
+                        other => tracing::debug!(event = %other, "NATS event"),
+                    }
+                }
+            })
+            .connect(common.nats_url.as_str())
+            .await?;
+        Ok(Bus {
+            client,
+            subjects,
+            stats: Arc::new(Stats::default()),
+            handle: tokio::runtime::Handle::current(),
+        })
+    }
+
+    /// Subscribes to doorbells of type `T` on `subject` (in queue group `queue` if given) and
+    /// calls `on` for each valid one. Anything else is logged with its subject and counted.
+    pub async fn doorbells<T, F>(
+        &self,
+        subject: String,
+        queue: Option<String>,
+        on: F,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>>
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(T) + Send + 'static,
+    {
+        let mut sub = match queue {
+            Some(q) => self.client.queue_subscribe(subject.clone(), q).await?,
+            None => self.client.subscribe(subject.clone()).await?,
+        };
+        let stats = self.stats.clone();
+        Ok(tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                match proto::doorbell::parse::<T>(&msg.payload) {
+                    Ok(bell) => {
+                        stats.received.fetch_add(1, Ordering::Relaxed);
+                        on(bell);
+                    }
+                    Err(e) => {
+                        let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+                        tracing::warn!(
+                            subject = %msg.subject,
+                            error = %e,
+                            rejected_total = total,
+                            "rejected doorbell"
+                        );
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Rings a doorbell (fire and forget). Safe to call from synchronous consumer threads.
+    /// If NATS is down the message is dropped or buffered; consumers poll SQLite anyway.
+    pub fn ring<T: Serialize>(&self, subject: String, message: &T) {
+        let bytes = match proto::doorbell::encode(message) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(%subject, error = %e, "cannot encode doorbell");
+                return;
+            }
+        };
+        let client = self.client.clone();
+        let stats = self.stats.clone();
+        self.handle.spawn(async move {
+            match client.publish(subject.clone(), bytes.into()).await {
+                Ok(()) => {
+                    stats.published.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => tracing::debug!(%subject, error = %e, "doorbell not sent (polling will catch up)"),
+            }
+        });
+    }
+
+    /// Flushes what was rung and drains subscriptions (bounded, so a dead NATS cannot hang
+    /// shutdown).
+    pub async fn close(&self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.drain()).await;
+    }
+}

@@ -1,0 +1,98 @@
+//! The daemon runtime shared by every Kura daemon: config, logging, NATS doorbells, wake-ups,
+//! the recovery loop, shutdown and the bundled nats-server lookup — written once, used by all.
+
+pub mod bus;
+pub mod config;
+pub mod logging;
+pub mod natsbin;
+pub mod testing;
+pub mod wake;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use bus::{Bus, Stats};
+pub use config::{ConfigError, load, to_toml};
+pub use wake::{Stop, WakeRx, Waker, consumer_loop, wake_pair};
+
+/// Settings every daemon shares (the `[common]` table; `OCLAW_DB`, `OCLAW_NATS_URL`, ... in
+/// the environment).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Common {
+    /// The Kura database file all daemons share; the source of truth.
+    pub db: PathBuf,
+    /// Where the NATS doorbell server is; daemons work (by polling) even when it is down.
+    pub nats_url: String,
+    /// Subject prefix, so two installations can share one NATS.
+    pub subject_prefix: String,
+    /// How often each consumer scans SQLite for missed work even without a doorbell.
+    pub poll_interval_ms: u64,
+    /// Commit durability: `full` (default), `normal` or `off`.
+    pub synchronous: String,
+    /// This instance's name in logs and leases; empty means `<daemon>-<pid>`.
+    pub instance: String,
+}
+
+impl Default for Common {
+    fn default() -> Self {
+        Common {
+            db: PathBuf::from("kura.db"),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            subject_prefix: proto::subjects::DEFAULT_PREFIX.into(),
+            poll_interval_ms: 5000,
+            synchronous: "full".into(),
+            instance: String::new(),
+        }
+    }
+}
+
+impl Common {
+    /// The poll interval as a duration (at least 10 ms).
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms.max(10))
+    }
+
+    /// Store options from these settings.
+    pub fn store_options(&self) -> crate::Result<crate::StoreOptions> {
+        Ok(crate::StoreOptions {
+            synchronous: self.synchronous.parse()?,
+            ..crate::StoreOptions::default()
+        })
+    }
+
+    /// The instance name, `<daemon>-<pid>` unless configured.
+    pub fn instance_name(&self, daemon: &str) -> String {
+        if self.instance.is_empty() {
+            format!("{daemon}-{}", std::process::id())
+        } else {
+            self.instance.clone()
+        }
+    }
+
+    /// Subject builder for the configured prefix.
+    pub fn subjects(&self) -> Result<proto::subjects::Subjects, proto::subjects::SubjectError> {
+        proto::subjects::Subjects::new(&self.subject_prefix)
+    }
+}
+
+/// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            }
+        }
+        _ => {
+            // Without signal handlers, fall back to Ctrl-C only.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
