@@ -9,6 +9,7 @@ pub mod runtime;
 pub mod store;
 pub mod time;
 pub mod verify;
+pub mod work;
 
 pub use error::{Result, StoreError};
 pub use store::{Store, StoreOptions, Synchronous};

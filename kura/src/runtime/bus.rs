@@ -41,7 +41,11 @@ impl Bus {
     /// Connects to `common.nats_url` as `name`. Returns at once even if NATS is down: the
     /// client keeps retrying, and each (re)connect wakes `on_connect` so consumers rescan
     /// SQLite for anything missed while disconnected.
-    pub async fn connect(common: &Common, name: &str, on_connect: Vec<Waker>) -> anyhow::Result<Bus> {
+    pub async fn connect(
+        common: &Common,
+        name: &str,
+        on_connect: Vec<Waker>,
+    ) -> anyhow::Result<Bus> {
         let subjects = common.subjects()?;
         let on_connect = Arc::new(on_connect);
         let client = ConnectOptions::new()

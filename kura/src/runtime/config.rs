@@ -34,7 +34,9 @@ pub enum ConfigError {
 }
 
 /// Loads `T` from its defaults, the optional TOML file at `path`, and the environment.
-pub fn load<T: Serialize + DeserializeOwned + Default>(path: Option<&Path>) -> Result<T, ConfigError> {
+pub fn load<T: Serialize + DeserializeOwned + Default>(
+    path: Option<&Path>,
+) -> Result<T, ConfigError> {
     load_with_env(path, std::env::vars())
 }
 
@@ -58,11 +60,14 @@ pub fn load_with_env<T: Serialize + DeserializeOwned + Default>(
             path: path.display().to_string(),
             source,
         })?;
-        let file: Table = toml::from_str(&text).map_err(|e| invalid(&where_, e.message().to_owned()))?;
+        let file: Table =
+            toml::from_str(&text).map_err(|e| invalid(&where_, e.message().to_owned()))?;
         merge(&mut base, file);
     }
     for (name, value) in env {
-        let Some(rest) = name.strip_prefix("OCLAW_") else { continue };
+        let Some(rest) = name.strip_prefix("OCLAW_") else {
+            continue;
+        };
         let keys: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
         let parsed = parse_env_value(&value);
         if !set_existing(&mut base, &keys, parsed.clone()) && keys.len() == 1 {
@@ -93,7 +98,9 @@ fn set_existing(table: &mut Table, keys: &[String], value: Value) -> bool {
             let value = match (table.get(last), value) {
                 // An env var always arrives as text or a guess; keep strings as strings.
                 (Some(Value::String(_)), v @ Value::String(_)) => v,
-                (Some(Value::String(_)), v) => Value::String(v.to_string().trim_matches('"').to_owned()),
+                (Some(Value::String(_)), v) => {
+                    Value::String(v.to_string().trim_matches('"').to_owned())
+                }
                 (_, v) => v,
             };
             table.insert(last.clone(), value);
@@ -160,7 +167,11 @@ mod tests {
     fn defaults_file_then_env() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[common]\ndb = \"/x.db\"\n[worker]\nlease_ms = 100\n").expect("write");
+        std::fs::write(
+            &path,
+            "[common]\ndb = \"/x.db\"\n[worker]\nlease_ms = 100\n",
+        )
+        .expect("write");
         let c: Cfg = load_with_env(
             Some(&path),
             env(&[

@@ -13,7 +13,10 @@ pub fn find(configured: &str) -> Result<PathBuf, String> {
     if let Some(env) = std::env::var_os("NATS_SERVER_BIN").filter(|v| !v.is_empty()) {
         candidates.push(PathBuf::from(env));
     }
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
         candidates.push(dir.join("nats-server"));
         // Test binaries live one level deeper (target/debug/deps).
         if let Some(up) = dir.parent() {

@@ -64,7 +64,11 @@ impl NatsServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not start on {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not start on {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

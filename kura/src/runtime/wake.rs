@@ -111,7 +111,10 @@ mod tests {
         w.wake();
         w.wake();
         assert!(rx.wait(Duration::from_millis(1)));
-        assert!(!rx.wait(Duration::from_millis(1)), "two wakes coalesce into one");
+        assert!(
+            !rx.wait(Duration::from_millis(1)),
+            "two wakes coalesce into one"
+        );
 
         let stop = Stop::new();
         let calls = Arc::new(AtomicUsize::new(0));
@@ -124,10 +127,18 @@ mod tests {
             })
         });
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(calls.load(Ordering::SeqCst), 4, "drained 3 units, then one empty scan");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "drained 3 units, then one empty scan"
+        );
         w.wake();
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(calls.load(Ordering::SeqCst), 5, "a wake-up scans again at once");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            5,
+            "a wake-up scans again at once"
+        );
         stop.set();
         w.wake();
         t.join().expect("loop ends");

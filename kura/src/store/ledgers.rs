@@ -170,7 +170,8 @@ pub(crate) fn header(ledger: &Ledger, parents: Vec<ParentRef>, sealed_at: &str) 
     }
 }
 
-fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
+/// The next free position of an open ledger (refusing sealed or missing ledgers).
+fn next_position(conn: &Connection, ledger_id: Uuid) -> Result<i64> {
     let (state, count): (String, i64) = conn
         .prepare_cached("SELECT state, record_count FROM ledgers WHERE ledger_id = ?1")?
         .query_row([ledger_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -182,19 +183,145 @@ fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appe
     if state != "open" {
         return Err(StoreError::Sealed(ledger_id.to_string()));
     }
-    let stored = insert_record(conn, new)?;
-    let leaf = hex::encode(stored.columns.as_columns().leaf_hash());
+    Ok(count)
+}
+
+/// Adds a member row for stored columns at `position` (the next one).
+fn add_member(
+    conn: &Connection,
+    ledger_id: Uuid,
+    position: i64,
+    columns: &OwnedColumns,
+) -> Result<()> {
+    let leaf = hex::encode(columns.as_columns().leaf_hash());
     conn.prepare_cached(
         "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![ledger_id.to_string(), count, stored.columns.record_id, leaf])?;
+    .execute(params![ledger_id.to_string(), position, columns.record_id, leaf])?;
     conn.prepare_cached("UPDATE ledgers SET record_count = ?2 WHERE ledger_id = ?1")?
-        .execute(params![ledger_id.to_string(), count + 1])?;
+        .execute(params![ledger_id.to_string(), position + 1])?;
+    Ok(())
+}
+
+/// Appends a new record to an open ledger inside the caller's transaction.
+pub fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
+    let count = next_position(conn, ledger_id)?;
+    let stored = insert_record(conn, new)?;
+    add_member(conn, ledger_id, count, &stored.columns)?;
     Ok(Appended {
         record: stored.record,
         position: u64::try_from(count).unwrap_or(0),
         deduplicated: stored.deduplicated,
     })
+}
+
+/// Appends an already stored record (by id) to an open ledger inside the caller's
+/// transaction — e.g. the same instruction in every context ledger of a session.
+pub fn append_existing_in(conn: &Connection, ledger_id: Uuid, record_id: Uuid) -> Result<u64> {
+    let count = next_position(conn, ledger_id)?;
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
+    let columns = conn
+        .prepare_cached(&sql)?
+        .query_row([record_id.to_string()], |r| {
+            Ok(OwnedColumns {
+                record_id: r.get(0)?,
+                hash: r.get(1)?,
+                record_type: r.get(2)?,
+                content: r.get(3)?,
+                author_id: r.get(4)?,
+                metadata: r.get(5)?,
+                created_at: r.get(6)?,
+            })
+        })
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "record",
+            id: record_id.to_string(),
+        })?;
+    add_member(conn, ledger_id, count, &columns)?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// Opens a ledger inside the caller's transaction (parents must be sealed).
+pub fn open_ledger_in(
+    conn: &Connection,
+    session_id: Uuid,
+    label: &str,
+    parents: &[Uuid],
+) -> Result<Ledger> {
+    check_label(label)?;
+    for (i, p) in parents.iter().enumerate() {
+        if parents[..i].contains(p) {
+            return Err(StoreError::Invalid(format!("parent {p} is listed twice")));
+        }
+    }
+    sessions::read_session_in(conn, session_id)?;
+    parent_refs(conn, parents)?;
+    let ledger = Ledger {
+        ledger_id: proto::new_id(),
+        session_id,
+        label: label.to_owned(),
+        parent_ids: parents.to_vec(),
+        state: LedgerState::Open,
+        record_count: 0,
+        root_hash: None,
+        ledger_hash: None,
+        created_at: time::now(),
+        sealed_at: None,
+    };
+    let parent_ids: Vec<String> = parents.iter().map(Uuid::to_string).collect();
+    conn.execute(
+        "INSERT INTO ledgers (ledger_id, session_id, label, parent_ids, state, created_at)
+         VALUES (?1, ?2, ?3, ?4, 'open', ?5)",
+        params![
+            ledger.ledger_id.to_string(),
+            session_id.to_string(),
+            label,
+            serde_json::to_string(&parent_ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+            ledger.created_at,
+        ],
+    )?;
+    Ok(ledger)
+}
+
+/// Seals a ledger inside the caller's transaction (see [`Store::seal_ledger`]).
+pub fn seal_in(conn: &Connection, ledger_id: Uuid) -> Result<(Ledger, bool)> {
+    let mut ledger = read_ledger_in(conn, ledger_id)?;
+    if ledger.state == LedgerState::Sealed {
+        return Ok((ledger, false));
+    }
+    let members = member_rows(conn, ledger_id)?;
+    if members.len() as u64 != ledger.record_count {
+        return Err(StoreError::Invalid(format!(
+            "ledger {ledger_id} has {} members but records {} (run `kura verify`)",
+            members.len(),
+            ledger.record_count
+        )));
+    }
+    let leaves = leaf_hashes(&members);
+    for (m, leaf) in members.iter().zip(&leaves) {
+        if hex::encode(leaf) != m.leaf_at_append {
+            return Err(StoreError::Invalid(format!(
+                "record {} changed after it was appended to ledger {ledger_id}; refusing to seal (run `kura verify`)",
+                m.columns.record_id
+            )));
+        }
+    }
+    let root = hex::encode(merkle::root(&leaves));
+    let parents = parent_refs(conn, &ledger.parent_ids)?;
+    let sealed_at = time::now();
+    let hash = header(&ledger, parents, &sealed_at).ledger_hash(ledger.record_count, &root);
+    conn.execute(
+        "UPDATE ledgers SET state = 'sealed', root_hash = ?2, ledger_hash = ?3, sealed_at = ?4
+          WHERE ledger_id = ?1",
+        params![ledger_id.to_string(), root, hash, sealed_at],
+    )?;
+    sessions::move_head(conn, ledger.session_id, ledger_id, &hash, "seal")?;
+    ledger.state = LedgerState::Sealed;
+    ledger.root_hash = Some(root);
+    ledger.ledger_hash = Some(hash);
+    ledger.sealed_at = Some(sealed_at);
+    Ok((ledger, true))
 }
 
 impl Store {
@@ -205,42 +332,7 @@ impl Store {
         label: &str,
         parents: &[Uuid],
     ) -> Result<Ledger> {
-        check_label(label)?;
-        for (i, p) in parents.iter().enumerate() {
-            if parents[..i].contains(p) {
-                return Err(StoreError::Invalid(format!("parent {p} is listed twice")));
-            }
-        }
-        self.write(|tx| {
-            sessions::read_session_in(tx, session_id)?;
-            parent_refs(tx, parents)?;
-            let ledger = Ledger {
-                ledger_id: proto::new_id(),
-                session_id,
-                label: label.to_owned(),
-                parent_ids: parents.to_vec(),
-                state: LedgerState::Open,
-                record_count: 0,
-                root_hash: None,
-                ledger_hash: None,
-                created_at: time::now(),
-                sealed_at: None,
-            };
-            let parent_ids: Vec<String> = parents.iter().map(Uuid::to_string).collect();
-            tx.execute(
-                "INSERT INTO ledgers (ledger_id, session_id, label, parent_ids, state, created_at)
-                 VALUES (?1, ?2, ?3, ?4, 'open', ?5)",
-                params![
-                    ledger.ledger_id.to_string(),
-                    session_id.to_string(),
-                    label,
-                    serde_json::to_string(&parent_ids)
-                        .map_err(|e| StoreError::Invalid(e.to_string()))?,
-                    ledger.created_at,
-                ],
-            )?;
-            Ok(ledger)
-        })
+        self.write(|tx| open_ledger_in(tx, session_id, label, parents))
     }
 
     /// Appends one record to an open ledger: one durable transaction, one new member row.
@@ -262,44 +354,7 @@ impl Store {
     /// session's head to it (logged in the ref log). Sealing a sealed ledger changes nothing
     /// and returns it with `false`.
     pub fn seal_ledger(&mut self, ledger_id: Uuid) -> Result<(Ledger, bool)> {
-        self.write(|tx| {
-            let mut ledger = read_ledger_in(tx, ledger_id)?;
-            if ledger.state == LedgerState::Sealed {
-                return Ok((ledger, false));
-            }
-            let members = member_rows(tx, ledger_id)?;
-            if members.len() as u64 != ledger.record_count {
-                return Err(StoreError::Invalid(format!(
-                    "ledger {ledger_id} has {} members but records {} (run `kura verify`)",
-                    members.len(),
-                    ledger.record_count
-                )));
-            }
-            let leaves = leaf_hashes(&members);
-            for (m, leaf) in members.iter().zip(&leaves) {
-                if hex::encode(leaf) != m.leaf_at_append {
-                    return Err(StoreError::Invalid(format!(
-                        "record {} changed after it was appended to ledger {ledger_id}; refusing to seal (run `kura verify`)",
-                        m.columns.record_id
-                    )));
-                }
-            }
-            let root = hex::encode(merkle::root(&leaves));
-            let parents = parent_refs(tx, &ledger.parent_ids)?;
-            let sealed_at = time::now();
-            let hash = header(&ledger, parents, &sealed_at).ledger_hash(ledger.record_count, &root);
-            tx.execute(
-                "UPDATE ledgers SET state = 'sealed', root_hash = ?2, ledger_hash = ?3, sealed_at = ?4
-                  WHERE ledger_id = ?1",
-                params![ledger_id.to_string(), root, hash, sealed_at],
-            )?;
-            sessions::move_head(tx, ledger.session_id, ledger_id, &hash, "seal")?;
-            ledger.state = LedgerState::Sealed;
-            ledger.root_hash = Some(root);
-            ledger.ledger_hash = Some(hash);
-            ledger.sealed_at = Some(sealed_at);
-            Ok((ledger, true))
-        })
+        self.write(|tx| seal_in(tx, ledger_id))
     }
 
     /// Reads one ledger's row.

@@ -9,6 +9,8 @@ use crate::error::{Result, StoreError};
 const MIGRATIONS: &[M<'static>] = &[
     // 001: records, ledgers, members, sessions, ref log and the immutability triggers.
     M::up(include_str!("../../migrations/001_records_ledgers.sql")),
+    // 002: work state: session requests, turns with leases and fencing epochs, cursors.
+    M::up(include_str!("../../migrations/002_work.sql")),
 ];
 
 /// Brings the schema up to date; refuses databases written by a newer Kura.

@@ -14,7 +14,8 @@ use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
 
-pub use ledgers::{Appended, MemberRow};
+pub use ledgers::{Appended, MemberRow, append_existing_in, append_in, open_ledger_in, seal_in};
+pub use sessions::{create_session_in, read_session_in};
 
 /// The parents of a ledger as its hash commits to them (for proofs).
 pub fn parent_refs_pub(conn: &Connection, parents: &[Uuid]) -> Result<Vec<proto::ParentRef>> {
@@ -29,7 +30,12 @@ pub fn header_pub(
 ) -> proto::LedgerHeader {
     ledgers::header(ledger, parents, sealed_at)
 }
-pub use records::Query;
+pub use records::{Query, write_record_in};
+
+/// Builds a record from a row of the seven record columns in stored order.
+pub fn record_from_row_pub(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<proto::Record>> {
+    records::record_from_row(row)
+}
 pub use sessions::{RefLogEntry, Session};
 
 /// `PRAGMA application_id` of a Kura database ("KURA" in ASCII), so a stray SQLite file is

@@ -142,6 +142,11 @@ pub(crate) fn record_from_columns(c: &OwnedColumns) -> Result<Record> {
     })
 }
 
+/// Writes (or finds, by content hash) a record inside the caller's transaction.
+pub fn write_record_in(conn: &Connection, new: &NewRecord) -> Result<Record> {
+    insert_record(conn, new).map(|s| s.record)
+}
+
 fn by_hash(conn: &Connection, hash: &str) -> Result<Option<Record>> {
     columns_by_hash(conn, hash)?
         .map(|c| record_from_columns(&c))

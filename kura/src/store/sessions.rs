@@ -83,7 +83,8 @@ fn serde_json_canonicalizer_bytes<T: Serialize>(value: &T) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-pub(crate) fn read_session_in(conn: &Connection, id: Uuid) -> Result<Session> {
+/// Reads a session inside the caller's transaction.
+pub fn read_session_in(conn: &Connection, id: Uuid) -> Result<Session> {
     conn.prepare_cached(
         "SELECT session_id, label, head_ledger_id, status, created_at FROM sessions WHERE session_id = ?1",
     )?
@@ -179,25 +180,27 @@ pub(crate) fn move_head(
     Ok(entry)
 }
 
+/// Creates a session inside the caller's transaction.
+pub fn create_session_in(conn: &Connection, label: &str) -> Result<Session> {
+    check_label(label)?;
+    let session = Session {
+        session_id: proto::new_id(),
+        label: label.to_owned(),
+        head_ledger_id: None,
+        status: "active".into(),
+        created_at: time::now(),
+    };
+    conn.execute(
+        "INSERT INTO sessions (session_id, label, status, created_at) VALUES (?1, ?2, 'active', ?3)",
+        params![session.session_id.to_string(), session.label, session.created_at],
+    )?;
+    Ok(session)
+}
+
 impl Store {
     /// Creates a session.
     pub fn create_session(&mut self, label: &str) -> Result<Session> {
-        check_label(label)?;
-        let session = Session {
-            session_id: proto::new_id(),
-            label: label.to_owned(),
-            head_ledger_id: None,
-            status: "active".into(),
-            created_at: time::now(),
-        };
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO sessions (session_id, label, status, created_at) VALUES (?1, ?2, 'active', ?3)",
-                params![session.session_id.to_string(), session.label, session.created_at],
-            )?;
-            Ok(())
-        })?;
-        Ok(session)
+        self.write(|tx| create_session_in(tx, label))
     }
 
     /// Reads one session.

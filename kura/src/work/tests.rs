@@ -1,0 +1,186 @@
+//! Unit tests of the work state on a real SQLite file.
+
+use proto::record::{Content, NewRecord, RecordType};
+use serde_json::json;
+
+use super::*;
+use crate::store::{Store, StoreOptions, append_in};
+use crate::verify::{Scope, verify};
+
+fn fresh() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::create(dir.path().join("w.db"), &StoreOptions::default()).expect("create");
+    (dir, store)
+}
+
+fn deliver(store: &mut Store, claim: &Claim, text: &str, is_final: bool) {
+    let rec = NewRecord {
+        record_type: RecordType::TaskDeliverable,
+        content: json!({"text": text, "final": is_final}),
+        author_id: "agent:hashi".into(),
+        metadata: Default::default(),
+    };
+    fenced(store, claim, |tx| {
+        append_in(tx, claim.output_ledger_id, &rec)
+    })
+    .expect("deliver");
+}
+
+#[test]
+fn request_turn_claim_complete_next_turn_complete() {
+    let (_d, mut s) = fresh();
+    let req = submit(&mut s, "count the files", "user:oles", None).expect("submit");
+    assert!(accept_next_request(&mut s).expect("accept").is_some());
+    assert!(
+        accept_next_request(&mut s).expect("accept again").is_none(),
+        "cursor advanced"
+    );
+
+    let now = now_ms();
+    let claim = claim_next(&mut s, "w1", 10_000, now)
+        .expect("claim")
+        .expect("a turn");
+    assert_eq!((claim.seq, claim.epoch, claim.resumed), (1, 1, false));
+    assert!(
+        claim_next(&mut s, "w2", 10_000, now)
+            .expect("claim")
+            .is_none(),
+        "leased"
+    );
+    deliver(&mut s, &claim, "3 files", false);
+    complete_turn(&mut s, &claim).expect("complete");
+
+    let d = decide_next_completion(&mut s, 5)
+        .expect("decide")
+        .expect("a decision");
+    let Decision::Next {
+        turn_id,
+        session_id,
+    } = d
+    else {
+        panic!("expected a next turn, got {d:?}")
+    };
+    let t2 = turn(s.conn(), turn_id).expect("turn");
+    assert_eq!(t2.seq, 2);
+    let ctx2 = s.read_ledger(t2.context_ledger_id).expect("ledger");
+    assert_eq!(
+        ctx2.parent_ids,
+        vec![claim.output_ledger_id],
+        "previous output is the parent"
+    );
+    let ctx_records = s.hydrate(t2.context_ledger_id).expect("hydrate");
+    assert_eq!(
+        ctx_records[0].record_id, req.record_id,
+        "the instruction again"
+    );
+    assert_eq!(
+        ctx_records[1].content["text"],
+        json!("3 files"),
+        "the previous deliverable"
+    );
+
+    let c2 = claim_next(&mut s, "w2", 10_000, now)
+        .expect("claim")
+        .expect("turn 2");
+    deliver(&mut s, &c2, "a, b, c", true);
+    complete_turn(&mut s, &c2).expect("complete");
+    assert_eq!(
+        decide_next_completion(&mut s, 5).expect("decide"),
+        Some(Decision::Complete { session_id })
+    );
+    let st = request_status(s.conn(), req.request_seq).expect("status");
+    assert!(st.complete);
+    assert_eq!(
+        st.deliverable.expect("deliverable").content["text"],
+        json!("a, b, c")
+    );
+    assert_eq!(
+        s.read_session(session_id).expect("session").status,
+        "complete"
+    );
+    assert!(
+        verify(&s, &Scope::Session(session_id), None)
+            .expect("verify")
+            .ok()
+    );
+}
+
+#[test]
+fn max_turns_ends_a_session() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "loop forever", "user:oles", None).expect("submit");
+    accept_next_request(&mut s).expect("accept");
+    for i in 1..=2 {
+        let c = claim_next(&mut s, "w", 10_000, now_ms())
+            .expect("claim")
+            .expect("turn");
+        assert_eq!(c.seq, i);
+        deliver(&mut s, &c, "not yet", false);
+        complete_turn(&mut s, &c).expect("complete");
+        let d = decide_next_completion(&mut s, 2)
+            .expect("decide")
+            .expect("decision");
+        assert_eq!(
+            matches!(d, Decision::Complete { .. }),
+            i == 2,
+            "turn {i}: {d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_taken_over_worker_is_fenced_out() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "x", "user:oles", None).expect("submit");
+    accept_next_request(&mut s).expect("accept");
+    let t0 = now_ms();
+    let old = claim_next(&mut s, "old", 1_000, t0)
+        .expect("claim")
+        .expect("turn");
+    renew(&mut s, &old, 1_000, t0 + 500).expect("renew while valid");
+    // The lease runs out; another worker takes over.
+    let new = claim_next(&mut s, "new", 1_000, t0 + 5_000)
+        .expect("claim")
+        .expect("takeover");
+    assert_eq!(new.epoch, old.epoch + 1);
+    assert!(new.resumed);
+    assert_eq!(
+        new.output_ledger_id, old.output_ledger_id,
+        "resumes the same output ledger"
+    );
+    let rec = NewRecord::new(
+        RecordType::AgentThought,
+        Content::text("stale"),
+        "agent:hashi",
+    );
+    let err =
+        fenced(&mut s, &old, |tx| append_in(tx, old.output_ledger_id, &rec)).expect_err("fenced");
+    assert!(err.to_string().contains("fenced"), "{err}");
+    assert!(renew(&mut s, &old, 1_000, t0 + 5_001).is_err());
+    assert!(complete_turn(&mut s, &old).is_err());
+    assert!(release(&mut s, &old).is_err());
+    assert_eq!(
+        s.read_ledger(old.output_ledger_id)
+            .expect("ledger")
+            .record_count,
+        0,
+        "nothing written"
+    );
+    // The new holder can write, release, and the turn is claimable again at once.
+    fenced(&mut s, &new, |tx| append_in(tx, new.output_ledger_id, &rec))
+        .expect("new holder writes");
+    release(&mut s, &new).expect("release");
+    let again = claim_next(&mut s, "third", 1_000, t0 + 5_002)
+        .expect("claim")
+        .expect("released turn");
+    assert_eq!(again.epoch, new.epoch + 1);
+}
+
+#[test]
+fn submit_refuses_empty_instructions_and_unknown_sessions() {
+    let (_d, mut s) = fresh();
+    assert!(submit(&mut s, "  ", "user:oles", None).is_err());
+    assert!(submit(&mut s, "x", "user:oles", Some(proto::new_id())).is_err());
+    assert!(submit(&mut s, "x", "nobody", None).is_err());
+    assert!(accept_next_request(&mut s).expect("accept").is_none());
+}
