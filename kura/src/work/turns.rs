@@ -88,7 +88,7 @@ fn turn_from_row(
     ))
 }
 
-fn build(raw: (Vec<Option<String>>, [Option<i64>; 5])) -> Result<Turn> {
+fn build(raw: RawTurn) -> Result<Turn> {
     let (t, n) = raw;
     let id = |i: usize| parse_id(t[i].as_deref().unwrap_or(""));
     Ok(Turn {
