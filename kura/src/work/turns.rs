@@ -72,9 +72,10 @@ pub struct Claim {
 const TURN_COLUMNS: &str = "turn_id, session_id, seq, request_seq, context_ledger_id, output_ledger_id, \
      state, epoch, lease_owner, lease_until_ms, done_seq";
 
-fn turn_from_row(
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(Vec<Option<String>>, [Option<i64>; 5])> {
+/// A turn row as read: its text columns and its integer columns.
+type RawTurn = (Vec<Option<String>>, [Option<i64>; 5]);
+
+fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawTurn> {
     Ok((
         vec![
             r.get(0)?,
