@@ -22,6 +22,7 @@ pub fn init(name: &str) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_target(false),
         )
         .try_init();

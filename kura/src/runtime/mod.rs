@@ -96,3 +96,19 @@ pub async fn shutdown_signal() {
         }
     }
 }
+
+/// What every daemon's `main` does before `run`: logging, config, a tokio runtime.
+/// Config errors come back as `Err` (the caller prints them and exits 2).
+pub fn start<C>(name: &str, config: Option<&std::path::Path>) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+{
+    logging::init(name);
+    let config: C = load(config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name(name)
+        .build()?;
+    Ok((config, runtime))
+}
