@@ -90,8 +90,14 @@ mod tests {
 
     #[test]
     fn listen_addresses_come_from_the_url() {
-        assert_eq!(listen_addr("nats://127.0.0.1:4222").expect("url"), ("127.0.0.1".into(), 4222));
-        assert_eq!(listen_addr("nats://u:p@localhost:5000").expect("url"), ("localhost".into(), 5000));
+        assert_eq!(
+            listen_addr("nats://127.0.0.1:4222").expect("url"),
+            ("127.0.0.1".into(), 4222)
+        );
+        assert_eq!(
+            listen_addr("nats://u:p@localhost:5000").expect("url"),
+            ("localhost".into(), 5000)
+        );
         assert!(listen_addr("nats://localhost").is_err());
         assert!(listen_addr("nats://localhost:http").is_err());
     }

@@ -51,9 +51,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let bus = Bus::connect(&common, &name, vec![wake_req.clone(), wake_done.clone()]).await?;
     let s = &bus.subjects;
     let w = wake_req.clone();
-    bus.doorbells::<SessionCreate, _>(s.session_create(), None, move |_| w.wake()).await?;
+    bus.doorbells::<SessionCreate, _>(s.session_create(), None, move |_| w.wake())
+        .await?;
     let w = wake_done.clone();
-    bus.doorbells::<WorkerComplete, _>(s.worker_complete(), None, move |_| w.wake()).await?;
+    bus.doorbells::<WorkerComplete, _>(s.worker_complete(), None, move |_| w.wake())
+        .await?;
 
     let stop = Stop::new();
     let poll = common.poll_interval();
@@ -67,22 +69,30 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         })
     })?;
     let (b2, st2, max_turns) = (bus.clone(), stop.clone(), config.minato.max_turns);
-    let completions = thread::Builder::new().name("minato-completions".into()).spawn(move || {
-        consumer_loop("minato.completions", &rx_done, poll, &st2, || {
-            match decide_next_completion(&mut completions_store, max_turns)? {
-                None => return Ok(false),
-                Some(Decision::Next { session_id, turn_id }) => {
-                    tracing::info!(%session_id, %turn_id, "next turn dispatched");
-                    b2.ring(b2.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+    let completions = thread::Builder::new()
+        .name("minato-completions".into())
+        .spawn(move || {
+            consumer_loop("minato.completions", &rx_done, poll, &st2, || {
+                match decide_next_completion(&mut completions_store, max_turns)? {
+                    None => return Ok(false),
+                    Some(Decision::Next {
+                        session_id,
+                        turn_id,
+                    }) => {
+                        tracing::info!(%session_id, %turn_id, "next turn dispatched");
+                        b2.ring(b2.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+                    }
+                    Some(Decision::Complete { session_id }) => {
+                        tracing::info!(%session_id, "session complete");
+                        b2.ring(
+                            b2.subjects.session_complete(),
+                            &SessionComplete { session_id },
+                        );
+                    }
                 }
-                Some(Decision::Complete { session_id }) => {
-                    tracing::info!(%session_id, "session complete");
-                    b2.ring(b2.subjects.session_complete(), &SessionComplete { session_id });
-                }
-            }
-            Ok(true)
-        })
-    })?;
+                Ok(true)
+            })
+        })?;
     tracing::info!(db = %common.db.display(), nats = %common.nats_url, "minato running");
     shutdown.await;
     stop.set();

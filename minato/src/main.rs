@@ -71,7 +71,14 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Submit { instruction, session, wait, timeout, author, json } => {
+        Command::Submit {
+            instruction,
+            session,
+            wait,
+            timeout,
+            author,
+            json,
+        } => {
             let session = match session.as_deref().map(kura::store::parse_id).transpose() {
                 Ok(s) => s,
                 Err(e) => {
@@ -80,10 +87,22 @@ fn main() -> ExitCode {
                 }
             };
             let author = author.unwrap_or_else(|| {
-                format!("user:{}", std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "local".into()))
+                format!(
+                    "user:{}",
+                    std::env::var("USER")
+                        .ok()
+                        .filter(|u| !u.is_empty())
+                        .unwrap_or_else(|| "local".into())
+                )
             });
             let wait = wait.then(|| Duration::from_secs(timeout));
-            match rt.block_on(minato::submit::run(&config.common, &instruction, &author, session, wait)) {
+            match rt.block_on(minato::submit::run(
+                &config.common,
+                &instruction,
+                &author,
+                session,
+                wait,
+            )) {
                 Ok(out) => {
                     print_submitted(&out, json);
                     ExitCode::SUCCESS
@@ -103,7 +122,10 @@ fn print_submitted(out: &minato::submit::Submitted, json: bool) {
         return;
     }
     match &out.status {
-        None => println!("submitted request {} (instruction record {})", out.request_seq, out.record_id),
+        None => println!(
+            "submitted request {} (instruction record {})",
+            out.request_seq, out.record_id
+        ),
         Some(status) => {
             if let Some(s) = status.session_id {
                 eprintln!("session {s} complete");

@@ -38,8 +38,10 @@ pub async fn run(
     let bus = Bus::connect(common, "minato-submit", vec![]).await?;
     if wait.is_some() {
         let w = waker.clone();
-        bus.doorbells::<SessionComplete, _>(bus.subjects.session_complete(), None, move |_| w.wake())
-            .await?;
+        bus.doorbells::<SessionComplete, _>(bus.subjects.session_complete(), None, move |_| {
+            w.wake()
+        })
+        .await?;
     }
     bus.ring(
         bus.subjects.session_create(),
@@ -50,7 +52,9 @@ pub async fn run(
     );
     let flushed = tokio::time::timeout(Duration::from_secs(1), bus.client.flush()).await;
     if !matches!(flushed, Ok(Ok(()))) {
-        tracing::warn!("NATS unreachable; the request is stored and minato will pick it up by polling");
+        tracing::warn!(
+            "NATS unreachable; the request is stored and minato will pick it up by polling"
+        );
     }
     let mut out = Submitted {
         request_seq: request.request_seq,
@@ -71,7 +75,10 @@ pub async fn run(
                         "timed out after {}s waiting for request {} (session {}); it keeps running",
                         timeout.as_secs(),
                         request.request_seq,
-                        status.session_id.map(|s| s.to_string()).unwrap_or_else(|| "not yet created".into())
+                        status
+                            .session_id
+                            .map(|s| s.to_string())
+                            .unwrap_or_else(|| "not yet created".into())
                     );
                 }
                 rx.wait(Duration::from_millis(200));

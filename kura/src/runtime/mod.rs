@@ -99,7 +99,10 @@ pub async fn shutdown_signal() {
 
 /// What every daemon's `main` does before `run`: logging, config, a tokio runtime.
 /// Config errors come back as `Err` (the caller prints them and exits 2).
-pub fn start<C>(name: &str, config: Option<&std::path::Path>) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+pub fn start<C>(
+    name: &str,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<(C, tokio::runtime::Runtime)>
 where
     C: Serialize + serde::de::DeserializeOwned + Default,
 {

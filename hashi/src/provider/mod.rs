@@ -1,0 +1,168 @@
+//! Model providers behind one trait: `scripted` (deterministic steps from a file: the
+//! offline default), `openai` (any OpenAI-compatible chat-completions server with tool
+//! calling) and `command` (a program that reads the context on stdin).
+
+mod command;
+mod openai;
+mod scripted;
+
+use proto::record::{Record, RecordType};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::tools::Toolbox;
+
+/// One thing the agent does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Reasoning to record.
+    Thought(String),
+    /// A tool to call.
+    ToolCall {
+        /// Tool name, e.g. `fs.write`.
+        name: String,
+        /// Its arguments.
+        arguments: Map<String, Value>,
+    },
+    /// The turn's output; `is_final: false` asks minato for another turn.
+    Deliver {
+        /// The deliverable text.
+        text: String,
+        /// Whether the session's work is done.
+        is_final: bool,
+    },
+}
+
+/// What a provider sees.
+pub struct TurnInput<'a> {
+    /// The session.
+    pub session_id: Uuid,
+    /// Turn number in the session (1-based).
+    pub seq: i64,
+    /// The sealed context ledger's records.
+    pub context: &'a [Record],
+    /// What this turn has written so far (thoughts, calls, results).
+    pub history: &'a [Record],
+    /// The tools it may call.
+    pub tools: &'a Toolbox,
+}
+
+impl TurnInput<'_> {
+    /// The instruction text from the context.
+    pub fn instruction(&self) -> String {
+        text_of(self.context, RecordType::TaskInstruction)
+    }
+
+    /// The previous turn's deliverable, if the context carries one.
+    pub fn previous_deliverable(&self) -> Option<String> {
+        self.context
+            .iter()
+            .rev()
+            .find(|r| r.record_type == RecordType::TaskDeliverable)
+            .map(content_text)
+    }
+
+    /// How many steps this turn has taken (the records a provider produced).
+    pub fn steps_taken(&self) -> usize {
+        self.history
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.record_type,
+                    RecordType::AgentThought | RecordType::ToolCall | RecordType::TaskDeliverable
+                )
+            })
+            .count()
+    }
+}
+
+/// A record's content as text (`text` field, else compact JSON).
+pub fn content_text(r: &Record) -> String {
+    match r.content.get("text").and_then(Value::as_str) {
+        Some(t) => t.to_owned(),
+        None => r.content.to_string(),
+    }
+}
+
+fn text_of(records: &[Record], t: RecordType) -> String {
+    records
+        .iter()
+        .rev()
+        .find(|r| r.record_type == t)
+        .map(content_text)
+        .unwrap_or_default()
+}
+
+/// Why a provider could not produce a step.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// A problem that may go away (server down, timeout): worth retrying.
+    #[error("{0}")]
+    Transient(String),
+    /// A problem that will not (bad script, bad response): the turn fails.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A model provider.
+pub trait Provider: Send + Sync {
+    /// The next step(s) given the context and this turn's history.
+    fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError>;
+}
+
+/// Which provider, and its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderConfig {
+    /// `scripted`, `openai` or `command`.
+    pub kind: String,
+    /// `scripted`: the JSON script file.
+    pub script: String,
+    /// `openai`: the server's base URL (up to `/v1`).
+    pub base_url: String,
+    /// `openai`: the model name.
+    pub model: String,
+    /// `openai`: the environment variable holding the API key (unset: no key sent).
+    pub api_key_env: String,
+    /// `openai`: system prompt.
+    pub system_prompt: String,
+    /// `openai` and `command`: give up on one call after this long.
+    pub timeout_ms: u64,
+    /// `command`: argv of the program (context JSON on stdin, deliverable on stdout).
+    pub command: Vec<String>,
+    /// Transient failures are retried this many times before the turn fails.
+    pub retries: u32,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            kind: "scripted".into(),
+            script: "script.json".into(),
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            model: "llama3.2".into(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            system_prompt: "You are a careful agent. Use the tools to do the task, then answer."
+                .into(),
+            timeout_ms: 120_000,
+            command: vec![],
+            retries: 3,
+        }
+    }
+}
+
+/// Builds the configured provider.
+pub fn build(
+    config: &ProviderConfig,
+    handle: tokio::runtime::Handle,
+) -> anyhow::Result<Box<dyn Provider>> {
+    Ok(match config.kind.as_str() {
+        "scripted" => Box::new(scripted::Scripted::load(std::path::Path::new(
+            &config.script,
+        ))?),
+        "openai" => Box::new(openai::OpenAi::new(config, handle)?),
+        "command" => Box::new(command::CommandProvider::new(config)?),
+        other => anyhow::bail!("provider.kind must be scripted, openai or command, not {other:?}"),
+    })
+}
