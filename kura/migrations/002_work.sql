@@ -25,6 +25,7 @@ CREATE TABLE turns (
     claims            INTEGER NOT NULL DEFAULT 0,
     created_at        TEXT NOT NULL,
     done_seq          INTEGER UNIQUE,                         -- completion order: minato's cursor
+    completed_by      TEXT,                                   -- the worker that sealed the output
     UNIQUE (session_id, seq)
 );
 CREATE INDEX idx_turns_state ON turns(state, lease_until_ms);

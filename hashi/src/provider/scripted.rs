@@ -2,7 +2,7 @@
 //! offline use. Its position is derived from the records already written, so a resumed
 //! turn continues where the last worker stopped.
 //!
-//! ```json
+//! ```text
 //! {"turns": [
 //!   [{"thought": "list the notes"},
 //!    {"tool": "fs.list", "args": {}},

@@ -229,11 +229,11 @@ pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
     fenced(store, claim, |tx| {
         seal_in(tx, claim.output_ledger_id)?;
         tx.prepare_cached(
-            "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL,
+            "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
                     done_seq = (SELECT COALESCE(MAX(done_seq), 0) + 1 FROM turns)
               WHERE turn_id = ?1",
         )?
-        .execute([claim.turn_id.to_string()])?;
+        .execute(params![claim.turn_id.to_string(), claim.owner])?;
         Ok(claim.output_ledger_id)
     })
 }
