@@ -333,3 +333,52 @@ fn with_nats_gone_for_good_after_dispatch_polling_alone_finishes_the_work() {
     s.assert_all_running();
     s.shutdown_cleanly();
 }
+
+#[test]
+fn sigterm_releases_the_turn_to_another_worker_at_once() {
+    let script = r#"{"turns": [[{"thought": "slow thought", "delay_ms": 1500}, {"thought": "second"}, {"deliver": "done by the other worker"}]]}"#;
+    let mut s = Stack::new(script);
+    // A lease far longer than the test: only an explicit release lets the other worker in.
+    s.extra_env
+        .push(("OCLAW_WORKER__LEASE_MS".into(), "600000".into()));
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi-a");
+    s.spawn("hashi", "hashi-b");
+    let r = s.submit("a slow task");
+    let mut holder = String::new();
+    s.wait_until("a worker to claim the turn", MINUTE, |store| {
+        let owner: Option<String> = store
+            .conn()
+            .query_row(
+                "SELECT lease_owner FROM turns WHERE state = 'running'",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+            .flatten();
+        owner.map(|o| holder = o).is_some()
+    });
+    s.signal(&holder, "TERM");
+    let status = s.wait_exit(&holder, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "{}", s.log(&holder));
+    assert!(
+        s.log(&holder).contains("turn released"),
+        "{}",
+        s.log(&holder)
+    );
+    let st = s.wait_complete(r, Duration::from_secs(20));
+    assert_eq!(
+        st.deliverable.expect("deliverable").content["text"],
+        json!("done by the other worker")
+    );
+    let store = s.store();
+    let (claims, by): (i64, String) = store
+        .conn()
+        .query_row("SELECT claims, completed_by FROM turns", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .expect("turn");
+    assert_eq!(claims, 2);
+    assert_ne!(by, holder);
+    s.verify_all();
+}
