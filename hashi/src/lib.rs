@@ -43,6 +43,11 @@ pub struct WorkerConfig {
     pub max_steps: usize,
     /// Author id of the records hashi writes.
     pub author: String,
+    /// `aegis`: every tool call is approved by aegis first (policy, or people); `off`: only
+    /// the static `tools.allow`/`tools.deny` apply.
+    pub approvals: String,
+    /// How long a worker waits for aegis's allow/deny before parking the turn.
+    pub approval_wait_ms: u64,
 }
 
 impl Default for WorkerConfig {
@@ -52,6 +57,8 @@ impl Default for WorkerConfig {
             lease_ms: 30_000,
             max_steps: 32,
             author: "agent:hashi".into(),
+            approvals: "aegis".into(),
+            approval_wait_ms: 3000,
         }
     }
 }

@@ -10,8 +10,11 @@ use std::time::Duration;
 use kura::Store;
 use kura::runtime::{Bus, Stop};
 use kura::store::append_in;
+use kura::work::approvals::{
+    approval, approval_for_call, mark_started_in, park_turn_in, request_approval_in,
+};
 use kura::work::{Claim, claim_next, complete_turn, fenced, now_ms, release, renew};
-use proto::doorbell::WorkerComplete;
+use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{NewRecord, Record, RecordType, ToolStatus};
 use serde_json::{Map, Value, json};
 
@@ -46,6 +49,16 @@ enum End {
     Completed(uuid::Uuid),
     /// Given back on shutdown.
     Released,
+    /// Parked until people decide an approval request.
+    Parked(uuid::Uuid),
+}
+
+/// How a tool call step ended.
+enum CallEnd {
+    /// Its result is recorded; the loop goes on.
+    Done,
+    /// It waits for people; the turn is parked.
+    Parked(uuid::Uuid),
 }
 
 /// Whether an error is the fence refusing a stale worker.
@@ -109,6 +122,9 @@ impl Worker {
             Ok(End::Released) => {
                 tracing::info!(turn_id = %claim.turn_id, "turn released for another worker")
             }
+            Ok(End::Parked(request_id)) => {
+                tracing::info!(turn_id = %claim.turn_id, %request_id, "turn parked until the approval request is decided")
+            }
             Err(e) if is_fenced(&e) => {
                 tracing::warn!(turn_id = %claim.turn_id, "another worker took this turn over; stopping")
             }
@@ -159,8 +175,10 @@ impl Worker {
     fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura::Result<End> {
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
-        if claim.resumed {
-            self.resolve_dangling_calls(claim, &mut history)?;
+        if claim.resumed
+            && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?
+        {
+            return Ok(End::Parked(request));
         }
         let mut delivered = history
             .iter()
@@ -200,7 +218,11 @@ impl Worker {
                         self.append(claim, &mut history, r)?;
                     }
                     Step::ToolCall { name, arguments } => {
-                        self.call_tool(claim, &mut history, &name, arguments)?
+                        if let CallEnd::Parked(request) =
+                            self.call_tool(claim, &mut history, &name, arguments)?
+                        {
+                            return Ok(End::Parked(request));
+                        }
                     }
                     Step::Deliver { text, is_final } => {
                         let r = self.record(
@@ -254,14 +276,15 @@ impl Worker {
         self.append(claim, history, d)
     }
 
-    /// Records the call durably, runs it (if policy allows), records the result.
+    /// Records the call durably, asks for approval (static policy, then aegis), runs it if
+    /// allowed, records the result — or parks the turn when people must decide.
     fn call_tool(
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
         name: &str,
         arguments: Map<String, Value>,
-    ) -> kura::Result<()> {
+    ) -> kura::Result<CallEnd> {
         let call_id = proto::new_id().to_string();
         let effect = self
             .tools
@@ -275,29 +298,122 @@ impl Worker {
             &[("effect", effect.to_owned())],
         );
         self.append(claim, history, call)?;
+        self.approve_and_run(claim, history, name, &arguments, &call_id)
+    }
+
+    /// The part of a call after its `tool.call` record: policy, approval, run, result.
+    fn approve_and_run(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+    ) -> kura::Result<CallEnd> {
+        let effect = self
+            .tools
+            .get(name)
+            .map(|t| t.effect().as_str())
+            .unwrap_or("unknown");
         let outcome = match self.tools.check(name) {
             Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
             Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
-            Ok(tool) => self
-                .tools
-                .workspace(&claim.session_id.to_string())
-                .and_then(|ws| tool.run(&ws, &arguments)),
+            Ok(_) if self.config.approvals == "off" => self.run_tool(claim, name, arguments),
+            Ok(_) => {
+                let meta = self
+                    .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
+                    .metadata;
+                let author = self.config.author.clone();
+                let request = fenced(&mut self.store, claim, |tx| {
+                    request_approval_in(tx, claim, call_id, name, arguments, effect, &author, meta)
+                })?;
+                match self.await_decision(request.request_id)? {
+                    Some((true, _)) => {
+                        fenced(&mut self.store, claim, |tx| {
+                            mark_started_in(tx, request.request_id, claim.epoch)
+                        })?;
+                        self.run_tool(claim, name, arguments)
+                    }
+                    Some((false, rule)) => Err(format!("denied by aegis ({rule})")),
+                    None => {
+                        fenced(&mut self.store, claim, |tx| {
+                            park_turn_in(tx, claim, request.request_id)
+                        })?;
+                        return Ok(CallEnd::Parked(request.request_id));
+                    }
+                }
+            }
         };
+        self.record_result(claim, history, call_id, outcome, &[])?;
+        Ok(CallEnd::Done)
+    }
+
+    /// Asks aegis and waits (briefly) for allow/deny; `None` when it is up to people (or
+    /// aegis did not answer in time): the turn is then parked rather than holding a worker.
+    fn await_decision(&mut self, request_id: uuid::Uuid) -> kura::Result<Option<(bool, String)>> {
+        let wait = Duration::from_millis(self.config.approval_wait_ms);
+        let answered = self.bus.ring_and_wait(
+            self.bus.subjects.tool_approve(),
+            &ToolApprove { request_id },
+            wait,
+        );
+        let deadline = std::time::Instant::now() + if answered { Duration::ZERO } else { wait };
+        loop {
+            let a = approval(self.store.conn(), request_id)?.ok_or_else(|| {
+                kura::StoreError::Invalid(format!("approval {request_id} vanished"))
+            })?;
+            match a.state.as_str() {
+                "approved" => return Ok(Some((true, a.rule.unwrap_or_default()))),
+                "denied" => return Ok(Some((false, a.rule.unwrap_or_default()))),
+                "asked" => return Ok(None),
+                _ if std::time::Instant::now() >= deadline || self.stop.is_set() => {
+                    return Ok(None);
+                }
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    fn run_tool(
+        &self,
+        claim: &Claim,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> Result<Value, String> {
+        let tool = self
+            .tools
+            .get(name)
+            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+        self.tools
+            .workspace(&claim.session_id.to_string())
+            .and_then(|ws| tool.run(&ws, arguments))
+    }
+
+    fn record_result(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        call_id: &str,
+        outcome: Result<Value, String>,
+        extra: &[(&str, String)],
+    ) -> kura::Result<()> {
         let content = match outcome {
             Ok(v) => json!({"status": ToolStatus::Success, "result": v, "call_id": call_id}),
             Err(e) => json!({"status": ToolStatus::Error, "error": e, "call_id": call_id}),
         };
-        let result = self.record(claim, RecordType::ToolResult, content, &[]);
+        let result = self.record(claim, RecordType::ToolResult, content, extra);
         self.append(claim, history, result)
     }
 
-    /// After a takeover: a call with no result is re-run only if it only reads; a write or
-    /// external call gets a result saying its outcome is unknown — it is never repeated.
+    /// After a takeover or an approval: a call with no result runs if it provably never
+    /// started (its approval came through and nobody began it, or approvals are on and it
+    /// was never even requested); otherwise it is re-run only if it only reads, and a write
+    /// or external call gets a result saying its outcome is unknown — never repeated.
     fn resolve_dangling_calls(
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-    ) -> kura::Result<()> {
+    ) -> kura::Result<CallEnd> {
         let answered: Vec<String> = history
             .iter()
             .filter(|r| r.record_type == RecordType::ToolResult)
@@ -324,41 +440,88 @@ impl Worker {
                 .content
                 .get("tool_name")
                 .and_then(Value::as_str)
-                .unwrap_or("");
-            let call_id = call.content.get("call_id").cloned().unwrap_or(Value::Null);
+                .unwrap_or("")
+                .to_owned();
+            let call_id = call
+                .content
+                .get("call_id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             let args = call
                 .content
                 .get("arguments")
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default();
+            let approval = approval_for_call(self.store.conn(), &call_id)?;
+            let never_started = match &approval {
+                Some(a) => a.started_epoch.is_none(),
+                None => self.config.approvals != "off",
+            };
+            match approval.as_ref().map(|a| a.state.as_str()) {
+                Some("pending") | Some("asked") => {
+                    let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
+                    fenced(&mut self.store, claim, |tx| park_turn_in(tx, claim, id))?;
+                    return Ok(CallEnd::Parked(id));
+                }
+                Some("denied") => {
+                    let rule = approval
+                        .as_ref()
+                        .and_then(|a| a.rule.clone())
+                        .unwrap_or_default();
+                    self.record_result(
+                        claim,
+                        history,
+                        &call_id,
+                        Err(format!("denied by aegis ({rule})")),
+                        &[],
+                    )?;
+                    continue;
+                }
+                Some("approved") if never_started => {
+                    let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
+                    fenced(&mut self.store, claim, |tx| {
+                        mark_started_in(tx, id, claim.epoch)
+                    })?;
+                    let outcome = self.run_tool(claim, &name, &args);
+                    self.record_result(claim, history, &call_id, outcome, &[])?;
+                    continue;
+                }
+                None if never_started => {
+                    // Approvals are on and the request was never filed: the tool never ran.
+                    if let CallEnd::Parked(id) =
+                        self.approve_and_run(claim, history, &name, &args, &call_id)?
+                    {
+                        return Ok(CallEnd::Parked(id));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             let read_only = self
                 .tools
-                .get(name)
+                .get(&name)
                 .is_some_and(|t| t.effect() == Effect::Read);
-            let content = if read_only {
-                tracing::info!(turn_id = %claim.turn_id, tool = name, "re-running a read-only call the previous worker left unanswered");
-                match self
-                    .tools
-                    .check(name)
-                    .map_err(|_| "denied".to_owned())
-                    .and_then(|t| {
-                        self.tools
-                            .workspace(&claim.session_id.to_string())
-                            .and_then(|ws| t.run(&ws, &args))
-                    }) {
-                    Ok(v) => {
-                        json!({"status": ToolStatus::Success, "result": v, "call_id": call_id})
-                    }
-                    Err(e) => json!({"status": ToolStatus::Error, "error": e, "call_id": call_id}),
-                }
+            let (outcome, status) = if read_only {
+                tracing::info!(turn_id = %claim.turn_id, tool = %name, "re-running a read-only call the previous worker left unanswered");
+                (self.run_tool(claim, &name, &args), None)
             } else {
-                tracing::warn!(turn_id = %claim.turn_id, tool = name, "previous worker died during a side-effecting call; recording the outcome as unknown, not re-running");
-                json!({
+                tracing::warn!(turn_id = %claim.turn_id, tool = %name, "previous worker died during a side-effecting call; recording the outcome as unknown, not re-running");
+                (Err(String::new()), Some(()))
+            };
+            let content = match (status, outcome) {
+                (Some(()), _) => json!({
                     "status": ToolStatus::Unknown,
                     "error": "the worker running this call was lost; whether it took effect is unknown, and it was not run again",
                     "call_id": call_id,
-                })
+                }),
+                (None, Ok(v)) => {
+                    json!({"status": ToolStatus::Success, "result": v, "call_id": call_id})
+                }
+                (None, Err(e)) => {
+                    json!({"status": ToolStatus::Error, "error": e, "call_id": call_id})
+                }
             };
             let r = self.record(
                 claim,
@@ -368,6 +531,6 @@ impl Worker {
             );
             self.append(claim, history, r)?;
         }
-        Ok(())
+        Ok(CallEnd::Done)
     }
 }

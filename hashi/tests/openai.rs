@@ -126,6 +126,7 @@ fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, uuid::Uuid) {
             format!("nats://127.0.0.1:{}", kura::runtime::testing::free_port()),
         )
         .env("OCLAW_POLL_INTERVAL_MS", "100")
+        .env("OCLAW_WORKER__APPROVALS", "off")
         .env("OCLAW_TOOLS__WORKSPACE_ROOT", dir.join("ws"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("hashi.log")).expect("log"));

@@ -18,7 +18,8 @@ CREATE TABLE turns (
     request_seq       INTEGER NOT NULL REFERENCES requests(request_seq),
     context_ledger_id TEXT NOT NULL REFERENCES ledgers(ledger_id),
     output_ledger_id  TEXT REFERENCES ledgers(ledger_id),     -- opened by the first claim
-    state             TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done')),
+    state             TEXT NOT NULL CHECK (state IN ('pending', 'running', 'waiting', 'done')),
+    waiting_on        TEXT,                                   -- approval request a waiting turn needs
     epoch             INTEGER NOT NULL DEFAULT 0,             -- fencing token, bumped by every claim
     lease_owner       TEXT,
     lease_until_ms    INTEGER,                                -- unix ms; past = claimable again

@@ -26,6 +26,7 @@ fn a_full_session_under_mikados_bundled_nats_then_clean_shutdown() {
     // Mikado runs its own nats-server for this test, on the harness server's port.
     s.nats.kill();
     s.spawn("mikado", "mikado");
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
     let (status, out) = s.submit_and_wait("Write a note, then read it back");
@@ -50,22 +51,31 @@ fn a_full_session_under_mikados_bundled_nats_then_clean_shutdown() {
     }
     let recs = session_records(&store, session.session_id);
     let types: Vec<&str> = recs.iter().map(|r| r.record_type.as_str()).collect();
+    // Every call was approved by aegis (policy: allow) before it ran.
     assert_eq!(
         types,
         [
             "agent.thought",
             "tool.call",
+            "approval.request",
+            "approval.decision",
             "tool.result",
             "tool.call",
+            "approval.request",
+            "approval.decision",
             "tool.result",
             "task.deliverable",
             "tool.call",
+            "approval.request",
+            "approval.decision",
             "tool.result",
             "task.deliverable"
         ]
     );
+    assert_eq!(recs[3].author_id, "sys:aegis");
+    assert_eq!(recs[3].content["outcome"], json!("allow"));
     assert_eq!(
-        recs[7].content["result"]["content"],
+        recs[13].content["result"]["content"],
         json!("hello from turn 1")
     );
     let file = s.path(&format!("ws/{}/notes/hello.md", session.session_id));
@@ -82,6 +92,7 @@ fn a_full_session_under_mikados_bundled_nats_then_clean_shutdown() {
 fn two_hashi_workers_share_the_load() {
     let script = r#"{"turns": [[{"thought": "thinking", "delay_ms": 150}, {"deliver": "done"}]]}"#;
     let mut s = Stack::new(script);
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi-a");
     s.spawn("hashi", "hashi-b");
@@ -112,6 +123,7 @@ fn two_hashi_workers_share_the_load() {
 #[test]
 fn malformed_doorbells_are_rejected_counted_and_harmless() {
     let mut s = Stack::new(TWO_TURNS);
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
     std::thread::sleep(Duration::from_millis(500));
@@ -191,6 +203,7 @@ fn hashi_killed_mid_tool_call_resumes_elsewhere_without_repeating_the_side_effec
     let mut s = Stack::new(&script);
     s.extra_env
         .push(("OCLAW_TOOLS__SHELL_ALLOWLIST".into(), r#"["sh"]"#.into()));
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi-a");
     s.spawn("hashi", "hashi-b");
@@ -277,6 +290,7 @@ fn nats_killed_mid_session_and_restarted_loses_nothing() {
         [{"deliver": "three"}]
     ]}"#;
     let mut s = Stack::new(script);
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
     let r = s.submit("three slow turns");
@@ -319,6 +333,7 @@ fn nats_killed_mid_session_and_restarted_loses_nothing() {
 #[test]
 fn with_nats_gone_for_good_after_dispatch_polling_alone_finishes_the_work() {
     let mut s = Stack::new(TWO_TURNS);
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
     std::thread::sleep(Duration::from_millis(300));
@@ -341,6 +356,7 @@ fn sigterm_releases_the_turn_to_another_worker_at_once() {
     // A lease far longer than the test: only an explicit release lets the other worker in.
     s.extra_env
         .push(("OCLAW_WORKER__LEASE_MS".into(), "600000".into()));
+    s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi-a");
     s.spawn("hashi", "hashi-b");

@@ -91,6 +91,50 @@ pub struct ToolApprove {
     pub request_id: Uuid,
 }
 
+/// `aegis.cmd.approval.pending`: a person asks what is waiting for them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PendingQuery {}
+
+/// `aegis.cmd.approval.decide`: a person's decision on one request, signed with their
+/// Ed25519 key over [`ApprovalDecision::signing_bytes`]. Small control data, not a payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDecision {
+    /// The approval request (record id).
+    pub request_id: Uuid,
+    /// `approve` or `deny`.
+    pub decision: String,
+    /// The approver's name (their author id is `user:<name>`).
+    pub approver: String,
+    /// A short note or reason.
+    #[serde(default)]
+    pub note: String,
+    /// When it was signed (RFC 3339).
+    pub signed_at: String,
+    /// Hex Ed25519 signature.
+    pub signature: String,
+}
+
+impl ApprovalDecision {
+    /// The bytes an approver signs: RFC 8785 JSON binding the decision to this exact
+    /// request (its id *and* its content hash).
+    pub fn signing_bytes(&self, request_hash: &str) -> Vec<u8> {
+        let doc = serde_json::json!({
+            "kind": "kura.approval.v1",
+            "request_id": self.request_id,
+            "request_hash": request_hash,
+            "decision": self.decision,
+            "approver": self.approver,
+            "note": self.note,
+            "signed_at": self.signed_at,
+        });
+        crate::canonical::canonical_json(&doc)
+            .map(String::into_bytes)
+            .unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

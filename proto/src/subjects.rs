@@ -94,6 +94,14 @@ impl Subjects {
     pub fn tool_approve(&self) -> String {
         self.fixed("aegis.cmd.tool.approve")
     }
+    /// `…aegis.cmd.approval.decide` — a person's signed decision (request/reply).
+    pub fn approval_decide(&self) -> String {
+        self.fixed("aegis.cmd.approval.decide")
+    }
+    /// `…aegis.cmd.approval.pending` — a person asks what is waiting (request/reply).
+    pub fn approval_pending(&self) -> String {
+        self.fixed("aegis.cmd.approval.pending")
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,52 @@ impl Bus {
         }))
     }
 
+    /// Answers requests of type `T` on `subject`: `handler` runs on a blocking thread (it
+    /// may use SQLite) and its bytes go back to the requester. Malformed requests are
+    /// logged, counted and answered with an error, never fatal.
+    pub async fn serve<T, F>(
+        &self,
+        subject: String,
+        handler: F,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>>
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
+    {
+        let mut sub = self.client.subscribe(subject.clone()).await?;
+        let stats = self.stats.clone();
+        let client = self.client.clone();
+        let handler = Arc::new(handler);
+        Ok(tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                let reply = match proto::doorbell::parse::<T>(&msg.payload) {
+                    Ok(req) => {
+                        stats.received.fetch_add(1, Ordering::Relaxed);
+                        let h = handler.clone();
+                        match tokio::task::spawn_blocking(move || h(req)).await {
+                            Ok(bytes) => bytes,
+                            Err(e) => serde_json::to_vec(
+                                &serde_json::json!({"ok": false, "message": e.to_string()}),
+                            )
+                            .unwrap_or_default(),
+                        }
+                    }
+                    Err(e) => {
+                        let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+                        tracing::warn!(subject = %msg.subject, error = %e, rejected_total = total, "rejected doorbell");
+                        serde_json::to_vec(
+                            &serde_json::json!({"ok": false, "message": e.to_string()}),
+                        )
+                        .unwrap_or_default()
+                    }
+                };
+                if let Some(to) = msg.reply {
+                    let _ = client.publish(to, reply.into()).await;
+                }
+            }
+        }))
+    }
+
     /// Rings a doorbell (fire and forget). Safe to call from synchronous consumer threads.
     /// If NATS is down the message is dropped or buffered; consumers poll SQLite anyway.
     pub fn ring<T: Serialize>(&self, subject: String, message: &T) {
@@ -140,6 +186,27 @@ impl Bus {
                 Err(e) => tracing::debug!(%subject, error = %e, "doorbell not sent (polling will catch up)"),
             }
         });
+    }
+
+    /// Rings a doorbell as a NATS request and waits up to `timeout` for any reply (from a
+    /// synchronous consumer thread). `false` when nobody answered in time; callers then
+    /// fall back to polling SQLite, where the answer is recorded anyway.
+    pub fn ring_and_wait<T: Serialize>(
+        &self,
+        subject: String,
+        message: &T,
+        timeout: Duration,
+    ) -> bool {
+        let Ok(bytes) = proto::doorbell::encode(message) else {
+            return false;
+        };
+        let client = self.client.clone();
+        self.handle.block_on(async move {
+            matches!(
+                tokio::time::timeout(timeout, client.request(subject, bytes.into())).await,
+                Ok(Ok(_))
+            )
+        })
     }
 
     /// Flushes what was rung and drains subscriptions (bounded, so a dead NATS cannot hang

@@ -11,6 +11,8 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!("../../migrations/001_records_ledgers.sql")),
     // 002: work state: session requests, turns with leases and fencing epochs, cursors.
     M::up(include_str!("../../migrations/002_work.sql")),
+    // 003: approvals: requests, signed votes, rejections (aegis).
+    M::up(include_str!("../../migrations/003_approvals.sql")),
 ];
 
 /// Brings the schema up to date; refuses databases written by a newer Kura.

@@ -1,6 +1,7 @@
 //! Work state shared by the daemons: session requests (minato), turns with leases and fencing
 //! epochs (hashi), and consumer cursors that advance in the same transaction as the work.
 
+pub mod approvals;
 mod cursor;
 mod requests;
 mod turns;

@@ -17,6 +17,8 @@ pub enum TurnState {
     Pending,
     /// Claimed by a worker (whose lease may have expired).
     Running,
+    /// Parked until an approval decision lands; no worker holds it.
+    Waiting,
     /// Output sealed.
     Done,
 }
@@ -102,6 +104,7 @@ fn build(raw: RawTurn) -> Result<Turn> {
         state: match t[4].as_deref() {
             Some("pending") => TurnState::Pending,
             Some("running") => TurnState::Running,
+            Some("waiting") => TurnState::Waiting,
             _ => TurnState::Done,
         },
         epoch: n[2].unwrap_or(0),

@@ -39,6 +39,12 @@ impl Stack {
         let db = dir.path().join("kura.db");
         Store::create(&db, &StoreOptions::default()).expect("create db");
         std::fs::write(dir.path().join("script.json"), script).expect("script");
+        // Unless a test sets its own policy, aegis allows every call.
+        std::fs::write(
+            dir.path().join("policy.toml"),
+            "[defaults]\nread = \"allow\"\nwrite = \"allow\"\nexternal = \"allow\"\n",
+        )
+        .expect("policy");
         Stack {
             dir,
             db,
@@ -63,6 +69,7 @@ impl Stack {
             .env("OCLAW_PROVIDER__SCRIPT", self.path("script.json"))
             .env("OCLAW_TOOLS__WORKSPACE_ROOT", self.path("ws"))
             .env("OCLAW_WORKER__LEASE_MS", "1500")
+            .env("OCLAW_AEGIS__POLICY", self.path("policy.toml"))
             .env("RUST_LOG", "info");
         for (k, v) in &self.extra_env {
             cmd.env(k, v);

@@ -1,0 +1,170 @@
+//! Approver keys: Ed25519 key files for people, trusted public keys for the daemon.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use proto::doorbell::ApprovalDecision;
+use serde::{Deserialize, Serialize};
+
+/// A person's key file (kept private, mode 0600).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFile {
+    /// The approver's name; their author id is `user:<name>`.
+    pub name: String,
+    /// Hex Ed25519 secret key (32 bytes).
+    pub secret_key: String,
+    /// Hex Ed25519 public key (32 bytes), for the daemon's trust list.
+    pub public_key: String,
+}
+
+/// The default key file: `$XDG_CONFIG_HOME/kura/aegis-key.json` (or `~/.config/...`).
+pub fn default_key_path() -> PathBuf {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("kura").join("aegis-key.json")
+}
+
+/// Makes a new key for `name` and writes it to `path` (refusing to overwrite).
+pub fn keygen(name: &str, path: &Path) -> anyhow::Result<KeyFile> {
+    if name.is_empty()
+        || name
+            .chars()
+            .any(|c| c.is_whitespace() || c == ':' || c.is_control())
+    {
+        anyhow::bail!("invalid approver name {name:?}: one word, no ':'");
+    }
+    if path.exists() {
+        anyhow::bail!("{} already exists; not overwriting a key", path.display());
+    }
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let key = SigningKey::from_bytes(&secret);
+    let file = KeyFile {
+        name: name.to_owned(),
+        secret_key: hex::encode(key.to_bytes()),
+        public_key: hex::encode(key.verifying_key().to_bytes()),
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&file)?;
+    write_private(path, text.as_bytes())?;
+    Ok(file)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes)?;
+    Ok(())
+}
+
+/// Reads a key file.
+pub fn load(path: &Path) -> anyhow::Result<(String, SigningKey)> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read key {} (make one with `aegis keygen`)",
+            path.display()
+        )
+    })?;
+    let f: KeyFile = serde_json::from_str(&text)
+        .with_context(|| format!("invalid key file {}", path.display()))?;
+    let bytes: [u8; 32] = hex::decode(&f.secret_key)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .context("secret_key is not 32 bytes of hex")?;
+    Ok((f.name, SigningKey::from_bytes(&bytes)))
+}
+
+/// Signs `d` for a request with content hash `request_hash`.
+pub fn sign(key: &SigningKey, d: &mut ApprovalDecision, request_hash: &str) {
+    d.signature = hex::encode(key.sign(&d.signing_bytes(request_hash)).to_bytes());
+}
+
+/// Checks `d`'s signature with `public_key` (hex) against `request_hash`.
+pub fn verify(public_key: &str, d: &ApprovalDecision, request_hash: &str) -> Result<(), String> {
+    let pk: [u8; 32] = hex::decode(public_key)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("trusted public key is not 32 bytes of hex")?;
+    let vk =
+        VerifyingKey::from_bytes(&pk).map_err(|e| format!("trusted public key is invalid: {e}"))?;
+    let sig: [u8; 64] = hex::decode(&d.signature)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("signature is missing or not 64 bytes of hex")?;
+    vk.verify(&d.signing_bytes(request_hash), &Signature::from_bytes(&sig))
+        .map_err(|_| "signature does not verify for this request and key".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(id: uuid::Uuid) -> ApprovalDecision {
+        ApprovalDecision {
+            request_id: id,
+            decision: "approve".into(),
+            approver: "oles".into(),
+            note: "ok".into(),
+            signed_at: "2026-11-21T00:00:00Z".into(),
+            signature: String::new(),
+        }
+    }
+
+    #[test]
+    fn sign_verify_and_every_forgery_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("k.json");
+        let kf = keygen("oles", &path).expect("keygen");
+        assert!(keygen("oles", &path).is_err(), "never overwrites");
+        let (name, key) = load(&path).expect("load");
+        assert_eq!(name, "oles");
+        let id = uuid::Uuid::now_v7();
+        let mut d = decision(id);
+        sign(&key, &mut d, "hash-a");
+        verify(&kf.public_key, &d, "hash-a").expect("genuine");
+        assert!(
+            verify(&kf.public_key, &d, "hash-b").is_err(),
+            "another request's content"
+        );
+        let mut other = d.clone();
+        other.request_id = uuid::Uuid::now_v7();
+        assert!(
+            verify(&kf.public_key, &other, "hash-a").is_err(),
+            "another request id"
+        );
+        let mut flipped = d.clone();
+        flipped.decision = "deny".into();
+        assert!(
+            verify(&kf.public_key, &flipped, "hash-a").is_err(),
+            "altered decision"
+        );
+        let other_key = keygen("eve", &dir.path().join("e.json")).expect("keygen");
+        assert!(
+            verify(&other_key.public_key, &d, "hash-a").is_err(),
+            "wrong key"
+        );
+        let mut unsigned = d.clone();
+        unsigned.signature.clear();
+        assert!(
+            verify(&kf.public_key, &unsigned, "hash-a").is_err(),
+            "unsigned"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}

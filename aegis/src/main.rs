@@ -1,0 +1,181 @@
+//! `aegis`: the shield daemon (`run`) and the people's commands (`keygen`, `pending`,
+//! `approve`, `deny`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use aegis::Config;
+use clap::{Parser, Subcommand};
+
+/// Aegis: tool-call policy and signed human approvals.
+#[derive(Debug, Parser)]
+#[command(name = "aegis", version, about)]
+struct Args {
+    /// TOML config file (settings also come from OCLAW_* environment variables).
+    #[arg(long, global = true, env = "AEGIS_CONFIG")]
+    config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Run,
+    /// Make an Ed25519 key for an approver and print the line to trust it.
+    Keygen {
+        /// The approver's name (decisions are authored user:NAME).
+        #[arg(long)]
+        name: String,
+        /// Where to write the key (mode 0600). Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
+    /// List requests waiting for a decision.
+    Pending {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a request (signed with your key).
+    Approve {
+        /// The request id.
+        request_id: String,
+        /// A note for the record.
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Your key file. Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
+    /// Deny a request (signed with your key).
+    Deny {
+        /// The request id.
+        request_id: String,
+        /// Why, for the record.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Your key file. Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
+    /// Print the default configuration as TOML.
+    PrintDefaultConfig,
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("aegis: error: {e}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Command::PrintDefaultConfig = args.command {
+        print!("{}", kura::runtime::to_toml(&Config::default()));
+        return ExitCode::SUCCESS;
+    }
+    if let Command::Keygen { name, key } = &args.command {
+        let path = key.clone().unwrap_or_else(aegis::keys::default_key_path);
+        return match aegis::keys::keygen(name, &path) {
+            Ok(k) => {
+                println!("key written to {} (keep it private)", path.display());
+                println!(
+                    "trust it in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
+                    k.name, k.public_key
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("{e:#}")),
+        };
+    }
+    let (config, rt) = match kura::runtime::start::<Config>("aegis", args.config.as_deref()) {
+        Ok(x) => x,
+        Err(e) => return fail(format!("{e:#}")),
+    };
+    let subjects = match config.common.subjects() {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let url = config.common.nats_url.clone();
+    match args.command {
+        Command::Run => match rt.block_on(aegis::run(config, kura::runtime::shutdown_signal())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("aegis: error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Pending { json } => match rt.block_on(aegis::client::pending(&url, &subjects)) {
+            Ok(items) if json => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&items).unwrap_or_default()
+                );
+                ExitCode::SUCCESS
+            }
+            Ok(items) => {
+                if items.is_empty() {
+                    println!("nothing is waiting for a decision");
+                }
+                for i in items {
+                    println!(
+                        "{}  {} {}  session {}  turn {}  {}s old  rule {}  {}/{} approvals",
+                        i.request_id,
+                        i.tool,
+                        i.arguments,
+                        i.session_id,
+                        i.turn_id,
+                        i.age_s,
+                        i.rule,
+                        i.approvals,
+                        i.required
+                    );
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("{e:#}")),
+        },
+        Command::Approve {
+            request_id,
+            note,
+            key,
+        } => decide(&rt, &url, &subjects, &request_id, true, &note, key),
+        Command::Deny {
+            request_id,
+            reason,
+            key,
+        } => decide(&rt, &url, &subjects, &request_id, false, &reason, key),
+        Command::Keygen { .. } | Command::PrintDefaultConfig => ExitCode::SUCCESS,
+    }
+}
+
+/// Signs and sends a decision; exit 0 if accepted, 1 if aegis refused it, 2 on errors.
+fn decide(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    subjects: &proto::subjects::Subjects,
+    request_id: &str,
+    approve: bool,
+    note: &str,
+    key: Option<PathBuf>,
+) -> ExitCode {
+    let id = match kura::store::parse_id(request_id) {
+        Ok(id) => id,
+        Err(e) => return fail(e),
+    };
+    let key = key.unwrap_or_else(aegis::keys::default_key_path);
+    match rt.block_on(aegis::client::decide(
+        url, subjects, &key, id, approve, note,
+    )) {
+        Ok(v) if v.ok => {
+            println!("{}", v.message);
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            eprintln!("aegis: {}", v.message);
+            ExitCode::from(1)
+        }
+        Err(e) => fail(format!("{e:#}")),
+    }
+}
