@@ -89,7 +89,8 @@ fn main() -> ExitCode {
             Err(e) => fail(format!("{e:#}")),
         };
     }
-    let (config, rt) = match kura::runtime::start::<Config>("aegis", args.config.as_deref()) {
+    let level = if matches!(args.command, Command::Run) { "info" } else { "warn" };
+    let (config, rt) = match kura::runtime::start_with::<Config>("aegis", args.config.as_deref(), level) {
         Ok(x) => x,
         Err(e) => return fail(format!("{e:#}")),
     };

@@ -54,7 +54,11 @@ fn main() -> ExitCode {
             print!("{}", kura::runtime::to_toml(&Config::default()));
             return ExitCode::SUCCESS;
         }
-        _ => match kura::runtime::start::<Config>("minato", args.config.as_deref()) {
+        cmd => match kura::runtime::start_with::<Config>(
+            "minato",
+            args.config.as_deref(),
+            if matches!(cmd, Command::Run) { "info" } else { "warn" },
+        ) {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("minato: error: {e:#}");

@@ -106,7 +106,19 @@ pub fn start<C>(
 where
     C: Serialize + serde::de::DeserializeOwned + Default,
 {
-    logging::init(name);
+    start_with(name, config, "info")
+}
+
+/// [`start`] with the default log level for `RUST_LOG`-less runs (`warn` for clients).
+pub fn start_with<C>(
+    name: &str,
+    config: Option<&std::path::Path>,
+    level: &str,
+) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+{
+    logging::init_with(name, level);
     let config: C = load(config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
