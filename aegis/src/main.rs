@@ -89,11 +89,16 @@ fn main() -> ExitCode {
             Err(e) => fail(format!("{e:#}")),
         };
     }
-    let level = if matches!(args.command, Command::Run) { "info" } else { "warn" };
-    let (config, rt) = match kura::runtime::start_with::<Config>("aegis", args.config.as_deref(), level) {
-        Ok(x) => x,
-        Err(e) => return fail(format!("{e:#}")),
+    let level = if matches!(args.command, Command::Run) {
+        "info"
+    } else {
+        "warn"
     };
+    let (config, rt) =
+        match kura::runtime::start_with::<Config>("aegis", args.config.as_deref(), level) {
+            Ok(x) => x,
+            Err(e) => return fail(format!("{e:#}")),
+        };
     let subjects = match config.common.subjects() {
         Ok(s) => s,
         Err(e) => return fail(e),

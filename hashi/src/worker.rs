@@ -224,11 +224,18 @@ impl Worker {
                             return Ok(End::Parked(request));
                         }
                     }
-                    Step::Deliver { text, is_final } => {
+                    Step::Deliver {
+                        text,
+                        is_final,
+                        extra,
+                    } => {
+                        let mut content = extra;
+                        content.insert("text".into(), json!(text));
+                        content.insert("final".into(), json!(is_final));
                         let r = self.record(
                             claim,
                             RecordType::TaskDeliverable,
-                            json!({"text": text, "final": is_final}),
+                            Value::Object(content),
                             &[],
                         );
                         self.append(claim, &mut history, r)?;

@@ -115,7 +115,7 @@ fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, uuid::Uuid) {
     let db = dir.join("kura.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
     let req = submit(&mut store, "Write out.txt, then say so.", "user:test", None).expect("submit");
-    accept_next_request(&mut store)
+    accept_next_request(&mut store, 0)
         .expect("accept")
         .expect("turn");
     let mut cmd = Command::new(bin("hashi"));

@@ -4,6 +4,7 @@
 pub mod diff;
 pub mod error;
 pub mod export;
+pub mod memory;
 pub mod proof;
 pub mod runtime;
 pub mod store;

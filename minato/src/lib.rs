@@ -29,11 +29,16 @@ pub struct Config {
 pub struct MinatoConfig {
     /// A session ends after this many turns even if no deliverable was marked final.
     pub max_turns: i64,
+    /// How many memory hits (facts and decisions from earlier work) go into each context.
+    pub memory_hits: usize,
 }
 
 impl Default for MinatoConfig {
     fn default() -> Self {
-        MinatoConfig { max_turns: 8 }
+        MinatoConfig {
+            max_turns: 8,
+            memory_hits: 5,
+        }
     }
 }
 
@@ -59,21 +64,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let stop = Stop::new();
     let poll = common.poll_interval();
-    let (b1, st1) = (bus.clone(), stop.clone());
+    let (b1, st1, hits) = (bus.clone(), stop.clone(), config.minato.memory_hits);
     let requests = thread::Builder::new().name("minato-requests".into()).spawn(move || {
         consumer_loop("minato.requests", &rx_req, poll, &st1, || {
-            let Some(a) = accept_next_request(&mut requests_store)? else { return Ok(false) };
+            let Some(a) = accept_next_request(&mut requests_store, hits)? else { return Ok(false) };
             tracing::info!(session_id = %a.session_id, turn_id = %a.turn_id, request = a.request_seq, "request accepted; turn dispatched");
             b1.ring(b1.subjects.worker_dispatch(), &WorkerDispatch { turn_id: a.turn_id });
             Ok(true)
         })
     })?;
-    let (b2, st2, max_turns) = (bus.clone(), stop.clone(), config.minato.max_turns);
+    let (b2, st2, max_turns, hits) = (
+        bus.clone(),
+        stop.clone(),
+        config.minato.max_turns,
+        config.minato.memory_hits,
+    );
     let completions = thread::Builder::new()
         .name("minato-completions".into())
         .spawn(move || {
             consumer_loop("minato.completions", &rx_done, poll, &st2, || {
-                match decide_next_completion(&mut completions_store, max_turns)? {
+                match decide_next_completion(&mut completions_store, max_turns, hits)? {
                     None => return Ok(false),
                     Some(Decision::Next {
                         session_id,

@@ -57,7 +57,11 @@ fn main() -> ExitCode {
         cmd => match kura::runtime::start_with::<Config>(
             "minato",
             args.config.as_deref(),
-            if matches!(cmd, Command::Run) { "info" } else { "warn" },
+            if matches!(cmd, Command::Run) {
+                "info"
+            } else {
+                "warn"
+            },
         ) {
             Ok(x) => x,
             Err(e) => {

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Map, json};
 
 use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput};
 
@@ -79,6 +79,7 @@ impl Provider for CommandProvider {
         Ok(vec![Step::Deliver {
             text: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
             is_final: true,
+            extra: Map::new(),
         }])
     }
 }

@@ -31,6 +31,9 @@ pub enum Step {
         text: String,
         /// Whether the session's work is done.
         is_final: bool,
+        /// Structured extras kept in the deliverable (e.g. `facts`, `decisions` lists that
+        /// mikado turns into memory).
+        extra: Map<String, Value>,
     },
 }
 

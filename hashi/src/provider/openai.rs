@@ -146,6 +146,7 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
         steps.push(Step::Deliver {
             text: content,
             is_final: true,
+            extra: Map::new(),
         });
         return Ok(steps);
     }

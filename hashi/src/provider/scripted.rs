@@ -39,6 +39,12 @@ struct ScriptStep {
     /// Simulated model time before this step.
     #[serde(default)]
     delay_ms: u64,
+    /// With `deliver`: facts to remember.
+    #[serde(default)]
+    facts: Option<Value>,
+    /// With `deliver`: decisions to remember.
+    #[serde(default)]
+    decisions: Option<Value>,
 }
 
 fn yes() -> bool {
@@ -72,10 +78,20 @@ impl Scripted {
                         name,
                         arguments: s.args,
                     },
-                    (None, None, Some(text)) => Step::Deliver {
-                        text,
-                        is_final: s.is_final,
-                    },
+                    (None, None, Some(text)) => {
+                        let mut extra = Map::new();
+                        if let Some(f) = s.facts {
+                            extra.insert("facts".into(), f);
+                        }
+                        if let Some(d) = s.decisions {
+                            extra.insert("decisions".into(), d);
+                        }
+                        Step::Deliver {
+                            text,
+                            is_final: s.is_final,
+                            extra,
+                        }
+                    }
                     _ => anyhow::bail!(
                         "turn {} step {}: give exactly one of thought, tool, deliver",
                         t + 1,

@@ -122,6 +122,17 @@ impl Toolbox {
         Toolbox { tools, config }
     }
 
+    /// No tools at all (for model calls that must not act, e.g. memory extraction).
+    pub fn empty() -> Toolbox {
+        Toolbox {
+            tools: vec![],
+            config: ToolsConfig {
+                allow: vec![],
+                ..ToolsConfig::default()
+            },
+        }
+    }
+
     /// Every tool, for describing them to a model.
     pub fn all(&self) -> impl Iterator<Item = &dyn Tool> {
         self.tools.iter().map(|t| t.as_ref())

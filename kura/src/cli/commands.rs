@@ -285,6 +285,61 @@ fn with_store(
                 }
             }
         }
+        Command::Search {
+            query,
+            record_type,
+            session,
+            limit,
+            embeddings_url,
+            embeddings_model,
+        } => {
+            let query_vector = match embeddings_url.filter(|u| !u.is_empty()) {
+                None => None,
+                Some(url) => {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    Some(
+                        rt.block_on(kura::memory::embed(&url, &embeddings_model, &query))
+                            .map_err(|e| anyhow::anyhow!("embedding the query: {e}"))?,
+                    )
+                }
+            };
+            let record_type: Option<RecordType> =
+                record_type.as_deref().map(str::parse).transpose()?;
+            if let Some(t) = record_type
+                && !matches!(t, RecordType::MemoryFact | RecordType::MemoryDecision)
+            {
+                bail!("--type must be memory.fact or memory.decision");
+            }
+            let hits = kura::memory::search(
+                store.conn(),
+                &kura::memory::Search {
+                    query,
+                    record_type,
+                    session_id: session.as_deref().map(id).transpose()?,
+                    limit,
+                    query_vector,
+                },
+            )?;
+            if json {
+                out.json(&hits)?;
+            } else {
+                if hits.is_empty() {
+                    out.line("no memory matches")?;
+                }
+                for h in &hits {
+                    let mark = if h.superseded { " (superseded)" } else { "" };
+                    out.line(format!(
+                        "{:.3}  {}  {:<15} {}{mark}",
+                        h.score,
+                        h.record.record_id,
+                        h.record.record_type.as_str(),
+                        output::preview(&h.record)
+                    ))?;
+                }
+            }
+        }
         Command::Prove { record, ledger } => {
             let proof = kura::proof::prove(store, id(&record)?, id(&ledger)?)?;
             out.json(&proof)?;

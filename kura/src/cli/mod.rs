@@ -107,6 +107,30 @@ pub enum Command {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
+    /// Search memory (facts and decisions), best first.
+    Search {
+        /// Free text.
+        query: String,
+        /// Only memory.fact or memory.decision.
+        #[arg(long = "type", value_name = "TYPE")]
+        record_type: Option<String>,
+        /// Only memory from this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// At most this many hits.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// OpenAI-compatible base URL (up to /v1) to embed the query for hybrid ranking.
+        #[arg(long, env = "KURA_EMBEDDINGS_URL")]
+        embeddings_url: Option<String>,
+        /// Embedding model name.
+        #[arg(
+            long,
+            env = "KURA_EMBEDDINGS_MODEL",
+            default_value = "nomic-embed-text"
+        )]
+        embeddings_model: String,
+    },
     /// Print an inclusion proof (JSON) that a record is in a sealed ledger.
     Prove {
         /// The record id.

@@ -13,6 +13,8 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!("../../migrations/002_work.sql")),
     // 003: approvals: requests, signed votes, rejections (aegis).
     M::up(include_str!("../../migrations/003_approvals.sql")),
+    // 004: memory: graph edges, sessions, the FTS5 index and embeddings (mikado).
+    M::up(include_str!("../../migrations/004_memory.sql")),
 ];
 
 /// Brings the schema up to date; refuses databases written by a newer Kura.

@@ -105,13 +105,44 @@ fn label_from(text: &str) -> String {
     }
 }
 
-/// Inserts a pending turn after packing and sealing its context ledger.
+/// The top memory hits for an instruction (superseded decisions left out).
+fn memory_for(tx: &Connection, instruction: Uuid, hits: usize) -> Result<Vec<Uuid>> {
+    if hits == 0 {
+        return Ok(vec![]);
+    }
+    let text: String = tx.query_row(
+        "SELECT content FROM records WHERE record_id = ?1",
+        [instruction.to_string()],
+        |r| r.get(0),
+    )?;
+    let query = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_default();
+    let found = crate::memory::search(
+        tx,
+        &crate::memory::Search {
+            query,
+            limit: hits,
+            ..Default::default()
+        },
+    )?;
+    Ok(found
+        .into_iter()
+        .filter(|h| !h.superseded)
+        .map(|h| h.record.record_id)
+        .collect())
+}
+
+/// Inserts a pending turn after packing and sealing its context ledger: the given members
+/// (instruction, previous deliverable), then the top memory hits for the instruction.
 fn new_turn(
     tx: &Connection,
     session_id: Uuid,
     request_seq: i64,
     parents: &[Uuid],
     members: &[Uuid],
+    memory_hits: usize,
 ) -> Result<Uuid> {
     let seq: i64 = tx.query_row(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1",
@@ -119,7 +150,11 @@ fn new_turn(
         |r| r.get(0),
     )?;
     let ctx = open_ledger_in(tx, session_id, &format!("turn-{seq}-ctx"), parents)?;
-    for m in members {
+    let mut all = members.to_vec();
+    if let Some(instruction) = members.first() {
+        all.extend(memory_for(tx, *instruction, memory_hits)?);
+    }
+    for m in &all {
         append_existing_in(tx, ctx.ledger_id, *m)?;
     }
     seal_in(tx, ctx.ledger_id)?;
@@ -141,7 +176,7 @@ fn new_turn(
 
 /// Turns the next queued request into a session (new or continued) with a sealed context
 /// ledger and a pending turn; `None` when the queue is empty.
-pub fn accept_next_request(store: &mut Store) -> Result<Option<Accepted>> {
+pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Option<Accepted>> {
     store.write(|tx| {
         let pos = cursor(tx, REQUESTS_CONSUMER)?;
         let row: Option<(i64, String, Option<String>)> = tx
@@ -178,7 +213,14 @@ pub fn accept_next_request(store: &mut Store) -> Result<Option<Accepted>> {
             }
         };
         let parents: Vec<Uuid> = session.head_ledger_id.into_iter().collect();
-        let turn_id = new_turn(tx, session.session_id, request_seq, &parents, &[record_id])?;
+        let turn_id = new_turn(
+            tx,
+            session.session_id,
+            request_seq,
+            &parents,
+            &[record_id],
+            memory_hits,
+        )?;
         tx.execute(
             "UPDATE requests SET session_id = ?2, accepted_at = ?3 WHERE request_seq = ?1",
             params![request_seq, session.session_id.to_string(), time::now()],
@@ -206,7 +248,11 @@ pub fn last_deliverable(conn: &Connection, ledger_id: Uuid) -> Result<Option<Rec
 
 /// Decides what follows the next completed turn: complete the session (a final deliverable,
 /// or `max_turns` reached) or pack the next turn's context (the previous output as parent).
-pub fn decide_next_completion(store: &mut Store, max_turns: i64) -> Result<Option<Decision>> {
+pub fn decide_next_completion(
+    store: &mut Store,
+    max_turns: i64,
+    memory_hits: usize,
+) -> Result<Option<Decision>> {
     store.write(|tx| {
         let pos = cursor(tx, COMPLETIONS_CONSUMER)?;
         let row: Option<(String, i64)> = tx
@@ -242,7 +288,14 @@ pub fn decide_next_completion(store: &mut Store, max_turns: i64) -> Result<Optio
             )?;
             let mut members = vec![parse_id(&instruction)?];
             members.extend(deliverable.map(|d| d.record_id));
-            let next = new_turn(tx, t.session_id, t.request_seq, &[output], &members)?;
+            let next = new_turn(
+                tx,
+                t.session_id,
+                t.request_seq,
+                &[output],
+                &members,
+                memory_hits,
+            )?;
             Decision::Next {
                 session_id: t.session_id,
                 turn_id: next,

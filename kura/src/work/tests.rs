@@ -30,9 +30,11 @@ fn deliver(store: &mut Store, claim: &Claim, text: &str, is_final: bool) {
 fn request_turn_claim_complete_next_turn_complete() {
     let (_d, mut s) = fresh();
     let req = submit(&mut s, "count the files", "user:oles", None).expect("submit");
-    assert!(accept_next_request(&mut s).expect("accept").is_some());
+    assert!(accept_next_request(&mut s, 0).expect("accept").is_some());
     assert!(
-        accept_next_request(&mut s).expect("accept again").is_none(),
+        accept_next_request(&mut s, 0)
+            .expect("accept again")
+            .is_none(),
         "cursor advanced"
     );
 
@@ -50,7 +52,7 @@ fn request_turn_claim_complete_next_turn_complete() {
     deliver(&mut s, &claim, "3 files", false);
     complete_turn(&mut s, &claim).expect("complete");
 
-    let d = decide_next_completion(&mut s, 5)
+    let d = decide_next_completion(&mut s, 5, 0)
         .expect("decide")
         .expect("a decision");
     let Decision::Next {
@@ -85,7 +87,7 @@ fn request_turn_claim_complete_next_turn_complete() {
     deliver(&mut s, &c2, "a, b, c", true);
     complete_turn(&mut s, &c2).expect("complete");
     assert_eq!(
-        decide_next_completion(&mut s, 5).expect("decide"),
+        decide_next_completion(&mut s, 5, 0).expect("decide"),
         Some(Decision::Complete { session_id })
     );
     let st = request_status(s.conn(), req.request_seq).expect("status");
@@ -109,7 +111,7 @@ fn request_turn_claim_complete_next_turn_complete() {
 fn max_turns_ends_a_session() {
     let (_d, mut s) = fresh();
     submit(&mut s, "loop forever", "user:oles", None).expect("submit");
-    accept_next_request(&mut s).expect("accept");
+    accept_next_request(&mut s, 0).expect("accept");
     for i in 1..=2 {
         let c = claim_next(&mut s, "w", 10_000, now_ms())
             .expect("claim")
@@ -117,7 +119,7 @@ fn max_turns_ends_a_session() {
         assert_eq!(c.seq, i);
         deliver(&mut s, &c, "not yet", false);
         complete_turn(&mut s, &c).expect("complete");
-        let d = decide_next_completion(&mut s, 2)
+        let d = decide_next_completion(&mut s, 2, 0)
             .expect("decide")
             .expect("decision");
         assert_eq!(
@@ -132,7 +134,7 @@ fn max_turns_ends_a_session() {
 fn a_taken_over_worker_is_fenced_out() {
     let (_d, mut s) = fresh();
     submit(&mut s, "x", "user:oles", None).expect("submit");
-    accept_next_request(&mut s).expect("accept");
+    accept_next_request(&mut s, 0).expect("accept");
     let t0 = now_ms();
     let old = claim_next(&mut s, "old", 1_000, t0)
         .expect("claim")
@@ -182,5 +184,5 @@ fn submit_refuses_empty_instructions_and_unknown_sessions() {
     assert!(submit(&mut s, "  ", "user:oles", None).is_err());
     assert!(submit(&mut s, "x", "user:oles", Some(proto::new_id())).is_err());
     assert!(submit(&mut s, "x", "nobody", None).is_err());
-    assert!(accept_next_request(&mut s).expect("accept").is_none());
+    assert!(accept_next_request(&mut s, 0).expect("accept").is_none());
 }

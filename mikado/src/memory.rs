@@ -1,0 +1,216 @@
+//! Memory extraction: for each completed turn (by polling, woken by `evt.worker.complete`),
+//! read the sealed output's deliverables, extract facts and decisions (structured lists,
+//! marked lines, and — when configured — a model's answer), store them with their graph
+//! edges and index entries, and ring `evt.record.written` for each new one.
+
+use std::sync::Arc;
+
+use hashi::provider::{Provider, ProviderConfig, Step, TurnInput};
+use hashi::tools::Toolbox;
+use kura::Store;
+use kura::memory::{Item, from_deliverable, marked_lines, remember_in, store_vector_in};
+use kura::runtime::Bus;
+use kura::store::parse_id;
+use kura::work::{cursor, set_cursor};
+use proto::doorbell::RecordWritten;
+use proto::record::{Record, RecordType};
+use rusqlite::OptionalExtension;
+use serde::{Deserialize, Serialize};
+
+/// mikado's cursor over completed turns.
+pub const CONSUMER: &str = "mikado.memory";
+
+/// Memory settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Extract memory from completed turns.
+    pub enabled: bool,
+    /// `none` (structured lists and marked lines only), `openai` or `command`: also ask a
+    /// model for facts and decisions.
+    pub model: String,
+    /// The model's settings (same provider as hashi's); its answer is read for
+    /// `FACT:` / `DECISION:` lines.
+    pub provider: ProviderConfig,
+    /// OpenAI-compatible base URL (up to `/v1`) for embeddings; empty: no vectors.
+    pub embeddings_url: String,
+    /// Embedding model.
+    pub embeddings_model: String,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            model: "none".into(),
+            provider: ProviderConfig {
+                kind: "openai".into(),
+                system_prompt: "List the facts and decisions worth remembering from the deliverable, one per line, \
+                                as `FACT: ...` or `DECISION: ...`. Output nothing else."
+                    .into(),
+                ..ProviderConfig::default()
+            },
+            embeddings_url: String::new(),
+            embeddings_model: "nomic-embed-text".into(),
+        }
+    }
+}
+
+/// The extraction worker's state.
+pub struct Extractor {
+    /// Its store handle.
+    pub store: Store,
+    /// A model to ask, if configured.
+    pub model: Option<Arc<dyn Provider>>,
+    /// Settings.
+    pub config: MemoryConfig,
+    /// For ringing `evt.record.written`.
+    pub bus: Bus,
+    /// For blocking on HTTP (embeddings).
+    pub handle: tokio::runtime::Handle,
+}
+
+impl Extractor {
+    /// Builds the configured model provider, if any.
+    pub fn model(
+        config: &MemoryConfig,
+        handle: tokio::runtime::Handle,
+    ) -> anyhow::Result<Option<Arc<dyn Provider>>> {
+        if config.model == "none" {
+            return Ok(None);
+        }
+        let mut p = config.provider.clone();
+        p.kind = config.model.clone();
+        Ok(Some(Arc::from(hashi::provider::build(&p, handle)?)))
+    }
+
+    /// One unit: the next completed turn's memory. `Ok(false)` when there is none.
+    pub fn step(&mut self) -> anyhow::Result<bool> {
+        let conn = self.store.conn();
+        let pos = cursor(conn, CONSUMER)?;
+        let row: Option<(String, i64, Option<String>, String)> = conn
+            .query_row(
+                "SELECT turn_id, done_seq, output_ledger_id, session_id FROM turns WHERE done_seq > ?1 ORDER BY done_seq LIMIT 1",
+                [pos],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        let Some((turn_id, done_seq, Some(output), session)) = row else {
+            return Ok(false);
+        };
+        let session = parse_id(&session)?;
+        let records = self.store.hydrate(parse_id(&output)?)?;
+        let deliverables: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.record_type == RecordType::TaskDeliverable)
+            .collect();
+        let mut work: Vec<(&Record, Vec<Item>)> = Vec::new();
+        for d in deliverables {
+            let mut items = from_deliverable(&d.content);
+            if let Some(model) = &self.model {
+                items.extend(self.ask_model(model.as_ref(), session, &turn_id, d));
+            }
+            work.push((d, items));
+        }
+        let vectors = self.embed_all(&work);
+        let new_ids = self.store.write(|tx| {
+            if cursor(tx, CONSUMER)? != pos {
+                return Ok(vec![]); // someone else advanced it; rescan
+            }
+            let mut new_ids = Vec::new();
+            for (source, items) in &work {
+                for m in remember_in(tx, source, session, items)? {
+                    if m.new {
+                        if let Some(v) = m
+                            .record
+                            .content
+                            .get("text")
+                            .and_then(|t| t.as_str())
+                            .and_then(|t| vectors.get(t))
+                        {
+                            store_vector_in(
+                                tx,
+                                m.record.record_id,
+                                &self.config.embeddings_model,
+                                v,
+                            )?;
+                        }
+                        new_ids.push(m.record.record_id);
+                    }
+                }
+            }
+            set_cursor(tx, CONSUMER, done_seq)?;
+            Ok(new_ids)
+        })?;
+        tracing::info!(%turn_id, new = new_ids.len(), "memory extracted");
+        for record_id in new_ids {
+            self.bus.ring(
+                self.bus.subjects.record_written(),
+                &RecordWritten { record_id },
+            );
+        }
+        Ok(true)
+    }
+
+    fn ask_model(
+        &self,
+        model: &dyn Provider,
+        session: uuid::Uuid,
+        turn_id: &str,
+        d: &Record,
+    ) -> Vec<Item> {
+        let tools = Toolbox::empty();
+        let context = vec![d.clone()];
+        let input = TurnInput {
+            session_id: session,
+            seq: 1,
+            context: &context,
+            history: &[],
+            tools: &tools,
+        };
+        match model.next(&input) {
+            Ok(steps) => steps
+                .into_iter()
+                .filter_map(|s| match s {
+                    Step::Deliver { text, .. } | Step::Thought(text) => Some(marked_lines(&text)),
+                    Step::ToolCall { .. } => None,
+                })
+                .flatten()
+                .collect(),
+            Err(e) => {
+                tracing::warn!(turn_id, error = %e, "memory model failed; keeping what the deliverable itself marks");
+                vec![]
+            }
+        }
+    }
+
+    fn embed_all(
+        &self,
+        work: &[(&Record, Vec<Item>)],
+    ) -> std::collections::HashMap<String, Vec<f32>> {
+        let mut out = std::collections::HashMap::new();
+        if self.config.embeddings_url.is_empty() {
+            return out;
+        }
+        for (_, items) in work {
+            for i in items {
+                if out.contains_key(&i.text) {
+                    continue;
+                }
+                match self.handle.block_on(kura::memory::embed(
+                    &self.config.embeddings_url,
+                    &self.config.embeddings_model,
+                    &i.text,
+                )) {
+                    Ok(v) => {
+                        out.insert(i.text.clone(), v);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "embedding failed; the record is still searchable by text")
+                    }
+                }
+            }
+        }
+        out
+    }
+}
