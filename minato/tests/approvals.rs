@@ -382,7 +382,10 @@ fn forged_unknown_misdirected_replayed_and_racing_decisions_are_refused() {
         .conn()
         .query_row("SELECT count(*) FROM records WHERE record_type = 'sys.error' AND author_id = 'sys:aegis'", [], |r| r.get(0))
         .expect("count");
-    assert!(n >= 5, "{n}");
+    assert!(
+        n >= 5,
+        "the five refused while both turns waited are each recorded: {n}"
+    );
     s.verify_all();
 }
 

@@ -287,7 +287,14 @@ pub fn reject_in(
     if let Some(a) = request {
         let rec = NewRecord {
             record_type: RecordType::SysError,
-            content: json!({"text": format!("rejected approval decision: {reason}"), "request_id": a.request_id, "approver": approver}),
+            // The refused message and the time make each rejection its own record.
+            content: json!({
+                "text": format!("rejected approval decision: {reason}"),
+                "request_id": a.request_id,
+                "approver": approver,
+                "message": message,
+                "at": time::now(),
+            }),
             author_id: "sys:aegis".into(),
             metadata: Default::default(),
         };
