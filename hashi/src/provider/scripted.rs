@@ -1,6 +1,7 @@
 //! The scripted provider: deterministic steps from a JSON file, for demos, tests and
 //! offline use. Its position is derived from the records already written, so a resumed
-//! turn continues where the last worker stopped.
+//! turn continues where the last worker stopped. `{instruction}` in a thought or deliverable
+//! stands for the turn's instruction.
 //!
 //! ```text
 //! {"turns": [
@@ -128,7 +129,21 @@ impl Provider for Scripted {
         if *delay > 0 {
             std::thread::sleep(Duration::from_millis(*delay));
         }
-        Ok(vec![step.clone()])
+        // `{instruction}` in a text stands for the turn's instruction.
+        let fill = |t: &str| t.replace("{instruction}", &input.instruction());
+        Ok(vec![match step.clone() {
+            Step::Thought(t) => Step::Thought(fill(&t)),
+            Step::Deliver {
+                text,
+                is_final,
+                extra,
+            } => Step::Deliver {
+                text: fill(&text),
+                is_final,
+                extra,
+            },
+            other => other,
+        }])
     }
 }
 
