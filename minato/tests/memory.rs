@@ -239,3 +239,84 @@ fn a_configured_model_is_asked_for_memory_too() {
     assert_eq!(hits.len(), 2);
     s.verify_all();
 }
+
+/// A fake OpenAI-compatible `/v1/embeddings` server: texts about kettles or teapots point one
+/// way, everything else another.
+fn fake_embeddings() -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let (mut line, mut len) = (String::new(), 0usize);
+            reader.read_line(&mut line).expect("request line");
+            assert!(line.starts_with("POST /v1/embeddings "), "{line}");
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).expect("header");
+                if h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().expect("len");
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).expect("body");
+            let req: Value = serde_json::from_slice(&body).expect("json");
+            let input = req["input"].as_str().expect("input").to_lowercase();
+            let v = if input.contains("kettle") || input.contains("teapot") {
+                [0.9, 0.1, 0.0]
+            } else {
+                [0.0, 0.2, 0.9]
+            };
+            let resp = serde_json::json!({"object": "list", "model": req["model"],
+                "data": [{"object": "embedding", "index": 0, "embedding": v}]})
+            .to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{resp}",
+                resp.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn embeddings_make_search_hybrid() {
+    let script = r#"{"turns": [[{"deliver": "noted", "facts": ["the kettle is broken", "the cat is asleep"]}]]}"#;
+    let mut s = Stack::new(script);
+    let port = fake_embeddings();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    s.extra_env
+        .push(("OCLAW_NATS__MODE".into(), "external".into()));
+    s.extra_env
+        .push(("OCLAW_MEMORY__EMBEDDINGS_URL".into(), url.clone()));
+    s.spawn("mikado", "mikado");
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r = s.submit("look around");
+    s.wait_complete(r, MINUTE);
+    s.wait_until("vectors", MINUTE, |store| {
+        store
+            .conn()
+            .query_row("SELECT count(*) FROM kb_vectors", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap_or(0)
+            == 2
+    });
+    // "teapot" shares no word with either fact: text search alone finds nothing ...
+    assert!(kura(&s, &["search", "teapot"]).contains("no memory matches"));
+    // ... the embedding finds the kettle.
+    let hits: Vec<Value> = serde_json::from_str(&kura(
+        &s,
+        &["search", "teapot", "--embeddings-url", &url, "--json"],
+    ))
+    .expect("json");
+    assert_eq!(hits[0]["record"]["content"]["text"], "the kettle is broken");
+}
