@@ -6,7 +6,7 @@ use proto::record::{NewRecord, OwnedColumns, Record};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use super::records::{RECORD_COLUMNS, insert_record, record_from_row};
+use super::records::{RECORD_COLUMNS, columns_from_row, insert_record, record_from_row};
 use super::{Store, parse_id, sessions};
 use crate::error::{Result, StoreError};
 use crate::time;
@@ -222,17 +222,7 @@ pub fn append_existing_in(conn: &Connection, ledger_id: Uuid, record_id: Uuid) -
     let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
     let columns = conn
         .prepare_cached(&sql)?
-        .query_row([record_id.to_string()], |r| {
-            Ok(OwnedColumns {
-                record_id: r.get(0)?,
-                hash: r.get(1)?,
-                record_type: r.get(2)?,
-                content: r.get(3)?,
-                author_id: r.get(4)?,
-                metadata: r.get(5)?,
-                created_at: r.get(6)?,
-            })
-        })
+        .query_row([record_id.to_string()], columns_from_row)
         .optional()?
         .ok_or_else(|| StoreError::NotFound {
             kind: "record",

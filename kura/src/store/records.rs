@@ -29,9 +29,9 @@ pub struct Query {
     pub limit: Option<u32>,
 }
 
-/// Builds a [`Record`] from a row of [`RECORD_COLUMNS`].
-pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Record>> {
-    let columns = OwnedColumns {
+/// Reads a row of [`RECORD_COLUMNS`] as the raw stored columns.
+pub(crate) fn columns_from_row(row: &Row<'_>) -> rusqlite::Result<OwnedColumns> {
+    Ok(OwnedColumns {
         record_id: row.get(0)?,
         hash: row.get(1)?,
         record_type: row.get(2)?,
@@ -39,8 +39,12 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Record>>
         author_id: row.get(4)?,
         metadata: row.get(5)?,
         created_at: row.get(6)?,
-    };
-    Ok(record_from_columns(&columns))
+    })
+}
+
+/// Builds a [`Record`] from a row of [`RECORD_COLUMNS`].
+pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Record>> {
+    Ok(record_from_columns(&columns_from_row(row)?))
 }
 
 /// A record as written: the parsed form and the exact stored columns.
@@ -108,17 +112,7 @@ fn columns_by_hash(conn: &Connection, hash: &str) -> Result<Option<OwnedColumns>
     let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE hash = ?1");
     Ok(conn
         .prepare_cached(&sql)?
-        .query_row([hash], |r| {
-            Ok(OwnedColumns {
-                record_id: r.get(0)?,
-                hash: r.get(1)?,
-                record_type: r.get(2)?,
-                content: r.get(3)?,
-                author_id: r.get(4)?,
-                metadata: r.get(5)?,
-                created_at: r.get(6)?,
-            })
-        })
+        .query_row([hash], columns_from_row)
         .optional()?)
 }
 
