@@ -77,6 +77,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let name = common.instance_name("aegis");
     let (wake, rx) = wake_pair();
     let bus = Bus::connect(&common, &name, vec![wake.clone()]).await?;
+    let heartbeat =
+        kura::runtime::heartbeat::Heartbeat::start(&common, "aegis", &name, Some(bus.clone()));
     let serve_store = Arc::new(Mutex::new(Store::open(&common.db, &options)?));
 
     // hashi asks: decide by policy now and answer, so allow/deny cost one round trip.
@@ -155,6 +157,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     wake.wake();
     tokio::task::spawn_blocking(move || drop(worker.join())).await?;
     bus.close().await;
+    tokio::task::spawn_blocking(move || heartbeat.stop()).await?;
     tracing::info!("aegis stopped");
     Ok(())
 }

@@ -77,6 +77,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let pairs: Vec<_> = (0..n).map(|_| wake_pair()).collect();
     let wakers: Vec<_> = pairs.iter().map(|(w, _)| w.clone()).collect();
     let bus = Bus::connect(&common, &name, wakers.clone()).await?;
+    let heartbeat =
+        kura::runtime::heartbeat::Heartbeat::start(&common, "hashi", &name, Some(bus.clone()));
     let ws = wakers.clone();
     bus.doorbells::<WorkerDispatch, _>(
         bus.subjects.worker_dispatch(),
@@ -116,6 +118,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     wakers.iter().for_each(|w| w.wake());
     tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join()))).await?;
     bus.close().await;
+    tokio::task::spawn_blocking(move || heartbeat.stop()).await?;
     tracing::info!("hashi stopped");
     Ok(())
 }

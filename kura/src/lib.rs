@@ -5,6 +5,7 @@ pub mod diff;
 pub mod error;
 pub mod export;
 pub mod memory;
+pub mod ops;
 pub mod proof;
 pub mod runtime;
 pub mod store;

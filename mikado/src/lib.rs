@@ -84,6 +84,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     } else {
         None
     };
+    let name = config.common.instance_name("mikado");
+    let heartbeat = kura::runtime::heartbeat::Heartbeat::start(
+        &config.common,
+        "mikado",
+        &name,
+        memory.as_ref().map(|m| m.3.clone()),
+    );
     tokio::pin!(server);
     let result = tokio::select! {
         r = &mut server => r.map_err(anyhow::Error::from).and_then(|r| r),
@@ -98,6 +105,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         tokio::task::spawn_blocking(move || drop(thread.join())).await?;
         bus.close().await;
     }
+    tokio::task::spawn_blocking(move || heartbeat.stop()).await?;
     tracing::info!("mikado stopped");
     result
 }

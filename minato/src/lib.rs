@@ -54,6 +54,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (wake_req, rx_req) = wake_pair();
     let (wake_done, rx_done) = wake_pair();
     let bus = Bus::connect(&common, &name, vec![wake_req.clone(), wake_done.clone()]).await?;
+    let heartbeat =
+        kura::runtime::heartbeat::Heartbeat::start(&common, "minato", &name, Some(bus.clone()));
     let s = &bus.subjects;
     let w = wake_req.clone();
     bus.doorbells::<SessionCreate, _>(s.session_create(), None, move |_| w.wake())
@@ -114,6 +116,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     })
     .await?;
     bus.close().await;
+    tokio::task::spawn_blocking(move || heartbeat.stop()).await?;
     tracing::info!("minato stopped");
     Ok(())
 }

@@ -398,3 +398,78 @@ fn sigterm_releases_the_turn_to_another_worker_at_once() {
     assert_ne!(by, holder);
     s.verify_all();
 }
+
+#[test]
+fn kura_status_shows_every_daemon_the_backlog_and_the_last_sweep() {
+    let mut s = Stack::new(TWO_TURNS);
+    s.nats.kill();
+    for (bin, name) in [
+        ("mikado", "mikado"),
+        ("kura", "kura"),
+        ("aegis", "aegis"),
+        ("minato", "minato"),
+        ("hashi", "hashi"),
+    ] {
+        s.spawn(bin, name);
+    }
+    let (status, _) = s.submit_and_wait("Write a note, then read it back");
+    assert!(status.success(), "{}", s.logs());
+    let db = s.db.clone();
+    let status = move || -> serde_json::Value {
+        let out = std::process::Command::new(common::bin("kura"))
+            .arg("--db")
+            .arg(&db)
+            .args(["status", "--json"])
+            .output()
+            .expect("status");
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    s.wait_until("a sweep", MINUTE, |store| {
+        store
+            .conn()
+            .query_row("SELECT count(*) FROM sweeps", [], |r| r.get::<_, i64>(0))
+            .unwrap_or(0)
+            > 0
+    });
+    let st = status();
+    let kinds: Vec<(&str, bool)> = st["daemons"]
+        .as_array()
+        .expect("daemons")
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or(""),
+                d["up"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("aegis", true),
+            ("hashi", true),
+            ("kura", true),
+            ("mikado", true),
+            ("minato", true)
+        ]
+    );
+    for d in st["daemons"].as_array().expect("daemons") {
+        if d["kind"] != "kura" {
+            assert_eq!(d["nats_connected"], true, "{d}");
+        }
+    }
+    assert_eq!(st["backlog"]["pending_turns"], 0);
+    assert_eq!(st["last_sweep"]["ok"], true, "{st}");
+    assert!(st["db_bytes"].as_u64().expect("size") > 0);
+    s.shutdown_cleanly();
+    let st = status();
+    assert!(
+        st["daemons"]
+            .as_array()
+            .expect("daemons")
+            .iter()
+            .all(|d| d["up"] == false),
+        "{st}"
+    );
+}

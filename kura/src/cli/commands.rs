@@ -43,6 +43,19 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         Command::VerifyProof { file, root } => {
             verify_proof(&mut out, json, &file, root.as_deref())?
         }
+        Command::Serve {
+            config,
+            print_default_config,
+        } => {
+            if print_default_config {
+                out.line(kura::runtime::to_toml(&kura::ops::ServeConfig::default()).trim_end())?;
+            } else {
+                let (config, rt) =
+                    kura::runtime::start::<kura::ops::ServeConfig>("kura", config.as_deref())?;
+                rt.block_on(kura::ops::serve(config, kura::runtime::shutdown_signal()))?;
+            }
+            Outcome::Ok
+        }
         command => {
             let mut store = Store::open(&args.db, &options)?;
             with_store(&mut store, &mut out, json, command)?
@@ -63,7 +76,15 @@ fn with_store(
     command: Command,
 ) -> anyhow::Result<Outcome> {
     match command {
-        Command::Init | Command::VerifyProof { .. } => {
+        Command::Status => {
+            let st = kura::ops::status(store)?;
+            if json {
+                out.json(&st)?;
+            } else {
+                print_status(out, &st)?;
+            }
+        }
+        Command::Init | Command::VerifyProof { .. } | Command::Serve { .. } => {
             bail!("internal: init and verify-proof run without an open store")
         }
         Command::Session(SessionCmd::New { label }) => {
@@ -539,4 +560,51 @@ fn verify_proof(
     } else {
         Outcome::VerifyFailed
     })
+}
+
+fn print_status(out: &mut Out, st: &kura::ops::Status) -> anyhow::Result<()> {
+    out.line("daemons:")?;
+    if st.daemons.is_empty() {
+        out.line("  (none has started yet)")?;
+    }
+    for d in &st.daemons {
+        let nats = if d.kind == "kura" {
+            "-"
+        } else if d.nats_connected {
+            "nats ok"
+        } else {
+            "no nats"
+        };
+        out.line(format!(
+            "  {:<7} {:<22} pid {:<7} {:<5} last beat {}s ago  {nats}",
+            d.kind,
+            d.instance,
+            d.pid,
+            if d.up { "UP" } else { "DOWN" },
+            d.last_beat_s
+        ))?;
+    }
+    let b = &st.backlog;
+    out.line(format!(
+        "backlog: {} queued requests, {} pending / {} running / {} waiting turns, {} open approvals, {} outputs not yet read for memory",
+        b.queued_requests, b.pending_turns, b.running_turns, b.waiting_turns, b.open_approvals, b.unextracted_outputs
+    ))?;
+    match &st.last_sweep {
+        Some(s) => out.line(format!(
+            "last integrity sweep: {} {} ({})",
+            s.at,
+            if s.ok { "OK" } else { "FAILED" },
+            s.summary
+        ))?,
+        None => out.line("last integrity sweep: never (is `kura serve` running?)")?,
+    }
+    match &st.last_backup {
+        Some(s) => out.line(format!("last backup: {} {}", s.at, s.summary))?,
+        None => out.line("last backup: never")?,
+    }
+    out.line(format!(
+        "database: {} bytes (+ {} bytes WAL)",
+        st.db_bytes, st.wal_bytes
+    ))?;
+    Ok(())
 }

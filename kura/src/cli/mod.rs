@@ -139,6 +139,18 @@ pub enum Command {
         #[arg(long)]
         ledger: String,
     },
+    /// What is up, what is waiting, when the data was last checked.
+    Status,
+    /// Run the kura daemon: integrity sweeps, WAL checkpoints, backups (settings from a TOML
+    /// file and OCLAW_* variables, like the other daemons; the database is `common.db`).
+    Serve {
+        /// TOML config file.
+        #[arg(long, env = "KURA_CONFIG")]
+        config: Option<PathBuf>,
+        /// Print the default configuration and exit.
+        #[arg(long)]
+        print_default_config: bool,
+    },
     /// Check an inclusion proof offline (no database needed); exit 1 if it fails.
     VerifyProof {
         /// The proof file (`-` for stdin).

@@ -35,6 +35,8 @@ pub struct Bus {
     pub stats: Arc<Stats>,
     /// Runtime handle, so synchronous consumer threads can ring doorbells.
     handle: tokio::runtime::Handle,
+    /// Whether the connection is up, kept by the connection's own events.
+    connected: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Bus {
@@ -48,6 +50,8 @@ impl Bus {
     ) -> anyhow::Result<Bus> {
         let subjects = common.subjects()?;
         let on_connect = Arc::new(on_connect);
+        let connected = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let up = connected.clone();
         let client = ConnectOptions::new()
             .name(name)
             .retry_on_initial_connect()
@@ -59,13 +63,16 @@ impl Bus {
             })
             .event_callback(move |event| {
                 let on_connect = on_connect.clone();
+                let up = up.clone();
                 async move {
                     match event {
                         Event::Connected => {
+                            up.store(true, Ordering::SeqCst);
                             tracing::info!("NATS connected; rescanning the store");
                             on_connect.iter().for_each(Waker::wake);
                         }
                         Event::Disconnected => {
+                            up.store(false, Ordering::SeqCst);
                             tracing::warn!("NATS disconnected; polling the store until it returns")
                         }
                         other => tracing::debug!(event = %other, "NATS event"),
@@ -79,7 +86,13 @@ impl Bus {
             subjects,
             stats: Arc::new(Stats::default()),
             handle: tokio::runtime::Handle::current(),
+            connected,
         })
+    }
+
+    /// Whether NATS is reachable right now.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst)
     }
 
     /// Subscribes to doorbells of type `T` on `subject` (in queue group `queue` if given) and

@@ -3,6 +3,7 @@
 
 pub mod bus;
 pub mod config;
+pub mod heartbeat;
 pub mod logging;
 pub mod natsbin;
 pub mod testing;

@@ -15,6 +15,8 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!("../../migrations/003_approvals.sql")),
     // 004: memory: graph edges, sessions, the FTS5 index and embeddings (mikado).
     M::up(include_str!("../../migrations/004_memory.sql")),
+    // 005: operations: daemon heartbeats, integrity sweeps and backups.
+    M::up(include_str!("../../migrations/005_ops.sql")),
 ];
 
 /// Brings the schema up to date; refuses databases written by a newer Kura.

@@ -80,7 +80,8 @@ impl Stack {
     pub fn spawn(&mut self, binary: &str, instance: &str) {
         let log = std::fs::File::create(self.path(&format!("{instance}.log"))).expect("log file");
         let mut cmd = Command::new(bin(binary));
-        cmd.arg("run")
+        // `kura` is the fifth daemon: `kura serve`.
+        cmd.arg(if binary == "kura" { "serve" } else { "run" })
             .stdout(Stdio::null())
             .stderr(log)
             .stdin(Stdio::null());
