@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Install (or upgrade in place) Kura on a Raspberry Pi (64-bit Raspberry Pi OS / Debian arm64).
+# Run from the unpacked kura-<version>-aarch64-linux directory, as root:
+#
+#   sudo ./install.sh                 install or upgrade; keeps data and edited configs
+#   sudo ./install.sh --uninstall     remove services and binaries; keep /var/lib/kura, /etc/kura
+#   sudo ./install.sh --uninstall --purge   ... and remove the data, configs and the kura user
+#
+# Testing aids: --root DIR installs into DIR instead of / (no user, no systemctl);
+# --no-start installs without starting the services.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=""
+uninstall=0
+purge=0
+start=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --uninstall) uninstall=1 ;;
+        --purge) purge=1 ;;
+        --root) root=${2%/}; shift ;;
+        --no-start) start=0 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+units="kura-mikado kura-serve kura-aegis kura-minato kura-hashi"
+live=0
+if [ -z "$root" ]; then
+    live=1
+    [ "$(id -u)" -eq 0 ] || { echo "install.sh: run as root (sudo ./install.sh)" >&2; exit 2; }
+fi
+systemctl_() { if [ $live = 1 ] && command -v systemctl >/dev/null; then systemctl "$@"; fi; }
+
+if [ $uninstall = 1 ]; then
+    for u in $units; do systemctl_ disable --now "$u.service" 2>/dev/null || true; done
+    rm -f "$root"/etc/systemd/system/kura-*.service
+    systemctl_ daemon-reload || true
+    rm -rf "$root/opt/kura"
+    for b in kura minato aegis; do
+        [ -L "$root/usr/local/bin/$b" ] && rm -f "$root/usr/local/bin/$b"
+    done
+    if [ $purge = 1 ]; then
+        rm -rf "$root/var/lib/kura" "$root/etc/kura"
+        if [ $live = 1 ] && id kura >/dev/null 2>&1; then userdel kura || true; fi
+        echo "Kura removed, data and configs purged."
+    else
+        echo "Kura removed. Data kept in /var/lib/kura, configs in /etc/kura (--purge removes them)."
+    fi
+    exit 0
+fi
+
+if [ $live = 1 ]; then
+    arch=$(uname -m)
+    [ "$arch" = aarch64 ] || { echo "install.sh: this bundle is for aarch64, not $arch" >&2; exit 2; }
+    (cd "$here" && sha256sum --quiet -c SHA256SUMS) || { echo "install.sh: SHA256SUMS do not match" >&2; exit 1; }
+    if ! id kura >/dev/null 2>&1; then
+        useradd --system --home-dir /var/lib/kura --no-create-home --shell /usr/sbin/nologin kura
+    fi
+fi
+owner() { if [ $live = 1 ]; then chown "$@"; fi; }
+
+install -d -m 0755 "$root/opt/kura/bin" "$root/etc/kura" "$root/etc/systemd/system" "$root/usr/local/bin"
+install -d -m 0750 "$root/var/lib/kura"
+owner kura:kura "$root/var/lib/kura"
+# Stop running services before replacing their binaries (an upgrade).
+for u in $units; do systemctl_ stop "$u.service" 2>/dev/null || true; done
+for b in kura mikado minato hashi aegis nats-server; do
+    install -m 0755 "$here/bin/$b" "$root/opt/kura/bin/$b"
+done
+install -m 0644 "$here/README.md" "$root/opt/kura/README.md" 2>/dev/null || true
+for b in kura minato aegis; do ln -sfn "/opt/kura/bin/$b" "$root/usr/local/bin/$b"; done
+# Configs: installed once; an upgrade never overwrites what the owner edited.
+for f in "$here"/config/*; do
+    dest="$root/etc/kura/$(basename "$f")"
+    if [ -e "$dest" ]; then
+        install -m 0644 "$f" "$dest.new"
+    else
+        install -m 0644 "$f" "$dest"
+    fi
+done
+for f in "$here"/systemd/*.service; do install -m 0644 "$f" "$root/etc/systemd/system/$(basename "$f")"; done
+
+# The database: created once, owned by kura, readable by nobody else.
+db="$root/var/lib/kura/kura.db"
+if [ ! -e "$db" ]; then
+    if [ $live = 1 ]; then
+        runuser -u kura -- /opt/kura/bin/kura --db /var/lib/kura/kura.db init
+    else
+        "${KURA_INIT:-$root/opt/kura/bin/kura}" --db "$db" init
+    fi
+fi
+chmod 0600 "$db"
+owner kura:kura "$db"
+
+systemctl_ daemon-reload
+for u in $units; do systemctl_ enable "$u.service"; done
+if [ $start = 1 ]; then
+    for u in $units; do systemctl_ restart "$u.service"; done
+fi
+echo "Kura installed: binaries in /opt/kura/bin, configs in /etc/kura, data in /var/lib/kura."
+[ $live = 1 ] && [ $start = 1 ] && { sleep 3; /opt/kura/bin/kura --db /var/lib/kura/kura.db status || true; }
+exit 0
