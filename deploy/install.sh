@@ -75,7 +75,8 @@ for b in kura minato aegis; do ln -sfn "/opt/kura/bin/$b" "$root/usr/local/bin/$
 for f in "$here"/config/*; do
     dest="$root/etc/kura/$(basename "$f")"
     if [ -e "$dest" ]; then
-        install -m 0644 "$f" "$dest.new"
+        # Keep the owner's file; offer the shipped one beside it when they differ.
+        cmp -s "$f" "$dest" || install -m 0644 "$f" "$dest.new"
     else
         install -m 0644 "$f" "$dest"
     fi
