@@ -34,21 +34,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run => {
-            let (config, rt) = match kura::runtime::start::<Config>("hashi", args.config.as_deref())
-            {
-                Ok(x) => x,
-                Err(e) => {
-                    eprintln!("hashi: error: {e:#}");
-                    return ExitCode::from(2);
-                }
-            };
-            match rt.block_on(hashi::run(config, kura::runtime::shutdown_signal())) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("hashi: error: {e:#}");
-                    ExitCode::from(1)
-                }
-            }
+            kura::runtime::run_daemon("hashi", args.config.as_deref(), |c: Config, s| {
+                hashi::run(c, s)
+            })
         }
     }
 }

@@ -34,21 +34,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run => {
-            let (config, rt) =
-                match kura::runtime::start::<Config>("mikado", args.config.as_deref()) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        eprintln!("mikado: error: {e:#}");
-                        return ExitCode::from(2);
-                    }
-                };
-            match rt.block_on(mikado::run(config, kura::runtime::shutdown_signal())) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "mikado failed");
-                    ExitCode::from(1)
-                }
-            }
+            kura::runtime::run_daemon("mikado", args.config.as_deref(), |c: Config, s| {
+                mikado::run(c, s)
+            })
         }
     }
 }

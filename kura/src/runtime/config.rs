@@ -16,12 +16,12 @@ use toml::{Table, Value};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config {path}: {source}")]
+    #[error("cannot read config {path}: {cause}")]
     Read {
         /// The file.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not TOML, or a value has the wrong type or an unknown key.
     #[error("invalid config{where_}: {message}")]
@@ -56,9 +56,9 @@ pub fn load_with_env<T: Serialize + DeserializeOwned + Default>(
     let mut where_ = String::new();
     if let Some(path) = path {
         where_ = format!(" in {}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         let file: Table =
             toml::from_str(&text).map_err(|e| invalid(&where_, e.message().to_owned()))?;

@@ -128,3 +128,31 @@ where
         .build()?;
     Ok((config, runtime))
 }
+
+/// The `run` subcommand of every daemon: set up logging, config and a runtime, run until
+/// SIGTERM/SIGINT. Exit 0 on a clean stop, 2 for config errors, 1 if the daemon failed.
+pub fn run_daemon<C, F, Fut>(
+    name: &str,
+    config: Option<&std::path::Path>,
+    run: F,
+) -> std::process::ExitCode
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+    F: FnOnce(C, std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let (config, rt) = match start::<C>(name, config) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(config, Box::pin(shutdown_signal()))) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
