@@ -126,7 +126,9 @@ fn malformed_doorbells_are_rejected_counted_and_harmless() {
     s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
-    std::thread::sleep(Duration::from_millis(500));
+    s.wait_log("hashi", "NATS connected", MINUTE);
+    s.wait_log("minato", "NATS connected", MINUTE);
+    std::thread::sleep(Duration::from_millis(300));
     let before = common::session_records_count(&s);
     let url = s.nats.url();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -293,6 +295,9 @@ fn nats_killed_mid_session_and_restarted_loses_nothing() {
     s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
+    // Both daemons are connected before NATS goes away (so a disconnect is what they see).
+    s.wait_log("hashi", "NATS connected", MINUTE);
+    s.wait_log("minato", "NATS connected", MINUTE);
     let r = s.submit("three slow turns");
     s.wait_until("turn 1 to start", MINUTE, |store| {
         store

@@ -208,6 +208,19 @@ impl Stack {
         }
     }
 
+    /// Waits until a daemon's log contains `needle`.
+    pub fn wait_log(&self, instance: &str, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.log(instance).contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "{instance} never logged {needle:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn log(&self, instance: &str) -> String {
         std::fs::read_to_string(self.path(&format!("{instance}.log"))).unwrap_or_default()
     }
