@@ -5,10 +5,16 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+/// Polls `f` for up to 20 s; on timeout the panic shows mikado's log (if there is one).
+fn wait_for(what: &str, log: Option<&std::path::Path>, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; mikado log:\n{}",
+            log.and_then(|l| std::fs::read_to_string(l).ok())
+                .unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -33,18 +39,30 @@ fn pids_with(needle: &str) -> Vec<u32> {
 fn supervises_restarts_and_stops_the_bundled_nats_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = kura::runtime::testing::free_port();
+    let log = dir.path().join("mikado.log");
     let mut mikado = Command::new(env!("CARGO_BIN_EXE_mikado"))
         .arg("run")
         .env("OCLAW_NATS_URL", format!("nats://127.0.0.1:{port}"))
         .env("OCLAW_NATS__CONFIG_DIR", dir.path())
+        .env("OCLAW_DB", dir.path().join("kura.db"))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("spawn mikado");
     let conf = dir.path().join(format!("kura-nats-{port}.conf"));
     let needle = conf.display().to_string();
-    wait_for("nats-server to listen", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    // Our own server, not just anything answering on the port: the generated config exists,
+    // exactly one nats-server runs with it, and the port accepts connections.
+    wait_for("nats-server to listen", Some(&log), || {
+        if let Ok(Some(status)) = mikado.try_wait() {
+            panic!(
+                "mikado exited early ({status}): {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        conf.exists()
+            && pids_with(&needle).len() == 1
+            && TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let text = std::fs::read_to_string(&conf).expect("generated config");
     assert!(
@@ -59,7 +77,7 @@ fn supervises_restarts_and_stops_the_bundled_nats_server() {
         .args(["-KILL", &first[0].to_string()])
         .status()
         .expect("kill");
-    wait_for("a new nats-server", || {
+    wait_for("a new nats-server", Some(&log), || {
         let now = pids_with(&needle);
         now.len() == 1 && now[0] != first[0] && TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
@@ -78,7 +96,9 @@ fn supervises_restarts_and_stops_the_bundled_nats_server() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0));
-    wait_for("the server to be gone", || pids_with(&needle).is_empty());
+    wait_for("the server to be gone", Some(&log), || {
+        pids_with(&needle).is_empty()
+    });
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
 }
 
