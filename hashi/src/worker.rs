@@ -325,7 +325,9 @@ impl Worker {
         let outcome = match self.tools.check(name) {
             Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
             Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
-            Ok(_) if self.config.approvals == "off" => self.run_tool(claim, name, arguments),
+            Ok(_) if self.config.approvals == "off" => {
+                self.run_tool(claim, name, arguments, call_id)
+            }
             Ok(_) => {
                 let meta = self
                     .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
@@ -339,7 +341,7 @@ impl Worker {
                         fenced(&mut self.store, claim, |tx| {
                             mark_started_in(tx, request.request_id, claim.epoch)
                         })?;
-                        self.run_tool(claim, name, arguments)
+                        self.run_tool(claim, name, arguments, call_id)
                     }
                     Some((false, rule)) => Err(format!("denied by aegis ({rule})")),
                     None => {
@@ -386,6 +388,7 @@ impl Worker {
         claim: &Claim,
         name: &str,
         arguments: &Map<String, Value>,
+        call_id: &str,
     ) -> Result<Value, String> {
         let tool = self
             .tools
@@ -393,7 +396,7 @@ impl Worker {
             .ok_or_else(|| format!("unknown tool {name:?}"))?;
         self.tools
             .workspace(&claim.session_id.to_string())
-            .and_then(|ws| tool.run(&ws, arguments))
+            .and_then(|ws| tool.run(&ws.for_call(call_id), arguments))
     }
 
     fn record_result(
@@ -491,7 +494,7 @@ impl Worker {
                     fenced(&mut self.store, claim, |tx| {
                         mark_started_in(tx, id, claim.epoch)
                     })?;
-                    let outcome = self.run_tool(claim, &name, &args);
+                    let outcome = self.run_tool(claim, &name, &args, &call_id);
                     self.record_result(claim, history, &call_id, outcome, &[])?;
                     continue;
                 }
@@ -512,7 +515,7 @@ impl Worker {
                 .is_some_and(|t| t.effect() == Effect::Read);
             let (outcome, status) = if read_only {
                 tracing::info!(turn_id = %claim.turn_id, tool = %name, "re-running a read-only call the previous worker left unanswered");
-                (self.run_tool(claim, &name, &args), None)
+                (self.run_tool(claim, &name, &args, &call_id), None)
             } else {
                 tracing::warn!(turn_id = %claim.turn_id, tool = %name, "previous worker died during a side-effecting call; recording the outcome as unknown, not re-running");
                 (Err(String::new()), Some(()))

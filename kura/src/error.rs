@@ -41,12 +41,19 @@ pub enum StoreError {
     /// Other invalid input, explained.
     #[error("{0}")]
     Invalid(String),
-    /// SQLite failed (I/O, full disk, lock timeout, ...).
+    /// SQLite failed (I/O, full disk, lock timeout, ...). Not marked as the error's source:
+    /// its message already says everything, and a cause chain would repeat it.
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     /// The schema could not be brought up to date.
     #[error("schema migration failed: {0}")]
     Migration(#[from] rusqlite_migration::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e)
+    }
 }
 
 /// Shorthand.

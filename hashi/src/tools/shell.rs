@@ -1,4 +1,5 @@
-//! `shell.run {argv}`: runs an allowlisted program in the workspace, no shell in between.
+//! `shell.run {argv}`: runs an allowlisted program in the workspace, no shell in between,
+//! with `KURA_SESSION_ID` and `KURA_CALL_ID` set so its outside effects can be made idempotent.
 
 use std::io::Read as _;
 use std::process::{Command, Stdio};
@@ -57,12 +58,18 @@ impl Tool for Run {
                 argv[0]
             ));
         }
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .current_dir(ws.root())
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", ws.root())
+            .env("KURA_SESSION_ID", ws.session());
+        if let Some(call_id) = ws.call_id() {
+            // An idempotency key for whatever the program does outside.
+            cmd.env("KURA_CALL_ID", call_id);
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -124,6 +131,17 @@ mod tests {
             .expect_err("timeout");
         assert!(err.contains("timed out"), "{err}");
         assert!(run.run(&ws, &args(json!({"argv": []}))).is_err());
+        let run = Run {
+            allowlist: vec!["sh".into()],
+            timeout: Duration::from_secs(10),
+        };
+        let r = run
+            .run(
+                &ws.clone().for_call("c-42"),
+                &args(json!({"argv": ["sh", "-c", "echo $KURA_SESSION_ID $KURA_CALL_ID"]})),
+            )
+            .expect("sh");
+        assert_eq!(r["stdout"], "s c-42\n");
         assert!(run.run(&ws, &args(json!({"argv": "echo hi"}))).is_err());
     }
 }

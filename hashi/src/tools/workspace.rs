@@ -8,6 +8,11 @@ use std::path::{Component, Path, PathBuf};
 pub struct Workspace {
     /// Canonical path of the directory.
     root: PathBuf,
+    /// The session it belongs to; `shell.run` passes it on as `KURA_SESSION_ID`.
+    session: String,
+    /// The `call_id` of the tool call being run, if any; `shell.run` passes it on as
+    /// `KURA_CALL_ID` so an external program can make its effect idempotent.
+    call_id: Option<String>,
 }
 
 impl Workspace {
@@ -22,7 +27,27 @@ impl Workspace {
         let root = dir
             .canonicalize()
             .map_err(|e| format!("cannot open workspace {}: {e}", dir.display()))?;
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            session: session.to_owned(),
+            call_id: None,
+        })
+    }
+
+    /// The same workspace, for running the tool call `call_id`.
+    pub fn for_call(mut self, call_id: &str) -> Workspace {
+        self.call_id = Some(call_id.to_owned());
+        self
+    }
+
+    /// The session this workspace belongs to.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The tool call being run, if one is.
+    pub fn call_id(&self) -> Option<&str> {
+        self.call_id.as_deref()
     }
 
     /// The workspace directory.

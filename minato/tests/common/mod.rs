@@ -76,9 +76,14 @@ impl Stack {
         }
     }
 
-    /// Starts `<binary> run` as `instance`, logging to `<instance>.log`.
+    /// Starts `<binary> run` as `instance`, logging to `<instance>.log` (appended to, so a
+    /// restarted daemon keeps its earlier log).
     pub fn spawn(&mut self, binary: &str, instance: &str) {
-        let log = std::fs::File::create(self.path(&format!("{instance}.log"))).expect("log file");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("{instance}.log")))
+            .expect("log file");
         let mut cmd = Command::new(bin(binary));
         // `kura` is the fifth daemon: `kura serve`.
         cmd.arg(if binary == "kura" { "serve" } else { "run" })
@@ -87,7 +92,30 @@ impl Stack {
             .stdin(Stdio::null());
         self.env(&mut cmd, instance);
         let child = cmd.spawn().expect("spawn daemon");
+        self.children.retain(|(n, _)| n != instance);
         self.children.push((instance.to_owned(), child));
+    }
+
+    /// Runs `kura verify --all`; returns whether it passed and what it printed.
+    pub fn verify_report(&self) -> (bool, String) {
+        let out = Command::new(bin("kura"))
+            .args(["verify", "--all"])
+            .arg("--db")
+            .arg(&self.db)
+            .output()
+            .expect("kura verify");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    /// Daemons that have exited (name, status), without waiting.
+    pub fn exited(&mut self) -> Vec<(String, ExitStatus)> {
+        self.children
+            .iter_mut()
+            .filter_map(|(n, c)| c.try_wait().ok().flatten().map(|s| (n.clone(), s)))
+            .collect()
     }
 
     /// `minato submit` (no wait); returns the request number.
