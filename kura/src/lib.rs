@@ -1,6 +1,7 @@
 //! Kura: the SQLite record/ledger store behind every Kura process, plus its reports
 //! (verify, diff, proofs, git export) used by the `kura` command line.
 
+pub mod bench;
 pub mod diff;
 pub mod error;
 pub mod export;

@@ -43,6 +43,20 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         Command::VerifyProof { file, root } => {
             verify_proof(&mut out, json, &file, root.as_deref())?
         }
+        Command::Bench {
+            dir,
+            quick,
+            no_nats,
+            nats,
+        } => bench(&mut out, json, &args.db, dir, quick, !no_nats, nats)?,
+        Command::BenchPeer { nats, count } => {
+            kura::bench::peer(&kura::bench::PeerArgs {
+                nats_url: nats,
+                db: args.db.clone(),
+                count,
+            })?;
+            Outcome::Ok
+        }
         Command::Serve {
             config,
             print_default_config,
@@ -84,7 +98,11 @@ fn with_store(
                 print_status(out, &st)?;
             }
         }
-        Command::Init | Command::VerifyProof { .. } | Command::Serve { .. } => {
+        Command::Init
+        | Command::VerifyProof { .. }
+        | Command::Serve { .. }
+        | Command::Bench { .. }
+        | Command::BenchPeer { .. } => {
             bail!("internal: init and verify-proof run without an open store")
         }
         Command::Session(SessionCmd::New { label }) => {
@@ -607,4 +625,39 @@ fn print_status(out: &mut Out, st: &kura::ops::Status) -> anyhow::Result<()> {
         st.db_bytes, st.wal_bytes
     ))?;
     Ok(())
+}
+
+/// `kura bench`: the figures as a table (or JSON), with progress on stderr.
+fn bench(
+    out: &mut Out,
+    json: bool,
+    db: &Path,
+    dir: Option<std::path::PathBuf>,
+    quick: bool,
+    doorbell: bool,
+    nats_url: Option<String>,
+) -> anyhow::Result<Outcome> {
+    let dir = dir.unwrap_or_else(|| match db.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    });
+    let args = kura::bench::BenchArgs {
+        dir,
+        sizes: if quick {
+            kura::bench::Sizes::quick()
+        } else {
+            kura::bench::Sizes::full()
+        },
+        doorbell,
+        nats_url,
+    };
+    let report = kura::bench::run(&args, |name| eprintln!("kura bench: {name} ..."))
+        .context("benchmark failed")?;
+    if json {
+        out.json(&report)?;
+    } else {
+        out.line(format!("Scratch databases in {}", report.dir))?;
+        out.line(kura::bench::table(&report).trim_end())?;
+    }
+    Ok(Outcome::Ok)
 }

@@ -151,6 +151,33 @@ pub enum Command {
         #[arg(long)]
         print_default_config: bool,
     },
+    /// Measure this disk and machine: durable and batched appends, scaling to 1 M records,
+    /// verify, doorbell latency — each printed beside a baseline measured in the same run.
+    Bench {
+        /// Where the scratch databases go (the disk you want judged). Default: the
+        /// directory of --db.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// A run of a few seconds, with small sizes.
+        #[arg(long)]
+        quick: bool,
+        /// Skip the doorbell figure (it starts the bundled nats-server).
+        #[arg(long)]
+        no_nats: bool,
+        /// Use this NATS server for the doorbell figure instead of the bundled one.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
+    /// The other end of the doorbell figure (started by `kura bench`).
+    #[command(hide = true)]
+    BenchPeer {
+        /// The NATS server.
+        #[arg(long)]
+        nats: String,
+        /// Events of each kind to wait for.
+        #[arg(long)]
+        count: usize,
+    },
     /// Check an inclusion proof offline (no database needed); exit 1 if it fails.
     VerifyProof {
         /// The proof file (`-` for stdin).

@@ -29,14 +29,19 @@ impl NatsServer {
     /// Starts `nats-server` on a free loopback port and waits until it accepts connections.
     /// Panics (test helper) if the binary is missing or it does not come up.
     pub fn start() -> NatsServer {
-        let bin = super::natsbin::find("").unwrap_or_else(|e| panic!("{e}"));
+        NatsServer::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`NatsServer::start`] without panicking (for `kura bench`).
+    pub fn try_start() -> Result<NatsServer, String> {
+        let bin = super::natsbin::find("")?;
         let mut s = NatsServer {
             child: None,
             port: free_port(),
             bin,
         };
-        s.restart();
-        s
+        s.try_restart()?;
+        Ok(s)
     }
 
     /// The client URL.
@@ -52,25 +57,29 @@ impl NatsServer {
         }
     }
 
-    /// (Re)starts the server on the same port.
+    /// (Re)starts the server on the same port. Panics (test helper) if it does not come up.
     pub fn restart(&mut self) {
+        self.try_restart().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// [`NatsServer::restart`] without panicking.
+    pub fn try_restart(&mut self) -> Result<(), String> {
         self.kill();
         let child = Command::new(&self.bin)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+            .map_err(|e| format!("cannot start {}: {e}", self.bin.display()))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not start on {}",
-                self.port
-            );
+            if Instant::now() >= deadline {
+                return Err(format!("nats-server did not start on port {}", self.port));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 }
 
