@@ -5,7 +5,7 @@
 //! ledger hashes from the header and the parents' stored hashes, and session heads from the
 //! hash-chained ref log. Every problem found is reported, not just the first.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use proto::ledger::{LedgerHeader, ParentRef};
 use proto::merkle;
@@ -76,7 +76,10 @@ impl Report {
 fn raw_text(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
     Ok(match row.get_ref(i)? {
         ValueRef::Null => None,
-        ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Text(t) => Some(match std::str::from_utf8(t) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(t).into_owned(),
+        }),
         ValueRef::Integer(n) => Some(n.to_string()),
         ValueRef::Real(x) => Some(x.to_string()),
         ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -267,7 +270,7 @@ impl Verifier<'_> {
             self.check_record(&c);
             let leaf = c.leaf_hash();
             let at_append = rc[7].as_deref().unwrap_or("");
-            if hex::encode(leaf) != at_append {
+            if proto::canonical::to_hex(&leaf) != at_append {
                 self.problem(
                     "record",
                     c.record_id,
@@ -361,7 +364,7 @@ impl Verifier<'_> {
                 }
             }
             "sealed" => {
-                let root = hex::encode(merkle::root(&leaves));
+                let root = proto::canonical::to_hex(&merkle::root(&leaves));
                 let root_stored = root_stored.unwrap_or_default();
                 if root != root_stored {
                     self.problem(
@@ -564,6 +567,80 @@ fn reflog_raw(conn: &Connection, session_id: &str) -> Result<Vec<RefLogEntry>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Below this many ledgers in a generation, one thread does them all.
+const PARALLEL_MIN_LEDGERS: usize = 16;
+
+/// Checks `ids` (in order), on several threads when there are many; returns each ledger's
+/// parents in the same order and folds problems and counts into `v`.
+fn check_ledgers(
+    v: &mut Verifier<'_>,
+    path: &std::path::Path,
+    ids: &[String],
+) -> Result<Vec<Vec<String>>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4);
+    if threads < 2 || ids.len() < PARALLEL_MIN_LEDGERS {
+        return ids.iter().map(|id| v.check_ledger(id)).collect();
+    }
+    let chunk = ids.len().div_ceil(threads);
+    // Each worker has its own read-only connection; contiguous chunks keep the order.
+    let results: Vec<Result<(Report, HashSet<String>, Vec<Vec<String>>)>> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = ids
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || {
+                        let conn = Connection::open_with_flags(
+                            path,
+                            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                        )?;
+                        let mut w = Verifier {
+                            conn: &conn,
+                            report: Report::default(),
+                            seen_records: HashSet::new(),
+                        };
+                        let parents = part
+                            .iter()
+                            .map(|id| w.check_ledger(id))
+                            .collect::<Result<Vec<_>>>()?;
+                        Ok((w.report, w.seen_records, parents))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(crate::StoreError::Invalid(
+                            "a verify thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        });
+    let mut all_parents = Vec::with_capacity(ids.len());
+    for r in results {
+        let (report, seen, parents) = r?;
+        v.report.ledgers_checked += report.ledgers_checked;
+        for p in report.problems {
+            // A record shared by ledgers of two chunks is checked (and reported) twice.
+            if p.kind != "record" || !v.report.problems.contains(&p) {
+                v.report.problems.push(p);
+            }
+        }
+        for id in seen {
+            if v.seen_records.insert(id) {
+                v.report.records_checked += 1;
+            }
+        }
+        all_parents.extend(parents);
+    }
+    Ok(all_parents)
+}
+
 /// Verifies `scope`. `trusted_head` is a ledger hash the caller noted earlier (e.g. from
 /// `kura log`); with it, even a consistent truncation of a session is detected.
 pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Result<Report> {
@@ -599,18 +676,20 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
             ids("SELECT session_id FROM sessions ORDER BY session_id", None)?,
         ),
     };
-    // Walk the ledgers and, through their parents, every ancestor.
-    let mut queue: VecDeque<String> = start.into_iter().collect();
+    // Walk the ledgers and, through their parents, every ancestor: breadth first, one
+    // generation at a time, each generation split over the cores (ledgers are independent).
+    let mut generation: Vec<String> = start;
     let mut done = HashSet::new();
-    while let Some(id) = queue.pop_front() {
-        if !done.insert(id.clone()) {
-            continue;
+    while !generation.is_empty() {
+        let todo: Vec<String> = generation
+            .drain(..)
+            .filter(|id| done.insert(id.clone()))
+            .collect();
+        let mut next = Vec::new();
+        for parents in check_ledgers(&mut v, store.path(), &todo)? {
+            next.extend(parents.into_iter().filter(|p| !done.contains(p)));
         }
-        for parent in v.check_ledger(&id)? {
-            if !done.contains(&parent) {
-                queue.push_back(parent);
-            }
-        }
+        generation = next;
     }
     for s in &sessions {
         v.check_session(s, trusted_head)?;

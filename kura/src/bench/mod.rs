@@ -124,6 +124,8 @@ pub struct BenchArgs {
     pub doorbell: bool,
     /// An existing NATS server to use for the doorbell figure instead of the bundled one.
     pub nats_url: Option<String>,
+    /// Run only the figures whose name contains this (e.g. `verify`); empty: all.
+    pub only: String,
 }
 
 /// The whole report.
@@ -146,7 +148,10 @@ pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> anyhow::Result<R
     let scratch = args.dir.join(format!("kura-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = run_in(&scratch, args, &mut progress);
-    let _ = std::fs::remove_dir_all(&scratch);
+    // KURA_BENCH_KEEP=1 keeps the scratch databases for a closer look.
+    if std::env::var_os("KURA_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     Ok(Report {
         dir: args.dir.display().to_string(),
         sizes: args.sizes.clone(),
@@ -160,18 +165,26 @@ fn run_in(
     progress: &mut impl FnMut(&str),
 ) -> anyhow::Result<Vec<Figure>> {
     let s = &args.sizes;
+    type Run = fn(&Path, &Sizes, Option<&str>) -> anyhow::Result<Vec<Figure>>;
+    let all: [(&str, Run); 5] = [
+        ("durable", |d, s, _| {
+            Ok(vec![storage::durable_append(d, s)?])
+        }),
+        ("group", |d, s, _| storage::group_commit(d, s)),
+        ("scaling", |d, s, _| Ok(vec![storage::scaling(d, s)?])),
+        ("verify", |d, s, _| Ok(vec![storage::verify_rate(d, s)?])),
+        ("doorbell", |d, s, n| Ok(vec![doorbell::latency(d, s, n)?])),
+    ];
     let mut figures = Vec::new();
-    progress("durable append");
-    figures.push(storage::durable_append(dir, s)?);
-    progress("group commit");
-    figures.push(storage::group_commit(dir, s)?);
-    progress("scaling");
-    figures.push(storage::scaling(dir, s)?);
-    progress("verify");
-    figures.push(storage::verify_rate(dir, s)?);
-    if args.doorbell {
-        progress("doorbell latency");
-        figures.push(doorbell::latency(dir, s, args.nats_url.as_deref())?);
+    for (name, run) in all {
+        if !name.contains(args.only.as_str()) || (name == "doorbell" && !args.doorbell) {
+            continue;
+        }
+        progress(name);
+        figures.extend(run(dir, s, args.nats_url.as_deref())?);
+    }
+    if figures.is_empty() {
+        anyhow::bail!("no figure matches --only {:?}", args.only);
     }
     Ok(figures)
 }

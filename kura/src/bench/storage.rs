@@ -67,18 +67,32 @@ fn kura_db(dir: &Path, name: &str, sync: Synchronous) -> anyhow::Result<(Store, 
     Ok((store, ledger.ledger_id))
 }
 
-/// The baseline: a plain table with the same text columns, the same pragmas, no indexes.
-fn bare_db(dir: &Path, name: &str) -> anyhow::Result<Connection> {
+/// The baseline: a plain table with the same text columns, the same pragmas, no indexes —
+/// or, with `unique_hash`, only the one index content addressing cannot do without.
+fn bare_db(dir: &Path, name: &str, unique_hash: bool) -> anyhow::Result<Connection> {
     let path = dir.join(name);
     remove_db(&path);
     let conn = Connection::open(&path)?;
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(
+        None,
+        "cache_size",
+        -i64::from(StoreOptions::default().cache_kib),
+    )?;
     conn.execute_batch(
         "CREATE TABLE bare (record_id TEXT, hash TEXT, record_type TEXT, content TEXT,
                             author_id TEXT, metadata TEXT, created_at TEXT)",
     )?;
+    conn.pragma_update(
+        None,
+        "wal_autocheckpoint",
+        StoreOptions::default().wal_autocheckpoint_pages,
+    )?;
+    if unique_hash {
+        conn.execute_batch("CREATE UNIQUE INDEX bare_hash ON bare(hash)")?;
+    }
     Ok(conn)
 }
 
@@ -111,7 +125,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn durable_append(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
     let n = sizes.durable;
     let (mut kura, ledger) = kura_db(dir, "durable-kura.db", Synchronous::Full)?;
-    let mut bare = bare_db(dir, "durable-bare.db")?;
+    let mut bare = bare_db(dir, "durable-bare.db", false)?;
     let (mut k, mut b) = (Vec::new(), Vec::new());
     // Alternate rounds so both see the same disk weather.
     for round in 0..3 {
@@ -155,35 +169,58 @@ fn group_kura(
     Ok(rate(recs.len(), t.elapsed()))
 }
 
-/// 2. Many appends per transaction, as hashi and mikado do under load.
-pub fn group_commit(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
+/// Bare INSERTs of `base` in batches of `batch` per transaction; returns records/s.
+fn group_bare(bare: &mut Connection, base: &[Row], batch: usize) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    for chunk in base.chunks(batch.max(1)) {
+        let tx = bare.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for r in chunk {
+            bare_insert(&tx, r)?;
+        }
+        tx.commit()?;
+    }
+    Ok(rate(base.len(), t.elapsed()))
+}
+
+/// 2. Many appends per transaction, as hashi and mikado do under load. Besides the bare
+/// baseline, a second one has the unique hash index that content addressing (dedup) needs:
+/// random keys, so each append dirties about one index page — the floor for any
+/// content-addressed store, and where most of the gap to the bare table comes from.
+pub fn group_commit(dir: &Path, sizes: &Sizes) -> anyhow::Result<Vec<Figure>> {
     let n = sizes.group;
     let (mut kura, ledger) = kura_db(dir, "group-kura.db", Synchronous::Full)?;
-    let mut bare = bare_db(dir, "group-bare.db")?;
-    let (mut k, mut b) = (Vec::new(), Vec::new());
+    let mut bare = bare_db(dir, "group-bare.db", false)?;
+    let mut hashed = bare_db(dir, "group-bare-hash.db", true)?;
+    let (mut k, mut b, mut h) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..3 {
         let recs = records(round * n, n);
         let base = rows(&recs);
-        let t = Instant::now();
-        for chunk in base.chunks(sizes.batch) {
-            let tx = bare.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            for r in chunk {
-                bare_insert(&tx, r)?;
-            }
-            tx.commit()?;
-        }
-        b.push(rate(n, t.elapsed()));
+        b.push(group_bare(&mut bare, &base, sizes.batch)?);
+        h.push(group_bare(&mut hashed, &base, sizes.batch)?);
         k.push(group_kura(&mut kura, ledger, &recs, sizes.batch)?);
     }
-    Ok(Figure::ratio(
-        &format!("group commit ({} appends per transaction)", sizes.batch),
-        "records/s",
-        median(k),
-        "bare rusqlite INSERTs, same batches, same pragmas",
-        median(b),
-        "ratio >= 0.5 and >= 100 000 records/s",
-        |v, ratio| ratio >= 0.5 && v >= 100_000.0,
-    ))
+    let k = median(k);
+    let name = format!("group commit ({} appends per transaction)", sizes.batch);
+    Ok(vec![
+        Figure::ratio(
+            &name,
+            "records/s",
+            k,
+            "bare rusqlite INSERTs, same batches, same pragmas",
+            median(b),
+            "ratio >= 0.5 and >= 100 000 records/s",
+            |v, ratio| ratio >= 0.5 && v >= 100_000.0,
+        ),
+        Figure::ratio(
+            &format!("{name}, against the content-addressing floor"),
+            "records/s",
+            k,
+            "the same bare INSERTs into a table with a UNIQUE index on the hash",
+            median(h),
+            "(context: ratio >= 0.5)",
+            |_, ratio| ratio >= 0.5,
+        ),
+    ])
 }
 
 /// 3. Group-commit append rate with many records already stored vs with few.

@@ -48,7 +48,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             quick,
             no_nats,
             nats,
-        } => bench(&mut out, json, &args.db, dir, quick, !no_nats, nats)?,
+            only,
+        } => bench(&mut out, json, &args.db, dir, quick, !no_nats, nats, only)?,
         Command::BenchPeer { nats, count } => {
             kura::bench::peer(&kura::bench::PeerArgs {
                 nats_url: nats,
@@ -628,6 +629,7 @@ fn print_status(out: &mut Out, st: &kura::ops::Status) -> anyhow::Result<()> {
 }
 
 /// `kura bench`: the figures as a table (or JSON), with progress on stderr.
+#[allow(clippy::too_many_arguments)]
 fn bench(
     out: &mut Out,
     json: bool,
@@ -636,6 +638,7 @@ fn bench(
     quick: bool,
     doorbell: bool,
     nats_url: Option<String>,
+    only: String,
 ) -> anyhow::Result<Outcome> {
     let dir = dir.unwrap_or_else(|| match db.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -650,6 +653,7 @@ fn bench(
         },
         doorbell,
         nats_url,
+        only,
     };
     let report = kura::bench::run(&args, |name| eprintln!("kura bench: {name} ..."))
         .context("benchmark failed")?;

@@ -167,6 +167,10 @@ pub enum Command {
         /// Use this NATS server for the doorbell figure instead of the bundled one.
         #[arg(long, value_name = "URL")]
         nats: Option<String>,
+        /// Run only the figures whose name contains this: durable, group, scaling, verify,
+        /// doorbell.
+        #[arg(long, default_value = "")]
+        only: String,
     },
     /// The other end of the doorbell figure (started by `kura bench`).
     #[command(hide = true)]

@@ -193,7 +193,7 @@ fn add_member(
     position: i64,
     columns: &OwnedColumns,
 ) -> Result<()> {
-    let leaf = hex::encode(columns.as_columns().leaf_hash());
+    let leaf = proto::canonical::to_hex(&columns.as_columns().leaf_hash());
     conn.prepare_cached(
         "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
     )?
@@ -290,14 +290,14 @@ pub fn seal_in(conn: &Connection, ledger_id: Uuid) -> Result<(Ledger, bool)> {
     }
     let leaves = leaf_hashes(&members);
     for (m, leaf) in members.iter().zip(&leaves) {
-        if hex::encode(leaf) != m.leaf_at_append {
+        if proto::canonical::to_hex(leaf) != m.leaf_at_append {
             return Err(StoreError::Invalid(format!(
                 "record {} changed after it was appended to ledger {ledger_id}; refusing to seal (run `kura verify`)",
                 m.columns.record_id
             )));
         }
     }
-    let root = hex::encode(merkle::root(&leaves));
+    let root = proto::canonical::to_hex(&merkle::root(&leaves));
     let parents = parent_refs(conn, &ledger.parent_ids)?;
     let sealed_at = time::now();
     let hash = header(&ledger, parents, &sealed_at).ledger_hash(ledger.record_count, &root);

@@ -86,6 +86,15 @@ pub struct StoreOptions {
     pub synchronous: Synchronous,
     /// How long a writer waits for another process's write lock before failing.
     pub busy_timeout: Duration,
+    /// SQLite page cache per connection, in KiB. Big enough that a batch of appends does not
+    /// spill dirty pages to the WAL mid-transaction; small enough for a Pi (it is allocated
+    /// only as pages are used).
+    pub cache_kib: u32,
+    /// WAL frames before a writer checkpoints into the database file. SQLite's 1 000 (4 MiB)
+    /// makes a busy writer copy the same hot index pages to the database again and again;
+    /// 10 000 (40 MiB of WAL at most) copies each page once per many batches — group commit
+    /// measured 1.5x faster — and `kura serve` checkpoints when idle anyway.
+    pub wal_autocheckpoint_pages: u32,
 }
 
 impl Default for StoreOptions {
@@ -93,6 +102,8 @@ impl Default for StoreOptions {
         StoreOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(10),
+            cache_kib: 8 * 1024,
+            wal_autocheckpoint_pages: 10_000,
         }
     }
 }
@@ -180,6 +191,9 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Negative: KiB rather than pages.
+        conn.pragma_update(None, "cache_size", -i64::from(options.cache_kib))?;
+        conn.pragma_update(None, "wal_autocheckpoint", options.wal_autocheckpoint_pages)?;
         migrations::apply(&mut conn)?;
         Ok(Store { conn, path })
     }

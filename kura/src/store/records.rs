@@ -61,16 +61,7 @@ pub(crate) struct Stored {
 /// exists, returns that one instead.
 pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored> {
     let parts = new.validate()?;
-    if let Some(columns) = columns_by_hash(conn, &parts.hash)? {
-        let record = record_from_columns(&columns)?;
-        return Ok(Stored {
-            record,
-            columns,
-            deduplicated: true,
-        });
-    }
     let record_id = proto::new_id();
-    let created_at = time::now();
     let columns = OwnedColumns {
         record_id: record_id.to_string(),
         hash: parts.hash,
@@ -78,21 +69,35 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
         content: parts.content,
         author_id: new.author_id.clone(),
         metadata: parts.metadata,
-        created_at,
+        created_at: time::now(),
     };
-    conn.prepare_cached(
-        "INSERT INTO records (record_id, hash, record_type, content, author_id, metadata, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
-        columns.record_id,
-        columns.hash,
-        columns.record_type,
-        columns.content,
-        columns.author_id,
-        columns.metadata,
-        columns.created_at,
-    ])?;
+    // One index probe instead of two: insert, and only if the hash is already there read the
+    // existing record (dedup by content hash).
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO records (record_id, hash, record_type, content, author_id, metadata, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (hash) DO NOTHING",
+        )?
+        .execute(params![
+            columns.record_id,
+            columns.hash,
+            columns.record_type,
+            columns.content,
+            columns.author_id,
+            columns.metadata,
+            columns.created_at,
+        ])?;
+    if inserted == 0 {
+        let columns = columns_by_hash(conn, &columns.hash)?.ok_or_else(|| {
+            StoreError::Invalid(format!("record {} could not be stored", columns.hash))
+        })?;
+        let record = record_from_columns(&columns)?;
+        return Ok(Stored {
+            record,
+            columns,
+            deduplicated: true,
+        });
+    }
     Ok(Stored {
         record: Record {
             record_id,

@@ -383,3 +383,80 @@ fn pragmas_are_set_per_connection() {
     assert_eq!(get("foreign_keys"), "Integer(1)");
     assert_eq!(get("application_id"), format!("Integer({APPLICATION_ID})"));
 }
+
+/// Verify splits many ledgers over threads; what it finds must not depend on that: every
+/// problem named once per place, records counted once even when two chunks share one.
+#[test]
+fn parallel_verify_names_every_problem_once() {
+    let (_d, mut s) = fresh();
+    let session = s.create_session("t").expect("session");
+    let mut ledgers = Vec::new();
+    let mut parent: Vec<uuid::Uuid> = Vec::new();
+    let mut shared = None;
+    for l in 0..40 {
+        let ledger = s
+            .open_ledger(session.session_id, "l", &parent)
+            .expect("open")
+            .ledger_id;
+        for i in 0..5 {
+            let a = s
+                .append(ledger, &thought(&format!("ledger {l} step {i}")))
+                .expect("append");
+            if l == 2 && i == 0 {
+                shared = Some(a.record.record_id);
+            }
+        }
+        if l == 35 {
+            // The same record in a ledger at the far end (another thread's chunk).
+            let id = shared.expect("shared record");
+            s.write(|tx| ledgers::append_existing_in(tx, ledger, id))
+                .expect("append existing");
+        }
+        s.seal_ledger(ledger).expect("seal");
+        ledgers.push(ledger);
+        parent = vec![ledger];
+    }
+    let clean = verify(&s, &Scope::Session(session.session_id), None).expect("verify");
+    assert!(clean.ok(), "{:?}", clean.problems);
+    assert_eq!(clean.records_checked, 200);
+    assert_eq!(clean.ledgers_checked, 40);
+
+    let shared = shared.expect("shared").to_string();
+    let raw = rusqlite::Connection::open(s.path()).expect("raw");
+    raw.execute_batch("DROP TRIGGER records_no_update; DROP TRIGGER ledgers_sealed_immutable;")
+        .expect("drop triggers");
+    raw.execute(
+        r#"UPDATE records SET content = '{"text":"forged"}' WHERE record_id = ?1"#,
+        [&shared],
+    )
+    .expect("tamper record");
+    let forged_ledger = ledgers[20].to_string();
+    raw.execute(
+        "UPDATE ledgers SET ledger_hash = ?2 WHERE ledger_id = ?1",
+        [&forged_ledger, &"0".repeat(64)],
+    )
+    .expect("tamper ledger");
+    let r = verify(&s, &Scope::Session(session.session_id), None).expect("verify");
+    let count = |kind: &str, id: &str, check: &str| {
+        r.problems
+            .iter()
+            .filter(|p| p.kind == kind && p.id == id && p.check == check)
+            .count()
+    };
+    assert_eq!(
+        count("record", &shared, "record_hash"),
+        1,
+        "{:#?}",
+        r.problems
+    );
+    assert_eq!(
+        count("record", &shared, "record_leaf"),
+        2,
+        "{:#?}",
+        r.problems
+    );
+    assert_eq!(count("ledger", &ledgers[2].to_string(), "merkle_root"), 1);
+    assert_eq!(count("ledger", &ledgers[35].to_string(), "merkle_root"), 1);
+    assert_eq!(count("ledger", &forged_ledger, "ledger_hash"), 1);
+    assert_eq!(r.records_checked, 200);
+}
