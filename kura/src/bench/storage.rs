@@ -121,7 +121,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// 1. One record per transaction, `synchronous=FULL`.
+/// Figure 1: One record per transaction, `synchronous=FULL`.
 pub fn durable_append(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
     let n = sizes.durable;
     let (mut kura, ledger) = kura_db(dir, "durable-kura.db", Synchronous::Full)?;
@@ -182,7 +182,7 @@ fn group_bare(bare: &mut Connection, base: &[Row], batch: usize) -> anyhow::Resu
     Ok(rate(base.len(), t.elapsed()))
 }
 
-/// 2. Many appends per transaction, as hashi and mikado do under load. Besides the bare
+/// Figure 2: Many appends per transaction, as hashi and mikado do under load. Besides the bare
 /// baseline, a second one has the unique hash index that content addressing (dedup) needs:
 /// random keys, so each append dirties about one index page — the floor for any
 /// content-addressed store, and where most of the gap to the bare table comes from.
@@ -223,7 +223,7 @@ pub fn group_commit(dir: &Path, sizes: &Sizes) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
-/// 3. Group-commit append rate with many records already stored vs with few.
+/// Figure 3: Group-commit append rate with many records already stored vs with few.
 pub fn scaling(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
     let probe = sizes.scale_probe;
     let (mut kura, ledger) = kura_db(dir, "scale-kura.db", Synchronous::Full)?;
@@ -258,7 +258,7 @@ pub fn scaling(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
     ))
 }
 
-/// 4. `verify` of a session of many records, every column read from SQLite, vs reading the
+/// Figure 4: `verify` of a session of many records, every column read from SQLite, vs reading the
 /// same columns and SHA-256 over them once.
 pub fn verify_rate(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
     let n = sizes.verify;
