@@ -567,6 +567,9 @@ fn reflog_raw(conn: &Connection, session_id: &str) -> Result<Vec<RefLogEntry>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// What one verify thread found: its report, the records it saw, each ledger's parents.
+type ChunkResult = (Report, HashSet<String>, Vec<Vec<String>>);
+
 /// Below this many ledgers in a generation, one thread does them all.
 const PARALLEL_MIN_LEDGERS: usize = 16;
 
@@ -586,41 +589,40 @@ fn check_ledgers(
     }
     let chunk = ids.len().div_ceil(threads);
     // Each worker has its own read-only connection; contiguous chunks keep the order.
-    let results: Vec<Result<(Report, HashSet<String>, Vec<Vec<String>>)>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = ids
-                .chunks(chunk)
-                .map(|part| {
-                    scope.spawn(move || {
-                        let conn = Connection::open_with_flags(
-                            path,
-                            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                        )?;
-                        let mut w = Verifier {
-                            conn: &conn,
-                            report: Report::default(),
-                            seen_records: HashSet::new(),
-                        };
-                        let parents = part
-                            .iter()
-                            .map(|id| w.check_ledger(id))
-                            .collect::<Result<Vec<_>>>()?;
-                        Ok((w.report, w.seen_records, parents))
-                    })
+    let results: Vec<Result<ChunkResult>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ids
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let conn = Connection::open_with_flags(
+                        path,
+                        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    )?;
+                    let mut w = Verifier {
+                        conn: &conn,
+                        report: Report::default(),
+                        seen_records: HashSet::new(),
+                    };
+                    let parents = part
+                        .iter()
+                        .map(|id| w.check_ledger(id))
+                        .collect::<Result<Vec<_>>>()?;
+                    Ok((w.report, w.seen_records, parents))
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(crate::StoreError::Invalid(
-                            "a verify thread panicked".into(),
-                        ))
-                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::StoreError::Invalid(
+                        "a verify thread panicked".into(),
+                    ))
                 })
-                .collect()
-        });
+            })
+            .collect()
+    });
     let mut all_parents = Vec::with_capacity(ids.len());
     for r in results {
         let (report, seen, parents) = r?;
