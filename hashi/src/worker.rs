@@ -360,12 +360,21 @@ impl Worker {
     /// Asks aegis and waits (briefly) for allow/deny; `None` when it is up to people (or
     /// aegis did not answer in time): the turn is then parked rather than holding a worker.
     fn await_decision(&mut self, request_id: uuid::Uuid) -> kura::Result<Option<(bool, String)>> {
-        let wait = Duration::from_millis(self.config.approval_wait_ms);
-        let answered = self.bus.ring_and_wait(
-            self.bus.subjects.tool_approve(),
-            &ToolApprove { request_id },
-            wait,
-        );
+        // With NATS down nobody can be rung: look once (aegis may already have decided by
+        // polling) and park at once, so the worker moves on instead of sitting out the wait
+        // for every call — aegis decides parked requests on its next poll.
+        let connected = self.bus.is_connected();
+        let wait = if connected {
+            Duration::from_millis(self.config.approval_wait_ms)
+        } else {
+            Duration::ZERO
+        };
+        let answered = connected
+            && self.bus.ring_and_wait(
+                self.bus.subjects.tool_approve(),
+                &ToolApprove { request_id },
+                wait,
+            );
         let deadline = std::time::Instant::now() + if answered { Duration::ZERO } else { wait };
         loop {
             let a = approval(self.store.conn(), request_id)?.ok_or_else(|| {
