@@ -171,7 +171,7 @@ fn run_in(
             Ok(vec![storage::durable_append(d, s)?])
         }),
         ("group", |d, s, _| storage::group_commit(d, s)),
-        ("scaling", |d, s, _| Ok(vec![storage::scaling(d, s)?])),
+        ("scaling", |d, s, _| storage::scaling(d, s)),
         ("verify", |d, s, _| Ok(vec![storage::verify_rate(d, s)?])),
         ("doorbell", |d, s, n| Ok(vec![doorbell::latency(d, s, n)?])),
     ];
