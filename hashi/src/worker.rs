@@ -345,9 +345,13 @@ impl Worker {
                     }
                     Some((false, rule)) => Err(format!("denied by aegis ({rule})")),
                     None => {
-                        fenced(&mut self.store, claim, |tx| {
+                        let parked = fenced(&mut self.store, claim, |tx| {
                             park_turn_in(tx, claim, request.request_id)
                         })?;
+                        if !parked {
+                            tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
+                                "decided while parking; the turn is claimable again");
+                        }
                         return Ok(CallEnd::Parked(request.request_id));
                     }
                 }
@@ -481,7 +485,11 @@ impl Worker {
             match approval.as_ref().map(|a| a.state.as_str()) {
                 Some("pending") | Some("asked") => {
                     let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
-                    fenced(&mut self.store, claim, |tx| park_turn_in(tx, claim, id))?;
+                    let parked = fenced(&mut self.store, claim, |tx| park_turn_in(tx, claim, id))?;
+                    if !parked {
+                        tracing::info!(turn_id = %claim.turn_id, request_id = %id,
+                            "decided while parking; the turn is claimable again");
+                    }
                     return Ok(CallEnd::Parked(id));
                 }
                 Some("denied") => {

@@ -231,10 +231,18 @@ fn check(
         && effects_ok
         && unexpected.is_empty();
     if !pass {
-        eprintln!(
-            "--- {scenario} failed; daemon logs:\n{}",
-            tail(&s.logs(), 200)
-        );
+        eprintln!("--- {scenario} failed");
+        for r in requests {
+            if !kura::work::request_status(store.conn(), *r).is_ok_and(|st| st.complete) {
+                eprintln!("{}", explain(&store, *r));
+            }
+        }
+        for (name, _) in &s.children {
+            eprintln!("--- {name} (last lines)\n{}", tail(&s.log(name), 40));
+        }
+        // Keep the evidence: the database and logs stay on disk.
+        eprintln!("--- files kept in {}", s.dir.path().display());
+        s.keep_files = true;
     }
     Row {
         scenario,
@@ -248,6 +256,54 @@ fn check(
         seconds: started.elapsed().as_secs_f64(),
         pass,
     }
+}
+
+/// Everything the store says about a request that did not complete.
+fn explain(store: &kura::Store, request: i64) -> String {
+    let q = |sql: &str| -> String {
+        let mut stmt = match store.conn().prepare(sql) {
+            Ok(s) => s,
+            Err(e) => return e.to_string(),
+        };
+        let cols = stmt.column_count();
+        let rows = stmt.query_map([request], |r| {
+            (0..cols)
+                .map(|i| {
+                    r.get_ref(i).map(|v| match v {
+                        rusqlite::types::ValueRef::Null => "NULL".to_owned(),
+                        rusqlite::types::ValueRef::Integer(n) => n.to_string(),
+                        rusqlite::types::ValueRef::Text(t) => {
+                            String::from_utf8_lossy(t).into_owned()
+                        }
+                        other => format!("{other:?}"),
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| v.join(" | "))
+        });
+        match rows {
+            Ok(rows) => rows
+                .map(|r| r.unwrap_or_else(|e| e.to_string()))
+                .collect::<Vec<_>>()
+                .join("\n    "),
+            Err(e) => e.to_string(),
+        }
+    };
+    format!(
+        "request {request} did not complete:\n  request: {}\n  turns: {}\n  approvals: {}\n  output records: {}",
+        q(
+            "SELECT request_seq, session_id, created_at, accepted_at FROM requests WHERE request_seq = ?1"
+        ),
+        q(
+            "SELECT turn_id, seq, state, waiting_on, epoch, lease_owner, lease_until_ms, claims, done_seq, completed_by, output_ledger_id FROM turns WHERE request_seq = ?1"
+        ),
+        q(
+            "SELECT a.request_id, a.tool_name, a.state, a.rule, a.started_epoch, a.created_at, a.decided_at FROM approvals a JOIN turns t ON t.turn_id = a.turn_id WHERE t.request_seq = ?1"
+        ),
+        q(
+            "SELECT m.position, r.record_type, substr(r.content, 1, 120), l.state FROM turns t JOIN ledgers l ON l.ledger_id = t.output_ledger_id JOIN ledger_records m ON m.ledger_id = l.ledger_id JOIN records r ON r.record_id = m.record_id WHERE t.request_seq = ?1 ORDER BY t.seq, m.position"
+        ),
+    )
 }
 
 fn tail(text: &str, lines: usize) -> String {

@@ -136,12 +136,30 @@ pub fn request_approval_in(
 }
 
 /// Parks a claimed turn until `request_id` is decided, freeing its worker (fenced by caller).
-pub fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<()> {
+/// Returns `false` when the request was already decided: the turn is then claimable again
+/// at once instead of parked.
+pub fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<bool> {
+    // The decision may have landed after the worker last looked and before this transaction:
+    // `finalize_in` then found the turn still running and woke nobody. Parking it now would
+    // leave it waiting forever on a decided request (the fault suite caught exactly that
+    // once in 300 kills), so a decided request makes the turn claimable instead.
+    let state: Option<String> = tx
+        .prepare_cached("SELECT state FROM approvals WHERE request_id = ?1")?
+        .query_row([request_id.to_string()], |r| r.get(0))
+        .optional()?;
+    let decided = matches!(state.as_deref(), Some("approved" | "denied"));
     tx.prepare_cached(
-        "UPDATE turns SET state = 'waiting', waiting_on = ?2, lease_owner = NULL, lease_until_ms = NULL WHERE turn_id = ?1",
+        "UPDATE turns SET state = CASE WHEN ?3 THEN 'pending' ELSE 'waiting' END,
+                waiting_on = CASE WHEN ?3 THEN NULL ELSE ?2 END,
+                lease_owner = NULL, lease_until_ms = NULL
+          WHERE turn_id = ?1",
     )?
-    .execute(params![claim.turn_id.to_string(), request_id.to_string()])?;
-    Ok(())
+    .execute(params![
+        claim.turn_id.to_string(),
+        request_id.to_string(),
+        decided
+    ])?;
+    Ok(!decided)
 }
 
 /// Notes that the approved call is about to run under `epoch` (fenced by caller), so a

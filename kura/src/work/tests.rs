@@ -6,6 +6,7 @@ use serde_json::json;
 use super::*;
 use crate::store::{Store, StoreOptions, append_in};
 use crate::verify::{Scope, verify};
+use crate::work::approvals::{append_to_turn_in, finalize_in, park_turn_in, request_approval_in};
 
 fn fresh() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -185,4 +186,85 @@ fn submit_refuses_empty_instructions_and_unknown_sessions() {
     assert!(submit(&mut s, "x", "user:oles", Some(proto::new_id())).is_err());
     assert!(submit(&mut s, "x", "nobody", None).is_err());
     assert!(accept_next_request(&mut s, 0).expect("accept").is_none());
+}
+
+/// Regression (found by the fault suite, 1 stuck session in 300 SIGKILLs): aegis decided a
+/// request in the moment between the worker's last look and its parking transaction, woke
+/// nobody (the turn was still running), and the turn then waited forever.
+#[test]
+fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "write a file", "user:oles", None).expect("submit");
+    accept_next_request(&mut s, 0).expect("accept");
+    let now = now_ms();
+    let claim = claim_next(&mut s, "w1", 10_000, now)
+        .expect("claim")
+        .expect("turn");
+    let args = serde_json::Map::new();
+    let request = fenced(&mut s, &claim, |tx| {
+        request_approval_in(
+            tx,
+            &claim,
+            "call-1",
+            "fs.write",
+            &args,
+            "write",
+            "agent:hashi",
+            Default::default(),
+        )
+    })
+    .expect("request");
+    // Aegis decides while the turn is still running: nobody to wake yet.
+    let decision = NewRecord::new(
+        RecordType::ApprovalDecision,
+        Content::text("allowed by default:write"),
+        "sys:aegis",
+    );
+    let woke = s
+        .write(|tx| {
+            let rec = append_to_turn_in(tx, request.turn_id, &decision)?;
+            finalize_in(tx, &request, "approved", "default:write", rec.record_id)
+        })
+        .expect("finalize");
+    assert_eq!(woke, None, "the turn was running, not parked");
+    // The worker, not having seen it, parks.
+    let parked = fenced(&mut s, &claim, |tx| {
+        park_turn_in(tx, &claim, request.request_id)
+    })
+    .expect("park");
+    assert!(!parked, "a decided request must not park the turn");
+    let again = claim_next(&mut s, "w2", 10_000, now + 1)
+        .expect("claim")
+        .expect("the turn is claimable again, not waiting forever");
+    assert_eq!(again.turn_id, claim.turn_id);
+
+    // And an undecided request still parks (nothing claimable until it is decided).
+    let args = serde_json::Map::new();
+    let second = fenced(&mut s, &again, |tx| {
+        request_approval_in(
+            tx,
+            &again,
+            "call-2",
+            "fs.write",
+            &args,
+            "write",
+            "agent:hashi",
+            Default::default(),
+        )
+    })
+    .expect("request");
+    assert!(
+        fenced(&mut s, &again, |tx| park_turn_in(
+            tx,
+            &again,
+            second.request_id
+        ))
+        .expect("park")
+    );
+    assert!(
+        claim_next(&mut s, "w3", 10_000, now + 2)
+            .expect("claim")
+            .is_none(),
+        "parked on an undecided request"
+    );
 }

@@ -30,6 +30,8 @@ pub struct Stack {
     pub nats: NatsServer,
     pub children: Vec<(String, Child)>,
     pub extra_env: Vec<(String, String)>,
+    /// Leave the temp directory (database, logs) on disk when dropped, for a post-mortem.
+    pub keep_files: bool,
 }
 
 impl Stack {
@@ -51,6 +53,7 @@ impl Stack {
             nats: NatsServer::start(),
             children: Vec::new(),
             extra_env: Vec::new(),
+            keep_files: false,
         }
     }
 
@@ -286,6 +289,11 @@ impl Drop for Stack {
         for (_, c) in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if self.keep_files
+            && let Ok(fresh) = tempfile::TempDir::new()
+        {
+            let _ = std::mem::replace(&mut self.dir, fresh).keep();
         }
     }
 }
