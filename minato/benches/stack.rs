@@ -30,16 +30,6 @@ const SCRIPT: &str = r#"{"turns": [[
 
 const DAEMONS: [&str; 6] = ["minato", "hashi-1", "hashi-2", "aegis", "mikado", "serve"];
 
-fn binary(instance: &str) -> &'static str {
-    match instance.split('-').next().unwrap_or("") {
-        "hashi" => "hashi",
-        "aegis" => "aegis",
-        "mikado" => "mikado",
-        "serve" => "kura",
-        _ => "minato",
-    }
-}
-
 /// A stack of the six daemons; `poll_ms` is their polling interval.
 fn stack(poll_ms: u64) -> Stack {
     stack_with(poll_ms, "full")
@@ -56,7 +46,7 @@ fn stack_with(poll_ms: u64, synchronous: &str) -> Stack {
         ("RUST_LOG".into(), "warn".into()),
     ];
     for d in DAEMONS {
-        s.spawn(binary(d), d);
+        s.spawn(common::binary(d), d);
     }
     // The logs are at warn level: give the daemons a moment to connect instead.
     std::thread::sleep(Duration::from_secs(2));

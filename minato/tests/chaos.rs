@@ -109,20 +109,9 @@ fn stack() -> (Stack, PathBuf) {
     (s, effects)
 }
 
-/// Which binary runs a daemon instance.
-fn binary(instance: &str) -> &'static str {
-    match instance.split('-').next().unwrap_or("") {
-        "hashi" => "hashi",
-        "aegis" => "aegis",
-        "mikado" => "mikado",
-        "serve" => "kura",
-        _ => "minato",
-    }
-}
-
 fn start(s: &mut Stack, instances: &[&str]) {
     for i in instances {
-        s.spawn(binary(i), i);
+        s.spawn(common::binary(i), i);
     }
     for i in instances.iter().filter(|i| !i.starts_with("serve")) {
         s.wait_log(i, "NATS connected", Duration::from_secs(60));
@@ -315,7 +304,7 @@ fn tail(text: &str, lines: usize) -> String {
 fn reap(s: &mut Stack, unexpected: &mut Vec<String>) {
     for (name, status) in s.exited() {
         unexpected.push(format!("{name} ({status})"));
-        s.spawn(binary(&name), &name);
+        s.spawn(common::binary(&name), &name);
     }
 }
 
@@ -340,7 +329,7 @@ fn daemon_kills(rng: &mut Rng) -> Row {
         s.wait_exit(victim, Duration::from_secs(10));
         *per.entry(victim).or_default() += 1;
         std::thread::sleep(rng.ms(0, 150));
-        s.spawn(binary(victim), victim);
+        s.spawn(common::binary(victim), victim);
     }
     let mut who: Vec<String> = per.iter().map(|(k, v)| format!("{k} {v}")).collect();
     who.sort();

@@ -23,6 +23,17 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// Which binary runs a daemon instance (`hashi-2` → `hashi`; `serve` → `kura serve`).
+pub fn binary(instance: &str) -> &'static str {
+    match instance.split('-').next().unwrap_or("") {
+        "hashi" => "hashi",
+        "aegis" => "aegis",
+        "mikado" => "mikado",
+        "serve" => "kura",
+        _ => "minato",
+    }
+}
+
 /// A running stack.
 pub struct Stack {
     pub dir: tempfile::TempDir,
