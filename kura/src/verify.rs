@@ -5,6 +5,7 @@
 //! ledger hashes from the header and the parents' stored hashes, and session heads from the
 //! hash-chained ref log. Every problem found is reported, not just the first.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use proto::ledger::{LedgerHeader, ParentRef};
@@ -84,6 +85,26 @@ fn raw_text(row: &Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
         ValueRef::Real(x) => Some(x.to_string()),
         ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
     })
+}
+
+/// [`raw_text`] without copying when the column is valid UTF-8 text (the normal case).
+fn raw_str<'r>(row: &'r Row<'_>, i: usize) -> rusqlite::Result<Option<Cow<'r, str>>> {
+    Ok(match row.get_ref(i)? {
+        ValueRef::Text(t) => Some(match std::str::from_utf8(t) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => Cow::Owned(String::from_utf8_lossy(t).into_owned()),
+        }),
+        _ => raw_text(row, i)?.map(Cow::Owned),
+    })
+}
+
+/// True when `hex` is exactly the lowercase hex of `bytes`.
+fn hex_eq(bytes: &[u8], hex: &str) -> bool {
+    let mut buf = [0u8; 64];
+    bytes.len() * 2 == hex.len()
+        && bytes.len() <= 32
+        && hex::encode_to_slice(bytes, &mut buf[..bytes.len() * 2]).is_ok()
+        && buf[..bytes.len() * 2] == *hex.as_bytes()
 }
 
 struct Verifier<'c> {
@@ -217,28 +238,24 @@ impl Verifier<'_> {
         let (root_stored, hash_stored, created_at, sealed_at) =
             (cols[6].clone(), cols[7].clone(), text(8), cols[9].clone());
 
-        // Members, with their records' raw columns (a missing record shows as NULLs).
-        let mut stmt = self.conn.prepare_cached(
+        // Members, with their records' raw columns (a missing record shows as NULLs),
+        // checked as they stream out of SQLite: the columns are borrowed, not copied.
+        let conn = self.conn;
+        let mut stmt = conn.prepare_cached(
             "SELECT m.position, m.record_id, r.record_id, r.hash, r.record_type, r.content,
                     r.author_id, r.metadata, r.created_at, m.leaf_hash
                FROM ledger_records m LEFT JOIN records r ON r.record_id = m.record_id
               WHERE m.ledger_id = ?1 ORDER BY m.position",
         )?;
-        let rows = stmt
-            .query_map([id], |r| {
-                let pos: i64 = raw_text(r, 0)?.and_then(|p| p.parse().ok()).unwrap_or(-1);
-                let member: Option<String> = raw_text(r, 1)?;
-                let cols = (2..10)
-                    .map(|i| raw_text(r, i))
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok((pos, member, cols))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        drop(stmt);
-        let mut leaves = Vec::with_capacity(rows.len());
+        let mut rows = stmt.query([id])?;
+        let mut leaves = Vec::new();
         let mut positions_ok = true;
-        for (expected, (pos, member, rc)) in rows.iter().enumerate() {
-            if *pos != expected as i64 && positions_ok {
+        let mut members = 0usize;
+        while let Some(r) = rows.next()? {
+            let expected = members;
+            members += 1;
+            let pos: i64 = raw_str(r, 0)?.and_then(|p| p.parse().ok()).unwrap_or(-1);
+            if pos != expected as i64 && positions_ok {
                 positions_ok = false;
                 self.problem(
                     "ledger",
@@ -247,8 +264,18 @@ impl Verifier<'_> {
                     format!("position {pos} found where {expected} was expected (a member was removed or moved)"),
                 );
             }
-            let member = member.clone().unwrap_or_default();
+            let rc = [
+                raw_str(r, 2)?,
+                raw_str(r, 3)?,
+                raw_str(r, 4)?,
+                raw_str(r, 5)?,
+                raw_str(r, 6)?,
+                raw_str(r, 7)?,
+                raw_str(r, 8)?,
+                raw_str(r, 9)?,
+            ];
             if rc[0].is_none() {
+                let member = raw_str(r, 1)?.unwrap_or_default();
                 self.problem(
                     "ledger",
                     id,
@@ -269,8 +296,7 @@ impl Verifier<'_> {
             };
             self.check_record(&c);
             let leaf = c.leaf_hash();
-            let at_append = rc[7].as_deref().unwrap_or("");
-            if proto::canonical::to_hex(&leaf) != at_append {
+            if !hex_eq(&leaf, s(7)) {
                 self.problem(
                     "record",
                     c.record_id,
@@ -283,13 +309,15 @@ impl Verifier<'_> {
             }
             leaves.push(leaf);
         }
+        drop(rows);
+        drop(stmt);
         let count: Option<u64> = count_raw.parse().ok();
-        if count != Some(rows.len() as u64) {
+        if count != Some(members as u64) {
             self.problem(
                 "ledger",
                 id,
                 "record_count",
-                format!("records {count_raw} members but has {}", rows.len()),
+                format!("records {count_raw} members but has {members}"),
             );
         }
         if self
