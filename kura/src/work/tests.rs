@@ -188,6 +188,24 @@ fn submit_refuses_empty_instructions_and_unknown_sessions() {
     assert!(accept_next_request(&mut s, 0).expect("accept").is_none());
 }
 
+/// Files an approval request for an `fs.write` call of the claimed turn.
+fn ask(s: &mut Store, claim: &Claim, call_id: &str) -> approvals::Approval {
+    let args = serde_json::Map::new();
+    fenced(s, claim, |tx| {
+        request_approval_in(
+            tx,
+            claim,
+            call_id,
+            "fs.write",
+            &args,
+            "write",
+            "agent:hashi",
+            Default::default(),
+        )
+    })
+    .expect("request")
+}
+
 /// Regression (found by the fault suite, 1 stuck session in 300 SIGKILLs): aegis decided a
 /// request in the moment between the worker's last look and its parking transaction, woke
 /// nobody (the turn was still running), and the turn then waited forever.
@@ -200,20 +218,7 @@ fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
     let claim = claim_next(&mut s, "w1", 10_000, now)
         .expect("claim")
         .expect("turn");
-    let args = serde_json::Map::new();
-    let request = fenced(&mut s, &claim, |tx| {
-        request_approval_in(
-            tx,
-            &claim,
-            "call-1",
-            "fs.write",
-            &args,
-            "write",
-            "agent:hashi",
-            Default::default(),
-        )
-    })
-    .expect("request");
+    let request = ask(&mut s, &claim, "call-1");
     // Aegis decides while the turn is still running: nobody to wake yet.
     let decision = NewRecord::new(
         RecordType::ApprovalDecision,
@@ -239,20 +244,7 @@ fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
     assert_eq!(again.turn_id, claim.turn_id);
 
     // And an undecided request still parks (nothing claimable until it is decided).
-    let args = serde_json::Map::new();
-    let second = fenced(&mut s, &again, |tx| {
-        request_approval_in(
-            tx,
-            &again,
-            "call-2",
-            "fs.write",
-            &args,
-            "write",
-            "agent:hashi",
-            Default::default(),
-        )
-    })
-    .expect("request");
+    let second = ask(&mut s, &again, "call-2");
     assert!(
         fenced(&mut s, &again, |tx| park_turn_in(
             tx,
