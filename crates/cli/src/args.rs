@@ -1,0 +1,307 @@
+//! Argument definitions and dispatch for the `kura` binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Kura: a verifiable record/ledger store for AI agents.
+///
+/// Every step an agent takes is an immutable, content-addressed record; records are grouped
+/// into ledgers that are sealed into a hash chain anyone can verify.
+#[derive(Debug, Parser)]
+#[command(name = "kura", version, about, propagate_version = true)]
+pub struct Args {
+    /// The database file. Default: ./kura.db (for `kura serve`: its config's `db`).
+    #[arg(long = "db", global = true, env = "KURA_DB")]
+    pub db_given: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Commit durability: full (fsync every commit, the default), normal or off.
+    #[arg(long, global = true, env = "KURA_SYNCHRONOUS", default_value = "full")]
+    pub synchronous: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Args {
+    /// The database file, given or default.
+    pub fn db(&self) -> PathBuf {
+        self.db_given
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("kura.db"))
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the database (safe to run again).
+    Init,
+    /// Sessions: branches of ledgers.
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// Ledgers: ordered collections of records, sealed into the chain.
+    #[command(subcommand)]
+    Ledger(LedgerCmd),
+    /// Records: the immutable entries.
+    #[command(subcommand)]
+    Record(RecordCmd),
+    /// Walk a session's ledgers like `git log`.
+    Log {
+        /// The session id.
+        session: String,
+        /// List each ledger's records too.
+        #[arg(long)]
+        records: bool,
+    },
+    /// Compare two ledgers by record hash.
+    Diff {
+        /// The first ledger.
+        ledger_a: String,
+        /// The second ledger.
+        ledger_b: String,
+    },
+    /// Show a record, a ledger or a session.
+    Show {
+        /// A record, ledger or session id.
+        id: String,
+    },
+    /// Recompute every hash and report every problem (exit 1 if any).
+    Verify {
+        /// A ledger or session id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Verify the whole database.
+        #[arg(long)]
+        all: bool,
+        /// A ledger hash you noted earlier (e.g. from `kura log`): verification fails if it
+        /// is no longer in the history, which catches even a consistent truncation.
+        #[arg(long, value_name = "HASH")]
+        trusted_head: Option<String>,
+    },
+    /// Export a session as a git repository.
+    Export {
+        /// The session id.
+        session: String,
+        /// Export format.
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Target directory (created if missing; an earlier export there is updated).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Find records.
+    Query {
+        /// Only this record type.
+        #[arg(long = "type", value_name = "TYPE")]
+        record_type: Option<String>,
+        /// Only records this recent: RFC 3339 time or an age like 2h.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this author.
+        #[arg(long)]
+        author: Option<String>,
+        /// Only records in this session's ledgers.
+        #[arg(long)]
+        session: Option<String>,
+        /// At most this many (newest first).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Search memory (facts and decisions), best first.
+    Search {
+        /// Free text.
+        query: String,
+        /// Only memory.fact or memory.decision.
+        #[arg(long = "type", value_name = "TYPE")]
+        record_type: Option<String>,
+        /// Only memory from this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// At most this many hits.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// OpenAI-compatible base URL (up to /v1) to embed the query for hybrid ranking.
+        #[arg(long, env = "KURA_EMBEDDINGS_URL")]
+        embeddings_url: Option<String>,
+        /// Embedding model name.
+        #[arg(
+            long,
+            env = "KURA_EMBEDDINGS_MODEL",
+            default_value = "nomic-embed-text"
+        )]
+        embeddings_model: String,
+    },
+    /// Print an inclusion proof (JSON) that a record is in a sealed ledger.
+    Prove {
+        /// The record id.
+        record: String,
+        /// The sealed ledger id.
+        #[arg(long)]
+        ledger: String,
+    },
+    /// What is up, what is waiting, when the data was last checked.
+    Status,
+    /// Run the kura daemon: integrity sweeps, WAL checkpoints, backups (settings from a TOML
+    /// file and KURA_* variables, like the other daemons; the database is `common.db`).
+    Serve {
+        /// TOML config file (default: $KURA_SERVE_CONFIG).
+        #[arg(long, env = "KURA_SERVE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Print the default configuration and exit.
+        #[arg(long)]
+        print_default_config: bool,
+    },
+    /// Measure this disk and machine: durable and batched appends, scaling to 1 M records,
+    /// verify, doorbell latency — each printed beside a baseline measured in the same run.
+    Bench {
+        /// Where the scratch databases go (the disk you want judged). Default: the
+        /// directory of --db.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// A run of a few seconds, with small sizes.
+        #[arg(long)]
+        quick: bool,
+        /// Skip the doorbell figure (it starts the bundled nats-server).
+        #[arg(long)]
+        no_nats: bool,
+        /// Use this NATS server for the doorbell figure instead of the bundled one.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// Run only the figures whose name contains this: durable, group, scaling, verify,
+        /// doorbell.
+        #[arg(long, default_value = "")]
+        only: String,
+    },
+    /// The other end of the doorbell figure (started by `kura bench`).
+    #[command(hide = true)]
+    BenchPeer {
+        /// The NATS server.
+        #[arg(long)]
+        nats: String,
+        /// Events of each kind to wait for.
+        #[arg(long)]
+        count: usize,
+    },
+    /// Check an inclusion proof offline (no database needed); exit 1 if it fails.
+    VerifyProof {
+        /// The proof file (`-` for stdin).
+        file: PathBuf,
+        /// The root hash or ledger hash you trust; the proof must lead to it.
+        #[arg(long, value_name = "HASH")]
+        root: Option<String>,
+    },
+}
+
+/// `kura session ...`
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// Create a session and print its id.
+    New {
+        /// A human-readable label.
+        #[arg(long, default_value = "session")]
+        label: String,
+    },
+    /// List sessions, newest first.
+    List,
+}
+
+/// `kura ledger ...`
+#[derive(Debug, Subcommand)]
+pub enum LedgerCmd {
+    /// Open a ledger in a session and print its id.
+    Open {
+        /// The session it belongs to.
+        #[arg(long)]
+        session: String,
+        /// A human-readable label.
+        #[arg(long)]
+        label: String,
+        /// A sealed parent ledger (repeatable).
+        #[arg(long = "parent")]
+        parents: Vec<String>,
+    },
+    /// Seal a ledger: fix its Merkle root and chained hash; it becomes the session head.
+    Seal {
+        /// The ledger id.
+        ledger: String,
+    },
+}
+
+/// `kura record ...`
+#[derive(Debug, Subcommand)]
+pub enum RecordCmd {
+    /// Append a record to an open ledger.
+    Add {
+        /// The open ledger.
+        #[arg(long)]
+        ledger: String,
+        /// Record type, e.g. task.instruction, agent.thought, tool.call.
+        #[arg(long = "type", value_name = "TYPE")]
+        record_type: String,
+        /// Author, kind:name (user:oles, agent:hashi).
+        #[arg(long)]
+        author: String,
+        /// Text content (stored as {"text": ...}).
+        #[arg(long, group = "body")]
+        text: Option<String>,
+        /// JSON content.
+        #[arg(long, group = "body")]
+        content: Option<String>,
+        /// JSON content from a file (`-` for stdin).
+        #[arg(long, group = "body")]
+        content_file: Option<PathBuf>,
+        /// Metadata key=value (repeatable).
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
+    },
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    /// A git repository: one commit per sealed ledger.
+    Git,
+}
+
+/// How a successful run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything fine.
+    Ok,
+    /// A verification ran and found problems.
+    VerifyFailed,
+}
+
+impl Outcome {
+    /// The process exit code.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Ok => ExitCode::SUCCESS,
+            Outcome::VerifyFailed => ExitCode::from(1),
+        }
+    }
+}
+
+/// The error and its causes on one line.
+pub fn chain(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ").replace('\n', " ")
+}
+
+/// True when the error is only stdout being closed early (e.g. `kura log | head`).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

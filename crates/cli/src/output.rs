@@ -1,0 +1,169 @@
+//! Writing results: text for people, JSON for machines; a closed pipe ends output quietly.
+
+use std::io::{self, Write};
+
+use kura_store::store::{RefLogEntry, Session};
+use proto::ledger::{Ledger, LedgerState};
+use proto::record::Record;
+use serde::Serialize;
+
+/// Buffered stdout that surfaces write errors (so a broken pipe is seen, not panicked on).
+pub struct Out {
+    /// Locked, buffered standard output.
+    w: io::BufWriter<io::StdoutLock<'static>>,
+}
+
+impl Out {
+    /// Standard output.
+    pub fn new() -> Self {
+        Out {
+            w: io::BufWriter::new(io::stdout().lock()),
+        }
+    }
+
+    /// One line of text.
+    pub fn line(&mut self, text: impl AsRef<str>) -> io::Result<()> {
+        self.w.write_all(text.as_ref().as_bytes())?;
+        self.w.write_all(b"\n")
+    }
+
+    /// A value as pretty JSON.
+    pub fn json<T: Serialize>(&mut self, value: &T) -> anyhow::Result<()> {
+        serde_json::to_writer_pretty(&mut self.w, value)?;
+        self.w.write_all(b"\n")?;
+        Ok(())
+    }
+
+    /// Flushes; call before exiting.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// First `n` characters of a hash (or `-`).
+pub fn short(hash: Option<&str>, n: usize) -> String {
+    hash.map(|h| h.chars().take(n).collect())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// A one-line preview of record content.
+pub fn preview(record: &Record) -> String {
+    let text = match record.content.get("text").and_then(|t| t.as_str()) {
+        Some(t) => t.to_owned(),
+        None => record.content.to_string(),
+    };
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 72 {
+        format!("{}…", one_line.chars().take(71).collect::<String>())
+    } else {
+        one_line
+    }
+}
+
+/// A record in the indented list form used by `log --records` and `show <ledger>`.
+pub fn record_line(position: usize, r: &Record) -> String {
+    format!(
+        "    [{position}] {:<17} {:<16} {}  {}",
+        r.record_type.as_str(),
+        r.author_id,
+        short(Some(&r.hash), 12),
+        preview(r)
+    )
+}
+
+/// A ledger as a `git log`-style block.
+pub fn ledger_block(out: &mut Out, l: &Ledger, is_head: bool) -> io::Result<()> {
+    let state = match l.state {
+        LedgerState::Open => "open",
+        LedgerState::Sealed => "sealed",
+    };
+    let head = if is_head { "HEAD, " } else { "" };
+    out.line(format!("ledger {} ({head}{state})", l.ledger_id))?;
+    out.line(format!("Label:   {}", l.label))?;
+    out.line(format!("Created: {}", l.created_at))?;
+    if let Some(s) = &l.sealed_at {
+        out.line(format!("Sealed:  {s}"))?;
+    }
+    out.line(format!("Records: {}", l.record_count))?;
+    out.line(format!(
+        "Root:    {}",
+        l.root_hash.as_deref().unwrap_or("-")
+    ))?;
+    out.line(format!(
+        "Hash:    {}",
+        l.ledger_hash.as_deref().unwrap_or("-")
+    ))?;
+    let parents: Vec<String> = l.parent_ids.iter().map(|p| p.to_string()).collect();
+    out.line(format!(
+        "Parents: {}",
+        if parents.is_empty() {
+            "-".into()
+        } else {
+            parents.join(" ")
+        }
+    ))
+}
+
+/// A record in full.
+pub fn record_block(out: &mut Out, r: &Record, ledgers: &[uuid::Uuid]) -> anyhow::Result<()> {
+    out.line(format!("record {}", r.record_id))?;
+    out.line(format!("Type:    {}", r.record_type))?;
+    out.line(format!("Author:  {}", r.author_id))?;
+    out.line(format!("Created: {}", r.created_at))?;
+    out.line(format!("Hash:    {}", r.hash))?;
+    for (k, v) in &r.metadata {
+        out.line(format!("Meta:    {k}={v}"))?;
+    }
+    let ledgers: Vec<String> = ledgers.iter().map(|l| l.to_string()).collect();
+    out.line(format!(
+        "Ledgers: {}",
+        if ledgers.is_empty() {
+            "-".into()
+        } else {
+            ledgers.join(" ")
+        }
+    ))?;
+    out.line("")?;
+    match r.content.get("text").and_then(|t| t.as_str()) {
+        Some(t) if r.content.as_object().is_some_and(|o| o.len() == 1) => {
+            for line in t.lines() {
+                out.line(format!("    {line}"))?;
+            }
+        }
+        _ => {
+            for line in serde_json::to_string_pretty(&r.content)?.lines() {
+                out.line(format!("    {line}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A session header and its ref log.
+pub fn session_block(out: &mut Out, s: &Session, reflog: &[RefLogEntry]) -> io::Result<()> {
+    out.line(format!("session {}", s.session_id))?;
+    out.line(format!("Label:   {}", s.label))?;
+    out.line(format!("Status:  {}", s.status))?;
+    out.line(format!("Created: {}", s.created_at))?;
+    out.line(format!(
+        "Head:    {}",
+        s.head_ledger_id
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| "-".into())
+    ))?;
+    out.line("Ref log:")?;
+    for e in reflog {
+        out.line(format!(
+            "    {:>3} {} {} -> {} ({})",
+            e.seq,
+            e.at,
+            e.old_head
+                .as_deref()
+                .map(|h| &h[..h.len().min(13)])
+                .unwrap_or("(none)"),
+            e.new_head,
+            e.reason
+        ))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Model providers behind one trait: `scripted` (deterministic steps from a file: the
+//! offline default), `openai` (any OpenAI-compatible chat-completions server with tool
+//! calling) and `command` (a program that reads the context on stdin); plus embeddings.
+
+mod command;
+mod embed;
+mod openai;
+mod scripted;
+
+pub use embed::embed;
+
+use proto::record::{Record, RecordType};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// A tool as a model sees it: plain data, so a provider needs no tool implementation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Its name, e.g. `fs.write`.
+    pub name: String,
+    /// One line for the model.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: Value,
+}
+
+/// One thing the agent does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Reasoning to record.
+    Thought(String),
+    /// A tool to call.
+    ToolCall {
+        /// Tool name, e.g. `fs.write`.
+        name: String,
+        /// Its arguments.
+        arguments: Map<String, Value>,
+    },
+    /// The turn's output; `is_final: false` asks minato for another turn.
+    Deliver {
+        /// The deliverable text.
+        text: String,
+        /// Whether the session's work is done.
+        is_final: bool,
+        /// Structured extras kept in the deliverable (e.g. `facts`, `decisions` lists that
+        /// mikado turns into memory).
+        extra: Map<String, Value>,
+    },
+}
+
+/// What a provider sees.
+pub struct TurnInput<'a> {
+    /// The session.
+    pub session_id: Uuid,
+    /// Turn number in the session (1-based).
+    pub seq: i64,
+    /// The sealed context ledger's records.
+    pub context: &'a [Record],
+    /// What this turn has written so far (thoughts, calls, results).
+    pub history: &'a [Record],
+    /// The tools it may call.
+    pub tools: &'a [ToolSpec],
+}
+
+impl TurnInput<'_> {
+    /// The instruction text from the context.
+    pub fn instruction(&self) -> String {
+        text_of(self.context, RecordType::TaskInstruction)
+    }
+
+    /// The previous turn's deliverable, if the context carries one.
+    pub fn previous_deliverable(&self) -> Option<String> {
+        self.context
+            .iter()
+            .rev()
+            .find(|r| r.record_type == RecordType::TaskDeliverable)
+            .map(content_text)
+    }
+
+    /// How many steps this turn has taken (the records a provider produced).
+    pub fn steps_taken(&self) -> usize {
+        self.history
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.record_type,
+                    RecordType::AgentThought | RecordType::ToolCall | RecordType::TaskDeliverable
+                )
+            })
+            .count()
+    }
+}
+
+/// A record's content as text (`text` field, else compact JSON).
+pub fn content_text(r: &Record) -> String {
+    match r.content.get("text").and_then(Value::as_str) {
+        Some(t) => t.to_owned(),
+        None => r.content.to_string(),
+    }
+}
+
+fn text_of(records: &[Record], t: RecordType) -> String {
+    records
+        .iter()
+        .rev()
+        .find(|r| r.record_type == t)
+        .map(content_text)
+        .unwrap_or_default()
+}
+
+/// Why a provider could not produce a step.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// A problem that may go away (server down, timeout): worth retrying.
+    #[error("{0}")]
+    Transient(String),
+    /// A problem that will not (bad script, bad response): the turn fails.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A model provider.
+pub trait Provider: Send + Sync {
+    /// The next step(s) given the context and this turn's history.
+    fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError>;
+}
+
+/// Which model provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Steps from a JSON script (offline, deterministic).
+    Scripted,
+    /// An OpenAI-compatible chat-completions server.
+    Openai,
+    /// A program: context JSON on stdin, deliverable on stdout.
+    Command,
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProviderKind::Scripted => "scripted",
+            ProviderKind::Openai => "openai",
+            ProviderKind::Command => "command",
+        })
+    }
+}
+
+/// Which provider, and its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProviderConfig {
+    /// `scripted`, `openai` or `command`.
+    pub kind: ProviderKind,
+    /// `scripted`: the JSON script file.
+    pub script: String,
+    /// `openai`: the server's base URL (up to `/v1`).
+    pub base_url: String,
+    /// `openai`: the model name.
+    pub model: String,
+    /// `openai`: the environment variable holding the API key (unset: no key sent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// `openai`: system prompt.
+    pub system_prompt: String,
+    /// `openai` and `command`: give up on one call after this long.
+    pub timeout_ms: u64,
+    /// `command`: argv of the program (context JSON on stdin, deliverable on stdout).
+    pub command: Vec<String>,
+    /// A transient failure (server down, timeout) is retried this many times within one
+    /// step before the step fails.
+    pub retries: u32,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            kind: ProviderKind::Scripted,
+            script: "script.json".into(),
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            model: "llama3.2".into(),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            system_prompt: "You are a careful agent. Use the tools to do the task, then answer."
+                .into(),
+            timeout_ms: 120_000,
+            command: vec![],
+            retries: 3,
+        }
+    }
+}
+
+/// Builds the configured provider.
+pub fn build(
+    config: &ProviderConfig,
+    handle: tokio::runtime::Handle,
+) -> anyhow::Result<Box<dyn Provider>> {
+    Ok(match config.kind {
+        ProviderKind::Scripted => Box::new(scripted::Scripted::load(std::path::Path::new(
+            &config.script,
+        ))?),
+        ProviderKind::Openai => Box::new(openai::OpenAi::new(config, handle)?),
+        ProviderKind::Command => Box::new(command::CommandProvider::new(config)?),
+    })
+}

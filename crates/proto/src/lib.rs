@@ -1,0 +1,24 @@
+//! Kura's shared vocabulary: records, ledgers, canonical hashes, Merkle proofs and NATS doorbells.
+//!
+//! This crate is deliberately lean — serde and hashing only. No async runtime, no NATS
+//! client and no SQLite live here, so every process (and an offline auditor) can use it.
+
+pub mod canonical;
+pub mod consumers;
+pub mod doorbell;
+pub mod ids;
+pub mod ledger;
+pub mod merkle;
+pub mod record;
+pub mod states;
+pub mod subjects;
+
+pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
+pub use ids::new_id;
+pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
+pub use merkle::InclusionProof;
+pub use record::{
+    CanonicalParts, Content, NewRecord, OwnedColumns, Record, RecordColumns, RecordError,
+    RecordType, TextContent, ToolCallContent, ToolResultContent, ToolStatus,
+};
+pub use states::{ApprovalState, Effect, Outcome, SessionStatus, TurnState, UnknownState, Vote};

@@ -1,0 +1,283 @@
+//! The NATS doorbell bus: connect with unlimited reconnect, subscribe to pointer-only
+//! doorbells (bad messages logged with their subject and counted, never fatal), ring them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::{ConnectOptions, Event};
+use futures::StreamExt;
+use proto::subjects::Subjects;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Common, Waker};
+
+/// Doorbell counters, for logs and health checks.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Valid doorbells received.
+    pub received: AtomicU64,
+    /// Malformed, oversized or unknown-field doorbells refused.
+    pub rejected: AtomicU64,
+    /// Doorbells rung.
+    pub published: AtomicU64,
+}
+
+/// A connected (or reconnecting) doorbell bus.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    /// The NATS client; reconnects forever in the background.
+    pub client: async_nats::Client,
+    /// Subject builder for the configured prefix.
+    pub subjects: Subjects,
+    /// Counters shared by every subscription.
+    pub stats: Arc<Stats>,
+    /// Runtime handle, so synchronous consumer threads can ring doorbells.
+    handle: tokio::runtime::Handle,
+    /// Whether the connection is up, kept by the connection's own events.
+    connected: Arc<AtomicBool>,
+    /// Who hears of the connection coming and going.
+    listeners: Arc<Listeners>,
+}
+
+/// Consumers to wake on every (re)connect, and callbacks for any change of the connection.
+#[derive(Default)]
+struct Listeners {
+    /// Woken on connect: they rescan SQLite for what they missed.
+    on_connect: Mutex<Vec<Waker>>,
+    /// Called on connect and on disconnect.
+    on_change: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Listeners")
+    }
+}
+
+impl Listeners {
+    fn changed(&self, connected: bool) {
+        if connected {
+            self.on_connect
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .for_each(Waker::wake);
+        }
+        self.on_change
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .for_each(|f| f());
+    }
+}
+
+impl Bus {
+    /// Connects to `common.nats_url` as `name`. Returns at once even if NATS is down: the
+    /// client keeps retrying, and each (re)connect wakes the consumers registered with
+    /// [`Bus::wake_on_connect`] so they rescan SQLite for anything missed while disconnected.
+    pub async fn connect(common: &Common, name: &str) -> anyhow::Result<Bus> {
+        let subjects = common.subjects()?;
+        let listeners = Arc::new(Listeners::default());
+        let connected = Arc::new(AtomicBool::new(false));
+        let (up, heard) = (connected.clone(), listeners.clone());
+        let client = ConnectOptions::new()
+            .name(name)
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(2))
+            .ping_interval(Duration::from_secs(10))
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis((50u64 << attempts.min(5)).min(1000))
+            })
+            .event_callback(move |event| {
+                let (up, heard) = (up.clone(), heard.clone());
+                async move {
+                    match event {
+                        Event::Connected => {
+                            up.store(true, Ordering::SeqCst);
+                            tracing::info!("NATS connected; rescanning the store");
+                            heard.changed(true);
+                        }
+                        Event::Disconnected => {
+                            up.store(false, Ordering::SeqCst);
+                            tracing::warn!("NATS disconnected; polling the store until it returns");
+                            heard.changed(false);
+                        }
+                        other => tracing::debug!(event = %other, "NATS event"),
+                    }
+                }
+            })
+            .connect(common.nats_url.as_str())
+            .await?;
+        Ok(Bus {
+            client,
+            subjects,
+            stats: Arc::new(Stats::default()),
+            handle: tokio::runtime::Handle::current(),
+            connected,
+            listeners,
+        })
+    }
+
+    /// Wakes `waker` on every (re)connect (and once now if already connected).
+    pub fn wake_on_connect(&self, waker: Waker) {
+        if self.is_connected() {
+            waker.wake();
+        }
+        self.listeners
+            .on_connect
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(waker);
+    }
+
+    /// Calls `f` whenever the connection comes or goes.
+    pub fn on_connection_change(&self, f: impl Fn() + Send + Sync + 'static) {
+        self.listeners
+            .on_change
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(f));
+    }
+
+    /// Whether NATS is reachable right now.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst)
+    }
+
+    /// Subscribes to doorbells of type `T` on `subject` (in queue group `queue` if given) and
+    /// calls `on` for each valid one. Anything else is logged with its subject and counted.
+    pub async fn doorbells<T, F>(
+        &self,
+        subject: String,
+        queue: Option<String>,
+        on: F,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>>
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(T) + Send + 'static,
+    {
+        let mut sub = match queue {
+            Some(q) => self.client.queue_subscribe(subject.clone(), q).await?,
+            None => self.client.subscribe(subject.clone()).await?,
+        };
+        let stats = self.stats.clone();
+        Ok(tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                match proto::doorbell::parse::<T>(&msg.payload) {
+                    Ok(bell) => {
+                        stats.received.fetch_add(1, Ordering::Relaxed);
+                        on(bell);
+                    }
+                    Err(e) => {
+                        let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+                        tracing::warn!(
+                            subject = %msg.subject,
+                            error = %e,
+                            rejected_total = total,
+                            "rejected doorbell"
+                        );
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Answers requests of type `T` on `subject`: `handler` runs on a blocking thread (it
+    /// may use SQLite) and its bytes go back to the requester. Malformed requests are
+    /// logged, counted and answered with an error, never fatal.
+    pub async fn serve<T, F>(
+        &self,
+        subject: String,
+        handler: F,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>>
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
+    {
+        let mut sub = self.client.subscribe(subject.clone()).await?;
+        let stats = self.stats.clone();
+        let client = self.client.clone();
+        let handler = Arc::new(handler);
+        Ok(tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                let reply = match proto::doorbell::parse::<T>(&msg.payload) {
+                    Ok(req) => {
+                        stats.received.fetch_add(1, Ordering::Relaxed);
+                        let h = handler.clone();
+                        match tokio::task::spawn_blocking(move || h(req)).await {
+                            Ok(bytes) => bytes,
+                            Err(e) => serde_json::to_vec(
+                                &serde_json::json!({"ok": false, "message": e.to_string()}),
+                            )
+                            .unwrap_or_default(),
+                        }
+                    }
+                    Err(e) => {
+                        let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+                        tracing::warn!(subject = %msg.subject, error = %e, rejected_total = total, "rejected doorbell");
+                        serde_json::to_vec(
+                            &serde_json::json!({"ok": false, "message": e.to_string()}),
+                        )
+                        .unwrap_or_default()
+                    }
+                };
+                if let Some(to) = msg.reply {
+                    let _ = client.publish(to, reply.into()).await;
+                }
+            }
+        }))
+    }
+
+    /// Rings a doorbell (fire and forget). Safe to call from synchronous consumer threads.
+    /// If NATS is down the message is dropped or buffered; consumers poll SQLite anyway.
+    pub fn ring<T: Serialize>(&self, subject: String, message: &T) {
+        let bytes = match proto::doorbell::encode(message) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(%subject, error = %e, "cannot encode doorbell");
+                return;
+            }
+        };
+        let client = self.client.clone();
+        let stats = self.stats.clone();
+        self.handle.spawn(async move {
+            match client.publish(subject.clone(), bytes.into()).await {
+                Ok(()) => {
+                    stats.published.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => tracing::debug!(%subject, error = %e, "doorbell not sent (polling will catch up)"),
+            }
+        });
+    }
+
+    /// Rings a doorbell as a NATS request and waits up to `timeout` for any reply (from a
+    /// synchronous consumer thread). `false` when nobody answered in time; callers then
+    /// fall back to polling SQLite, where the answer is recorded anyway.
+    pub fn ring_and_wait<T: Serialize>(
+        &self,
+        subject: String,
+        message: &T,
+        timeout: Duration,
+    ) -> bool {
+        let Ok(bytes) = proto::doorbell::encode(message) else {
+            return false;
+        };
+        let client = self.client.clone();
+        self.handle.block_on(async move {
+            matches!(
+                tokio::time::timeout(timeout, client.request(subject, bytes.into())).await,
+                Ok(Ok(_))
+            )
+        })
+    }
+
+    /// Flushes what was rung and drains subscriptions (bounded, so a dead NATS cannot hang
+    /// shutdown).
+    pub async fn close(&self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.drain()).await;
+    }
+}

@@ -1,0 +1,87 @@
+//! Heartbeats: every daemon notes in SQLite that it is alive and whether it reaches NATS,
+//! so `kura status` can tell what is up without asking anyone over the network. The thread
+//! sleeps on a channel: it wakes for its interval, a change of the NATS connection, or stop.
+
+use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
+use std::thread::JoinHandle;
+
+use kura_store::Store;
+pub use kura_store::ops::HEARTBEAT_INTERVAL as INTERVAL;
+
+use crate::{Bus, Common};
+
+/// What wakes the heartbeat thread early.
+enum Beat {
+    /// The NATS connection came or went: beat now.
+    Changed,
+    /// Mark the daemon stopped and end.
+    Stop,
+}
+
+/// A running heartbeat; [`Heartbeat::stop`] marks the daemon stopped.
+pub struct Heartbeat {
+    /// Wakes the thread (dropping it stops the thread too).
+    tx: Sender<Beat>,
+    /// The thread.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    /// Starts beating for `kind`/`instance` (every [`INTERVAL`], at once, and whenever the
+    /// NATS connection of `bus` comes or goes).
+    pub fn start(common: &Common, kind: &str, instance: &str, bus: Option<Bus>) -> Heartbeat {
+        let (tx, rx) = channel::<Beat>();
+        if let Some(bus) = &bus {
+            let tx = tx.clone();
+            bus.on_connection_change(move || {
+                let _ = tx.send(Beat::Changed);
+            });
+        }
+        let (common, kind, instance) = (common.clone(), kind.to_owned(), instance.to_owned());
+        let thread = std::thread::Builder::new()
+            .name(format!("{kind}-heartbeat"))
+            .spawn(move || {
+                let started = kura_store::time::now();
+                let mut store: Option<Store> = None;
+                let connected = || bus.as_ref().is_some_and(Bus::is_connected);
+                loop {
+                    if store.is_none() {
+                        store = Store::open(&common.db, &common.store_options()).ok();
+                    }
+                    if let Some(st) = store.as_mut()
+                        && let Err(e) = kura_store::ops::heartbeat(
+                            st,
+                            &instance,
+                            &kind,
+                            &started,
+                            connected(),
+                            false,
+                        )
+                    {
+                        tracing::warn!(error = %e, "heartbeat not recorded");
+                    }
+                    match rx.recv_timeout(INTERVAL) {
+                        Ok(Beat::Changed) | Err(RecvTimeoutError::Timeout) => {}
+                        Ok(Beat::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                            if let Some(st) = store.as_mut() {
+                                let _ = kura_store::ops::heartbeat(
+                                    st, &instance, &kind, &started, false, true,
+                                );
+                            }
+                            return;
+                        }
+                    }
+                }
+            })
+            .ok();
+        Heartbeat { tx, thread }
+    }
+
+    /// Marks the daemon stopped and ends the thread.
+    pub fn stop(mut self) {
+        let _ = self.tx.send(Beat::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

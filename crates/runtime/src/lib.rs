@@ -1,0 +1,161 @@
+//! The daemon runtime shared by every Kura daemon: config, logging, NATS doorbells, wake-ups,
+//! the recovery loop, one daemon lifecycle, heartbeats and the bundled nats-server lookup —
+//! written once, used by all.
+
+pub mod bus;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod heartbeat;
+pub mod logging;
+pub mod natsbin;
+pub mod wake;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use bus::{Bus, Stats};
+pub use config::{ConfigError, load, to_toml};
+pub use daemon::Daemon;
+pub use wake::{Stop, WakeRx, Waker, consumer_loop, wake_pair};
+
+/// Settings every daemon shares (the `[common]` table; `KURA_DB`, `KURA_NATS_URL`, ... in
+/// the environment).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Common {
+    /// The Kura database file all daemons share; the source of truth.
+    pub db: PathBuf,
+    /// Where the NATS doorbell server is; daemons work (by polling) even when it is down.
+    pub nats_url: String,
+    /// Subject prefix, so two installations can share one NATS.
+    pub subject_prefix: String,
+    /// How often each consumer scans SQLite for missed work even without a doorbell.
+    pub poll_interval_ms: u64,
+    /// Commit durability: `full` (default), `normal` or `off`.
+    pub synchronous: kura_store::Synchronous,
+    /// This instance's name in logs and leases; unset means `<daemon>-<pid>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+}
+
+impl Default for Common {
+    fn default() -> Self {
+        Common {
+            db: PathBuf::from("kura.db"),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            subject_prefix: proto::subjects::DEFAULT_PREFIX.into(),
+            poll_interval_ms: 5000,
+            synchronous: kura_store::Synchronous::Full,
+            instance: None,
+        }
+    }
+}
+
+impl Common {
+    /// The poll interval as a duration (at least 10 ms).
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms.max(10))
+    }
+
+    /// Store options from these settings.
+    pub fn store_options(&self) -> kura_store::StoreOptions {
+        kura_store::StoreOptions {
+            synchronous: self.synchronous,
+            ..kura_store::StoreOptions::default()
+        }
+    }
+
+    /// The instance name, `<daemon>-<pid>` unless configured.
+    pub fn instance_name(&self, daemon: &str) -> String {
+        match &self.instance {
+            Some(name) if !name.is_empty() => name.clone(),
+            _ => format!("{daemon}-{}", std::process::id()),
+        }
+    }
+
+    /// Subject builder for the configured prefix.
+    pub fn subjects(&self) -> Result<proto::subjects::Subjects, proto::subjects::SubjectError> {
+        proto::subjects::Subjects::new(&self.subject_prefix)
+    }
+}
+
+/// Resolves when the process receives SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            }
+        }
+        _ => {
+            // Without signal handlers, fall back to Ctrl-C only.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// What every daemon's `main` does before `run`: logging, config, a tokio runtime.
+/// Config errors come back as `Err` (the caller prints them and exits 2).
+pub fn start<C>(
+    name: &str,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+{
+    start_with(name, config, "info")
+}
+
+/// [`start`] with the default log level for `RUST_LOG`-less runs (`warn` for clients).
+pub fn start_with<C>(
+    name: &str,
+    config: Option<&std::path::Path>,
+    level: &str,
+) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+{
+    logging::init_with(name, level);
+    let config: C = load(config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name(name)
+        .build()?;
+    Ok((config, runtime))
+}
+
+/// The `run` subcommand of every daemon: set up logging, config and a runtime, run until
+/// SIGTERM/SIGINT. Exit 0 on a clean stop, 2 for config errors, 1 if the daemon failed.
+pub fn run_daemon<C, F, Fut>(
+    name: &str,
+    config: Option<&std::path::Path>,
+    run: F,
+) -> std::process::ExitCode
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+    F: FnOnce(C, cli::Shutdown) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let (config, rt) = match start::<C>(name, config) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(config, Box::pin(shutdown_signal()))) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

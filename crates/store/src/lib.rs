@@ -1,0 +1,17 @@
+//! Kura's store: the SQLite file every Kura process shares and the only source of truth —
+//! records, ledgers, sessions, work tables, the memory index — and the reports read from it
+//! (verify, diff, proofs, git export). Synchronous by design: no async runtime, no NATS.
+
+pub mod diff;
+pub mod error;
+pub mod export;
+pub mod memory;
+pub mod ops;
+pub mod proof;
+pub mod store;
+pub mod time;
+pub mod verify;
+pub mod work;
+
+pub use error::{ConflictKind, Result, StoreError};
+pub use store::{Store, StoreOptions, Synchronous};

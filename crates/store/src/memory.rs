@@ -1,0 +1,485 @@
+//! Memory: facts and decisions (extracted by mikado) linked to their sources, indexed for
+//! search (FTS5 BM25, plus embeddings when configured), newest decisions preferred.
+
+use std::collections::BTreeMap;
+
+use proto::record::{Content, NewRecord, Record, RecordType};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::{Result, StoreError};
+use crate::store::{parse_id, record_from_row_pub, write_record_in};
+use crate::time;
+
+/// One thing worth remembering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// `memory.fact` or `memory.decision`.
+    pub kind: RecordType,
+    /// The fact or decision.
+    pub text: String,
+    /// For decisions: the earlier decision (text or record id) this one replaces.
+    pub supersedes: Option<String>,
+}
+
+/// A memory record written (or found again).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remembered {
+    /// The memory record.
+    pub record: Record,
+    /// False when the same memory already existed (dedup: only a new edge was added).
+    pub new: bool,
+}
+
+/// Writes `items` extracted from `source` (in `session_id`) inside the caller's transaction:
+/// each a `memory.*` record by `author` (deduplicated by hash), an `extracted_from` edge,
+/// the session link, the FTS entry for new records, and `supersedes` edges.
+pub fn remember_in(
+    tx: &Connection,
+    author: &str,
+    source: &Record,
+    session_id: Uuid,
+    items: &[Item],
+) -> Result<Vec<Remembered>> {
+    let mut out = Vec::new();
+    for item in items {
+        let new = NewRecord::new(item.kind, Content::text(item.text.clone()), author);
+        let hash = new.validate()?.hash;
+        let existed = tx
+            .query_row("SELECT 1 FROM records WHERE hash = ?1", [&hash], |_| Ok(()))
+            .optional()?
+            .is_some();
+        let record = write_record_in(tx, &new)?;
+        let id = record.record_id.to_string();
+        edge(tx, &id, "extracted_from", &source.record_id.to_string())?;
+        tx.execute(
+            "INSERT OR IGNORE INTO memory_sessions (record_id, session_id) VALUES (?1, ?2)",
+            params![id, session_id.to_string()],
+        )?;
+        if !existed {
+            tx.execute(
+                "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
+                params![item.text, id, item.kind.as_str()],
+            )?;
+        }
+        if let Some(old) = &item.supersedes
+            && let Some(old_id) = find_decision(tx, author, old)?
+            && old_id != record.record_id
+        {
+            edge(tx, &id, "supersedes", &old_id.to_string())?;
+        }
+        out.push(Remembered {
+            record,
+            new: !existed,
+        });
+    }
+    Ok(out)
+}
+
+fn edge(tx: &Connection, src: &str, rel: &str, dst: &str) -> Result<()> {
+    tx.execute(
+        "INSERT OR IGNORE INTO memory_graph (src_record_id, rel, dst_record_id, created_at) VALUES (?1, ?2, ?3, ?4)",
+        params![src, rel, dst, time::now()],
+    )?;
+    Ok(())
+}
+
+/// A decision by record id, or by its exact text (as `author` would have recorded it).
+fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<Uuid>> {
+    if let Some(id) = proto::ids::parse_id(key.trim()) {
+        return Ok(Some(id));
+    }
+    let rec = NewRecord::new(
+        RecordType::MemoryDecision,
+        Content::text(key.trim()),
+        author,
+    );
+    let hash = rec.validate()?.hash;
+    tx.query_row(
+        "SELECT record_id FROM records WHERE hash = ?1",
+        [hash],
+        |r| r.get::<_, String>(0),
+    )
+    .optional()?
+    .map(|s| parse_id(&s))
+    .transpose()
+}
+
+/// Stores an embedding for a memory record.
+pub fn store_vector_in(
+    tx: &Connection,
+    record_id: Uuid,
+    model: &str,
+    vector: &[f32],
+) -> Result<()> {
+    let blob: Vec<u8> = vector.iter().flat_map(|f| f.to_le_bytes()).collect();
+    tx.execute(
+        "INSERT OR REPLACE INTO kb_vectors (record_id, model, dims, vector) VALUES (?1, ?2, ?3, ?4)",
+        params![record_id.to_string(), model, vector.len() as i64, blob],
+    )?;
+    Ok(())
+}
+
+/// What to search.
+#[derive(Debug, Clone, Default)]
+pub struct Search {
+    /// Free text.
+    pub query: String,
+    /// Only this type (`memory.fact` or `memory.decision`).
+    pub record_type: Option<RecordType>,
+    /// Only memory from this session.
+    pub session_id: Option<Uuid>,
+    /// At most this many hits.
+    pub limit: usize,
+    /// The query's embedding, for hybrid ranking (with the vectors' model).
+    pub query_vector: Option<Vec<f32>>,
+}
+
+/// One hit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// The memory record.
+    pub record: Record,
+    /// Higher is better: BM25 (normalized to 0..1 within the candidates) blended with cosine
+    /// similarity when vectors are in play.
+    pub score: f64,
+    /// True when a newer decision supersedes this one (ranked after the rest).
+    pub superseded: bool,
+}
+
+/// FTS5 query from free text: its words, each quoted, joined with OR.
+fn fts_query(text: &str) -> Option<String> {
+    let mut words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 2)
+        .map(str::to_lowercase)
+        .collect();
+    words.sort();
+    words.dedup();
+    words.truncate(32);
+    if words.is_empty() {
+        None
+    } else {
+        Some(
+            words
+                .iter()
+                .map(|w| format!("\"{w}\""))
+                .collect::<Vec<_>>()
+                .join(" OR "),
+        )
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() || a.is_empty() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        dot += f64::from(*x) * f64::from(*y);
+        na += f64::from(*x).powi(2);
+        nb += f64::from(*y).powi(2);
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}
+
+/// Searches memory: BM25 over the FTS index (and cosine similarity when a query vector is
+/// given), filtered by type and session; superseded decisions go last, ties go to the newest.
+pub fn search(conn: &Connection, s: &Search) -> Result<Vec<Hit>> {
+    let limit = s.limit.clamp(1, 1000);
+    // candidate id -> (bm25 goodness, cosine)
+    let mut cand: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    if let Some(q) = fts_query(&s.query) {
+        let mut stmt = conn.prepare_cached(
+            "SELECT record_id, -bm25(kb) FROM kb WHERE kb MATCH ?1 ORDER BY bm25(kb) LIMIT 200",
+        )?;
+        let rows = stmt.query_map([q], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
+        for row in rows {
+            let (id, g) = row?;
+            cand.insert(id, (g, 0.0));
+        }
+    }
+    if let Some(qv) = &s.query_vector {
+        let mut stmt = conn.prepare_cached("SELECT record_id, vector FROM kb_vectors")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        for row in rows {
+            let (id, blob) = row?;
+            let v: Vec<f32> = blob
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let sim = cosine(qv, &v);
+            if sim > 0.0 {
+                cand.entry(id).or_insert((0.0, 0.0)).1 = sim;
+            }
+        }
+    }
+    let max_g = cand.values().map(|(g, _)| *g).fold(0.0, f64::max);
+    let mut hits = Vec::new();
+    for (id, (g, sim)) in cand {
+        let rec = conn
+            .prepare_cached(
+                "SELECT record_id, hash, record_type, content, author_id, metadata, created_at FROM records WHERE record_id = ?1",
+            )?
+            .query_row([&id], record_from_row_pub)
+            .optional()?
+            .transpose()?
+            .ok_or_else(|| StoreError::Invalid(format!("kb entry for missing record {id}")))?;
+        if s.record_type.is_some_and(|t| t != rec.record_type) {
+            continue;
+        }
+        if let Some(session) = s.session_id {
+            let found = conn
+                .query_row(
+                    "SELECT 1 FROM memory_sessions WHERE record_id = ?1 AND session_id = ?2",
+                    params![id, session.to_string()],
+                    |_| Ok(()),
+                )
+                .optional()?;
+            if found.is_none() {
+                continue;
+            }
+        }
+        let superseded = conn
+            .query_row(
+                "SELECT 1 FROM memory_graph WHERE dst_record_id = ?1 AND rel = 'supersedes'",
+                [&id],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        let lexical = if max_g > 0.0 { g / max_g } else { 0.0 };
+        let score = if s.query_vector.is_some() {
+            0.5 * lexical + 0.5 * sim
+        } else {
+            lexical
+        };
+        hits.push(Hit {
+            record: rec,
+            score,
+            superseded,
+        });
+    }
+    hits.sort_by(|a, b| {
+        a.superseded
+            .cmp(&b.superseded)
+            .then(
+                b.score
+                    .partial_cmp(&a.score)
+                    .unwrap_or(std::cmp::Ordering::Equal),
+            )
+            .then(b.record.created_at.cmp(&a.record.created_at))
+    });
+    hits.truncate(limit);
+    Ok(hits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Store, StoreOptions};
+    use serde_json::json;
+
+    fn store_with(items: &[(&str, &[Item])]) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Store::create(dir.path().join("m.db"), &StoreOptions::default()).expect("db");
+        for (label, its) in items {
+            let session = s.create_session(label).expect("session");
+            let src = NewRecord::new(
+                RecordType::TaskDeliverable,
+                Content::text(format!("from {label}")),
+                "agent:hashi",
+            );
+            let (src, _) = s.write_record(&src).expect("source");
+            s.write(|tx| remember_in(tx, "agent:mikado", &src, session.session_id, its))
+                .expect("remember");
+        }
+        (dir, s)
+    }
+
+    fn fact(t: &str) -> Item {
+        Item {
+            kind: RecordType::MemoryFact,
+            text: t.into(),
+            supersedes: None,
+        }
+    }
+
+    #[test]
+    fn dedup_gives_one_record_two_edges_and_bm25_ranks() {
+        let (_d, s) = store_with(&[
+            (
+                "one",
+                &[
+                    fact("the garden hose is in the shed"),
+                    fact("the shed key is under the mat"),
+                ],
+            ),
+            (
+                "two",
+                &[
+                    fact("the garden hose is in the shed"),
+                    fact("tomatoes need sun"),
+                ],
+            ),
+        ]);
+        let n: i64 = s
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM records WHERE record_type = 'memory.fact'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(n, 3, "same fact twice -> one record");
+        let edges: i64 = s
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM memory_graph WHERE rel = 'extracted_from'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("edges");
+        assert_eq!(edges, 4, "... with two edges");
+        let hits = search(
+            s.conn(),
+            &Search {
+                query: "where is the shed key?".into(),
+                limit: 5,
+                ..Search::default()
+            },
+        )
+        .expect("search");
+        let texts: Vec<&str> = hits
+            .iter()
+            .map(|h| h.record.content["text"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            texts[0], "the shed key is under the mat",
+            "more matching words rank first: {texts:?}"
+        );
+        assert!(texts.contains(&"the garden hose is in the shed"));
+        assert!(!texts.contains(&"tomatoes need sun"));
+        assert!(
+            search(
+                s.conn(),
+                &Search {
+                    query: "?!".into(),
+                    limit: 5,
+                    ..Search::default()
+                }
+            )
+            .expect("search")
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn newer_decisions_supersede_older_ones() {
+        let old = Item {
+            kind: RecordType::MemoryDecision,
+            text: "store backups on the SD card".into(),
+            supersedes: None,
+        };
+        let new = Item {
+            kind: RecordType::MemoryDecision,
+            text: "store backups on the USB disk".into(),
+            supersedes: Some("store backups on the SD card".into()),
+        };
+        let (_d, s) = store_with(&[("a", &[old]), ("b", &[new])]);
+        let hits = search(
+            s.conn(),
+            &Search {
+                query: "store backups".into(),
+                limit: 5,
+                ..Search::default()
+            },
+        )
+        .expect("search");
+        assert_eq!(hits.len(), 2);
+        assert_eq!(
+            hits[0].record.content["text"],
+            json!("store backups on the USB disk")
+        );
+        assert!(!hits[0].superseded);
+        assert!(hits[1].superseded);
+    }
+
+    #[test]
+    fn type_session_and_vector_filters() {
+        let (_d, mut s) = store_with(&[
+            ("a", &[fact("the router password is on the fridge")]),
+            (
+                "b",
+                &[Item {
+                    kind: RecordType::MemoryDecision,
+                    text: "rotate the router password monthly".into(),
+                    supersedes: None,
+                }],
+            ),
+        ]);
+        let sessions = s.sessions().expect("sessions");
+        let only_facts = search(
+            s.conn(),
+            &Search {
+                query: "router".into(),
+                record_type: Some(RecordType::MemoryFact),
+                limit: 5,
+                ..Search::default()
+            },
+        )
+        .expect("search");
+        assert_eq!(only_facts.len(), 1);
+        let only_b = search(
+            s.conn(),
+            &Search {
+                query: "router".into(),
+                session_id: Some(sessions[0].session_id),
+                limit: 5,
+                ..Search::default()
+            },
+        )
+        .expect("search");
+        assert_eq!(only_b.len(), 1);
+        assert_eq!(only_b[0].record.record_type, RecordType::MemoryDecision);
+        // A vector match finds what words alone do not.
+        let ids: Vec<Uuid> = search(
+            s.conn(),
+            &Search {
+                query: "router".into(),
+                limit: 5,
+                ..Search::default()
+            },
+        )
+        .expect("search")
+        .iter()
+        .map(|h| h.record.record_id)
+        .collect();
+        s.write(|tx| {
+            store_vector_in(tx, ids[0], "m", &[1.0, 0.0])?;
+            store_vector_in(tx, ids[1], "m", &[0.0, 1.0])
+        })
+        .expect("vectors");
+        let hits = search(
+            s.conn(),
+            &Search {
+                query: "wifi".into(),
+                query_vector: Some(vec![0.1, 0.9]),
+                limit: 5,
+                ..Search::default()
+            },
+        )
+        .expect("search");
+        assert_eq!(
+            hits[0].record.record_id, ids[1],
+            "cosine picks the closer vector"
+        );
+    }
+}

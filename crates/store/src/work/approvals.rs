@@ -1,0 +1,348 @@
+//! Approval work state: hashi files a request for each tool call, aegis decides it (policy
+//! or people), and a turn that must wait for people is parked (`waiting`) without holding a
+//! worker, then made claimable again when the decision lands.
+
+use proto::record::{NewRecord, RecordType};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+pub use proto::{ApprovalState, Effect, Outcome, Vote};
+
+use super::turns::Claim;
+use crate::error::{Result, StoreError};
+use crate::store::{append_in, parse_id};
+use crate::time;
+
+/// An approval row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    /// Queue position (aegis scans in this order).
+    pub approval_seq: i64,
+    /// The `approval.request` record's id.
+    pub request_id: Uuid,
+    /// That record's content hash: what an approver's signature covers.
+    pub request_hash: String,
+    /// The waiting turn.
+    pub turn_id: Uuid,
+    /// Its session.
+    pub session_id: Uuid,
+    /// The tool call's id.
+    pub call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Its effect class.
+    pub effect: Effect,
+    /// Where the request is.
+    pub state: ApprovalState,
+    /// The rule that decided (or asked).
+    pub rule: Option<String>,
+    /// Approvals needed.
+    pub required: i64,
+    /// When an unanswered ask expires (unix ms).
+    pub deadline_ms: Option<i64>,
+    /// The epoch of the worker that started running the approved call, if one did.
+    pub started_epoch: Option<i64>,
+    /// When it was filed.
+    pub created_at: String,
+}
+
+const COLUMNS: &str = "approval_seq, request_id, request_hash, turn_id, session_id, call_id, tool_name, \
+                       effect, state, rule, required, deadline_ms, started_epoch, created_at";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Approval>> {
+    let ids: (String, String, String) = (r.get(1)?, r.get(3)?, r.get(4)?);
+    let a = (|| -> Result<Approval> {
+        Ok(Approval {
+            approval_seq: r.get(0)?,
+            request_id: parse_id(&ids.0)?,
+            request_hash: r.get(2)?,
+            turn_id: parse_id(&ids.1)?,
+            session_id: parse_id(&ids.2)?,
+            call_id: r.get(5)?,
+            tool_name: r.get(6)?,
+            effect: r.get(7)?,
+            state: r.get(8)?,
+            rule: r.get(9)?,
+            required: r.get(10)?,
+            deadline_ms: r.get(11)?,
+            started_epoch: r.get(12)?,
+            created_at: r.get(13)?,
+        })
+    })();
+    Ok(a)
+}
+
+fn one(conn: &Connection, filter: &str, arg: &str) -> Result<Option<Approval>> {
+    let sql = format!("SELECT {COLUMNS} FROM approvals WHERE {filter}");
+    conn.prepare_cached(&sql)?
+        .query_row([arg], from_row)
+        .optional()?
+        .transpose()
+}
+
+/// Reads an approval by request id.
+pub fn approval(conn: &Connection, request_id: Uuid) -> Result<Option<Approval>> {
+    one(conn, "request_id = ?1", &request_id.to_string())
+}
+
+/// The approval filed for a tool call, if any.
+pub fn approval_for_call(conn: &Connection, call_id: &str) -> Result<Option<Approval>> {
+    one(conn, "call_id = ?1", call_id)
+}
+
+/// Files a request inside a fenced transaction: an `approval.request` record (the call, its
+/// arguments, effect, turn and session) in the turn's output ledger, and a `pending` row.
+#[allow(clippy::too_many_arguments)]
+pub fn request_approval_in(
+    tx: &Connection,
+    claim: &Claim,
+    call_id: &str,
+    tool_name: &str,
+    arguments: &Map<String, Value>,
+    effect: Effect,
+    author: &str,
+    metadata: std::collections::BTreeMap<String, String>,
+) -> Result<Approval> {
+    let rec = NewRecord {
+        record_type: RecordType::ApprovalRequest,
+        content: json!({
+            "call_id": call_id,
+            "tool_name": tool_name,
+            "arguments": arguments,
+            "effect": effect,
+            "turn_id": claim.turn_id,
+            "session_id": claim.session_id,
+        }),
+        author_id: author.to_owned(),
+        metadata,
+    };
+    let a = append_in(tx, claim.output_ledger_id, &rec)?;
+    tx.execute(
+        "INSERT INTO approvals (request_id, request_hash, turn_id, session_id, call_id, tool_name, effect, state, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            a.record.record_id.to_string(),
+            a.record.hash,
+            claim.turn_id.to_string(),
+            claim.session_id.to_string(),
+            call_id,
+            tool_name,
+            effect,
+            ApprovalState::Pending,
+            time::now()
+        ],
+    )?;
+    approval(tx, a.record.record_id)?.ok_or_else(|| StoreError::Corrupt {
+        what: "approval",
+        id: a.record.record_id.to_string(),
+        detail: "row vanished inside its own transaction".into(),
+    })
+}
+
+/// Parks a claimed turn until `request_id` is decided, freeing its worker (fenced by caller).
+/// Returns `false` when the request was already decided: the turn is then claimable again
+/// at once instead of parked.
+pub fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<bool> {
+    // The decision may have landed after the worker last looked and before this transaction:
+    // `finalize_in` then found the turn still running and woke nobody. Parking it now would
+    // leave it waiting forever on a decided request (the fault suite caught exactly that
+    // once in 300 kills), so a decided request makes the turn claimable instead.
+    let state: Option<ApprovalState> = tx
+        .prepare_cached("SELECT state FROM approvals WHERE request_id = ?1")?
+        .query_row([request_id.to_string()], |r| r.get(0))
+        .optional()?;
+    let decided = state.is_some_and(ApprovalState::is_decided);
+    tx.prepare_cached(
+        "UPDATE turns SET state = CASE WHEN ?3 THEN 'pending' ELSE 'waiting' END,
+                waiting_on = CASE WHEN ?3 THEN NULL ELSE ?2 END,
+                lease_owner = NULL, lease_until_ms = NULL
+          WHERE turn_id = ?1",
+    )?
+    .execute(params![
+        claim.turn_id.to_string(),
+        request_id.to_string(),
+        decided
+    ])?;
+    Ok(!decided)
+}
+
+/// Notes that the approved call is about to run under `epoch` (fenced by caller), so a
+/// successor knows it may have taken effect.
+pub fn mark_started_in(tx: &Connection, request_id: Uuid, epoch: i64) -> Result<()> {
+    tx.prepare_cached("UPDATE approvals SET started_epoch = ?2 WHERE request_id = ?1")?
+        .execute(params![request_id.to_string(), epoch])?;
+    Ok(())
+}
+
+/// The oldest approval policy has not looked at yet.
+pub fn next_pending(conn: &Connection) -> Result<Option<Approval>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM approvals WHERE state = 'pending' ORDER BY approval_seq LIMIT 1"
+    );
+    conn.prepare_cached(&sql)?
+        .query_row([], from_row)
+        .optional()?
+        .transpose()
+}
+
+/// Approvals waiting for people, oldest first.
+pub fn asked(conn: &Connection) -> Result<Vec<Approval>> {
+    let sql =
+        format!("SELECT {COLUMNS} FROM approvals WHERE state = 'asked' ORDER BY approval_seq");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([], from_row)?;
+    let mut out = Vec::new();
+    for r in rows {
+        out.push(r??);
+    }
+    Ok(out)
+}
+
+/// Marks an approval as waiting for `required` people under `rule`.
+pub fn mark_asked_in(
+    tx: &Connection,
+    request_id: Uuid,
+    rule: &str,
+    required: i64,
+    deadline_ms: i64,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE approvals SET state = 'asked', rule = ?2, required = ?3, deadline_ms = ?4 WHERE request_id = ?1 AND state = 'pending'",
+        params![request_id.to_string(), rule, required, deadline_ms],
+    )?;
+    Ok(())
+}
+
+/// Output ledger of a turn.
+fn output_ledger(conn: &Connection, turn_id: Uuid) -> Result<Uuid> {
+    let out: Option<String> = conn.query_row(
+        "SELECT output_ledger_id FROM turns WHERE turn_id = ?1",
+        [turn_id.to_string()],
+        |r| r.get(0),
+    )?;
+    parse_id(out.as_deref().unwrap_or(""))
+}
+
+/// Appends a record to the turn's output ledger (decisions, votes, rejections).
+pub fn append_to_turn_in(tx: &Connection, turn_id: Uuid, rec: &NewRecord) -> Result<proto::Record> {
+    Ok(append_in(tx, output_ledger(tx, turn_id)?, rec)?.record)
+}
+
+/// Records a vote (its record built by the caller, appended here) and returns the record
+/// and how many votes of that kind the request now has. A second vote by the same approver
+/// is refused.
+pub fn record_vote_in(
+    tx: &Connection,
+    a: &Approval,
+    approver: &str,
+    decision: Vote,
+    record: &NewRecord,
+    signature: &str,
+) -> Result<(proto::Record, i64)> {
+    let exists: Option<i64> = tx
+        .query_row(
+            "SELECT 1 FROM approval_votes WHERE request_id = ?1 AND approver = ?2",
+            params![a.request_id.to_string(), approver],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if exists.is_some() {
+        return Err(StoreError::Conflict {
+            kind: crate::ConflictKind::DuplicateVote,
+            id: a.request_id.to_string(),
+        });
+    }
+    let rec = append_to_turn_in(tx, a.turn_id, record)?;
+    tx.execute(
+        "INSERT INTO approval_votes (request_id, approver, decision, record_id, signature) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![a.request_id.to_string(), approver, decision, rec.record_id.to_string(), signature],
+    )?;
+    let n = tx.query_row(
+        "SELECT count(*) FROM approval_votes WHERE request_id = ?1 AND decision = ?2",
+        params![a.request_id.to_string(), decision],
+        |r| r.get(0),
+    )?;
+    Ok((rec, n))
+}
+
+/// Finalizes a request (`approved` or `denied`; `decision_record` is the record that
+/// decided it, already in the ledger) and makes a turn parked on it claimable again.
+/// Returns the turn id when it was parked (to re-dispatch).
+pub fn finalize_in(
+    tx: &Connection,
+    a: &Approval,
+    state: ApprovalState,
+    rule: &str,
+    decision_record: Uuid,
+) -> Result<Option<Uuid>> {
+    let changed = tx.execute(
+        "UPDATE approvals SET state = ?2, rule = COALESCE(rule, ?3), decision_record_id = ?4, decided_at = ?5
+          WHERE request_id = ?1 AND state IN ('pending', 'asked')",
+        params![a.request_id.to_string(), state, rule, decision_record.to_string(), time::now()],
+    )?;
+    if changed == 0 {
+        return Err(StoreError::Conflict {
+            kind: crate::ConflictKind::AlreadyDecided,
+            id: a.request_id.to_string(),
+        });
+    }
+    let woke = tx.execute(
+        "UPDATE turns SET state = 'pending', waiting_on = NULL WHERE turn_id = ?1 AND state = 'waiting' AND waiting_on = ?2",
+        params![a.turn_id.to_string(), a.request_id.to_string()],
+    )?;
+    Ok((woke > 0).then_some(a.turn_id))
+}
+
+/// Records a refused decision message: a row always, and a `sys.error` record by `author`
+/// in the turn's ledger when the request is known and its ledger still open.
+pub fn reject_in(
+    tx: &Connection,
+    author: &str,
+    request: Option<&Approval>,
+    approver: Option<&str>,
+    reason: &str,
+    message: &str,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO approval_rejections (request_id, approver, reason, message, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![request.map(|a| a.request_id.to_string()), approver, reason, message, time::now()],
+    )?;
+    if let Some(a) = request {
+        let rec = NewRecord {
+            record_type: RecordType::SysError,
+            // The refused message and the time make each rejection its own record.
+            content: json!({
+                "text": format!("rejected approval decision: {reason}"),
+                "request_id": a.request_id,
+                "approver": approver,
+                "message": message,
+                "at": time::now(),
+            }),
+            author_id: author.to_owned(),
+            metadata: Default::default(),
+        };
+        // The ledger may be sealed already (decided long ago); the row is enough then.
+        match append_to_turn_in(tx, a.turn_id, &rec) {
+            Ok(_) | Err(StoreError::Sealed(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The arguments of a request (from its record), for `aegis pending`.
+pub fn request_arguments(conn: &Connection, request_id: Uuid) -> Result<Value> {
+    let content: String = conn.query_row(
+        "SELECT content FROM records WHERE record_id = ?1",
+        [request_id.to_string()],
+        |r| r.get(0),
+    )?;
+    let v: Value = serde_json::from_str(&content).map_err(|e| StoreError::Corrupt {
+        what: "record",
+        id: request_id.to_string(),
+        detail: format!("content is not JSON: {e}"),
+    })?;
+    Ok(v.get("arguments").cloned().unwrap_or(Value::Null))
+}

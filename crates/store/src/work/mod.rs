@@ -1,0 +1,28 @@
+//! Work state shared by the daemons: session requests, turns with leases and fencing epochs,
+//! approvals, and consumer cursors that advance in the same transaction as the work. The
+//! policy over these tables (what a context holds, when a session ends) lives in the daemons.
+
+pub mod approvals;
+mod cursor;
+mod requests;
+mod turns;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use cursor::{cursor, set_cursor};
+pub use requests::{
+    Queued, Request, RequestStatus, last_deliverable, mark_accepted_in, next_request_after,
+    request_instruction, request_status, submit,
+};
+pub use turns::{
+    Claim, Turn, TurnState, claim_next, complete_turn, fenced, insert_turn_in,
+    next_done_turn_after, next_turn_seq, release, renew, turn,
+};
+
+/// Milliseconds since the Unix epoch, the clock leases are measured on.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

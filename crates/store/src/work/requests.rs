@@ -1,0 +1,181 @@
+//! Session requests: the queue people submit instructions to, and where each request stands.
+
+use proto::record::{Content, NewRecord, Record, RecordType};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::{Result, StoreError};
+use crate::store::{Store, parse_id, read_session_in};
+use crate::time;
+
+/// A submitted request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Request {
+    /// Its place in minato's queue.
+    pub request_seq: i64,
+    /// The `task.instruction` record.
+    pub record_id: Uuid,
+    /// The session it continues (or, once accepted, the session it started).
+    pub session_id: Option<Uuid>,
+}
+
+/// A queued request as read by the consumer that accepts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// Its place in the queue.
+    pub request_seq: i64,
+    /// The `task.instruction` record.
+    pub record_id: Uuid,
+    /// The session it continues, if any.
+    pub session_id: Option<Uuid>,
+}
+
+/// Writes the `task.instruction` and queues it for minato, in one transaction.
+pub fn submit(
+    store: &mut Store,
+    instruction: &str,
+    author: &str,
+    session: Option<Uuid>,
+) -> Result<Request> {
+    if instruction.trim().is_empty() {
+        return Err(StoreError::Invalid("the instruction is empty".into()));
+    }
+    let rec = NewRecord::new(
+        RecordType::TaskInstruction,
+        Content::text(instruction),
+        author,
+    );
+    store.write(|tx| {
+        if let Some(s) = session {
+            read_session_in(tx, s)?;
+        }
+        let stored = crate::store::write_record_in(tx, &rec)?;
+        tx.execute(
+            "INSERT INTO requests (record_id, session_id, created_at) VALUES (?1, ?2, ?3)",
+            params![
+                stored.record_id.to_string(),
+                session.map(|s| s.to_string()),
+                time::now()
+            ],
+        )?;
+        Ok(Request {
+            request_seq: tx.last_insert_rowid(),
+            record_id: stored.record_id,
+            session_id: session,
+        })
+    })
+}
+
+/// The first request after `position` in the queue, if any.
+pub fn next_request_after(conn: &Connection, position: i64) -> Result<Option<Queued>> {
+    let row: Option<(i64, String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT request_seq, record_id, session_id FROM requests
+              WHERE request_seq > ?1 ORDER BY request_seq LIMIT 1",
+        )?
+        .query_row([position], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    row.map(|(request_seq, record_id, session)| {
+        Ok(Queued {
+            request_seq,
+            record_id: parse_id(&record_id)?,
+            session_id: session.as_deref().map(parse_id).transpose()?,
+        })
+    })
+    .transpose()
+}
+
+/// Marks a request accepted into `session_id`.
+pub fn mark_accepted_in(conn: &Connection, request_seq: i64, session_id: Uuid) -> Result<()> {
+    conn.execute(
+        "UPDATE requests SET session_id = ?2, accepted_at = ?3 WHERE request_seq = ?1",
+        params![request_seq, session_id.to_string(), time::now()],
+    )?;
+    Ok(())
+}
+
+/// The instruction record of a request.
+pub fn request_instruction(conn: &Connection, request_seq: i64) -> Result<Uuid> {
+    let id: String = conn.query_row(
+        "SELECT record_id FROM requests WHERE request_seq = ?1",
+        [request_seq],
+        |r| r.get(0),
+    )?;
+    parse_id(&id)
+}
+
+/// The last `task.deliverable` in a ledger, if any.
+pub fn last_deliverable(conn: &Connection, ledger_id: Uuid) -> Result<Option<Record>> {
+    let sql = "SELECT r.record_id, r.hash, r.record_type, r.content, r.author_id, r.metadata, r.created_at
+                 FROM ledger_records m JOIN records r ON r.record_id = m.record_id
+                WHERE m.ledger_id = ?1 AND r.record_type = 'task.deliverable'
+                ORDER BY m.position DESC LIMIT 1";
+    conn.prepare_cached(sql)?
+        .query_row([ledger_id.to_string()], crate::store::record_from_row_pub)
+        .optional()?
+        .transpose()
+}
+
+/// Where a request stands, for `minato submit --wait`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestStatus {
+    /// The session, once accepted.
+    pub session_id: Option<Uuid>,
+    /// True when the session completed the work of this request.
+    pub complete: bool,
+    /// The final deliverable, once complete.
+    pub deliverable: Option<Record>,
+}
+
+/// Reads a request's status.
+pub fn request_status(conn: &Connection, request_seq: i64) -> Result<RequestStatus> {
+    let session: Option<Option<String>> = conn
+        .query_row(
+            "SELECT session_id FROM requests WHERE request_seq = ?1",
+            [request_seq],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(session) = session else {
+        return Err(StoreError::NotFound {
+            kind: "request",
+            id: request_seq.to_string(),
+        });
+    };
+    let Some(session) = session.as_deref().map(parse_id).transpose()? else {
+        return Ok(RequestStatus {
+            session_id: None,
+            complete: false,
+            deliverable: None,
+        });
+    };
+    let status: String = conn.query_row(
+        "SELECT status FROM sessions WHERE session_id = ?1",
+        [session.to_string()],
+        |r| r.get(0),
+    )?;
+    let open_turns: i64 = conn.query_row(
+        "SELECT count(*) FROM turns WHERE request_seq = ?1 AND state != 'done'",
+        [request_seq],
+        |r| r.get(0),
+    )?;
+    let last_output: Option<String> = conn
+        .query_row(
+            "SELECT output_ledger_id FROM turns WHERE request_seq = ?1 AND state = 'done' ORDER BY seq DESC LIMIT 1",
+            [request_seq],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    let complete = status == "complete" && open_turns == 0 && last_output.is_some();
+    let deliverable = match (complete, last_output) {
+        (true, Some(o)) => last_deliverable(conn, parse_id(&o)?)?,
+        _ => None,
+    };
+    Ok(RequestStatus {
+        session_id: Some(session),
+        complete,
+        deliverable,
+    })
+}

@@ -1,0 +1,265 @@
+//! Turns: claimed by one hashi worker at a time under a lease; every claim bumps a fencing
+//! epoch, and every write a worker makes checks it, so a worker whose lease was taken over
+//! can no longer write to the turn.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use proto::TurnState;
+
+use crate::error::{Result, StoreError};
+use crate::store::{Store, open_ledger_in, parse_id, seal_in};
+use crate::time;
+
+/// A turn row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Turn {
+    /// The turn.
+    pub turn_id: Uuid,
+    /// Its session.
+    pub session_id: Uuid,
+    /// 1, 2, ... within the session.
+    pub seq: i64,
+    /// The request it serves.
+    pub request_seq: i64,
+    /// Its sealed input.
+    pub context_ledger_id: Uuid,
+    /// Its output, once a worker opened it.
+    pub output_ledger_id: Option<Uuid>,
+    /// Pending, running or done.
+    pub state: TurnState,
+    /// Fencing epoch: the number of claims so far.
+    pub epoch: i64,
+    /// Who holds (or last held) the lease.
+    pub lease_owner: Option<String>,
+    /// When the lease ends (unix ms).
+    pub lease_until_ms: Option<i64>,
+    /// Completion order, once done.
+    pub done_seq: Option<i64>,
+}
+
+/// A worker's claim on a turn: what it may write, and under which epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The turn.
+    pub turn_id: Uuid,
+    /// Its session.
+    pub session_id: Uuid,
+    /// Its number in the session.
+    pub seq: i64,
+    /// The fencing epoch this claim holds.
+    pub epoch: i64,
+    /// The worker.
+    pub owner: String,
+    /// The sealed context to read.
+    pub context_ledger_id: Uuid,
+    /// The open output ledger to append to.
+    pub output_ledger_id: Uuid,
+    /// True when an earlier worker had already claimed it (resume, do not restart).
+    pub resumed: bool,
+}
+
+const TURN_COLUMNS: &str = "turn_id, session_id, seq, request_seq, context_ledger_id, output_ledger_id, \
+     state, epoch, lease_owner, lease_until_ms, done_seq";
+
+fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn>> {
+    let id = |i: usize| -> rusqlite::Result<Result<Uuid>> {
+        let text: String = r.get(i)?;
+        Ok(parse_id(&text))
+    };
+    let output: Option<String> = r.get(5)?;
+    let (turn_id, session_id, context) = (id(0)?, id(1)?, id(4)?);
+    let state: TurnState = r.get(6)?;
+    Ok((|| {
+        Ok(Turn {
+            turn_id: turn_id?,
+            session_id: session_id?,
+            seq: r.get(2)?,
+            request_seq: r.get(3)?,
+            context_ledger_id: context?,
+            output_ledger_id: output.as_deref().map(parse_id).transpose()?,
+            state,
+            epoch: r.get(7)?,
+            lease_owner: r.get(8)?,
+            lease_until_ms: r.get(9)?,
+            done_seq: r.get(10)?,
+        })
+    })())
+}
+
+/// Reads a turn.
+pub fn turn(conn: &Connection, turn_id: Uuid) -> Result<Turn> {
+    let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1");
+    conn.prepare_cached(&sql)?
+        .query_row([turn_id.to_string()], turn_from_row)
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "turn",
+            id: turn_id.to_string(),
+        })?
+}
+
+/// Claims the oldest claimable turn — pending, or running with an expired lease — for
+/// `owner` until `now_ms + lease_ms`, opening its output ledger on the first claim.
+pub fn claim_next(
+    store: &mut Store,
+    owner: &str,
+    lease_ms: i64,
+    now_ms: i64,
+) -> Result<Option<Claim>> {
+    store.write(|tx| {
+        let found: Option<String> = tx
+            .prepare_cached(
+                "SELECT turn_id FROM turns
+                  WHERE state = 'pending' OR (state = 'running' AND lease_until_ms < ?1)
+                  ORDER BY turn_id LIMIT 1",
+            )?
+            .query_row([now_ms], |r| r.get(0))
+            .optional()?;
+        let Some(id) = found else { return Ok(None) };
+        let t = turn(tx, parse_id(&id)?)?;
+        let resumed = t.epoch > 0;
+        let output = match t.output_ledger_id {
+            Some(o) => o,
+            None => {
+                let label = format!("turn-{}-out", t.seq);
+                let l = open_ledger_in(tx, t.session_id, &label, &[t.context_ledger_id])?;
+                l.ledger_id
+            }
+        };
+        tx.prepare_cached(
+            "UPDATE turns SET state = 'running', epoch = epoch + 1, lease_owner = ?2,
+                    lease_until_ms = ?3, claims = claims + 1, output_ledger_id = ?4
+              WHERE turn_id = ?1",
+        )?
+        .execute(params![id, owner, now_ms + lease_ms, output.to_string()])?;
+        Ok(Some(Claim {
+            turn_id: t.turn_id,
+            session_id: t.session_id,
+            seq: t.seq,
+            epoch: t.epoch + 1,
+            owner: owner.to_owned(),
+            context_ledger_id: t.context_ledger_id,
+            output_ledger_id: output,
+            resumed,
+        }))
+    })
+}
+
+/// Checks, inside `tx`, that `claim` still holds the turn.
+fn check_fence(tx: &Connection, claim: &Claim) -> Result<()> {
+    let row: Option<(i64, TurnState)> = tx
+        .prepare_cached("SELECT epoch, state FROM turns WHERE turn_id = ?1")?
+        .query_row([claim.turn_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match row {
+        Some((epoch, TurnState::Running)) if epoch == claim.epoch => Ok(()),
+        Some((epoch, state)) => Err(StoreError::Fenced {
+            turn_id: claim.turn_id.to_string(),
+            held_epoch: claim.epoch,
+            current_epoch: if state == TurnState::Running {
+                epoch
+            } else {
+                -1
+            },
+        }),
+        None => Err(StoreError::NotFound {
+            kind: "turn",
+            id: claim.turn_id.to_string(),
+        }),
+    }
+}
+
+/// Runs `f` in one transaction only if `claim` still holds the turn (the fence).
+pub fn fenced<T>(
+    store: &mut Store,
+    claim: &Claim,
+    f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+) -> Result<T> {
+    store.write(|tx| {
+        check_fence(tx, claim)?;
+        f(tx)
+    })
+}
+
+/// Extends the lease; fails (fenced) if another worker took the turn over.
+pub fn renew(store: &mut Store, claim: &Claim, lease_ms: i64, now_ms: i64) -> Result<()> {
+    fenced(store, claim, |tx| {
+        tx.prepare_cached("UPDATE turns SET lease_until_ms = ?2 WHERE turn_id = ?1")?
+            .execute(params![claim.turn_id.to_string(), now_ms + lease_ms])?;
+        Ok(())
+    })
+}
+
+/// Gives the turn back (clean shutdown): another worker may resume it at once.
+pub fn release(store: &mut Store, claim: &Claim) -> Result<()> {
+    fenced(store, claim, |tx| {
+        tx.prepare_cached(
+            "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL WHERE turn_id = ?1",
+        )?
+        .execute([claim.turn_id.to_string()])?;
+        Ok(())
+    })
+}
+
+/// Seals the output ledger and marks the turn done, under the fence. Returns the sealed
+/// output ledger id.
+pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
+    fenced(store, claim, |tx| {
+        seal_in(tx, claim.output_ledger_id)?;
+        tx.prepare_cached(
+            "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
+                    done_seq = (SELECT COALESCE(MAX(done_seq), 0) + 1 FROM turns)
+              WHERE turn_id = ?1",
+        )?
+        .execute(params![claim.turn_id.to_string(), claim.owner])?;
+        Ok(claim.output_ledger_id)
+    })
+}
+
+/// The next turn number of a session.
+pub fn next_turn_seq(conn: &Connection, session_id: Uuid) -> Result<i64> {
+    Ok(conn.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1",
+        [session_id.to_string()],
+        |r| r.get(0),
+    )?)
+}
+
+/// Files a pending turn whose sealed context is `context_ledger_id`.
+pub fn insert_turn_in(
+    conn: &Connection,
+    session_id: Uuid,
+    seq: i64,
+    request_seq: i64,
+    context_ledger_id: Uuid,
+) -> Result<Uuid> {
+    let turn_id = proto::new_id();
+    conn.execute(
+        "INSERT INTO turns (turn_id, session_id, seq, request_seq, context_ledger_id, state, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            turn_id.to_string(),
+            session_id.to_string(),
+            seq,
+            request_seq,
+            context_ledger_id.to_string(),
+            TurnState::Pending,
+            time::now()
+        ],
+    )?;
+    Ok(turn_id)
+}
+
+/// The first completed turn after `done_seq` position `position`, with its `done_seq`.
+pub fn next_done_turn_after(conn: &Connection, position: i64) -> Result<Option<(Turn, i64)>> {
+    let row: Option<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT turn_id, done_seq FROM turns WHERE done_seq > ?1 ORDER BY done_seq LIMIT 1",
+        )?
+        .query_row([position], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    row.map(|(id, done_seq)| Ok((turn(conn, parse_id(&id)?)?, done_seq)))
+        .transpose()
+}

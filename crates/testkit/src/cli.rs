@@ -1,0 +1,304 @@
+//! The CLI runner: the real `kura` binary on a database in a temp directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// A temp directory with a Kura database path in it.
+pub struct Kura {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+}
+
+/// The `kura` binary.
+pub fn bin() -> PathBuf {
+    crate::bin("kura")
+}
+
+impl Default for Kura {
+    fn default() -> Self {
+        Kura::new()
+    }
+}
+
+impl Kura {
+    /// A fresh, initialized database.
+    pub fn new() -> Kura {
+        let k = Kura::uninit();
+        k.ok(&["init"]);
+        k
+    }
+
+    /// A temp directory with no database yet.
+    pub fn uninit() -> Kura {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("kura.db");
+        Kura { dir, db }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--db")
+            .arg(&self.db)
+            .args(args)
+            .current_dir(self.dir.path());
+        c.env_remove("KURA_DB").env_remove("KURA_SYNCHRONOUS");
+        c
+    }
+
+    /// Runs and returns the output, whatever the exit code.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kura")
+    }
+
+    /// Runs, asserts exit 0, returns trimmed stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kura {args:?} failed ({:?}):\n{}{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Runs with --json, asserts exit 0, parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        serde_json::from_str(&self.ok(&all)).expect("JSON output")
+    }
+
+    /// Runs, asserts exit `code`, returns (stdout, stderr).
+    pub fn fails(&self, code: i32, args: &[&str]) -> (String, String) {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "kura {args:?}: expected exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+        );
+        (stdout, stderr)
+    }
+
+    /// Every row of every Kura table, as text: equal fingerprints mean an unchanged store.
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.db)
+    }
+
+    /// Opens the database directly (bypassing Kura), for tampering.
+    pub fn raw(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(&self.db).expect("raw open")
+    }
+
+    /// Drops every trigger, as an attacker with file access would.
+    pub fn drop_triggers(&self) -> rusqlite::Connection {
+        let c = self.raw();
+        let names: Vec<String> = c
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert!(!names.is_empty());
+        for n in names {
+            c.execute_batch(&format!("DROP TRIGGER {n}"))
+                .expect("drop trigger");
+        }
+        c
+    }
+
+    /// A session with two sealed turns (context, output, context, output), returning ids.
+    pub fn demo_session(&self) -> Demo {
+        let session = self.ok(&["session", "new", "--label", "demo"]);
+        let ctx1 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-1-ctx",
+        ]);
+        let instr = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &ctx1,
+            "--type",
+            "task.instruction",
+            "--author",
+            "user:oles",
+            "--text",
+            "count the files",
+        ]);
+        self.ok(&["ledger", "seal", &ctx1]);
+        let out1 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-1-out",
+            "--parent",
+            &ctx1,
+        ]);
+        let thought = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "agent.thought",
+            "--author",
+            "agent:hashi",
+            "--text",
+            "I will list them",
+            "--meta",
+            "step=1",
+        ]);
+        let call = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "tool.call",
+            "--author",
+            "agent:hashi",
+            "--content",
+            r#"{"tool_name":"fs.list","arguments":{"path":"."}}"#,
+        ]);
+        let result = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "tool.result",
+            "--author",
+            "tool:fs",
+            "--content",
+            r#"{"status":"success","result":["a","b"]}"#,
+        ]);
+        let deliv = self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out1,
+            "--type",
+            "task.deliverable",
+            "--author",
+            "agent:hashi",
+            "--text",
+            "two files",
+        ]);
+        self.ok(&["ledger", "seal", &out1]);
+        let ctx2 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-2-ctx",
+            "--parent",
+            &out1,
+        ]);
+        self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &ctx2,
+            "--type",
+            "task.instruction",
+            "--author",
+            "user:oles",
+            "--text",
+            "now name them",
+        ]);
+        self.ok(&["ledger", "seal", &ctx2]);
+        let out2 = self.ok(&[
+            "ledger",
+            "open",
+            "--session",
+            &session,
+            "--label",
+            "turn-2-out",
+            "--parent",
+            &ctx2,
+        ]);
+        self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &out2,
+            "--type",
+            "task.deliverable",
+            "--author",
+            "agent:hashi",
+            "--text",
+            "a and b",
+        ]);
+        self.ok(&["ledger", "seal", &out2]);
+        Demo {
+            session,
+            ctx1,
+            out1,
+            ctx2,
+            out2,
+            instr,
+            thought,
+            call,
+            result,
+            deliv,
+        }
+    }
+}
+
+/// Ids of the demo session.
+pub struct Demo {
+    pub session: String,
+    pub ctx1: String,
+    pub out1: String,
+    pub ctx2: String,
+    pub out2: String,
+    pub instr: String,
+    pub thought: String,
+    pub call: String,
+    pub result: String,
+    pub deliv: String,
+}
+
+pub fn fingerprint(db: &Path) -> String {
+    let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open read-only");
+    let mut text = String::new();
+    for table in [
+        "records",
+        "ledgers",
+        "ledger_records",
+        "sessions",
+        "session_reflog",
+    ] {
+        let mut stmt = c
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+            .expect("prepare");
+        let n = stmt.column_count();
+        let mut rows = stmt.query([]).expect("query");
+        while let Some(r) = rows.next().expect("row") {
+            for i in 0..n {
+                let v: rusqlite::types::Value = r.get(i).expect("value");
+                text.push_str(&format!("{v:?}|"));
+            }
+            text.push('\n');
+        }
+    }
+    text
+}

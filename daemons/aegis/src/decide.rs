@@ -1,0 +1,299 @@
+//! Aegis's decisions, each one SQLite transaction: policy on new requests, people's signed
+//! votes, expiry. Every decision is an `approval.decision` record in the turn's ledger;
+//! every refused message is a recorded rejection.
+
+use std::collections::BTreeMap;
+
+use kura_store::Store;
+use kura_store::work::approvals::{
+    Approval, append_to_turn_in, approval, asked, finalize_in, mark_asked_in, next_pending,
+    record_vote_in, reject_in, request_arguments,
+};
+use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
+use kura_store::work::now_ms;
+use kura_store::{ConflictKind, StoreError};
+use proto::doorbell::ApprovalDecision;
+use proto::record::{NewRecord, RecordType};
+use serde::Serialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::policy::{Policy, Verdict};
+use crate::{Approver, keys};
+
+/// aegis's own author id: policy rulings, expiries and refusals.
+pub const AUTHOR: &str = "sys:aegis";
+
+fn decision_record(author: &str, content: Value) -> NewRecord {
+    NewRecord {
+        record_type: RecordType::ApprovalDecision,
+        content,
+        author_id: author.to_owned(),
+        metadata: BTreeMap::new(),
+    }
+}
+
+/// What policy did with one request: its new state, and the turn to re-dispatch if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluated {
+    /// The request.
+    pub request_id: Uuid,
+    /// Where the request is now.
+    pub state: ApprovalState,
+    /// A parked turn that can run again.
+    pub woke: Option<Uuid>,
+}
+
+/// Applies policy to `request_id` (or the oldest pending request). `allow`/`deny` are
+/// decided at once by `sys:aegis`; `ask` waits for people until `ask_timeout_ms`.
+pub fn evaluate(
+    store: &mut Store,
+    policy: &Policy,
+    ask_timeout_ms: i64,
+    request_id: Option<Uuid>,
+) -> kura_store::Result<Option<Evaluated>> {
+    store.write(|tx| {
+        let a = match request_id {
+            Some(id) => approval(tx, id)?,
+            None => next_pending(tx)?,
+        };
+        let Some(a) = a else { return Ok(None) };
+        if a.state != ApprovalState::Pending {
+            return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None }));
+        }
+        let args = request_arguments(tx, a.request_id)?;
+        let ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
+        let (state, woke) = match ruling.verdict {
+            Verdict::Ask => {
+                mark_asked_in(tx, a.request_id, &ruling.rule, ruling.approvers, now_ms() + ask_timeout_ms)?;
+                (ApprovalState::Asked, None)
+            }
+            v => {
+                let (state, outcome) = if v == Verdict::Allow {
+                    (ApprovalState::Approved, Outcome::Allow)
+                } else {
+                    (ApprovalState::Denied, Outcome::Deny)
+                };
+                let rec = append_to_turn_in(
+                    tx,
+                    a.turn_id,
+                    &decision_record(
+                        AUTHOR,
+                        json!({"request_id": a.request_id, "outcome": outcome, "rule": ruling.rule, "by": "policy"}),
+                    ),
+                )?;
+                (state, finalize_in(tx, &a, state, &ruling.rule, rec.record_id)?)
+            }
+        };
+        tracing::info!(request_id = %a.request_id, tool = %a.tool_name, rule = %ruling.rule, %state, "approval request evaluated");
+        Ok(Some(Evaluated { request_id: a.request_id, state, woke }))
+    })
+}
+
+/// Denies every ask past its deadline (a decision by `sys:aegis`); returns woken turns.
+pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uuid>> {
+    store.write(|tx| {
+        let mut woke = Vec::new();
+        for a in asked(tx)?.into_iter().filter(|a| a.deadline_ms.is_some_and(|d| d < now)) {
+            let rule = a.rule.clone().unwrap_or_default();
+            let rec = append_to_turn_in(
+                tx,
+                a.turn_id,
+                &decision_record(
+                    AUTHOR,
+                    json!({"request_id": a.request_id, "outcome": Outcome::Deny, "rule": rule, "by": "expiry",
+                           "reason": "no decision before the deadline"}),
+                ),
+            )?;
+            tracing::info!(request_id = %a.request_id, "approval request expired: denied");
+            woke.extend(finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?);
+        }
+        Ok(woke)
+    })
+}
+
+/// The answer to a person's decision message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Verdicted {
+    /// Whether the decision was accepted.
+    pub ok: bool,
+    /// The request's state afterwards (when known).
+    pub state: String,
+    /// What happened, for the person.
+    pub message: String,
+    /// A parked turn that can run again.
+    #[serde(skip)]
+    pub woke: Option<Uuid>,
+}
+
+fn rejected(message: String) -> Verdicted {
+    Verdicted {
+        ok: false,
+        state: String::new(),
+        message,
+        woke: None,
+    }
+}
+
+/// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
+/// wrong-request, replayed, duplicate or late decisions are refused and recorded.
+pub fn decide(
+    store: &mut Store,
+    approvers: &[Approver],
+    d: &ApprovalDecision,
+) -> kura_store::Result<Verdicted> {
+    let raw = serde_json::to_string(d).unwrap_or_default();
+    let outcome = store.write(|tx| {
+        let Some(a) = approval(tx, d.request_id)? else {
+            return Ok(Err((None, format!("no approval request {}", d.request_id))));
+        };
+        let check = (|| -> Result<(&Approver, Vote), String> {
+            let vote: Vote = d
+                .decision
+                .parse()
+                .map_err(|_| format!("decision must be approve or deny, not {:?}", d.decision))?;
+            let who = approvers
+                .iter()
+                .find(|x| x.name == d.approver)
+                .ok_or_else(|| format!("approver {:?} has no trusted key", d.approver))?;
+            keys::verify(&who.public_key, d, &a.request_hash)?;
+            if a.state != ApprovalState::Asked {
+                return Err(format!(
+                    "request is not waiting for people (it is {})",
+                    a.state
+                ));
+            }
+            Ok((who, vote))
+        })();
+        let (who, decision) = match check {
+            Ok(w) => w,
+            Err(reason) => return Ok(Err((Some(a), reason))),
+        };
+        let author = format!("user:{}", who.name);
+        let vote = decision_record(
+            &author,
+            json!({
+                "request_id": a.request_id, "request_hash": a.request_hash, "outcome": d.decision,
+                "approver": author, "note": d.note, "signed_at": d.signed_at,
+                "signature": d.signature, "public_key": who.public_key, "rule": a.rule,
+            }),
+        );
+        // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
+        // propagates instead of being recorded as a refusal.
+        let (rec, count) = match record_vote_in(tx, &a, &author, decision, &vote, &d.signature) {
+            Ok(x) => x,
+            Err(StoreError::Conflict {
+                kind: ConflictKind::DuplicateVote,
+                ..
+            }) => {
+                return Ok(Err((Some(a), "duplicate or replayed decision".to_owned())));
+            }
+            Err(e) => return Err(e),
+        };
+        let rule = a.rule.clone().unwrap_or_default();
+        let (state, woke) = if decision == Vote::Deny {
+            (
+                ApprovalState::Denied,
+                finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?,
+            )
+        } else if count >= a.required {
+            (
+                ApprovalState::Approved,
+                finalize_in(tx, &a, ApprovalState::Approved, &rule, rec.record_id)?,
+            )
+        } else {
+            (ApprovalState::Asked, None)
+        };
+        let message = match state {
+            ApprovalState::Asked => format!("approval recorded ({count} of {} needed)", a.required),
+            s => format!("request {s} by {author}"),
+        };
+        Ok(Ok(Verdicted {
+            ok: true,
+            state: state.to_string(),
+            message,
+            woke,
+        }))
+    })?;
+    match outcome {
+        Ok(v) => Ok(v),
+        Err((a, reason)) => {
+            tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
+            let approver = format!("user:{}", d.approver);
+            store.write(|tx| reject_in(tx, AUTHOR, a.as_ref(), Some(&approver), &reason, &raw))?;
+            Ok(Verdicted {
+                state: a.map(|a| a.state.to_string()).unwrap_or_default(),
+                ..rejected(format!("rejected: {reason}"))
+            })
+        }
+    }
+}
+
+/// One request waiting for people, as `aegis pending` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct PendingItem {
+    /// The request.
+    pub request_id: Uuid,
+    /// What approvers sign.
+    pub request_hash: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: Value,
+    /// Its effect class.
+    pub effect: String,
+    /// The session.
+    pub session_id: Uuid,
+    /// The turn.
+    pub turn_id: Uuid,
+    /// Seconds since it was filed.
+    pub age_s: u64,
+    /// The rule that asked.
+    pub rule: String,
+    /// Approvals needed.
+    pub required: i64,
+    /// Approvals so far.
+    pub approvals: i64,
+}
+
+/// Every request waiting for people (at most 100, oldest first).
+pub fn pending(store: &Store) -> kura_store::Result<Vec<PendingItem>> {
+    let conn = store.conn();
+    let now = std::time::SystemTime::now();
+    let mut out = Vec::new();
+    for a in asked(conn)?.into_iter().take(100) {
+        let approvals: i64 = conn.query_row(
+            "SELECT count(*) FROM approval_votes WHERE request_id = ?1 AND decision = 'approve'",
+            [a.request_id.to_string()],
+            |r| r.get(0),
+        )?;
+        let age_s = humantime::parse_rfc3339(&a.created_at)
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        out.push(item(conn, a, age_s, approvals)?);
+    }
+    Ok(out)
+}
+
+fn item(
+    conn: &rusqlite::Connection,
+    a: Approval,
+    age_s: u64,
+    approvals: i64,
+) -> kura_store::Result<PendingItem> {
+    Ok(PendingItem {
+        arguments: request_arguments(conn, a.request_id)?,
+        request_id: a.request_id,
+        request_hash: a.request_hash,
+        tool: a.tool_name,
+        effect: a.effect.to_string(),
+        session_id: a.session_id,
+        turn_id: a.turn_id,
+        age_s,
+        rule: a.rule.unwrap_or_default(),
+        required: a.required,
+        approvals,
+    })
+}

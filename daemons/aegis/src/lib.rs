@@ -1,0 +1,155 @@
+//! Aegis, the shield: decides every tool call hashi asks about — by policy at once
+//! (`allow`/`deny`), or by people (`ask`) whose Ed25519-signed decisions it verifies and
+//! records in the ledger; unanswered asks expire (denied by `sys:aegis`).
+
+pub mod client;
+pub mod decide;
+pub mod keys;
+pub mod policy;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use kura_runtime::{Common, Daemon};
+use proto::consumers::AEGIS_REQUESTS;
+use proto::doorbell::{ApprovalDecision, PendingQuery, ToolApprove, WorkerDispatch};
+use serde::{Deserialize, Serialize};
+
+/// Aegis's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Settings shared by every daemon.
+    pub common: Common,
+    /// Policy and approvers.
+    pub aegis: AegisConfig,
+}
+
+/// A person whose decisions are trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approver {
+    /// Their name; decisions are authored `user:<name>`.
+    pub name: String,
+    /// Hex Ed25519 public key (from `aegis keygen`).
+    pub public_key: String,
+}
+
+/// Policy and approvers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AegisConfig {
+    /// The policy file (TOML); unset means the defaults only (read allowed, write and
+    /// external asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Whose signed decisions count.
+    pub approvers: Vec<Approver>,
+    /// An ask nobody answers is denied after this long.
+    pub ask_timeout_ms: u64,
+}
+
+impl Default for AegisConfig {
+    fn default() -> Self {
+        AegisConfig {
+            policy: None,
+            approvers: vec![],
+            ask_timeout_ms: 3_600_000,
+        }
+    }
+}
+
+fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// Runs the daemon until `shutdown` resolves.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let policy = Arc::new(match &config.aegis.policy {
+        Some(path) => policy::Policy::load(std::path::Path::new(path))?,
+        None => policy::Policy::default(),
+    });
+    let timeout = i64::try_from(config.aegis.ask_timeout_ms).unwrap_or(i64::MAX);
+    let approvers = Arc::new(config.aegis.approvers.clone());
+    let mut daemon = Daemon::start("aegis", &config.common).await?;
+    let bus = daemon.bus().clone();
+    let serve_store = Arc::new(Mutex::new(daemon.open_store()?));
+
+    // hashi asks: decide by policy now and answer, so allow/deny cost one round trip.
+    let (st, p, b) = (serve_store.clone(), policy.clone(), bus.clone());
+    bus.serve::<ToolApprove, _>(bus.subjects.tool_approve(), move |req| {
+        let Ok(mut store) = st.lock() else {
+            return json_bytes(&serde_json::json!({"ok": false}));
+        };
+        match decide::evaluate(&mut store, &p, timeout, Some(req.request_id)) {
+            Ok(Some(e)) => {
+                if let Some(turn_id) = e.woke {
+                    b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+                }
+                json_bytes(
+                    &serde_json::json!({"ok": true, "request_id": e.request_id, "state": e.state}),
+                )
+            }
+            Ok(None) => json_bytes(&serde_json::json!({"ok": false, "message": "no such request"})),
+            Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
+        }
+    })
+    .await?;
+    // People decide.
+    let (st, a, b) = (serve_store.clone(), approvers.clone(), bus.clone());
+    bus.serve::<ApprovalDecision, _>(bus.subjects.approval_decide(), move |d| {
+        let Ok(mut store) = st.lock() else {
+            return json_bytes(&serde_json::json!({"ok": false}));
+        };
+        match decide::decide(&mut store, &a, &d) {
+            Ok(v) => {
+                if let Some(turn_id) = v.woke {
+                    b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+                }
+                json_bytes(&v)
+            }
+            Err(e) => {
+                json_bytes(&serde_json::json!({"ok": false, "state": "", "message": e.to_string()}))
+            }
+        }
+    })
+    .await?;
+    // People ask what is waiting.
+    let st = serve_store.clone();
+    bus.serve::<PendingQuery, _>(bus.subjects.approval_pending(), move |_| {
+        let Ok(store) = st.lock() else {
+            return json_bytes(&serde_json::json!([]));
+        };
+        match decide::pending(&store) {
+            Ok(items) => json_bytes(&items),
+            Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
+        }
+    })
+    .await?;
+
+    // The recovery loop: requests filed while aegis or NATS was down, and expiry (polled at
+    // least every second so deadlines hold).
+    let mut store = daemon.open_store()?;
+    let (b, p) = (bus.clone(), policy.clone());
+    let poll = config
+        .common
+        .poll_interval()
+        .min(std::time::Duration::from_secs(1));
+    daemon.consumer(AEGIS_REQUESTS, poll, move || {
+        let mut woke = decide::expire_overdue(&mut store, kura_store::work::now_ms())?;
+        let evaluated = decide::evaluate(&mut store, &p, timeout, None)?;
+        woke.extend(evaluated.as_ref().and_then(|e| e.woke));
+        for turn_id in woke {
+            b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+        }
+        Ok(evaluated.is_some())
+    })?;
+    tracing::info!(
+        rules = policy.rules.len(),
+        approvers = approvers.len(),
+        "aegis policy loaded"
+    );
+    daemon.run(shutdown).await
+}

@@ -1,0 +1,173 @@
+//! `aegis`: the shield daemon (`run`) and the people's commands (`keygen`, `pending`,
+//! `approve`, `deny`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use aegis::Config;
+use clap::{Parser, Subcommand};
+use kura_runtime::cli::{ConfigArg, Lifecycle};
+
+/// Aegis: tool-call policy and signed human approvals.
+#[derive(Debug, Parser)]
+#[command(name = "aegis", version, about)]
+struct Args {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Daemon(Lifecycle),
+    /// Make an Ed25519 key for an approver and print the line to trust it.
+    Keygen {
+        /// The approver's name (decisions are authored user:NAME).
+        #[arg(long)]
+        name: String,
+        /// Where to write the key (mode 0600). Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "KURA_AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
+    /// List requests waiting for a decision.
+    Pending {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a request (signed with your key).
+    Approve {
+        /// The request id.
+        request_id: String,
+        /// A note for the record.
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Your key file. Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "KURA_AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
+    /// Deny a request (signed with your key).
+    Deny {
+        /// The request id.
+        request_id: String,
+        /// Why, for the record.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Your key file. Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "KURA_AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("aegis: error: {e}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config_path = args.config.path("aegis");
+    if let Command::Daemon(lifecycle) = args.command {
+        return lifecycle.exec("aegis", config_path.as_deref(), aegis::run);
+    }
+    if let Command::Keygen { name, key } = &args.command {
+        let path = key.clone().unwrap_or_else(aegis::keys::default_key_path);
+        return match aegis::keys::keygen(name, &path) {
+            Ok(k) => {
+                println!("key written to {} (keep it private)", path.display());
+                println!(
+                    "trust it in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
+                    k.name, k.public_key
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("{e:#}")),
+        };
+    }
+    let (config, rt) =
+        match kura_runtime::start_with::<Config>("aegis", config_path.as_deref(), "warn") {
+            Ok(x) => x,
+            Err(e) => return fail(format!("{e:#}")),
+        };
+    let subjects = match config.common.subjects() {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let url = config.common.nats_url.clone();
+    match args.command {
+        Command::Pending { json } => match rt.block_on(aegis::client::pending(&url, &subjects)) {
+            Ok(items) if json => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&items).unwrap_or_default()
+                );
+                ExitCode::SUCCESS
+            }
+            Ok(items) => {
+                if items.is_empty() {
+                    println!("nothing is waiting for a decision");
+                }
+                for i in items {
+                    println!(
+                        "{}  {} {}  session {}  turn {}  {}s old  rule {}  {}/{} approvals",
+                        i.request_id,
+                        i.tool,
+                        i.arguments,
+                        i.session_id,
+                        i.turn_id,
+                        i.age_s,
+                        i.rule,
+                        i.approvals,
+                        i.required
+                    );
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("{e:#}")),
+        },
+        Command::Approve {
+            request_id,
+            note,
+            key,
+        } => decide(&rt, &url, &subjects, &request_id, true, &note, key),
+        Command::Deny {
+            request_id,
+            reason,
+            key,
+        } => decide(&rt, &url, &subjects, &request_id, false, &reason, key),
+        Command::Keygen { .. } | Command::Daemon(_) => ExitCode::SUCCESS,
+    }
+}
+
+/// Signs and sends a decision; exit 0 if accepted, 1 if aegis refused it, 2 on errors.
+fn decide(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    subjects: &proto::subjects::Subjects,
+    request_id: &str,
+    approve: bool,
+    note: &str,
+    key: Option<PathBuf>,
+) -> ExitCode {
+    let id = match kura_store::store::parse_id(request_id) {
+        Ok(id) => id,
+        Err(e) => return fail(e),
+    };
+    let key = key.unwrap_or_else(aegis::keys::default_key_path);
+    match rt.block_on(aegis::client::decide(
+        url, subjects, &key, id, approve, note,
+    )) {
+        Ok(v) if v.ok => {
+            println!("{}", v.message);
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            eprintln!("aegis: {}", v.message);
+            ExitCode::from(1)
+        }
+        Err(e) => fail(format!("{e:#}")),
+    }
+}

@@ -1,0 +1,115 @@
+//! Hashi, the executor: claims turns in SQLite (lease + fencing epoch), runs the agent loop
+//! (model provider + tools), writes each step as its own durable record in the turn's
+//! output ledger, seals it and rings `evt.worker.complete`.
+
+pub mod tools;
+mod worker;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kura_model as provider;
+use kura_runtime::{Common, Daemon};
+use proto::doorbell::WorkerDispatch;
+use serde::{Deserialize, Serialize};
+
+pub use worker::Worker;
+
+#[cfg(test)]
+mod tests;
+
+/// Hashi's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Settings shared by every daemon.
+    pub common: Common,
+    /// The worker loop.
+    pub worker: WorkerConfig,
+    /// The model.
+    pub provider: provider::ProviderConfig,
+    /// The tools and their policy.
+    pub tools: tools::ToolsConfig,
+}
+
+/// How turns are worked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkerConfig {
+    /// Turns this process works on at once (one thread each).
+    pub workers: usize,
+    /// A claimed turn is taken over by another worker this long after its last renewal.
+    pub lease_ms: u64,
+    /// A turn stops (with a `sys.error`) after this many steps.
+    pub max_steps: usize,
+    /// Author id of the records hashi writes.
+    pub author: String,
+    /// `aegis`: every tool call is approved by aegis first (policy, or people); `off`: only
+    /// the static `tools.allow`/`tools.deny` apply.
+    pub approvals: Approvals,
+    /// How long a worker waits for aegis's allow/deny before parking the turn.
+    pub approval_wait_ms: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            workers: 1,
+            lease_ms: 30_000,
+            max_steps: 32,
+            author: "agent:hashi".into(),
+            approvals: Approvals::Aegis,
+            approval_wait_ms: 3000,
+        }
+    }
+}
+
+/// Who approves tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approvals {
+    /// aegis rules on every call (policy, or people).
+    Aegis,
+    /// Only the static `tools.allow`/`tools.deny` apply.
+    Off,
+}
+
+/// Runs the daemon until `shutdown` resolves.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let provider: Arc<dyn provider::Provider> = Arc::from(provider::build(
+        &config.provider,
+        tokio::runtime::Handle::current(),
+    )?);
+    let toolbox = Arc::new(tools::Toolbox::new(config.tools.clone()));
+    let specs: Arc<[provider::ToolSpec]> = toolbox.specs().into();
+    let mut daemon = Daemon::start("hashi", &config.common).await?;
+    let n = config.worker.workers.max(1);
+    let mut wakers = Vec::new();
+    for i in 0..n {
+        let owner = if n == 1 {
+            daemon.instance().to_owned()
+        } else {
+            format!("{}/{i}", daemon.instance())
+        };
+        let mut worker = Worker {
+            store: daemon.open_store()?,
+            renew_store: Some(daemon.open_store()?),
+            owner: owner.clone(),
+            config: config.worker.clone(),
+            provider: provider.clone(),
+            tools: toolbox.clone(),
+            specs: specs.clone(),
+            retries: config.provider.retries,
+            bus: daemon.bus().clone(),
+            stop: daemon.stop_signal(),
+        };
+        wakers.push(daemon.consumer(&owner, config.common.poll_interval(), move || worker.step())?);
+    }
+    // Only hashi joins the `hashi` queue group: one worker process per doorbell.
+    let subject = daemon.bus().subjects.worker_dispatch();
+    daemon
+        .wake_on::<WorkerDispatch>(subject, Some("hashi".into()), wakers)
+        .await?;
+    tracing::info!(workers = n, provider = %config.provider.kind, "hashi workers started");
+    daemon.run(shutdown).await
+}

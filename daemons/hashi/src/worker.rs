@@ -1,0 +1,570 @@
+//! The agent loop for one claimed turn: resume from the records already written, ask the
+//! provider for the next steps, record each one durably (under the fence) before and after
+//! acting, seal, ring.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kura_model::{Provider, ProviderError, Step, ToolSpec, TurnInput};
+use kura_runtime::{Bus, Stop};
+use kura_store::store::append_in;
+use kura_store::work::approvals::{
+    ApprovalState, approval, approval_for_call, mark_started_in, park_turn_in, request_approval_in,
+};
+use kura_store::work::{Claim, claim_next, complete_turn, fenced, now_ms, release, renew};
+use kura_store::{Store, StoreError};
+use proto::doorbell::{ToolApprove, WorkerComplete};
+use proto::record::{NewRecord, Record, RecordType, ToolStatus};
+use serde_json::{Map, Value, json};
+
+use crate::tools::{Effect, Refusal, Toolbox};
+use crate::{Approvals, WorkerConfig};
+
+/// One worker thread's state.
+pub struct Worker {
+    /// Its store handle (the agent loop's writes).
+    pub store: Store,
+    /// A second handle for lease renewal, which runs beside the loop (lent to the renewal
+    /// thread while a turn runs).
+    pub renew_store: Option<Store>,
+    /// Its name in leases and record metadata.
+    pub owner: String,
+    /// Lease, step limit, author.
+    pub config: WorkerConfig,
+    /// The model.
+    pub provider: Arc<dyn Provider>,
+    /// The tools.
+    pub tools: Arc<Toolbox>,
+    /// The tools as the model sees them.
+    pub specs: Arc<[ToolSpec]>,
+    /// How often a transient provider failure is retried within one step.
+    pub retries: u32,
+    /// For ringing `evt.worker.complete`.
+    pub bus: Bus,
+    /// Set on shutdown: release the turn and stop.
+    pub stop: Stop,
+}
+
+/// How a turn ended for this worker.
+enum End {
+    /// Sealed and marked done.
+    Completed(uuid::Uuid),
+    /// Given back on shutdown.
+    Released,
+    /// Parked until people decide an approval request.
+    Parked(uuid::Uuid),
+}
+
+/// How a tool call step ended.
+enum CallEnd {
+    /// Its result is recorded; the loop goes on.
+    Done,
+    /// It waits for people; the turn is parked.
+    Parked(uuid::Uuid),
+}
+
+/// Whether an error is the fence refusing a stale worker.
+fn is_fenced(e: &StoreError) -> bool {
+    matches!(e, StoreError::Fenced { .. })
+}
+
+impl Worker {
+    /// One unit of work: claim a turn and run it to the end. `Ok(false)` when none is claimable.
+    pub fn step(&mut self) -> anyhow::Result<bool> {
+        let lease = i64::try_from(self.config.lease_ms).unwrap_or(i64::MAX);
+        let Some(claim) = claim_next(&mut self.store, &self.owner, lease, now_ms())? else {
+            return Ok(false);
+        };
+        tracing::info!(turn_id = %claim.turn_id, session_id = %claim.session_id, epoch = claim.epoch, resumed = claim.resumed, "claimed turn");
+        let lost = Arc::new(AtomicBool::new(false));
+        // Set when the turn ends: wakes the renewal thread at once instead of at its next
+        // renewal.
+        let done = Stop::new();
+        let mut renew_store = self
+            .renew_store
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("renewal store handle missing"))?;
+        let result = std::thread::scope(|scope| {
+            let (lost_r, done_r, claim_r) = (lost.clone(), done.clone(), claim.clone());
+            let renew_store = &mut renew_store;
+            scope.spawn(move || {
+                let every = Duration::from_millis((lease as u64 / 3).max(10));
+                while !done_r.sleep(every) {
+                    if let Err(e) = renew(renew_store, &claim_r, lease, now_ms()) {
+                        tracing::warn!(turn_id = %claim_r.turn_id, error = %e, "lease renewal failed");
+                        if is_fenced(&e) {
+                            lost_r.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                    }
+                }
+            });
+            let r = self.run_turn(&claim, &lost);
+            done.set();
+            r
+        });
+        self.renew_store = Some(renew_store);
+        match result {
+            Ok(End::Completed(ledger_id)) => {
+                tracing::info!(turn_id = %claim.turn_id, %ledger_id, "turn complete");
+                self.bus.ring(
+                    self.bus.subjects.worker_complete(),
+                    &WorkerComplete {
+                        turn_id: claim.turn_id,
+                        ledger_id,
+                    },
+                );
+            }
+            Ok(End::Released) => {
+                tracing::info!(turn_id = %claim.turn_id, "turn released for another worker")
+            }
+            Ok(End::Parked(request_id)) => {
+                tracing::info!(turn_id = %claim.turn_id, %request_id, "turn parked until the approval request is decided")
+            }
+            Err(e) if is_fenced(&e) => {
+                tracing::warn!(turn_id = %claim.turn_id, "another worker took this turn over; stopping")
+            }
+            Err(e) => {
+                let _ = release(&mut self.store, &claim);
+                return Err(anyhow::Error::new(e).context(format!("turn {}", claim.turn_id)));
+            }
+        }
+        Ok(true)
+    }
+
+    fn record(
+        &self,
+        claim: &Claim,
+        t: RecordType,
+        content: Value,
+        extra: &[(&str, String)],
+    ) -> NewRecord {
+        let mut metadata = BTreeMap::new();
+        metadata.insert("turn_id".into(), claim.turn_id.to_string());
+        metadata.insert("epoch".into(), claim.epoch.to_string());
+        metadata.insert("worker".into(), self.owner.clone());
+        for (k, v) in extra {
+            metadata.insert((*k).to_owned(), v.clone());
+        }
+        NewRecord {
+            record_type: t,
+            content,
+            author_id: self.config.author.clone(),
+            metadata,
+        }
+    }
+
+    /// Appends under the fence and keeps `history` in step.
+    fn append(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        rec: NewRecord,
+    ) -> kura_store::Result<()> {
+        let a = fenced(&mut self.store, claim, |tx| {
+            append_in(tx, claim.output_ledger_id, &rec)
+        })?;
+        history.push(a.record);
+        Ok(())
+    }
+
+    fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura_store::Result<End> {
+        let context = self.store.hydrate(claim.context_ledger_id)?;
+        let mut history = self.store.hydrate(claim.output_ledger_id)?;
+        if claim.resumed
+            && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?
+        {
+            return Ok(End::Parked(request));
+        }
+        let mut delivered = history
+            .iter()
+            .any(|r| r.record_type == RecordType::TaskDeliverable);
+        while !delivered {
+            if lost.load(Ordering::SeqCst) {
+                return Err(StoreError::Fenced {
+                    turn_id: claim.turn_id.to_string(),
+                    held_epoch: claim.epoch,
+                    current_epoch: -1,
+                });
+            }
+            if self.stop.is_set() {
+                release(&mut self.store, claim)?;
+                return Ok(End::Released);
+            }
+            let input = TurnInput {
+                session_id: claim.session_id,
+                seq: claim.seq,
+                context: &context,
+                history: &history,
+                tools: &self.specs,
+            };
+            if input.steps_taken() >= self.config.max_steps {
+                let msg = format!("step limit of {} reached", self.config.max_steps);
+                self.fail(claim, &mut history, &msg)?;
+                break;
+            }
+            let steps = match self.ask(&input) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.fail(claim, &mut history, &format!("model provider failed: {e}"))?;
+                    break;
+                }
+            };
+            for step in steps {
+                match step {
+                    Step::Thought(t) => {
+                        let r =
+                            self.record(claim, RecordType::AgentThought, json!({"text": t}), &[]);
+                        self.append(claim, &mut history, r)?;
+                    }
+                    Step::ToolCall { name, arguments } => {
+                        if let CallEnd::Parked(request) =
+                            self.call_tool(claim, &mut history, &name, arguments)?
+                        {
+                            return Ok(End::Parked(request));
+                        }
+                    }
+                    Step::Deliver {
+                        text,
+                        is_final,
+                        extra,
+                    } => {
+                        let mut content = extra;
+                        content.insert("text".into(), json!(text));
+                        content.insert("final".into(), json!(is_final));
+                        let r = self.record(
+                            claim,
+                            RecordType::TaskDeliverable,
+                            Value::Object(content),
+                            &[],
+                        );
+                        self.append(claim, &mut history, r)?;
+                        delivered = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let ledger = complete_turn(&mut self.store, claim)?;
+        Ok(End::Completed(ledger))
+    }
+
+    /// Asks the provider, retrying transient failures with backoff.
+    fn ask(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
+        let mut attempt = 0u32;
+        loop {
+            match self.provider.next(input) {
+                Err(ProviderError::Transient(e)) if attempt < self.retries => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "model provider failed; retrying");
+                    // A stop during the backoff ends it at once; the turn is then released.
+                    if self
+                        .stop
+                        .sleep(Duration::from_millis(200 * u64::from(attempt)))
+                    {
+                        return Err(ProviderError::Transient(e));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Ends the turn with a `sys.error` and a final deliverable saying what went wrong.
+    fn fail(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        message: &str,
+    ) -> kura_store::Result<()> {
+        tracing::error!(turn_id = %claim.turn_id, %message, "turn failed");
+        let e = self.record(claim, RecordType::SysError, json!({"text": message}), &[]);
+        self.append(claim, history, e)?;
+        let d = self.record(
+            claim,
+            RecordType::TaskDeliverable,
+            json!({"text": format!("the turn failed: {message}"), "final": true, "error": true}),
+            &[],
+        );
+        self.append(claim, history, d)
+    }
+
+    /// Records the call durably, asks for approval (static policy, then aegis), runs it if
+    /// allowed, records the result — or parks the turn when people must decide.
+    fn call_tool(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> kura_store::Result<CallEnd> {
+        let call_id = proto::new_id().to_string();
+        let effect = self
+            .tools
+            .get(name)
+            .map(|t| t.effect().as_str())
+            .unwrap_or("unknown");
+        let call = self.record(
+            claim,
+            RecordType::ToolCall,
+            json!({"tool_name": name, "arguments": arguments, "call_id": call_id}),
+            &[("effect", effect.to_owned())],
+        );
+        self.append(claim, history, call)?;
+        self.approve_and_run(claim, history, name, &arguments, &call_id)
+    }
+
+    /// The part of a call after its `tool.call` record: policy, approval, run, result.
+    fn approve_and_run(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+    ) -> kura_store::Result<CallEnd> {
+        let outcome = match self.tools.check(name) {
+            Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
+            Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
+            Ok(_) if self.config.approvals == Approvals::Off => {
+                self.run_tool(claim, name, arguments, call_id)
+            }
+            Ok(tool) => {
+                let effect = tool.effect();
+                let meta = self
+                    .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
+                    .metadata;
+                let author = self.config.author.clone();
+                let request = fenced(&mut self.store, claim, |tx| {
+                    request_approval_in(tx, claim, call_id, name, arguments, effect, &author, meta)
+                })?;
+                match self.await_decision(request.request_id)? {
+                    Some((true, _)) => {
+                        fenced(&mut self.store, claim, |tx| {
+                            mark_started_in(tx, request.request_id, claim.epoch)
+                        })?;
+                        self.run_tool(claim, name, arguments, call_id)
+                    }
+                    Some((false, rule)) => Err(format!("denied by aegis ({rule})")),
+                    None => {
+                        let parked = fenced(&mut self.store, claim, |tx| {
+                            park_turn_in(tx, claim, request.request_id)
+                        })?;
+                        if !parked {
+                            tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
+                                "decided while parking; the turn is claimable again");
+                        }
+                        return Ok(CallEnd::Parked(request.request_id));
+                    }
+                }
+            }
+        };
+        self.record_result(claim, history, call_id, outcome, &[])?;
+        Ok(CallEnd::Done)
+    }
+
+    /// Asks aegis and waits (briefly) for allow/deny; `None` when it is up to people (or
+    /// aegis did not answer in time): the turn is then parked rather than holding a worker.
+    fn await_decision(
+        &mut self,
+        request_id: uuid::Uuid,
+    ) -> kura_store::Result<Option<(bool, String)>> {
+        // With NATS down nobody can be rung: look once (aegis may already have decided by
+        // polling) and park at once, so the worker moves on instead of sitting out the wait
+        // for every call — aegis decides parked requests on its next poll.
+        let connected = self.bus.is_connected();
+        let wait = if connected {
+            Duration::from_millis(self.config.approval_wait_ms)
+        } else {
+            Duration::ZERO
+        };
+        let answered = connected
+            && self.bus.ring_and_wait(
+                self.bus.subjects.tool_approve(),
+                &ToolApprove { request_id },
+                wait,
+            );
+        if connected && !answered {
+            tracing::debug!(%request_id, "aegis did not answer in time; parking");
+        }
+        // aegis answers after it has recorded its ruling, so one look tells: decided, or up
+        // to people (or aegis is away) — then the turn parks and frees this worker.
+        let a = approval(self.store.conn(), request_id)?.ok_or_else(|| StoreError::Corrupt {
+            what: "approval",
+            id: request_id.to_string(),
+            detail: "vanished while its turn waited".into(),
+        })?;
+        Ok(match a.state {
+            ApprovalState::Approved => Some((true, a.rule.unwrap_or_default())),
+            ApprovalState::Denied => Some((false, a.rule.unwrap_or_default())),
+            ApprovalState::Asked | ApprovalState::Pending => None,
+        })
+    }
+
+    fn run_tool(
+        &self,
+        claim: &Claim,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+    ) -> Result<Value, String> {
+        let tool = self
+            .tools
+            .get(name)
+            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+        self.tools
+            .workspace(&claim.session_id.to_string())
+            .and_then(|ws| tool.run(&ws.for_call(call_id), arguments))
+    }
+
+    fn record_result(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        call_id: &str,
+        outcome: Result<Value, String>,
+        extra: &[(&str, String)],
+    ) -> kura_store::Result<()> {
+        let content = match outcome {
+            Ok(v) => json!({"status": ToolStatus::Success, "result": v, "call_id": call_id}),
+            Err(e) => json!({"status": ToolStatus::Error, "error": e, "call_id": call_id}),
+        };
+        let result = self.record(claim, RecordType::ToolResult, content, extra);
+        self.append(claim, history, result)
+    }
+
+    /// After a takeover or an approval: a call with no result runs if it provably never
+    /// started (its approval came through and nobody began it, or approvals are on and it
+    /// was never even requested); otherwise it is re-run only if it only reads, and a write
+    /// or external call gets a result saying its outcome is unknown — never repeated.
+    fn resolve_dangling_calls(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+    ) -> kura_store::Result<CallEnd> {
+        let answered: Vec<String> = history
+            .iter()
+            .filter(|r| r.record_type == RecordType::ToolResult)
+            .filter_map(|r| {
+                r.content
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect();
+        let dangling: Vec<Record> = history
+            .iter()
+            .filter(|r| r.record_type == RecordType::ToolCall)
+            .filter(|r| {
+                r.content
+                    .get("call_id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| !answered.iter().any(|a| a == id))
+            })
+            .cloned()
+            .collect();
+        for call in dangling {
+            let name = call
+                .content
+                .get("tool_name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let call_id = call
+                .content
+                .get("call_id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let args = call
+                .content
+                .get("arguments")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let approval = approval_for_call(self.store.conn(), &call_id)?;
+            let never_started = match &approval {
+                Some(a) => a.started_epoch.is_none(),
+                None => self.config.approvals != Approvals::Off,
+            };
+            match approval.as_ref().map(|a| a.state) {
+                Some(ApprovalState::Pending | ApprovalState::Asked) => {
+                    let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
+                    let parked = fenced(&mut self.store, claim, |tx| park_turn_in(tx, claim, id))?;
+                    if !parked {
+                        tracing::info!(turn_id = %claim.turn_id, request_id = %id,
+                            "decided while parking; the turn is claimable again");
+                    }
+                    return Ok(CallEnd::Parked(id));
+                }
+                Some(ApprovalState::Denied) => {
+                    let rule = approval
+                        .as_ref()
+                        .and_then(|a| a.rule.clone())
+                        .unwrap_or_default();
+                    self.record_result(
+                        claim,
+                        history,
+                        &call_id,
+                        Err(format!("denied by aegis ({rule})")),
+                        &[],
+                    )?;
+                    continue;
+                }
+                Some(ApprovalState::Approved) if never_started => {
+                    let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
+                    fenced(&mut self.store, claim, |tx| {
+                        mark_started_in(tx, id, claim.epoch)
+                    })?;
+                    let outcome = self.run_tool(claim, &name, &args, &call_id);
+                    self.record_result(claim, history, &call_id, outcome, &[])?;
+                    continue;
+                }
+                None if never_started => {
+                    // Approvals are on and the request was never filed: the tool never ran.
+                    if let CallEnd::Parked(id) =
+                        self.approve_and_run(claim, history, &name, &args, &call_id)?
+                    {
+                        return Ok(CallEnd::Parked(id));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let read_only = self
+                .tools
+                .get(&name)
+                .is_some_and(|t| t.effect() == Effect::Read);
+            let (outcome, status) = if read_only {
+                tracing::info!(turn_id = %claim.turn_id, tool = %name, "re-running a read-only call the previous worker left unanswered");
+                (self.run_tool(claim, &name, &args, &call_id), None)
+            } else {
+                tracing::warn!(turn_id = %claim.turn_id, tool = %name, "previous worker died during a side-effecting call; recording the outcome as unknown, not re-running");
+                (Err(String::new()), Some(()))
+            };
+            let content = match (status, outcome) {
+                (Some(()), _) => json!({
+                    "status": ToolStatus::Unknown,
+                    "error": "the worker running this call was lost; whether it took effect is unknown, and it was not run again",
+                    "call_id": call_id,
+                }),
+                (None, Ok(v)) => {
+                    json!({"status": ToolStatus::Success, "result": v, "call_id": call_id})
+                }
+                (None, Err(e)) => {
+                    json!({"status": ToolStatus::Error, "error": e, "call_id": call_id})
+                }
+            };
+            let r = self.record(
+                claim,
+                RecordType::ToolResult,
+                content,
+                &[("resumed", "true".into())],
+            );
+            self.append(claim, history, r)?;
+        }
+        Ok(CallEnd::Done)
+    }
+}

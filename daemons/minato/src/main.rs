@@ -1,0 +1,150 @@
+//! `minato`: the orchestrator daemon (`run`) and the way people hand it work (`submit`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kura_runtime::cli::{ConfigArg, Lifecycle};
+use minato::Config;
+
+/// Minato: Kura's orchestrator — turns requests into sessions, packs context ledgers,
+/// dispatches turns and decides what comes next.
+#[derive(Debug, Parser)]
+#[command(name = "minato", version, about)]
+struct Args {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Daemon(Lifecycle),
+    /// Submit an instruction: a new session, or the next request in `--session`.
+    Submit {
+        /// What the agent should do.
+        instruction: String,
+        /// Continue this session instead of starting a new one.
+        #[arg(long)]
+        session: Option<String>,
+        /// Follow the session until it completes and print the deliverable.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this many seconds (the session keeps running).
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Who is asking, kind:name. Default: user:$USER.
+        #[arg(long)]
+        author: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config_path = args.config.path("minato");
+    match args.command {
+        Command::Daemon(lifecycle) => lifecycle.exec("minato", config_path.as_deref(), minato::run),
+        Command::Submit {
+            instruction,
+            session,
+            wait,
+            timeout,
+            author,
+            json,
+        } => {
+            let wait = wait.then(|| Duration::from_secs(timeout));
+            submit(
+                config_path.as_deref(),
+                &instruction,
+                session,
+                wait,
+                author,
+                json,
+            )
+        }
+    }
+}
+
+fn submit(
+    config_path: Option<&std::path::Path>,
+    instruction: &str,
+    session: Option<String>,
+    wait: Option<Duration>,
+    author: Option<String>,
+    json: bool,
+) -> ExitCode {
+    let (config, rt) = match kura_runtime::start_with::<Config>("minato", config_path, "warn") {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("minato: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let session = match session
+        .as_deref()
+        .map(kura_store::store::parse_id)
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("minato: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let author = author.unwrap_or_else(|| {
+        format!(
+            "user:{}",
+            std::env::var("USER")
+                .ok()
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| "local".into())
+        )
+    });
+    match rt.block_on(minato::submit::run(
+        &config.common,
+        instruction,
+        &author,
+        session,
+        wait,
+    )) {
+        Ok(out) => {
+            print_submitted(&out, json);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("minato: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn print_submitted(out: &minato::submit::Submitted, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(out).unwrap_or_default());
+        return;
+    }
+    match &out.status {
+        None => println!(
+            "submitted request {} (instruction record {})",
+            out.request_seq, out.record_id
+        ),
+        Some(status) => {
+            if let Some(s) = status.session_id {
+                eprintln!("session {s} complete");
+            }
+            match status.deliverable.as_ref().map(|d| &d.content) {
+                Some(c) => match c.get("text").and_then(|t| t.as_str()) {
+                    Some(t) => println!("{t}"),
+                    None => println!("{c}"),
+                },
+                None => println!("(the session ended without a deliverable)"),
+            }
+        }
+    }
+}

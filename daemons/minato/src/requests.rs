@@ -1,0 +1,195 @@
+//! Minato's policy over the work tables: how a request becomes a session turn (context
+//! packing, memory hits) and what follows a completed turn (the completion rule). One
+//! transaction per unit of work, each advancing minato's cursor in the same transaction.
+
+use kura_store::error::{Result, StoreError};
+use kura_store::store::{
+    append_existing_in, create_session_in, open_ledger_in, read_session_in, seal_in,
+    set_session_status_in,
+};
+use kura_store::work::{
+    cursor, insert_turn_in, last_deliverable, mark_accepted_in, next_done_turn_after,
+    next_request_after, next_turn_seq, request_instruction, set_cursor,
+};
+use kura_store::{Store, memory};
+use proto::SessionStatus;
+use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
+use rusqlite::Connection;
+use uuid::Uuid;
+
+/// A request minato turned into a session turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The request.
+    pub request_seq: i64,
+    /// The (new or continued) session.
+    pub session_id: Uuid,
+    /// The first turn, ready for dispatch.
+    pub turn_id: Uuid,
+}
+
+/// What minato decided after a turn completed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Another turn is ready for dispatch.
+    Next {
+        /// The session.
+        session_id: Uuid,
+        /// The new turn.
+        turn_id: Uuid,
+    },
+    /// The session is complete.
+    Complete {
+        /// The session.
+        session_id: Uuid,
+    },
+}
+
+fn instruction_text(tx: &Connection, record_id: Uuid) -> Result<String> {
+    let text: String = tx.query_row(
+        "SELECT content FROM records WHERE record_id = ?1",
+        [record_id.to_string()],
+        |r| r.get(0),
+    )?;
+    Ok(serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_default())
+}
+
+fn label_from(text: &str) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let label: String = one_line.chars().take(60).collect();
+    if label.is_empty() {
+        "session".into()
+    } else {
+        label
+    }
+}
+
+/// The top memory hits for an instruction (superseded decisions left out).
+fn memory_for(tx: &Connection, instruction: Uuid, hits: usize) -> Result<Vec<Uuid>> {
+    if hits == 0 {
+        return Ok(vec![]);
+    }
+    let found = memory::search(
+        tx,
+        &memory::Search {
+            query: instruction_text(tx, instruction)?,
+            limit: hits,
+            ..Default::default()
+        },
+    )?;
+    Ok(found
+        .into_iter()
+        .filter(|h| !h.superseded)
+        .map(|h| h.record.record_id)
+        .collect())
+}
+
+/// Packs and seals a turn's context ledger — the given members (instruction, previous
+/// deliverable), then the top memory hits for the instruction — and files a pending turn.
+fn new_turn(
+    tx: &Connection,
+    session_id: Uuid,
+    request_seq: i64,
+    parents: &[Uuid],
+    members: &[Uuid],
+    memory_hits: usize,
+) -> Result<Uuid> {
+    let seq = next_turn_seq(tx, session_id)?;
+    let ctx = open_ledger_in(tx, session_id, &format!("turn-{seq}-ctx"), parents)?;
+    let mut all = members.to_vec();
+    if let Some(instruction) = members.first() {
+        all.extend(memory_for(tx, *instruction, memory_hits)?);
+    }
+    for m in &all {
+        append_existing_in(tx, ctx.ledger_id, *m)?;
+    }
+    seal_in(tx, ctx.ledger_id)?;
+    insert_turn_in(tx, session_id, seq, request_seq, ctx.ledger_id)
+}
+
+/// Turns the next queued request into a session (new or continued) with a sealed context
+/// ledger and a pending turn; `None` when the queue is empty.
+pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Option<Accepted>> {
+    store.write(|tx| {
+        let pos = cursor(tx, MINATO_REQUESTS)?;
+        let Some(q) = next_request_after(tx, pos)? else {
+            return Ok(None);
+        };
+        let session = match q.session_id {
+            Some(s) => {
+                let s = read_session_in(tx, s)?;
+                set_session_status_in(tx, s.session_id, SessionStatus::Active)?;
+                s
+            }
+            None => create_session_in(tx, &label_from(&instruction_text(tx, q.record_id)?))?,
+        };
+        let parents: Vec<Uuid> = session.head_ledger_id.into_iter().collect();
+        let turn_id = new_turn(
+            tx,
+            session.session_id,
+            q.request_seq,
+            &parents,
+            &[q.record_id],
+            memory_hits,
+        )?;
+        mark_accepted_in(tx, q.request_seq, session.session_id)?;
+        set_cursor(tx, MINATO_REQUESTS, q.request_seq)?;
+        Ok(Some(Accepted {
+            request_seq: q.request_seq,
+            session_id: session.session_id,
+            turn_id,
+        }))
+    })
+}
+
+/// Decides what follows the next completed turn: complete the session (a final deliverable,
+/// or `max_turns` reached) or pack the next turn's context (the previous output as parent).
+pub fn decide_next_completion(
+    store: &mut Store,
+    max_turns: i64,
+    memory_hits: usize,
+) -> Result<Option<Decision>> {
+    store.write(|tx| {
+        let pos = cursor(tx, MINATO_COMPLETIONS)?;
+        let Some((t, done_seq)) = next_done_turn_after(tx, pos)? else {
+            return Ok(None);
+        };
+        let output = t.output_ledger_id.ok_or_else(|| StoreError::Corrupt {
+            what: "turn",
+            id: t.turn_id.to_string(),
+            detail: "done but has no output ledger".into(),
+        })?;
+        let deliverable = last_deliverable(tx, output)?;
+        // A deliverable says `"final": false` to ask for another turn; anything else ends
+        // the session.
+        let is_final = deliverable
+            .as_ref()
+            .is_none_or(|d| d.content.get("final").and_then(|f| f.as_bool()) != Some(false));
+        let decision = if is_final || t.seq >= max_turns {
+            set_session_status_in(tx, t.session_id, SessionStatus::Complete)?;
+            Decision::Complete {
+                session_id: t.session_id,
+            }
+        } else {
+            let mut members = vec![request_instruction(tx, t.request_seq)?];
+            members.extend(deliverable.map(|d| d.record_id));
+            let next = new_turn(
+                tx,
+                t.session_id,
+                t.request_seq,
+                &[output],
+                &members,
+                memory_hits,
+            )?;
+            Decision::Next {
+                session_id: t.session_id,
+                turn_id: next,
+            }
+        };
+        set_cursor(tx, MINATO_COMPLETIONS, done_seq)?;
+        Ok(Some(decision))
+    })
+}

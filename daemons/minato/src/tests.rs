@@ -1,0 +1,315 @@
+//! Minato's policy over the work tables, with hashi's and aegis's sides played by direct
+//! store calls, on a real SQLite file.
+
+use kura_store::store::{Store, StoreOptions, append_in};
+use kura_store::verify::{Scope, verify};
+use kura_store::work::approvals::{
+    self, ApprovalState, Effect, append_to_turn_in, finalize_in, park_turn_in, request_approval_in,
+};
+use kura_store::work::{
+    Claim, claim_next, complete_turn, fenced, now_ms, release, renew, request_status, submit, turn,
+};
+use kura_store::{ConflictKind, StoreError};
+use proto::SessionStatus;
+use proto::record::{Content, NewRecord, RecordType};
+use serde_json::json;
+
+use crate::requests::{Decision, accept_next_request, decide_next_completion};
+
+fn fresh() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::create(dir.path().join("w.db"), &StoreOptions::default()).expect("create");
+    (dir, store)
+}
+
+fn deliver(store: &mut Store, claim: &Claim, text: &str, is_final: bool) {
+    let rec = NewRecord {
+        record_type: RecordType::TaskDeliverable,
+        content: json!({"text": text, "final": is_final}),
+        author_id: "agent:hashi".into(),
+        metadata: Default::default(),
+    };
+    fenced(store, claim, |tx| {
+        append_in(tx, claim.output_ledger_id, &rec)
+    })
+    .expect("deliver");
+}
+
+#[test]
+fn request_turn_claim_complete_next_turn_complete() {
+    let (_d, mut s) = fresh();
+    let req = submit(&mut s, "count the files", "user:oles", None).expect("submit");
+    assert!(accept_next_request(&mut s, 0).expect("accept").is_some());
+    assert!(
+        accept_next_request(&mut s, 0)
+            .expect("accept again")
+            .is_none(),
+        "cursor advanced"
+    );
+
+    let now = now_ms();
+    let claim = claim_next(&mut s, "w1", 10_000, now)
+        .expect("claim")
+        .expect("a turn");
+    assert_eq!((claim.seq, claim.epoch, claim.resumed), (1, 1, false));
+    assert!(
+        claim_next(&mut s, "w2", 10_000, now)
+            .expect("claim")
+            .is_none(),
+        "leased"
+    );
+    deliver(&mut s, &claim, "3 files", false);
+    complete_turn(&mut s, &claim).expect("complete");
+
+    let d = decide_next_completion(&mut s, 5, 0)
+        .expect("decide")
+        .expect("a decision");
+    let Decision::Next {
+        turn_id,
+        session_id,
+    } = d
+    else {
+        panic!("expected a next turn, got {d:?}")
+    };
+    let t2 = turn(s.conn(), turn_id).expect("turn");
+    assert_eq!(t2.seq, 2);
+    let ctx2 = s.read_ledger(t2.context_ledger_id).expect("ledger");
+    assert_eq!(
+        ctx2.parent_ids,
+        vec![claim.output_ledger_id],
+        "previous output is the parent"
+    );
+    let ctx_records = s.hydrate(t2.context_ledger_id).expect("hydrate");
+    assert_eq!(
+        ctx_records[0].record_id, req.record_id,
+        "the instruction again"
+    );
+    assert_eq!(
+        ctx_records[1].content["text"],
+        json!("3 files"),
+        "the previous deliverable"
+    );
+
+    let c2 = claim_next(&mut s, "w2", 10_000, now)
+        .expect("claim")
+        .expect("turn 2");
+    deliver(&mut s, &c2, "a, b, c", true);
+    complete_turn(&mut s, &c2).expect("complete");
+    assert_eq!(
+        decide_next_completion(&mut s, 5, 0).expect("decide"),
+        Some(Decision::Complete { session_id })
+    );
+    let st = request_status(s.conn(), req.request_seq).expect("status");
+    assert!(st.complete);
+    assert_eq!(
+        st.deliverable.expect("deliverable").content["text"],
+        json!("a, b, c")
+    );
+    assert_eq!(
+        s.read_session(session_id).expect("session").status,
+        SessionStatus::Complete
+    );
+    assert!(
+        verify(&s, &Scope::Session(session_id), None)
+            .expect("verify")
+            .ok()
+    );
+}
+
+#[test]
+fn max_turns_ends_a_session() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "loop forever", "user:oles", None).expect("submit");
+    accept_next_request(&mut s, 0).expect("accept");
+    for i in 1..=2 {
+        let c = claim_next(&mut s, "w", 10_000, now_ms())
+            .expect("claim")
+            .expect("turn");
+        assert_eq!(c.seq, i);
+        deliver(&mut s, &c, "not yet", false);
+        complete_turn(&mut s, &c).expect("complete");
+        let d = decide_next_completion(&mut s, 2, 0)
+            .expect("decide")
+            .expect("decision");
+        assert_eq!(
+            matches!(d, Decision::Complete { .. }),
+            i == 2,
+            "turn {i}: {d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_taken_over_worker_is_fenced_out() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "x", "user:oles", None).expect("submit");
+    accept_next_request(&mut s, 0).expect("accept");
+    let t0 = now_ms();
+    let old = claim_next(&mut s, "old", 1_000, t0)
+        .expect("claim")
+        .expect("turn");
+    renew(&mut s, &old, 1_000, t0 + 500).expect("renew while valid");
+    // The lease runs out; another worker takes over.
+    let new = claim_next(&mut s, "new", 1_000, t0 + 5_000)
+        .expect("claim")
+        .expect("takeover");
+    assert_eq!(new.epoch, old.epoch + 1);
+    assert!(new.resumed);
+    assert_eq!(
+        new.output_ledger_id, old.output_ledger_id,
+        "resumes the same output ledger"
+    );
+    let rec = NewRecord::new(
+        RecordType::AgentThought,
+        Content::text("stale"),
+        "agent:hashi",
+    );
+    let err =
+        fenced(&mut s, &old, |tx| append_in(tx, old.output_ledger_id, &rec)).expect_err("fenced");
+    assert!(
+        matches!(err, StoreError::Fenced { held_epoch, current_epoch, .. }
+            if held_epoch == old.epoch && current_epoch == new.epoch),
+        "{err}"
+    );
+    assert!(renew(&mut s, &old, 1_000, t0 + 5_001).is_err());
+    assert!(complete_turn(&mut s, &old).is_err());
+    assert!(release(&mut s, &old).is_err());
+    assert_eq!(
+        s.read_ledger(old.output_ledger_id)
+            .expect("ledger")
+            .record_count,
+        0,
+        "nothing written"
+    );
+    // The new holder can write, release, and the turn is claimable again at once.
+    fenced(&mut s, &new, |tx| append_in(tx, new.output_ledger_id, &rec))
+        .expect("new holder writes");
+    release(&mut s, &new).expect("release");
+    let again = claim_next(&mut s, "third", 1_000, t0 + 5_002)
+        .expect("claim")
+        .expect("released turn");
+    assert_eq!(again.epoch, new.epoch + 1);
+}
+
+#[test]
+fn submit_refuses_empty_instructions_and_unknown_sessions() {
+    let (_d, mut s) = fresh();
+    assert!(submit(&mut s, "  ", "user:oles", None).is_err());
+    assert!(submit(&mut s, "x", "user:oles", Some(proto::new_id())).is_err());
+    assert!(submit(&mut s, "x", "nobody", None).is_err());
+    assert!(accept_next_request(&mut s, 0).expect("accept").is_none());
+}
+
+/// Files an approval request for an `fs.write` call of the claimed turn.
+fn ask(s: &mut Store, claim: &Claim, call_id: &str) -> approvals::Approval {
+    let args = serde_json::Map::new();
+    fenced(s, claim, |tx| {
+        request_approval_in(
+            tx,
+            claim,
+            call_id,
+            "fs.write",
+            &args,
+            Effect::Write,
+            "agent:hashi",
+            Default::default(),
+        )
+    })
+    .expect("request")
+}
+
+/// Regression (found by the fault suite, 1 stuck session in 300 SIGKILLs): aegis decided a
+/// request in the moment between the worker's last look and its parking transaction, woke
+/// nobody (the turn was still running), and the turn then waited forever.
+#[test]
+fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "write a file", "user:oles", None).expect("submit");
+    accept_next_request(&mut s, 0).expect("accept");
+    let now = now_ms();
+    let claim = claim_next(&mut s, "w1", 10_000, now)
+        .expect("claim")
+        .expect("turn");
+    let request = ask(&mut s, &claim, "call-1");
+    // Aegis decides while the turn is still running: nobody to wake yet.
+    let decision = NewRecord::new(
+        RecordType::ApprovalDecision,
+        Content::text("allowed by default:write"),
+        "sys:aegis",
+    );
+    let woke = s
+        .write(|tx| {
+            let rec = append_to_turn_in(tx, request.turn_id, &decision)?;
+            finalize_in(
+                tx,
+                &request,
+                ApprovalState::Approved,
+                "default:write",
+                rec.record_id,
+            )
+        })
+        .expect("finalize");
+    assert_eq!(woke, None, "the turn was running, not parked");
+    // The worker, not having seen it, parks.
+    let parked = fenced(&mut s, &claim, |tx| {
+        park_turn_in(tx, &claim, request.request_id)
+    })
+    .expect("park");
+    assert!(!parked, "a decided request must not park the turn");
+    let again = claim_next(&mut s, "w2", 10_000, now + 1)
+        .expect("claim")
+        .expect("the turn is claimable again, not waiting forever");
+    assert_eq!(again.turn_id, claim.turn_id);
+
+    // And an undecided request still parks (nothing claimable until it is decided).
+    let second = ask(&mut s, &again, "call-2");
+    assert!(
+        fenced(&mut s, &again, |tx| park_turn_in(
+            tx,
+            &again,
+            second.request_id
+        ))
+        .expect("park")
+    );
+    assert!(
+        claim_next(&mut s, "w3", 10_000, now + 2)
+            .expect("claim")
+            .is_none(),
+        "parked on an undecided request"
+    );
+}
+
+/// A second decision on a decided request is a conflict a caller can match, not a message.
+#[test]
+fn a_second_decision_is_a_typed_conflict() {
+    let (_d, mut s) = fresh();
+    submit(&mut s, "write a file", "user:oles", None).expect("submit");
+    accept_next_request(&mut s, 0).expect("accept");
+    let claim = claim_next(&mut s, "w1", 10_000, now_ms())
+        .expect("claim")
+        .expect("turn");
+    let request = ask(&mut s, &claim, "call-1");
+    let decision = NewRecord::new(
+        RecordType::ApprovalDecision,
+        Content::text("allowed"),
+        "sys:aegis",
+    );
+    let decide = |s: &mut Store| {
+        s.write(|tx| {
+            let rec = append_to_turn_in(tx, request.turn_id, &decision)?;
+            finalize_in(tx, &request, ApprovalState::Approved, "r", rec.record_id)
+        })
+    };
+    decide(&mut s).expect("first decision");
+    let err = decide(&mut s).expect_err("second decision");
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                kind: ConflictKind::AlreadyDecided,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -1,0 +1,1 @@
+//! Kura's system suite lives in `tests/`; this library is empty so the package can hold them.

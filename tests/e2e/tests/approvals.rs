@@ -1,0 +1,515 @@
+//! Aegis end to end: policy decides allow/deny at once; `ask` parks the turn (no worker
+//! held) until a person's Ed25519-signed decision lands; forged, unknown, misdirected,
+//! replayed and racing decisions are refused and recorded; nothing runs without approval.
+
+use std::process::Command;
+use std::time::Duration;
+
+use kura_testkit::bin;
+use kura_testkit::stack::{Stack, session_records};
+use proto::doorbell::ApprovalDecision;
+use serde_json::{Value, json};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A stack whose aegis runs `policy` and trusts the keys made for `people`.
+fn stack(script: &str, policy: &str, people: &[&str]) -> Stack {
+    let mut s = Stack::new(script);
+    std::fs::write(s.path("policy.toml"), policy).expect("policy");
+    let mut trusted = Vec::new();
+    for p in people {
+        let key = s.path(&format!("{p}.key"));
+        let out = Command::new(bin("aegis"))
+            .args(["keygen", "--name", p, "--key"])
+            .arg(&key)
+            .output()
+            .expect("keygen");
+        assert!(out.status.success());
+        let k: Value =
+            serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+        trusted.push(format!(
+            "{{ name = \"{p}\", public_key = \"{}\" }}",
+            k["public_key"].as_str().expect("pk")
+        ));
+    }
+    s.extra_env.push((
+        "KURA_AEGIS__APPROVERS".into(),
+        format!("[{}]", trusted.join(", ")),
+    ));
+    s
+}
+
+fn aegis_cli(s: &Stack, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin("aegis"))
+        .args(args)
+        .env("KURA_NATS_URL", s.nats.url())
+        .output()
+        .expect("aegis cli");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn pending(s: &Stack) -> Vec<Value> {
+    let (code, out, err) = aegis_cli(s, &["pending", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Vec<Value>>(&out).expect("pending json")
+}
+
+fn wait_pending(s: &Stack, n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + MINUTE;
+    loop {
+        let p = pending(s);
+        if p.len() >= n {
+            return p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pending request\n{}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn rejections(s: &Stack) -> Vec<String> {
+    let store = s.store();
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT reason FROM approval_rejections ORDER BY seq")
+        .expect("prepare");
+    stmt.query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+const POLICY: &str = r#"
+[defaults]
+read = "allow"
+write = "ask"
+external = "ask"
+
+[[rules]]
+name = "no-shell"
+tool = "shell.run"
+decision = "deny"
+
+[[rules]]
+name = "notes-are-fine"
+tool = "fs.write"
+args = { path = "notes/*" }
+decision = "allow"
+
+[[rules]]
+name = "two-people-for-secrets"
+tool = "fs.write"
+args = { path = "secrets/*" }
+decision = "ask"
+approvers = 2
+"#;
+
+const SCRIPT: &str = r#"{"turns": [[
+  {"tool": "fs.write", "args": {"path": "notes/a.md", "content": "fine"}},
+  {"tool": "shell.run", "args": {"argv": ["ls"]}},
+  {"tool": "fs.write", "args": {"path": "plan.md", "content": "needs a person"}},
+  {"tool": "fs.list", "args": {}},
+  {"deliver": "done"}
+]]}"#;
+
+#[test]
+fn allow_deny_and_ask_then_a_signed_approval_releases_the_turn() {
+    let mut s = stack(SCRIPT, POLICY, &["oles"]);
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r = s.submit("write some files");
+    let p = wait_pending(&s, 1);
+    assert_eq!(p[0]["tool"], "fs.write");
+    assert_eq!(p[0]["arguments"]["path"], "plan.md");
+    assert_eq!(p[0]["rule"], "default:write");
+    // The turn is parked: no worker holds it, and the file was not written.
+    let store = s.store();
+    let (state, owner): (String, Option<String>) = store
+        .conn()
+        .query_row("SELECT state, lease_owner FROM turns", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .expect("turn");
+    assert_eq!((state.as_str(), owner), ("waiting", None));
+    let session: String = store
+        .conn()
+        .query_row("SELECT session_id FROM turns", [], |r| r.get(0))
+        .expect("session");
+    let plan = s.path(&format!("ws/{session}/plan.md"));
+    assert!(!plan.exists(), "nothing executed without approval");
+    assert!(
+        s.path(&format!("ws/{session}/notes/a.md")).exists(),
+        "the allowed write ran"
+    );
+
+    let key = s.path("oles.key");
+    let id = p[0]["request_id"].as_str().expect("id").to_owned();
+    let (code, out, err) = aegis_cli(
+        &s,
+        &[
+            "approve",
+            &id,
+            "--note",
+            "ok by me",
+            "--key",
+            key.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("approved by user:oles"), "{out}");
+    let st = s.wait_complete(r, MINUTE);
+    assert_eq!(
+        std::fs::read_to_string(&plan).expect("written after approval"),
+        "needs a person"
+    );
+
+    let recs = session_records(&store, st.session_id.expect("session"));
+    let decisions: Vec<(&str, Value, Value)> = recs
+        .iter()
+        .filter(|r| r.record_type.as_str() == "approval.decision")
+        .map(|r| {
+            (
+                r.author_id.as_str(),
+                r.content["outcome"].clone(),
+                r.content["rule"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("sys:aegis", json!("allow"), json!("notes-are-fine")),
+            ("sys:aegis", json!("deny"), json!("no-shell")),
+            ("user:oles", json!("approve"), json!("default:write")),
+            ("sys:aegis", json!("allow"), json!("default:read")),
+        ]
+    );
+    let vote = recs
+        .iter()
+        .find(|r| r.author_id == "user:oles")
+        .expect("vote");
+    assert_eq!(vote.content["note"], "ok by me");
+    assert_eq!(vote.content["signature"].as_str().map(str::len), Some(128));
+    let denied = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.result" && r.content["status"] == "error")
+        .expect("denied result");
+    assert!(
+        denied.content["error"]
+            .as_str()
+            .expect("error")
+            .contains("no-shell")
+    );
+    // `kura log --records` shows the whole approval trail.
+    let log = Command::new(bin("kura"))
+        .args(["--db"])
+        .arg(&s.db)
+        .args(["log", &session, "--records"])
+        .output()
+        .expect("log");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains("approval.request") && log.contains("user:oles"),
+        "{log}"
+    );
+    s.verify_all();
+}
+
+/// Signs a decision for `request_id` with `key` over `request_hash` and sends it raw.
+fn send(s: &Stack, d: &ApprovalDecision) -> Value {
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    rt.block_on(async {
+        let c = async_nats::connect(s.nats.url()).await.expect("connect");
+        let reply = c
+            .request(
+                "oclaw.v1.aegis.cmd.approval.decide",
+                serde_json::to_vec(d).expect("json").into(),
+            )
+            .await
+            .expect("reply");
+        serde_json::from_slice(&reply.payload).expect("reply json")
+    })
+}
+
+fn decision(s: &Stack, who: &str, key_file: &str, item: &Value, approve: bool) -> ApprovalDecision {
+    let (_, key) = aegis::keys::load(&s.path(key_file)).expect("key");
+    let mut d = ApprovalDecision {
+        request_id: item["request_id"]
+            .as_str()
+            .and_then(|i| i.parse().ok())
+            .expect("id"),
+        decision: if approve { "approve" } else { "deny" }.into(),
+        approver: who.into(),
+        note: String::new(),
+        signed_at: "2026-11-21T00:00:00Z".into(),
+        signature: String::new(),
+    };
+    aegis::keys::sign(&key, &mut d, item["request_hash"].as_str().expect("hash"));
+    d
+}
+
+#[test]
+fn forged_unknown_misdirected_replayed_and_racing_decisions_are_refused() {
+    let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "plan.md", "content": "x"}}, {"deliver": "done"}]]}"#;
+    let mut s = stack(script, "", &["oles", "ana"]);
+    // eve has a key, but aegis does not trust it.
+    Command::new(bin("aegis"))
+        .args(["keygen", "--name", "eve", "--key"])
+        .arg(s.path("eve.key"))
+        .output()
+        .expect("keygen");
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r1 = s.submit("first");
+    let r2 = s.submit("second");
+    let p = wait_pending(&s, 2);
+    let (a, b) = (&p[0], &p[1]);
+
+    // Unknown key.
+    let v = send(&s, &decision(&s, "eve", "eve.key", a, true));
+    assert_eq!(v["ok"], false);
+    assert!(
+        v["message"]
+            .as_str()
+            .expect("msg")
+            .contains("has no trusted key"),
+        "{v}"
+    );
+    // Forged: claims to be oles, signed with eve's key.
+    let v = send(&s, &decision(&s, "oles", "eve.key", a, true));
+    assert!(
+        v["message"]
+            .as_str()
+            .expect("msg")
+            .contains("signature does not verify"),
+        "{v}"
+    );
+    // Unsigned.
+    let mut unsigned = decision(&s, "oles", "oles.key", a, true);
+    unsigned.signature.clear();
+    assert!(
+        send(&s, &unsigned)["message"]
+            .as_str()
+            .expect("msg")
+            .contains("signature")
+    );
+    // A genuine decision for request A, sent as a decision for request B.
+    let mut misdirected = decision(&s, "oles", "oles.key", a, true);
+    misdirected.request_id = b["request_id"]
+        .as_str()
+        .and_then(|i| i.parse().ok())
+        .expect("id");
+    assert!(
+        send(&s, &misdirected)["message"]
+            .as_str()
+            .expect("msg")
+            .contains("signature does not verify")
+    );
+    // Altered after signing.
+    let mut altered = decision(&s, "oles", "oles.key", a, false);
+    altered.decision = "approve".into();
+    assert!(
+        send(&s, &altered)["message"]
+            .as_str()
+            .expect("msg")
+            .contains("signature does not verify")
+    );
+    // Nothing ran yet.
+    assert_eq!(pending(&s).len(), 2);
+    assert!(
+        !s.path("ws")
+            .read_dir()
+            .map(|d| d.flatten().any(|e| e.path().join("plan.md").exists()))
+            .unwrap_or(false)
+    );
+
+    // Two people race on B: exactly one wins.
+    let yes = decision(&s, "oles", "oles.key", b, true);
+    let no = decision(&s, "ana", "ana.key", b, false);
+    let (v1, v2) = std::thread::scope(|sc| {
+        let h1 = sc.spawn(|| send(&s, &yes));
+        let h2 = sc.spawn(|| send(&s, &no));
+        (h1.join().expect("t1"), h2.join().expect("t2"))
+    });
+    assert_eq!(
+        [v1["ok"].as_bool(), v2["ok"].as_bool()]
+            .iter()
+            .filter(|x| **x == Some(true))
+            .count(),
+        1,
+        "{v1} {v2}"
+    );
+    let loser = if v1["ok"] == true { &v2 } else { &v1 };
+    assert!(
+        loser["message"]
+            .as_str()
+            .expect("msg")
+            .contains("not waiting for people"),
+        "{loser}"
+    );
+
+    // A is approved; then the same message replayed is refused.
+    let genuine = decision(&s, "oles", "oles.key", a, true);
+    assert_eq!(send(&s, &genuine)["ok"], true);
+    let v = send(&s, &genuine);
+    assert_eq!(v["ok"], false);
+    assert!(
+        v["message"]
+            .as_str()
+            .expect("msg")
+            .contains("not waiting for people"),
+        "{v}"
+    );
+
+    s.wait_complete(r1, MINUTE);
+    s.wait_complete(r2, MINUTE);
+    let reasons = rejections(&s);
+    assert_eq!(reasons.len(), 7, "{reasons:#?}");
+    assert!(reasons[0].contains("\"eve\" has no trusted key"));
+    // Rejections are also in the ledger, as sys.error records by sys:aegis.
+    let n: i64 = s
+        .store()
+        .conn()
+        .query_row("SELECT count(*) FROM records WHERE record_type = 'sys.error' AND author_id = 'sys:aegis'", [], |r| r.get(0))
+        .expect("count");
+    assert!(
+        n >= 5,
+        "the five refused while both turns waited are each recorded: {n}"
+    );
+    s.verify_all();
+}
+
+#[test]
+fn approval_while_hashi_is_down_resumes_when_it_returns() {
+    let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "plan.md", "content": "x"}}, {"deliver": "resumed and done"}]]}"#;
+    let mut s = stack(script, "", &["oles"]);
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r = s.submit("needs approval");
+    let p = wait_pending(&s, 1);
+    s.signal("hashi", "TERM");
+    assert_eq!(s.wait_exit("hashi", MINUTE).code(), Some(0));
+    let key = s.path("oles.key");
+    let (code, out, err) = aegis_cli(
+        &s,
+        &[
+            "approve",
+            p[0]["request_id"].as_str().expect("id"),
+            "--key",
+            key.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    std::thread::sleep(Duration::from_millis(500));
+    let st: String = s
+        .store()
+        .conn()
+        .query_row("SELECT state FROM turns", [], |r| r.get(0))
+        .expect("state");
+    assert_eq!(st, "pending", "decided, waiting for a worker");
+    s.spawn("hashi", "hashi-again");
+    let done = s.wait_complete(r, MINUTE);
+    assert_eq!(
+        done.deliverable.expect("deliverable").content["text"],
+        "resumed and done"
+    );
+    s.verify_all();
+}
+
+#[test]
+fn two_of_two_approvers_and_expiry() {
+    let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "secrets/k", "content": "x"}}, {"deliver": "done"}]]}"#;
+    let mut s = stack(script, POLICY, &["oles", "ana"]);
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r = s.submit("two people");
+    let p = wait_pending(&s, 1);
+    assert_eq!(p[0]["required"], 2);
+    let id = p[0]["request_id"].as_str().expect("id").to_owned();
+    let (code, out, _) = aegis_cli(
+        &s,
+        &[
+            "approve",
+            &id,
+            "--key",
+            s.path("oles.key").to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("1 of 2"), "{out}");
+    assert_eq!(pending(&s)[0]["approvals"], 1);
+    let (code, out, _) = aegis_cli(
+        &s,
+        &[
+            "approve",
+            &id,
+            "--key",
+            s.path("oles.key").to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code, 1, "the same person twice does not count: {out}");
+    let (code, out, _) = aegis_cli(
+        &s,
+        &[
+            "approve",
+            &id,
+            "--key",
+            s.path("ana.key").to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    s.wait_complete(r, MINUTE);
+    let votes: i64 = s
+        .store()
+        .conn()
+        .query_row("SELECT count(*) FROM approval_votes", [], |r| r.get(0))
+        .expect("votes");
+    assert_eq!(votes, 2, "each approval is its own record");
+    s.verify_all();
+}
+
+#[test]
+fn an_unanswered_ask_expires_as_a_denial() {
+    let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "plan.md", "content": "x"}}, {"deliver": "gave up"}]]}"#;
+    let mut s = stack(script, "", &[]);
+    s.extra_env
+        .push(("KURA_AEGIS__ASK_TIMEOUT_MS".into(), "700".into()));
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r = s.submit("nobody answers");
+    let st = s.wait_complete(r, MINUTE);
+    let recs = session_records(&s.store(), st.session_id.expect("session"));
+    let d = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "approval.decision")
+        .expect("decision");
+    assert_eq!(
+        (
+            d.author_id.as_str(),
+            &d.content["by"],
+            &d.content["outcome"]
+        ),
+        ("sys:aegis", &json!("expiry"), &json!("deny"))
+    );
+    let result = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.result")
+        .expect("result");
+    assert_eq!(result.content["status"], "error");
+    assert!(
+        !s.path(&format!("ws/{}/plan.md", st.session_id.expect("s")))
+            .exists()
+    );
+}

@@ -1,0 +1,9 @@
+//! Kura's system suite: the real daemons as separate processes on a real nats-server and one
+//! real SQLite file — one test binary, a module per concern.
+
+mod approvals;
+mod chaos;
+mod e2e;
+mod memory;
+mod openai;
+mod supervise;

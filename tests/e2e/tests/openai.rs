@@ -1,0 +1,295 @@
+//! The `openai` and `command` providers, run by the real `hashi` binary against a local fake
+//! chat-completions server that speaks the real wire format (tool calls included).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kura_store::work::{request_status, submit};
+use kura_store::{Store, StoreOptions};
+use minato::requests::accept_next_request;
+use proto::record::RecordType;
+use serde_json::{Value, json};
+
+struct Captured {
+    bodies: Vec<Value>,
+    auth: Vec<String>,
+}
+
+/// A minimal HTTP/1.1 server: first request gets a tool call, later ones a final answer.
+fn fake_openai() -> (u16, Arc<Mutex<Captured>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let captured = Arc::new(Mutex::new(Captured {
+        bodies: vec![],
+        auth: vec![],
+    }));
+    let cap = captured.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut len = 0usize;
+            let mut auth = String::new();
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).expect("request line");
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("header");
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                let lower = l.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().expect("length");
+                }
+                if lower.starts_with("authorization:") {
+                    auth = l["authorization:".len()..].trim().to_owned();
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).expect("body");
+            let body: Value = serde_json::from_slice(&body).expect("request JSON");
+            assert!(
+                request_line.starts_with("POST /v1/chat/completions "),
+                "{request_line}"
+            );
+            let has_tool_result = body["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .any(|m| m["role"] == "tool");
+            let message = if has_tool_result {
+                json!({"role": "assistant", "content": "Done: wrote out.txt"})
+            } else {
+                json!({"role": "assistant", "content": "I'll write the file.", "tool_calls": [{
+                    "id": "call_abc123", "type": "function",
+                    "function": {"name": "fs_write", "arguments": "{\"path\":\"out.txt\",\"content\":\"written by the model\"}"}
+                }]})
+            };
+            let finish = if has_tool_result {
+                "stop"
+            } else {
+                "tool_calls"
+            };
+            let response = json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000, "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            })
+            .to_string();
+            {
+                let mut c = cap.lock().expect("lock");
+                c.bodies.push(body);
+                c.auth.push(auth);
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                response.len(),
+                response
+            );
+        }
+    });
+    (port, captured)
+}
+
+use kura_testkit::bin;
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Queues one turn and runs hashi (no NATS: polling alone) with `env` until it is done.
+fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, uuid::Uuid) {
+    let db = dir.join("kura.db");
+    let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
+    let req = submit(&mut store, "Write out.txt, then say so.", "user:test", None).expect("submit");
+    accept_next_request(&mut store, 0)
+        .expect("accept")
+        .expect("turn");
+    let mut cmd = Command::new(bin("hashi"));
+    cmd.arg("run")
+        .env("KURA_DB", &db)
+        .env(
+            "KURA_NATS_URL",
+            format!("nats://127.0.0.1:{}", kura_testkit::free_port()),
+        )
+        .env("KURA_POLL_INTERVAL_MS", "100")
+        .env("KURA_WORKER__APPROVALS", "off")
+        .env("KURA_TOOLS__WORKSPACE_ROOT", dir.join("ws"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("hashi.log")).expect("log"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let _hashi = Killed(cmd.spawn().expect("spawn hashi"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The turn is done when its output ledger is sealed; the session decision is minato's.
+        let done: i64 = store
+            .conn()
+            .query_row("SELECT count(*) FROM turns WHERE state = 'done'", [], |r| {
+                r.get(0)
+            })
+            .expect("count");
+        if done == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "turn not done:\n{}",
+            std::fs::read_to_string(dir.join("hashi.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = request_status(store.conn(), req.request_seq).expect("status");
+    let session = store.sessions().expect("sessions")[0].session_id;
+    (store, session)
+}
+
+fn output_records(store: &Store) -> Vec<proto::Record> {
+    let out: String = store
+        .conn()
+        .query_row("SELECT output_ledger_id FROM turns", [], |r| r.get(0))
+        .expect("output");
+    store
+        .hydrate(kura_store::store::parse_id(&out).expect("id"))
+        .expect("hydrate")
+}
+
+#[test]
+fn openai_provider_calls_tools_over_the_real_wire_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, captured) = fake_openai();
+    let (store, session) = run_one_turn(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "openai".into()),
+            (
+                "KURA_PROVIDER__BASE_URL",
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
+            ("KURA_PROVIDER__API_KEY_ENV", "FAKE_OPENAI_KEY".into()),
+            ("FAKE_OPENAI_KEY", "sekrit".into()),
+        ],
+    );
+    let recs = output_records(&store);
+    let types: Vec<&str> = recs.iter().map(|r| r.record_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "agent.thought",
+            "tool.call",
+            "tool.result",
+            "task.deliverable"
+        ]
+    );
+    assert_eq!(recs[0].content["text"], "I'll write the file.");
+    assert_eq!(
+        recs[1].content["tool_name"], "fs.write",
+        "fs_write maps back to fs.write"
+    );
+    assert_eq!(
+        recs[1].content["arguments"],
+        json!({"path": "out.txt", "content": "written by the model"})
+    );
+    assert_eq!(recs[2].content["status"], "success");
+    assert_eq!(recs[3].content["text"], "Done: wrote out.txt");
+    assert_eq!(recs[3].record_type, RecordType::TaskDeliverable);
+    let file = dir.path().join(format!("ws/{session}/out.txt"));
+    assert_eq!(
+        std::fs::read_to_string(file).expect("written"),
+        "written by the model"
+    );
+
+    let c = captured.lock().expect("lock");
+    assert_eq!(c.bodies.len(), 2);
+    assert_eq!(c.auth, ["Bearer sekrit", "Bearer sekrit"]);
+    let first = &c.bodies[0];
+    assert_eq!(first["model"], "tiny-test-model");
+    let tool_names: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(tool_names, ["fs_read", "fs_list", "fs_write", "shell_run"]);
+    assert_eq!(first["messages"][1]["role"], "user");
+    assert_eq!(
+        first["messages"][1]["content"],
+        "Write out.txt, then say so."
+    );
+    // The second request replays the call and its result, paired by id, as the protocol requires.
+    let msgs = c.bodies[1]["messages"].as_array().expect("messages");
+    let assistant = &msgs[2];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["content"], "I'll write the file.");
+    let call = &assistant["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "fs_write");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().expect("string"))
+        .expect("json");
+    assert_eq!(args["path"], "out.txt");
+    assert_eq!(msgs[3]["role"], "tool");
+    assert_eq!(msgs[3]["tool_call_id"], call["id"]);
+    assert!(
+        msgs[3]["content"]
+            .as_str()
+            .expect("content")
+            .contains("\"bytes\":20"),
+        "{}",
+        msgs[3]
+    );
+}
+
+#[test]
+fn command_provider_takes_stdout_as_the_deliverable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = run_one_turn(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "command".into()),
+            (
+                "KURA_PROVIDER__COMMAND",
+                r#"["python3", "-c", "import json,sys; c=json.load(sys.stdin); print('echo: ' + c['instruction'])"]"#.into(),
+            ),
+        ],
+    );
+    let recs = output_records(&store);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].content["text"], "echo: Write out.txt, then say so.");
+}
+
+#[test]
+fn a_failing_provider_ends_the_turn_with_a_recorded_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = run_one_turn(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "command".into()),
+            (
+                "KURA_PROVIDER__COMMAND",
+                r#"["sh", "-c", "echo model exploded >&2; exit 3"]"#.into(),
+            ),
+        ],
+    );
+    let recs = output_records(&store);
+    let types: Vec<&str> = recs.iter().map(|r| r.record_type.as_str()).collect();
+    assert_eq!(types, ["sys.error", "task.deliverable"]);
+    assert!(
+        recs[0].content["text"]
+            .as_str()
+            .expect("text")
+            .contains("model exploded")
+    );
+    assert_eq!(recs[1].content["error"], true);
+}
