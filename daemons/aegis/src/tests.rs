@@ -2,9 +2,9 @@
 //! the way hashi files it, decided by signed votes.
 
 use ed25519_dalek::SigningKey;
-use kura_store::store::{Store, StoreOptions, append_existing_in};
+use kura_store::store::{Store, StoreOptions};
 use kura_store::work::approvals::{ApprovalState, Effect, approval, request_approval_in};
-use kura_store::work::{claim_next, fenced, insert_turn_in, now_ms, submit};
+use kura_store::work::{claim_next, fenced, now_ms};
 use proto::doorbell::ApprovalDecision;
 use proto::record::RecordType;
 
@@ -13,26 +13,7 @@ use crate::{Approver, decide, keys};
 
 /// A request for an `fs.write` that the default policy asks people about.
 fn asked_request(store: &mut Store) -> uuid::Uuid {
-    let request = submit(store, "write", "user:oles", None).expect("submit");
-    let session = store.create_session("s").expect("session");
-    let ctx = store
-        .open_ledger(session.session_id, "ctx", &[])
-        .expect("ctx");
-    store
-        .write(|tx| append_existing_in(tx, ctx.ledger_id, request.record_id))
-        .expect("append");
-    store.seal_ledger(ctx.ledger_id).expect("seal");
-    store
-        .write(|tx| {
-            insert_turn_in(
-                tx,
-                session.session_id,
-                1,
-                request.request_seq,
-                ctx.ledger_id,
-            )
-        })
-        .expect("turn");
+    kura_testkit::pending_turn(store, "write");
     let claim = claim_next(store, "w", 60_000, now_ms())
         .expect("claim")
         .expect("turn");

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use kura_model::{Provider, ProviderError, Step, TurnInput};
 use kura_runtime::{Bus, Common, Stop};
-use kura_store::store::{append_existing_in, append_in};
-use kura_store::work::{claim_next, fenced, insert_turn_in, now_ms, submit, turn};
+use kura_store::store::append_in;
+use kura_store::work::{claim_next, fenced, now_ms, turn};
 use kura_store::{Store, StoreOptions};
 use proto::TurnState;
 use proto::record::{NewRecord, RecordType};
@@ -34,30 +34,6 @@ impl Provider for Deliverer {
     }
 }
 
-/// A pending turn with a sealed context holding one instruction.
-fn pending_turn(store: &mut Store) -> uuid::Uuid {
-    let request = submit(store, "write then read", "user:oles", None).expect("submit");
-    let session = store.create_session("s").expect("session");
-    let ctx = store
-        .open_ledger(session.session_id, "turn-1-ctx", &[])
-        .expect("ctx");
-    store
-        .write(|tx| append_existing_in(tx, ctx.ledger_id, request.record_id))
-        .expect("append");
-    store.seal_ledger(ctx.ledger_id).expect("seal");
-    store
-        .write(|tx| {
-            insert_turn_in(
-                tx,
-                session.session_id,
-                1,
-                request.request_seq,
-                ctx.ledger_id,
-            )
-        })
-        .expect("turn")
-}
-
 fn call(tool: &str, args: Value, call_id: &str) -> NewRecord {
     NewRecord {
         record_type: RecordType::ToolCall,
@@ -72,7 +48,7 @@ fn a_dead_workers_side_effect_is_recorded_unknown_and_its_read_runs_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("w.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("create");
-    let turn_id = pending_turn(&mut store);
+    let turn_id = kura_testkit::pending_turn(&mut store, "write then read");
     let ws_root = dir.path().join("ws");
 
     // The first worker claims, records two calls, and dies before either has a result.
