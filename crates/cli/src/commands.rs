@@ -598,8 +598,13 @@ fn print_status(out: &mut Out, st: &kura_store::ops::Status) -> anyhow::Result<(
         } else {
             "no nats"
         };
+        let detail = d
+            .detail
+            .as_deref()
+            .map(|t| format!("  {t}"))
+            .unwrap_or_default();
         out.line(format!(
-            "  {:<7} {:<22} pid {:<7} {:<5} last beat {}s ago  {nats}",
+            "  {:<7} {:<22} pid {:<7} {:<5} last beat {}s ago  {nats}{detail}",
             d.kind,
             d.instance,
             d.pid,

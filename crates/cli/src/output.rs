@@ -21,9 +21,10 @@ impl Out {
         }
     }
 
-    /// One line of text.
+    /// One line of text, with control characters escaped: much of what `kura` prints was
+    /// written by a model, and must not move the cursor, retitle the terminal or hide text.
     pub fn line(&mut self, text: impl AsRef<str>) -> io::Result<()> {
-        self.w.write_all(text.as_ref().as_bytes())?;
+        self.w.write_all(escape_controls(text.as_ref()).as_bytes())?;
         self.w.write_all(b"\n")
     }
 
@@ -38,6 +39,28 @@ impl Out {
     pub fn finish(mut self) -> io::Result<()> {
         self.w.flush()
     }
+}
+
+/// `text` with terminal control characters (C0 but tab, DEL, C1) and bidirectional
+/// overrides written as `\u{..}` escapes (newline as `\n`).
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+    };
+    if !text.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// First `n` characters of a hash (or `-`).
@@ -166,4 +189,18 @@ pub fn session_block(out: &mut Out, s: &Session, reflog: &[RefLogEntry]) -> io::
         ))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_controls;
+
+    #[test]
+    fn terminal_escapes_are_neutralised() {
+        assert_eq!(escape_controls("plain\ttext"), "plain\ttext");
+        assert_eq!(
+            escape_controls("a\u{1b}]0;pwned\u{7}b\nc\u{9b}d\u{202e}e"),
+            "a\\u{1b}]0;pwned\\u{7}b\\nc\\u{9b}d\\u{202e}e"
+        );
+    }
 }

@@ -55,6 +55,13 @@ impl Daemon {
         &self.bus
     }
 
+    /// Sets what `kura status` shows beside this daemon (hashi: its tool sandbox).
+    pub fn set_detail(&self, text: impl Into<String>) {
+        if let Some(h) = &self.heartbeat {
+            h.set_detail(text.into());
+        }
+    }
+
     /// The instance name.
     pub fn instance(&self) -> &str {
         &self.instance

@@ -3,6 +3,7 @@
 //! sleeps on a channel: it wakes for its interval, a change of the NATS connection, or stop.
 
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use kura_store::Store;
@@ -24,6 +25,8 @@ pub struct Heartbeat {
     tx: Sender<Beat>,
     /// The thread.
     thread: Option<JoinHandle<()>>,
+    /// What the daemon reports about itself, written with every beat.
+    detail: Arc<Mutex<Option<String>>>,
 }
 
 impl Heartbeat {
@@ -38,12 +41,15 @@ impl Heartbeat {
             });
         }
         let (common, kind, instance) = (common.clone(), kind.to_owned(), instance.to_owned());
+        let detail = Arc::new(Mutex::new(None::<String>));
+        let detail_t = detail.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{kind}-heartbeat"))
             .spawn(move || {
                 let started = kura_store::time::now();
                 let mut store: Option<Store> = None;
                 let connected = || bus.as_ref().is_some_and(Bus::is_connected);
+                let detail = || detail_t.lock().ok().and_then(|d| d.clone());
                 loop {
                     if store.is_none() {
                         store = Store::open(&common.db, &common.store_options()).ok();
@@ -56,6 +62,7 @@ impl Heartbeat {
                             &started,
                             connected(),
                             false,
+                            detail().as_deref(),
                         )
                     {
                         tracing::warn!(error = %e, "heartbeat not recorded");
@@ -65,7 +72,13 @@ impl Heartbeat {
                         Ok(Beat::Stop) | Err(RecvTimeoutError::Disconnected) => {
                             if let Some(st) = store.as_mut() {
                                 let _ = kura_store::ops::heartbeat(
-                                    st, &instance, &kind, &started, false, true,
+                                    st,
+                                    &instance,
+                                    &kind,
+                                    &started,
+                                    false,
+                                    true,
+                                    detail().as_deref(),
                                 );
                             }
                             return;
@@ -74,7 +87,15 @@ impl Heartbeat {
                 }
             })
             .ok();
-        Heartbeat { tx, thread }
+        Heartbeat { tx, thread, detail }
+    }
+
+    /// Sets what the daemon reports about itself and beats at once.
+    pub fn set_detail(&self, text: String) {
+        if let Ok(mut d) = self.detail.lock() {
+            *d = Some(text);
+        }
+        let _ = self.tx.send(Beat::Changed);
     }
 
     /// Marks the daemon stopped and ends the thread.

@@ -23,15 +23,17 @@ pub fn heartbeat(
     started: &str,
     connected: bool,
     stopped: bool,
+    detail: Option<&str>,
 ) -> Result<()> {
     store.write(|tx| {
         tx.execute(
-            "INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            "INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (instance) DO UPDATE SET kind = excluded.kind, pid = excluded.pid,
                started_at = excluded.started_at, heartbeat_ms = excluded.heartbeat_ms,
-               nats_connected = excluded.nats_connected, stopped = excluded.stopped",
-            params![instance, kind, std::process::id(), started, crate::work::now_ms(), connected, stopped],
+               nats_connected = excluded.nats_connected, stopped = excluded.stopped,
+               detail = excluded.detail",
+            params![instance, kind, std::process::id(), started, crate::work::now_ms(), connected, stopped, detail],
         )?;
         Ok(())
     })
@@ -116,6 +118,8 @@ pub struct DaemonStatus {
     pub last_beat_s: i64,
     /// Whether it reached NATS at its last beat.
     pub nats_connected: bool,
+    /// What it reports about itself (hashi: its tool sandbox).
+    pub detail: Option<String>,
 }
 
 /// Work waiting.
@@ -168,7 +172,7 @@ pub fn status(store: &Store) -> Result<Status> {
     let c = store.conn();
     let now = crate::work::now_ms();
     let stale = HEARTBEAT_INTERVAL.as_millis() as i64 * 3;
-    let mut stmt = c.prepare("SELECT instance, kind, pid, heartbeat_ms, nats_connected, stopped FROM daemons ORDER BY kind, instance")?;
+    let mut stmt = c.prepare("SELECT instance, kind, pid, heartbeat_ms, nats_connected, stopped, detail FROM daemons ORDER BY kind, instance")?;
     let daemons = stmt
         .query_map([], |r| {
             let beat: i64 = r.get(3)?;
@@ -180,6 +184,7 @@ pub fn status(store: &Store) -> Result<Status> {
                 up: !stopped && now - beat <= stale,
                 last_beat_s: (now - beat) / 1000,
                 nats_connected: r.get(4)?,
+                detail: r.get(6)?,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;

@@ -2,6 +2,7 @@
 //! (model provider + tools), writes each step as its own durable record in the turn's
 //! output ledger, seals it and rings `evt.worker.complete`.
 
+pub mod sandbox;
 pub mod tools;
 mod worker;
 
@@ -80,9 +81,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         &config.provider,
         tokio::runtime::Handle::current(),
     )?);
-    let toolbox = Arc::new(tools::Toolbox::new(config.tools.clone()));
+    // Tool children are confined by this very binary re-executed as `hashi sandbox-exec`.
+    let helper = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find hashi's own binary for the tool sandbox: {e}"))?;
+    let toolbox = Arc::new(tools::Toolbox::new(config.tools.clone(), helper));
+    match toolbox.sandbox_state() {
+        sandbox::SandboxState::Unavailable(why) => tracing::warn!(
+            %why,
+            "the tool sandbox is unavailable: shell.run will be refused (tools.sandbox = \"off\" runs tools unconfined)"
+        ),
+        state => tracing::info!(sandbox = %state, "tool sandbox"),
+    }
     let specs: Arc<[provider::ToolSpec]> = toolbox.specs().into();
     let mut daemon = Daemon::start("hashi", &config.common).await?;
+    daemon.set_detail(format!("sandbox: {}", toolbox.sandbox_state()));
     let n = config.worker.workers.max(1);
     let mut wakers = Vec::new();
     for i in 0..n {

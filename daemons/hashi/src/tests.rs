@@ -86,10 +86,14 @@ fn a_dead_workers_side_effect_is_recorded_unknown_and_its_read_runs_again() {
         ..Common::default()
     };
     let bus = rt.block_on(Bus::connect(&common, "test")).expect("bus");
-    let toolbox = Toolbox::new(ToolsConfig {
-        workspace_root: ws_root.display().to_string(),
-        ..ToolsConfig::default()
-    });
+    let toolbox = Toolbox::with_state(
+        ToolsConfig {
+            workspace_root: ws_root.display().to_string(),
+            ..ToolsConfig::default()
+        },
+        std::path::PathBuf::from("hashi"),
+        crate::sandbox::SandboxState::Off,
+    );
     let provider = Arc::new(Deliverer(Mutex::new(Vec::new())));
     let mut worker = Worker {
         store: Store::open(&db, &StoreOptions::default()).expect("open"),

@@ -17,6 +17,8 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!("../../migrations/004_memory.sql")),
     // 005: operations: daemon heartbeats, integrity sweeps and backups.
     M::up(include_str!("../../migrations/005_ops.sql")),
+    // 006: failed attempts and backoff of turns; a daemon's self-reported detail.
+    M::up(include_str!("../../migrations/006_attempts.sql")),
 ];
 
 /// Brings the schema up to date; refuses databases written by a newer Kura.

@@ -6,8 +6,7 @@ mod records;
 mod sessions;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use uuid::Uuid;
@@ -116,6 +115,8 @@ pub struct Store {
     conn: Connection,
     /// Where the database lives, for error messages.
     path: PathBuf,
+    /// How long [`Store::write`] waits for the write lock.
+    busy_timeout: Duration,
 }
 
 impl std::fmt::Debug for Store {
@@ -137,7 +138,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| not_kura(&path, e))?;
-        set_busy_handler(&conn, options.busy_timeout)?;
+        set_busy_handler(&conn)?;
         let app_id = application_id(&conn, &path)?;
         if app_id != APPLICATION_ID {
             return Err(StoreError::NotKura {
@@ -165,7 +166,7 @@ impl Store {
             )));
         }
         let conn = Connection::open(&path).map_err(|e| not_kura(&path, e))?;
-        set_busy_handler(&conn, options.busy_timeout)?;
+        set_busy_handler(&conn)?;
         let app_id = application_id(&conn, &path)?;
         if app_id != APPLICATION_ID {
             let tables: i64 =
@@ -183,7 +184,10 @@ impl Store {
     }
 
     fn finish_open(mut conn: Connection, path: PathBuf, options: &StoreOptions) -> Result<Store> {
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        let deadline = Instant::now() + options.busy_timeout;
+        let mode: String = retry_busy(deadline, || {
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        })?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Invalid(format!(
                 "could not switch {} to WAL mode (got {mode})",
@@ -196,7 +200,11 @@ impl Store {
         conn.pragma_update(None, "cache_size", -i64::from(options.cache_kib))?;
         conn.pragma_update(None, "wal_autocheckpoint", options.wal_autocheckpoint_pages)?;
         migrations::apply(&mut conn)?;
-        Ok(Store { conn, path })
+        Ok(Store {
+            conn,
+            path,
+            busy_timeout: options.busy_timeout,
+        })
     }
 
     /// The database file.
@@ -215,12 +223,23 @@ impl Store {
         &mut self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
+        let deadline = Instant::now() + self.busy_timeout;
+        loop {
+            match self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+            {
+                Ok(tx) => {
+                    let out = f(&tx)?;
+                    tx.commit()?;
+                    return Ok(out);
+                }
+                Err(e)
+                    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                        && Instant::now() < deadline => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Runs `PRAGMA integrity_check` and returns its lines (`["ok"]` when healthy).
@@ -231,30 +250,44 @@ impl Store {
     }
 }
 
-/// Busy timeout of the most recently opened store, in microseconds, for [`busy_wait`]
-/// (SQLite busy handlers are plain function pointers and cannot carry it themselves).
-static BUSY_TIMEOUT_US: AtomicU64 = AtomicU64::new(10_000_000);
+/// One round of [`busy_wait`]. SQLite busy handlers are plain function pointers and cannot
+/// carry a per-store timeout, so the handler waits at most one short round and
+/// [`Store::write`] repeats rounds until that store's own `busy_timeout` has passed. Readers
+/// get one round: in WAL mode they wait only while another connection recovers the WAL.
+const BUSY_ROUND: Duration = Duration::from_millis(200);
 
 /// Step of [`busy_wait`]: short, so a waiting writer gets the lock within a fraction of a
 /// millisecond of it being released (SQLite's default handler backs off to 100 ms sleeps and
 /// lets one busy writer starve the others).
-const BUSY_STEP_US: u64 = 250;
+const BUSY_STEP: Duration = Duration::from_micros(250);
 
-/// Busy handler: retry every ~0.25 ms until the busy timeout has passed.
+/// Busy handler: retry every [`BUSY_STEP`] for one [`BUSY_ROUND`].
 fn busy_wait(attempt: i32) -> bool {
-    let spent = u64::try_from(attempt).unwrap_or(0) * BUSY_STEP_US;
-    if spent >= BUSY_TIMEOUT_US.load(Ordering::Relaxed) {
+    let spent = BUSY_STEP.saturating_mul(u32::try_from(attempt).unwrap_or(u32::MAX));
+    if spent >= BUSY_ROUND {
         return false;
     }
-    std::thread::sleep(Duration::from_micros(BUSY_STEP_US));
+    std::thread::sleep(BUSY_STEP);
     true
 }
 
-fn set_busy_handler(conn: &Connection, timeout: Duration) -> Result<()> {
-    BUSY_TIMEOUT_US.store(
-        u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
-    );
+/// Repeats `f` while it fails with `SQLITE_BUSY` and `deadline` has not passed; `f` must be
+/// safe to repeat (it is only ever a statement that took no lock).
+fn retry_busy<T>(
+    deadline: Instant,
+    mut f: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    loop {
+        match f() {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && Instant::now() < deadline => {}
+            other => return other,
+        }
+    }
+}
+
+fn set_busy_handler(conn: &Connection) -> Result<()> {
     conn.busy_handler(Some(busy_wait))?;
     Ok(())
 }

@@ -460,3 +460,48 @@ fn parallel_verify_names_every_problem_once() {
     assert_eq!(count("ledger", &forged_ledger, "ledger_hash"), 1);
     assert_eq!(r.records_checked, 200);
 }
+
+/// Regression: the busy timeout was one process-wide static, so opening a second store
+/// changed how long the first one waited. Each store now keeps its own.
+#[test]
+fn busy_timeout_is_per_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("k.db");
+    let patient_opts = StoreOptions {
+        busy_timeout: Duration::from_secs(30),
+        ..StoreOptions::default()
+    };
+    let mut patient = Store::create(&path, &patient_opts).expect("create");
+    let mut holder = Store::open(&path, &StoreOptions::default()).expect("holder");
+    // Opened last: under the old static, its 300 ms would have become everybody's timeout.
+    let impatient_opts = StoreOptions {
+        busy_timeout: Duration::from_millis(300),
+        ..StoreOptions::default()
+    };
+    let mut impatient = Store::open(&path, &impatient_opts).expect("impatient");
+
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder_thread = std::thread::spawn(move || {
+        holder
+            .write(|_tx| {
+                locked_tx.send(()).expect("send");
+                // Hold the write lock until the impatient writer has given up.
+                release_rx.recv().expect("release");
+                std::thread::sleep(Duration::from_millis(600));
+                Ok(())
+            })
+            .expect("holder write");
+    });
+    locked_rx.recv().expect("locked");
+
+    let err = impatient.write(|_tx| Ok(())).expect_err("impatient must give up");
+    assert!(
+        matches!(&err, StoreError::Sqlite(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)),
+        "expected busy, got {err:?}"
+    );
+    release_tx.send(()).expect("release");
+    // The lock is still held for 600 ms: longer than one busy round, well inside 30 s.
+    patient.write(|_tx| Ok(())).expect("patient writer waits for the lock");
+    holder_thread.join().expect("join");
+}

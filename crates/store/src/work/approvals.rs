@@ -157,7 +157,7 @@ pub fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<
     tx.prepare_cached(
         "UPDATE turns SET state = CASE WHEN ?3 THEN 'pending' ELSE 'waiting' END,
                 waiting_on = CASE WHEN ?3 THEN NULL ELSE ?2 END,
-                lease_owner = NULL, lease_until_ms = NULL
+                lease_owner = NULL, lease_until_ms = NULL, attempts = 0
           WHERE turn_id = ?1",
     )?
     .execute(params![

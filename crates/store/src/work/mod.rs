@@ -16,7 +16,7 @@ pub use requests::{
 };
 pub use turns::{
     Claim, Turn, TurnState, claim_next, complete_turn, fenced, insert_turn_in,
-    next_done_turn_after, next_turn_seq, release, renew, turn,
+    next_done_turn_after, next_turn_seq, release, release_failed, renew, turn,
 };
 
 /// Milliseconds since the Unix epoch, the clock leases are measured on.

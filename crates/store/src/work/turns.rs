@@ -58,6 +58,10 @@ pub struct Claim {
     pub output_ledger_id: Uuid,
     /// True when an earlier worker had already claimed it (resume, do not restart).
     pub resumed: bool,
+    /// Which attempt this claim is: 1 + the claims before it that did not end cleanly.
+    pub attempt: i64,
+    /// Why the previous attempt failed, if one did.
+    pub last_error: Option<String>,
 }
 
 const TURN_COLUMNS: &str = "turn_id, session_id, seq, request_seq, context_ledger_id, output_ledger_id, \
@@ -111,14 +115,20 @@ pub fn claim_next(
     store.write(|tx| {
         let found: Option<String> = tx
             .prepare_cached(
+                // Fewest failed attempts first: a turn that keeps failing (or whose worker
+                // died) waits behind fresh work instead of starving it.
                 "SELECT turn_id FROM turns
-                  WHERE state = 'pending' OR (state = 'running' AND lease_until_ms < ?1)
-                  ORDER BY turn_id LIMIT 1",
+                  WHERE (state = 'pending' AND (retry_at_ms IS NULL OR retry_at_ms <= ?1))
+                     OR (state = 'running' AND lease_until_ms < ?1)
+                  ORDER BY attempts, turn_id LIMIT 1",
             )?
             .query_row([now_ms], |r| r.get(0))
             .optional()?;
         let Some(id) = found else { return Ok(None) };
         let t = turn(tx, parse_id(&id)?)?;
+        let (attempts, last_error): (i64, Option<String>) = tx
+            .prepare_cached("SELECT attempts, last_error FROM turns WHERE turn_id = ?1")?
+            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let resumed = t.epoch > 0;
         let output = match t.output_ledger_id {
             Some(o) => o,
@@ -130,7 +140,8 @@ pub fn claim_next(
         };
         tx.prepare_cached(
             "UPDATE turns SET state = 'running', epoch = epoch + 1, lease_owner = ?2,
-                    lease_until_ms = ?3, claims = claims + 1, output_ledger_id = ?4
+                    lease_until_ms = ?3, claims = claims + 1, output_ledger_id = ?4,
+                    attempts = attempts + 1, retry_at_ms = NULL
               WHERE turn_id = ?1",
         )?
         .execute(params![id, owner, now_ms + lease_ms, output.to_string()])?;
@@ -143,6 +154,8 @@ pub fn claim_next(
             context_ledger_id: t.context_ledger_id,
             output_ledger_id: output,
             resumed,
+            attempt: attempts + 1,
+            last_error,
         }))
     })
 }
@@ -192,16 +205,40 @@ pub fn renew(store: &mut Store, claim: &Claim, lease_ms: i64, now_ms: i64) -> Re
     })
 }
 
-/// Gives the turn back (clean shutdown): another worker may resume it at once.
+/// Gives the turn back (clean shutdown): another worker may resume it at once, and this
+/// claim does not count as a failed attempt.
 pub fn release(store: &mut Store, claim: &Claim) -> Result<()> {
     fenced(store, claim, |tx| {
         tx.prepare_cached(
-            "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL WHERE turn_id = ?1",
+            "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
+                    attempts = MAX(attempts - 1, 0)
+              WHERE turn_id = ?1",
         )?
         .execute([claim.turn_id.to_string()])?;
         Ok(())
     })
 }
+
+/// Gives the turn back after this attempt failed with `error` (kept as a bounded excerpt):
+/// nobody claims it before `retry_at_ms`, and fresher turns go first.
+pub fn release_failed(store: &mut Store, claim: &Claim, error: &str, retry_at_ms: i64) -> Result<()> {
+    let mut end = error.len().min(MAX_ERROR_BYTES);
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    fenced(store, claim, |tx| {
+        tx.prepare_cached(
+            "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
+                    retry_at_ms = ?2, last_error = ?3
+              WHERE turn_id = ?1",
+        )?
+        .execute(params![claim.turn_id.to_string(), retry_at_ms, &error[..end]])?;
+        Ok(())
+    })
+}
+
+/// Longest `last_error` kept.
+const MAX_ERROR_BYTES: usize = 1000;
 
 /// Seals the output ledger and marks the turn done, under the fence. Returns the sealed
 /// output ledger id.
@@ -210,6 +247,7 @@ pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
         seal_in(tx, claim.output_ledger_id)?;
         tx.prepare_cached(
             "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
+                    attempts = 0, retry_at_ms = NULL,
                     done_seq = (SELECT COALESCE(MAX(done_seq), 0) + 1 FROM turns)
               WHERE turn_id = ?1",
         )?

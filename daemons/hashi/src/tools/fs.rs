@@ -1,13 +1,22 @@
-//! `fs.read`, `fs.list`, `fs.write`: files inside the session's workspace only.
+//! `fs.read`, `fs.list`, `fs.write`: files inside the session's workspace only, each opened
+//! beneath the workspace handle and used through the very descriptor that was checked;
+//! anything that is not a regular file or a directory is refused by name.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
+use std::os::fd::OwnedFd;
 
+use rustix::fs::{AtFlags, FileType, OFlags};
 use serde_json::{Map, Value, json};
 
+use super::output::capture;
+use super::workspace::{kind_name, normalize};
 use super::{Effect, Tool, Workspace, arg_str};
 
-/// Largest file `fs.read` returns.
-const MAX_READ: u64 = 1024 * 1024;
+/// Largest part of a file `fs.read` returns; the rest is summarised by size and digest.
+const MAX_READ: usize = 256 * 1024;
+
+/// Most entries `fs.list` returns.
+const MAX_ENTRIES: usize = 1000;
 
 /// `fs.read {path}` → `{content}`.
 pub struct Read;
@@ -15,6 +24,21 @@ pub struct Read;
 pub struct List;
 /// `fs.write {path, content, append?}` → `{bytes}`.
 pub struct Write;
+
+/// The type of an open descriptor, refusing what is not `want`.
+fn expect_kind(fd: &OwnedFd, rel: &str, want: FileType) -> Result<rustix::fs::Stat, String> {
+    let st = rustix::fs::fstat(fd).map_err(|e| format!("{rel}: {e}"))?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind == want {
+        Ok(st)
+    } else {
+        Err(format!(
+            "{rel} is a {}, not a {}; refused",
+            kind_name(kind),
+            kind_name(want)
+        ))
+    }
+}
 
 impl Tool for Read {
     fn name(&self) -> &'static str {
@@ -30,14 +54,14 @@ impl Tool for Read {
         json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
     }
     fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
-        let path = ws.existing(arg_str(args, "path")?)?;
-        let mut buf = Vec::new();
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(MAX_READ + 1).read_to_end(&mut buf))
-            .map_err(|e| e.to_string())?;
-        let truncated = buf.len() as u64 > MAX_READ;
-        buf.truncate(MAX_READ as usize);
-        Ok(json!({"content": String::from_utf8_lossy(&buf), "truncated": truncated}))
+        let rel = normalize(arg_str(args, "path")?)?;
+        let fd = ws.open_beneath(&rel, OFlags::RDONLY, 0)?;
+        expect_kind(&fd, &rel, FileType::RegularFile)?;
+        let got = capture(std::fs::File::from(fd), MAX_READ).map_err(|e| format!("{rel}: {e}"))?;
+        let mut out = Map::new();
+        got.fields("content", &mut out);
+        out.insert("path".into(), json!(rel));
+        Ok(Value::Object(out))
     }
 }
 
@@ -55,25 +79,44 @@ impl Tool for List {
         json!({"type": "object", "properties": {"path": {"type": "string"}}})
     }
     fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
-        let rel = args.get("path").and_then(Value::as_str).unwrap_or(".");
-        let dir = ws.existing(rel)?;
+        let rel = match args.get("path") {
+            None | Some(Value::Null) => ".".to_owned(),
+            Some(Value::String(p)) => normalize(p)?,
+            Some(_) => return Err("argument \"path\" must be a string".into()),
+        };
+        let fd = ws.open_beneath(&rel, OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
+        expect_kind(&fd, &rel, FileType::Directory)?;
         let mut entries = Vec::new();
-        for e in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
-            let e = e.map_err(|e| e.to_string())?;
-            let meta = std::fs::symlink_metadata(e.path()).map_err(|e| e.to_string())?;
-            let kind = if meta.file_type().is_symlink() {
-                "symlink"
-            } else if meta.is_dir() {
-                "dir"
-            } else {
-                "file"
+        let mut truncated = false;
+        for e in rustix::fs::Dir::read_from(&fd).map_err(|e| format!("{rel}: {e}"))? {
+            let e = e.map_err(|e| format!("{rel}: {e}"))?;
+            let name = e.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            if entries.len() == MAX_ENTRIES {
+                truncated = true;
+                break;
+            }
+            let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
             };
-            entries.push(
-                json!({"name": e.file_name().to_string_lossy(), "kind": kind, "size": meta.len()}),
-            );
+            let kind = match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => "file",
+                FileType::Directory => "dir",
+                FileType::Symlink => "symlink",
+                other => kind_name(other),
+            };
+            entries.push(json!({
+                "name": name.to_string_lossy(), "kind": kind, "size": st.st_size,
+            }));
         }
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        Ok(json!({"entries": entries}))
+        let mut out = json!({"path": rel, "entries": entries});
+        if truncated {
+            out["truncated"] = json!(true);
+        }
+        Ok(out)
     }
 }
 
@@ -93,19 +136,50 @@ impl Tool for Write {
         }, "required": ["path", "content"]})
     }
     fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
-        let path = ws.for_write(arg_str(args, "path")?)?;
+        let rel = normalize(arg_str(args, "path")?)?;
         let content = arg_str(args, "content")?;
         let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
-            .open(&path)
-            .map_err(|e| e.to_string())?;
-        f.write_all(content.as_bytes()).map_err(|e| e.to_string())?;
-        f.sync_all().map_err(|e| e.to_string())?;
-        Ok(json!({"bytes": content.len()}))
+        let (parent, name) = ws.parent_for_write(&rel)?;
+        let fd = rustix::fs::openat2(
+            &parent,
+            name,
+            OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::CLOEXEC
+                | OFlags::NONBLOCK
+                | OFlags::NOCTTY
+                | OFlags::NOFOLLOW,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS,
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => format!("path {rel:?} is a symlink; refusing to write through it"),
+            rustix::io::Errno::NXIO => format!("{rel} is a FIFO or socket; refused"),
+            e => format!("{rel}: {e}"),
+        })?;
+        let st = expect_kind(&fd, &rel, FileType::RegularFile)?;
+        let old = u64::try_from(st.st_size).unwrap_or(0);
+        let added = content.len() as u64;
+        let used = ws.usage()?;
+        let after = if append { used + added } else { used - old.min(used) + added };
+        if after > ws.quota() {
+            return Err(format!(
+                "the workspace quota of {} bytes would be exceeded ({} in use, this write makes {after}); refused",
+                ws.quota(),
+                used
+            ));
+        }
+        if !append {
+            rustix::fs::ftruncate(&fd, 0).map_err(|e| format!("{rel}: {e}"))?;
+        }
+        let mut f = std::fs::File::from(fd);
+        if append {
+            use std::io::Seek as _;
+            f.seek(std::io::SeekFrom::End(0)).map_err(|e| format!("{rel}: {e}"))?;
+        }
+        f.write_all(content.as_bytes()).map_err(|e| format!("{rel}: {e}"))?;
+        f.sync_all().map_err(|e| format!("{rel}: {e}"))?;
+        Ok(json!({"path": rel, "bytes": content.len()}))
     }
 }
 
@@ -113,30 +187,34 @@ impl Tool for Write {
 mod tests {
     use super::*;
 
+    const QUOTA: u64 = 1 << 20;
+
     fn args(v: Value) -> Map<String, Value> {
         v.as_object().cloned().expect("object")
+    }
+
+    fn ws(root: &std::path::Path) -> Workspace {
+        Workspace::open(root, "s1", QUOTA).expect("ws")
     }
 
     #[test]
     fn write_read_list_inside_the_workspace() {
         let root = tempfile::tempdir().expect("tempdir");
-        let ws = Workspace::open(root.path(), "s1").expect("ws");
+        let ws = ws(root.path());
         Write
-            .run(
-                &ws,
-                &args(json!({"path": "notes/a.md", "content": "hello"})),
-            )
+            .run(&ws, &args(json!({"path": "notes/a.md", "content": "hello"})))
             .expect("write");
         Write
             .run(
                 &ws,
-                &args(json!({"path": "notes/a.md", "content": " world", "append": true})),
+                &args(json!({"path": "./notes//a.md", "content": " world", "append": true})),
             )
             .expect("append");
         let r = Read
-            .run(&ws, &args(json!({"path": "notes/a.md"})))
+            .run(&ws, &args(json!({"path": "notes/x/../a.md"})))
             .expect("read");
         assert_eq!(r["content"], "hello world");
+        assert_eq!(r["path"], "notes/a.md");
         let l = List
             .run(&ws, &args(json!({"path": "notes"})))
             .expect("list");
@@ -144,6 +222,12 @@ mod tests {
         assert_eq!(l["entries"][0]["size"], 11);
         let top = List.run(&ws, &args(json!({}))).expect("list top");
         assert_eq!(top["entries"][0]["kind"], "dir");
+        // Overwrite truncates.
+        Write
+            .run(&ws, &args(json!({"path": "notes/a.md", "content": "hi"})))
+            .expect("overwrite");
+        let r = Read.run(&ws, &args(json!({"path": "notes/a.md"}))).expect("read");
+        assert_eq!(r["content"], "hi");
     }
 
     #[test]
@@ -151,28 +235,15 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let outside = tempfile::tempdir().expect("outside");
         std::fs::write(outside.path().join("secret"), "s3cret").expect("write");
-        let ws = Workspace::open(root.path(), "s1").expect("ws");
+        let ws = ws(root.path());
         std::os::unix::fs::symlink(outside.path(), ws.root().join("door")).expect("symlink dir");
         std::os::unix::fs::symlink(outside.path().join("secret"), ws.root().join("link"))
             .expect("symlink file");
-        for bad in [
-            "../s2/x",
-            "/etc/passwd",
-            "a/../../x",
-            "",
-            "door/secret",
-            "link",
-        ] {
+        for bad in ["../s2/x", "/etc/passwd", "a/../../x", "", "door/secret", "link"] {
             let err = Read.run(&ws, &args(json!({"path": bad}))).expect_err(bad);
             assert!(!err.contains("s3cret"), "{bad}: {err}");
         }
-        for bad in [
-            "../x",
-            "/tmp/x",
-            "door/new-file",
-            "door/sub/new-file",
-            "link",
-        ] {
+        for bad in ["../x", "/tmp/x", "door/new-file", "door/sub/new-file", "link"] {
             assert!(
                 Write
                     .run(&ws, &args(json!({"path": bad, "content": "x"})))
@@ -191,5 +262,122 @@ mod tests {
             "nothing created outside"
         );
         assert!(Read.run(&ws, &args(json!({"path": 5}))).is_err());
+    }
+
+    /// Attack: a FIFO in the workspace hung the worker forever on `fs.read`.
+    #[test]
+    fn fs_read_of_a_fifo_is_refused_not_hung() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let ws = ws(root.path());
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &ws.root().join("pipe"),
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .expect("mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ws2 = ws.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Read.run(&ws2, &args(json!({"path": "pipe"}))));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("fs.read of a FIFO must return, not hang");
+        let err = got.expect_err("a FIFO is not a regular file");
+        assert!(err.contains("FIFO"), "{err}");
+        let err = Write
+            .run(&ws, &args(json!({"path": "pipe", "content": "x"})))
+            .expect_err("no writes to a FIFO");
+        assert!(err.contains("FIFO"), "{err}");
+    }
+
+    /// Attack: swapping a directory for a symlink between the check and the open sent
+    /// `fs.read`s and an `fs.write` outside the workspace.
+    #[test]
+    fn symlink_swap_race_never_leaves_the_workspace() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::write(outside.path().join("f"), "OUTSIDE").expect("write");
+        let ws = ws(root.path());
+        let d = ws.root().join("d");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (d, target, stop) = (d.clone(), outside.path().to_path_buf(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::fs::create_dir(&d);
+                    let _ = std::fs::write(d.join("f"), "inside");
+                    let _ = std::fs::remove_file(d.join("f"));
+                    let _ = std::fs::remove_dir(&d);
+                    let _ = std::os::unix::fs::symlink(&target, &d);
+                    let _ = std::fs::remove_file(&d);
+                }
+            })
+        };
+        let mut outside_reads = 0;
+        for i in 0..2000 {
+            if let Ok(v) = Read.run(&ws, &args(json!({"path": "d/f"})))
+                && v["content"] == "OUTSIDE"
+            {
+                outside_reads += 1;
+            }
+            let _ = Write.run(&ws, &args(json!({"path": "d/w", "content": format!("{i}")})));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().expect("swapper");
+        assert_eq!(outside_reads, 0, "fs.read followed a swapped-in symlink");
+        let names: Vec<_> = std::fs::read_dir(outside.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["f"], "fs.write created a file outside");
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("f")).expect("read"),
+            "OUTSIDE"
+        );
+    }
+
+    /// Attack: one turn wrote 38 MiB to the workspace; nothing bounded it.
+    #[test]
+    fn workspace_quota_stops_fs_write() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let ws = ws(root.path());
+        let half = "x".repeat((QUOTA / 2) as usize);
+        Write
+            .run(&ws, &args(json!({"path": "a", "content": half})))
+            .expect("half the quota");
+        // Rewriting the same file does not count twice.
+        Write
+            .run(&ws, &args(json!({"path": "a", "content": half})))
+            .expect("rewrite");
+        Write
+            .run(&ws, &args(json!({"path": "b", "content": "y".repeat((QUOTA / 2 - 10) as usize)})))
+            .expect("just under the quota");
+        let err = Write
+            .run(&ws, &args(json!({"path": "c", "content": "z".repeat(100)})))
+            .expect_err("over the quota");
+        assert!(err.contains("quota"), "{err}");
+        assert!(!ws.root().join("c").exists() || std::fs::metadata(ws.root().join("c")).expect("meta").len() == 0);
+        let err = Write
+            .run(&ws, &args(json!({"path": "a", "content": "q".repeat(100), "append": true})))
+            .expect_err("append over the quota");
+        assert!(err.contains("quota"), "{err}");
+    }
+
+    /// Attack: reading a ~1 MiB binary file produced a result too big to store.
+    #[test]
+    fn fs_read_of_a_big_binary_file_is_bounded() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let ws = ws(root.path());
+        let bytes: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(ws.root().join("blob"), &bytes).expect("write");
+        let v = Read.run(&ws, &args(json!({"path": "blob"}))).expect("read");
+        assert_eq!(v["content_binary"], true);
+        assert_eq!(v["content_bytes"], 1 << 20);
+        assert_eq!(
+            v["content_sha256"],
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+        );
+        assert!(v.to_string().len() < 64 * 1024, "{} bytes", v.to_string().len());
     }
 }

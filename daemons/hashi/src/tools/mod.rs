@@ -1,15 +1,19 @@
 //! Tools behind one trait, each with an effect class, plus the static allow/deny policy.
 
 mod fs;
+mod output;
 mod shell;
 mod workspace;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use workspace::Workspace;
+pub use output::{excerpt, fit};
+pub use workspace::{Workspace, normalize};
+
+use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
 
 pub use proto::Effect;
 
@@ -39,8 +43,24 @@ pub struct ToolsConfig {
     pub deny: Vec<String>,
     /// Programs `shell.run` may start (by name as given in `argv[0]`); empty allows none.
     pub shell_allowlist: Vec<String>,
-    /// `shell.run` is killed after this long.
+    /// `shell.run` is killed (with everything it started) after this long.
     pub shell_timeout_ms: u64,
+    /// `landlock`: tool children run confined (Landlock + seccomp + rlimits) and `shell.run`
+    /// is refused on a kernel without Landlock; `off`: unconfined, set only on purpose.
+    pub sandbox: SandboxMode,
+    /// Tool names (or globs) whose children may open network sockets.
+    pub network: Vec<String>,
+    /// Extra paths tool children may read (beside /usr, /bin, /lib and the loader files).
+    pub sandbox_read_only: Vec<String>,
+    /// Bytes a session's workspace may hold (enforced by `fs.write`, and as the children's
+    /// largest-file rlimit), in MiB.
+    pub workspace_quota_mib: u64,
+    /// CPU seconds one tool child may use.
+    pub cpu_seconds: u64,
+    /// Processes of hashi's user a tool child may raise the count to (RLIMIT_NPROC).
+    pub max_processes: u64,
+    /// Address space of one tool child, in MiB.
+    pub memory_mib: u64,
 }
 
 impl Default for ToolsConfig {
@@ -57,6 +77,13 @@ impl Default for ToolsConfig {
                 "date".into(),
             ],
             shell_timeout_ms: 30_000,
+            sandbox: SandboxMode::Landlock,
+            network: vec![],
+            sandbox_read_only: vec![],
+            workspace_quota_mib: 64,
+            cpu_seconds: 60,
+            max_processes: 512,
+            memory_mib: 2048,
         }
     }
 }
@@ -68,12 +95,21 @@ fn glob_match(pattern: &str, name: &str) -> bool {
     }
 }
 
+impl ToolsConfig {
+    /// The workspace quota in bytes.
+    pub fn quota_bytes(&self) -> u64 {
+        self.workspace_quota_mib.max(1).saturating_mul(1 << 20)
+    }
+}
+
 /// The tool set with its policy.
 pub struct Toolbox {
     /// Every tool.
     tools: Vec<Box<dyn Tool>>,
     /// The policy and limits.
     config: ToolsConfig,
+    /// What sandbox tool children get here.
+    state: SandboxState,
 }
 
 /// Why a call did not run.
@@ -86,9 +122,17 @@ pub enum Refusal {
 }
 
 impl Toolbox {
-    /// The standard tools under `config`.
-    pub fn new(config: ToolsConfig) -> Toolbox {
+    /// The standard tools under `config`; `helper` is the `hashi` binary that confines tool
+    /// children (`hashi sandbox-exec`). Probes the sandbox once.
+    pub fn new(config: ToolsConfig, helper: PathBuf) -> Toolbox {
+        let state = sandbox::probe(&helper, config.sandbox);
+        Toolbox::with_state(config, helper, state)
+    }
+
+    /// As [`Toolbox::new`], with the sandbox state already known.
+    pub fn with_state(config: ToolsConfig, helper: PathBuf, state: SandboxState) -> Toolbox {
         let timeout = std::time::Duration::from_millis(config.shell_timeout_ms.max(1));
+        let network = config.network.iter().any(|p| glob_match(p, "shell.run"));
         let tools: Vec<Box<dyn Tool>> = vec![
             Box::new(fs::Read),
             Box::new(fs::List),
@@ -96,9 +140,40 @@ impl Toolbox {
             Box::new(shell::Run {
                 allowlist: config.shell_allowlist.clone(),
                 timeout,
+                helper,
+                mode: config.sandbox,
+                state: state.clone(),
+                read_only: config.sandbox_read_only.iter().map(PathBuf::from).collect(),
+                network,
+                limits: Limits {
+                    cpu_secs: config.cpu_seconds.max(1),
+                    file_bytes: config.quota_bytes(),
+                    processes: config.max_processes.max(1),
+                    address_space: config.memory_mib.max(16).saturating_mul(1 << 20),
+                },
             }),
         ];
-        Toolbox { tools, config }
+        Toolbox {
+            tools,
+            config,
+            state,
+        }
+    }
+
+    /// The sandbox tool children get ("landlock v7", "off", or why it is unavailable).
+    pub fn sandbox_state(&self) -> &SandboxState {
+        &self.state
+    }
+
+    /// The arguments as the tool will use them: every path in its one normalised spelling,
+    /// so a policy rule, the record and the tool all see the same path. A path that cannot
+    /// be normalised is left as given (the tool refuses it).
+    pub fn normalize_args(&self, arguments: &mut Map<String, Value>) {
+        if let Some(Value::String(p)) = arguments.get_mut("path")
+            && let Ok(n) = normalize(p)
+        {
+            *p = n;
+        }
     }
 
     /// Every tool.
@@ -137,7 +212,11 @@ impl Toolbox {
 
     /// The workspace of a session (created on first use).
     pub fn workspace(&self, session: &str) -> Result<Workspace, String> {
-        Workspace::open(Path::new(&self.config.workspace_root), session)
+        Workspace::open(
+            Path::new(&self.config.workspace_root),
+            session,
+            self.config.quota_bytes(),
+        )
     }
 }
 
@@ -154,11 +233,15 @@ mod tests {
 
     #[test]
     fn policy_deny_first_then_allow() {
-        let tb = Toolbox::new(ToolsConfig {
-            allow: vec!["fs.*".into()],
-            deny: vec!["fs.write".into()],
-            ..ToolsConfig::default()
-        });
+        let tb = Toolbox::with_state(
+            ToolsConfig {
+                allow: vec!["fs.*".into()],
+                deny: vec!["fs.write".into()],
+                ..ToolsConfig::default()
+            },
+            PathBuf::from("hashi"),
+            SandboxState::Off,
+        );
         assert!(tb.check("fs.read").is_ok());
         assert_eq!(
             tb.check("fs.write").err(),

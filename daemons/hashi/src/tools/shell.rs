@@ -1,16 +1,21 @@
 //! `shell.run {argv}`: runs an allowlisted program in the workspace, no shell in between,
-//! with `KURA_SESSION_ID` and `KURA_CALL_ID` set so its outside effects can be made idempotent.
+//! inside the kernel sandbox (see `crate::sandbox`), with `KURA_SESSION_ID` and
+//! `KURA_CALL_ID` set so its outside effects can be made idempotent.
 
-use std::io::Read as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use super::output::{KEEP_BYTES, capture};
 use super::{Effect, Tool, Workspace};
+use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
 
-/// Output kept per stream.
-const MAX_OUTPUT: usize = 64 * 1024;
+/// After the program has exited, how long its output pipes may stay open (a descendant that
+/// escaped the process group could hold them forever).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// `shell.run`.
 pub struct Run {
@@ -18,14 +23,30 @@ pub struct Run {
     pub allowlist: Vec<String>,
     /// Kill after this long.
     pub timeout: Duration,
+    /// The `hashi` binary, re-executed as `hashi sandbox-exec`.
+    pub helper: PathBuf,
+    /// Landlock or off.
+    pub mode: SandboxMode,
+    /// What the probe at start-up found.
+    pub state: SandboxState,
+    /// Extra read-only paths.
+    pub read_only: Vec<PathBuf>,
+    /// Whether a policy rule grants this tool network access.
+    pub network: bool,
+    /// rlimits of the child.
+    pub limits: Limits,
 }
 
-fn read_capped(mut r: impl std::io::Read) -> String {
-    let mut buf = Vec::new();
-    let _ = r.by_ref().take(MAX_OUTPUT as u64).read_to_end(&mut buf);
-    // Drain the rest so the child never blocks on a full pipe.
-    let _ = std::io::copy(&mut r, &mut std::io::sink());
-    String::from_utf8_lossy(&buf).into_owned()
+impl Run {
+    fn refuse_unconfined(&self) -> Result<(), String> {
+        match &self.state {
+            SandboxState::Landlock(_) | SandboxState::Off => Ok(()),
+            SandboxState::Unavailable(why) => Err(format!(
+                "shell.run is refused: the tool sandbox is unavailable on this host ({why}); \
+                 an operator may set tools.sandbox = \"off\" to run tools unconfined"
+            )),
+        }
+    }
 }
 
 impl Tool for Run {
@@ -52,18 +73,35 @@ impl Tool for Run {
             })
             .filter(|a| !a.is_empty())
             .ok_or("argument \"argv\" (a non-empty list of strings) is required")?;
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err("argv may not contain NUL bytes".into());
+        }
         if !self.allowlist.iter().any(|p| p == &argv[0]) {
             return Err(format!(
                 "program {:?} is not in the shell allowlist",
                 argv[0]
             ));
         }
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .current_dir(ws.root())
+        self.refuse_unconfined()?;
+        let limits = Limits {
+            file_bytes: self.limits.file_bytes.min(ws.quota()),
+            ..self.limits
+        };
+        let mut cmd = sandbox::command(
+            &self.helper,
+            self.mode,
+            ws.root(),
+            &self.read_only,
+            self.network,
+            limits,
+            &argv,
+        );
+        cmd.current_dir(ws.root())
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", ws.root())
+            .env("TMPDIR", ws.root())
+            .env("LANG", "C.UTF-8")
             .env("KURA_SESSION_ID", ws.session());
         if let Some(call_id) = ws.call_id() {
             // An idempotency key for whatever the program does outside.
@@ -75,73 +113,58 @@ impl Tool for Run {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
-        let out = child
-            .stdout
-            .take()
-            .map(|s| std::thread::spawn(move || read_capped(s)));
-        let err = child
-            .stderr
-            .take()
-            .map(|s| std::thread::spawn(move || read_capped(s)));
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait().map_err(|e| e.to_string())? {
-                Some(s) => break Some(s),
-                None if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                None => std::thread::sleep(Duration::from_millis(10)),
+        let group = i32::try_from(child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw);
+        let readers = [
+            child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .map(|stream| {
+            let (tx, rx) = mpsc::channel();
+            if let Some(s) = stream {
+                std::thread::spawn(move || {
+                    let _ = tx.send(capture(s, KEEP_BYTES));
+                });
+            }
+            rx
+        });
+        let (exited_tx, exited) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = exited_tx.send(child.wait());
+        });
+        let kill_group = || {
+            if let Some(g) = group {
+                // ESRCH: everything already gone.
+                let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
             }
         };
-        let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
-        match status {
-            None => Err(format!("timed out after {} ms", self.timeout.as_millis())),
-            Some(s) => Ok(json!({"exit_code": s.code(), "stdout": stdout, "stderr": stderr})),
+        let status = match exited.recv_timeout(self.timeout) {
+            Ok(s) => Some(s.map_err(|e| e.to_string())?),
+            Err(_) => {
+                kill_group();
+                let _ = exited.recv();
+                None
+            }
+        };
+        // Background descendants do not outlive the call.
+        kill_group();
+        let [out, err] = readers.map(|rx| {
+            rx.recv_timeout(DRAIN_GRACE)
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default()
+        });
+        let Some(status) = status else {
+            return Err(format!("timed out after {} ms", self.timeout.as_millis()));
+        };
+        let mut result = Map::new();
+        result.insert("exit_code".into(), json!(status.code()));
+        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
+            result.insert("signal".into(), json!(sig));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allowlist_timeout_and_output() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let ws = Workspace::open(root.path(), "s").expect("ws");
-        let run = Run {
-            allowlist: vec!["echo".into(), "sleep".into()],
-            timeout: Duration::from_millis(300),
-        };
-        let args = |v: Value| v.as_object().cloned().expect("object");
-        let r = run
-            .run(&ws, &args(json!({"argv": ["echo", "hi there"]})))
-            .expect("echo");
-        assert_eq!(r["stdout"], "hi there\n");
-        assert_eq!(r["exit_code"], 0);
-        let err = run
-            .run(&ws, &args(json!({"argv": ["rm", "-rf", "/"]})))
-            .expect_err("not allowed");
-        assert!(err.contains("not in the shell allowlist"), "{err}");
-        let err = run
-            .run(&ws, &args(json!({"argv": ["sleep", "5"]})))
-            .expect_err("timeout");
-        assert!(err.contains("timed out"), "{err}");
-        assert!(run.run(&ws, &args(json!({"argv": []}))).is_err());
-        let run = Run {
-            allowlist: vec!["sh".into()],
-            timeout: Duration::from_secs(10),
-        };
-        let r = run
-            .run(
-                &ws.clone().for_call("c-42"),
-                &args(json!({"argv": ["sh", "-c", "echo $KURA_SESSION_ID $KURA_CALL_ID"]})),
-            )
-            .expect("sh");
-        assert_eq!(r["stdout"], "s c-42\n");
-        assert!(run.run(&ws, &args(json!({"argv": "echo hi"}))).is_err());
+        out.fields("stdout", &mut result);
+        err.fields("stderr", &mut result);
+        Ok(Value::Object(result))
     }
 }

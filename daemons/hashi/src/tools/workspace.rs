@@ -1,36 +1,129 @@
-//! A session's workspace directory, and path confinement: no absolute paths, no `..`, no
-//! way out through a symlink.
+//! A session's workspace: a directory handle, and every file tool's path opened beneath it by
+//! the kernel (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), never re-resolved by
+//! name after a check, so no symlink swapped in between can lead a tool outside.
 
-use std::path::{Component, Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 /// One session's directory.
 #[derive(Debug, Clone)]
 pub struct Workspace {
-    /// Canonical path of the directory.
+    /// Canonical path of the directory (for the sandbox and `cwd` of tool children).
     root: PathBuf,
+    /// The directory itself; every file tool opens beneath it.
+    dir: Arc<OwnedFd>,
     /// The session it belongs to; `shell.run` passes it on as `KURA_SESSION_ID`.
     session: String,
     /// The `call_id` of the tool call being run, if any; `shell.run` passes it on as
     /// `KURA_CALL_ID` so an external program can make its effect idempotent.
     call_id: Option<String>,
+    /// Bytes the workspace may hold.
+    quota: u64,
+}
+
+/// What kind of file a path names, for refusals that say what they refused.
+pub fn kind_name(t: FileType) -> &'static str {
+    match t {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        _ => "special file",
+    }
+}
+
+/// The one spelling of a workspace path that policy rules, records and the tool all use:
+/// `./a//b/../c/` becomes `a/c`; the workspace itself is `.`. Absolute paths, paths that
+/// climb out (`..` past the top) and NUL bytes are refused. Names are taken literally (no
+/// case folding or Unicode normalisation: Linux does not do either).
+pub fn normalize(rel: &str) -> Result<String, String> {
+    if rel.is_empty() {
+        return Err("path is empty".into());
+    }
+    if rel.contains('\0') {
+        return Err("path contains a NUL byte".into());
+    }
+    if rel.starts_with('/') {
+        return Err(format!(
+            "path {rel:?} is absolute; paths are relative to the workspace"
+        ));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(format!("path {rel:?} leaves the workspace (..)"));
+                }
+            }
+            name => parts.push(name),
+        }
+    }
+    Ok(if parts.is_empty() {
+        ".".into()
+    } else {
+        parts.join("/")
+    })
+}
+
+/// Why opening beneath the workspace failed, in words about the path.
+fn open_error(rel: &str, e: Errno) -> String {
+    match e {
+        Errno::LOOP => format!("path {rel:?} goes through a symlink; refused"),
+        Errno::XDEV => format!("path {rel:?} leads outside the workspace; refused"),
+        Errno::NOENT => format!("{rel}: no such file or directory"),
+        Errno::NOTDIR => format!("{rel}: a part of it is not a directory"),
+        Errno::ISDIR => format!("{rel}: is a directory"),
+        Errno::NOSYS => "this kernel lacks openat2 (Linux 5.6+); file tools are refused".into(),
+        other => format!("{rel}: {}", std::io::Error::from(other)),
+    }
 }
 
 impl Workspace {
-    /// Creates (if needed) and opens `<root>/<session>`.
-    pub fn open(root: &Path, session: &str) -> Result<Workspace, String> {
-        if session.is_empty() || session.contains(['/', '\\']) || session.starts_with('.') {
+    /// Creates (if needed) and opens `<root>/<session>`, with room for `quota` bytes.
+    pub fn open(root: &Path, session: &str, quota: u64) -> Result<Workspace, String> {
+        if session.is_empty() || session.contains(['/', '\\', '\0']) || session.starts_with('.')
+        {
             return Err(format!("invalid session directory name {session:?}"));
         }
-        let dir = root.join(session);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create workspace {}: {e}", dir.display()))?;
-        let root = dir
+        std::fs::create_dir_all(root)
+            .map_err(|e| format!("cannot create workspace root {}: {e}", root.display()))?;
+        let root = root
             .canonicalize()
-            .map_err(|e| format!("cannot open workspace {}: {e}", dir.display()))?;
+            .map_err(|e| format!("cannot open workspace root {}: {e}", root.display()))?;
+        let top = rustix::fs::open(
+            &root,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open workspace root {}: {e}", root.display()))?;
+        match rustix::fs::mkdirat(&top, session, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(format!("cannot create workspace {session}: {e}")),
+        }
+        // The session directory itself may not be a symlink someone planted.
+        let dir = rustix::fs::openat2(
+            &top,
+            session,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+        )
+        .map_err(|e| open_error(session, e))?;
         Ok(Workspace {
-            root,
+            root: root.join(session),
+            dir: Arc::new(dir),
             session: session.to_owned(),
             call_id: None,
+            quota,
         })
     }
 
@@ -55,76 +148,133 @@ impl Workspace {
         &self.root
     }
 
-    /// Checks a relative path lexically: not empty, not absolute, no `..`.
-    fn lexical(&self, rel: &str) -> Result<PathBuf, String> {
-        if rel.is_empty() {
-            return Err("path is empty".into());
+    /// Bytes the workspace may hold.
+    pub fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    /// Opens the normalised path `rel` beneath the workspace. Non-blocking, so a FIFO is
+    /// opened (and then refused by its type) instead of hanging the worker.
+    pub fn open_beneath(&self, rel: &str, flags: OFlags, mode: u32) -> Result<OwnedFd, String> {
+        self.open_in(self.dir.as_fd(), rel, flags, mode)
+    }
+
+    fn open_in(
+        &self,
+        dir: impl AsFd,
+        rel: &str,
+        flags: OFlags,
+        mode: u32,
+    ) -> Result<OwnedFd, String> {
+        rustix::fs::openat2(
+            dir,
+            rel,
+            flags | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(mode),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| open_error(rel, e))
+    }
+
+    /// The directory that will hold the normalised path `rel` (created beneath the
+    /// workspace one component at a time, each opened by the kernel without following
+    /// symlinks), and the file's name in it.
+    pub fn parent_for_write<'a>(&self, rel: &'a str) -> Result<(OwnedFd, &'a str), String> {
+        if rel == "." {
+            return Err("path names the workspace itself, not a file".into());
         }
-        let p = Path::new(rel);
-        for c in p.components() {
-            match c {
-                Component::Normal(_) | Component::CurDir => {}
-                Component::ParentDir => {
-                    return Err(format!("path {rel:?} leaves the workspace (..)"));
-                }
-                Component::RootDir | Component::Prefix(_) => {
-                    return Err(format!(
-                        "path {rel:?} is absolute; paths are relative to the workspace"
-                    ));
-                }
+        let (dirs, name) = match rel.rsplit_once('/') {
+            Some((d, n)) => (Some(d), n),
+            None => (None, rel),
+        };
+        let mut current = self.open_beneath(".", OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
+        for part in dirs.into_iter().flat_map(|d| d.split('/')) {
+            match rustix::fs::mkdirat(&current, part, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(open_error(rel, e)),
             }
+            current = self.open_in(&current, part, OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
         }
-        Ok(self.root.join(p))
+        Ok((current, name))
     }
 
-    fn inside(&self, resolved: &Path, rel: &str) -> Result<(), String> {
-        if resolved.starts_with(&self.root) {
-            Ok(())
-        } else {
-            Err(format!(
-                "path {rel:?} leads outside the workspace (through a symlink)"
-            ))
+    /// Bytes held by regular files in the workspace (walked by descriptor; symlinks are
+    /// not followed).
+    pub fn usage(&self) -> Result<u64, String> {
+        let top = self.open_beneath(".", OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
+        usage_of(top, 0)
+    }
+}
+
+/// Deepest directory nesting [`usage_of`] walks; deeper trees count as over quota.
+const MAX_DEPTH: usize = 64;
+
+fn usage_of(dir: OwnedFd, depth: usize) -> Result<u64, String> {
+    if depth > MAX_DEPTH {
+        return Err("the workspace nests directories too deeply to measure".into());
+    }
+    let mut total = 0u64;
+    let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| e.to_string())?;
+    for entry in entries {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
         }
-    }
-
-    /// An existing path to read, with every symlink resolved and checked.
-    pub fn existing(&self, rel: &str) -> Result<PathBuf, String> {
-        let joined = self.lexical(rel)?;
-        let resolved = joined.canonicalize().map_err(|e| format!("{rel}: {e}"))?;
-        self.inside(&resolved, rel)?;
-        Ok(resolved)
-    }
-
-    /// A path to write: parents are created inside the workspace only, and the target may
-    /// not be a symlink.
-    pub fn for_write(&self, rel: &str) -> Result<PathBuf, String> {
-        let joined = self.lexical(rel)?;
-        let file_name = joined
-            .file_name()
-            .ok_or_else(|| format!("path {rel:?} names no file"))?
-            .to_owned();
-        let parent = joined.parent().unwrap_or(&self.root).to_path_buf();
-        // Find the deepest existing ancestor and check it before creating anything below it.
-        let mut existing = parent.clone();
-        while !existing.exists() {
-            match existing.parent() {
-                Some(p) => existing = p.to_path_buf(),
-                None => break,
+        let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            // Removed while we walked.
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => total += u64::try_from(st.st_size).unwrap_or(0),
+            FileType::Directory => {
+                let sub = rustix::fs::openat(
+                    &dir,
+                    name,
+                    OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                )
+                .map_err(|e| e.to_string())?;
+                total += usage_of(sub, depth + 1)?;
             }
+            _ => {}
         }
-        let existing = existing.canonicalize().map_err(|e| format!("{rel}: {e}"))?;
-        self.inside(&existing, rel)?;
-        std::fs::create_dir_all(&parent).map_err(|e| format!("{rel}: {e}"))?;
-        let parent = parent.canonicalize().map_err(|e| format!("{rel}: {e}"))?;
-        self.inside(&parent, rel)?;
-        let target = parent.join(file_name);
-        if let Ok(meta) = std::fs::symlink_metadata(&target)
-            && meta.file_type().is_symlink()
-        {
-            return Err(format!(
-                "path {rel:?} is a symlink; refusing to write through it"
-            ));
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_spelling_per_path() {
+        for (raw, norm) in [
+            ("a", "a"),
+            ("./a", "a"),
+            ("a//b", "a/b"),
+            ("a/./b", "a/b"),
+            ("a/../b", "b"),
+            ("a/b/", "a/b"),
+            ("./secrets/api-key", "secrets/api-key"),
+            ("secrets//api-key", "secrets/api-key"),
+            ("x/../secrets/api-key", "secrets/api-key"),
+            (".", "."),
+            ("./", "."),
+            ("a/..", "."),
+            // Literal names: no case folding, no Unicode look-alike folding.
+            ("Secrets/api-key", "Secrets/api-key"),
+            ("secrets\u{2215}api-key", "secrets\u{2215}api-key"),
+            ("ѕecrets/api-key", "ѕecrets/api-key"),
+            ("a\\b", "a\\b"),
+            ("...", "..."),
+        ] {
+            assert_eq!(normalize(raw).as_deref(), Ok(norm), "{raw:?}");
         }
-        Ok(target)
+        for bad in ["", "/etc/passwd", "..", "../x", "a/../../x", "a\0b", "//x"] {
+            assert!(normalize(bad).is_err(), "{bad:?} must be refused");
+        }
     }
 }
