@@ -2,6 +2,7 @@
 //! offline default), `openai` (any OpenAI-compatible chat-completions server with tool
 //! calling) and `command` (a program that reads the context on stdin); plus embeddings.
 
+pub mod bounded;
 mod command;
 mod embed;
 mod openai;
@@ -169,6 +170,11 @@ pub struct ProviderConfig {
     pub timeout_ms: u64,
     /// `command`: argv of the program (context JSON on stdin, deliverable on stdout).
     pub command: Vec<String>,
+    /// `command`: the program's environment, which is otherwise empty but for
+    /// `PATH=/usr/local/bin:/usr/bin:/bin`.
+    pub command_env: std::collections::BTreeMap<String, String>,
+    /// `command`: names of hashi's own environment variables passed on (an API key, say).
+    pub command_pass_env: Vec<String>,
     /// A transient failure (server down, timeout) is retried this many times within one
     /// step before the step fails.
     pub retries: u32,
@@ -186,6 +192,8 @@ impl Default for ProviderConfig {
                 .into(),
             timeout_ms: 120_000,
             command: vec![],
+            command_env: std::collections::BTreeMap::new(),
+            command_pass_env: vec![],
             retries: 3,
         }
     }

@@ -8,6 +8,7 @@ use proto::record::RecordType;
 use serde_json::{Map, Value, json};
 
 use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput, content_text};
+use super::bounded::excerpt;
 
 /// A chat-completions client.
 pub struct OpenAi {
@@ -130,7 +131,10 @@ pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
 /// Reads a chat-completions response into steps.
 pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
     let message = body.pointer("/choices/0/message").ok_or_else(|| {
-        ProviderError::Fatal(format!("response has no choices[0].message: {body}"))
+        ProviderError::Fatal(format!(
+            "response has no choices[0].message: {}",
+            excerpt(&body.to_string(), MAX_QUOTE)
+        ))
     })?;
     let content = message
         .get("content")
@@ -182,6 +186,29 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
     Ok(steps)
 }
 
+/// Largest response body read.
+const MAX_BODY: usize = 8 * 1024 * 1024;
+/// Most of an error body read (only a quote of it is kept).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Most of a body quoted in an error.
+const MAX_QUOTE: usize = 2048;
+
+/// Reads at most `limit` + 1 bytes of the body, as text.
+async fn read_body(mut resp: reqwest::Response, limit: usize) -> Result<String, ProviderError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| ProviderError::Transient(e.to_string()))?
+    {
+        body.extend_from_slice(&chunk[..chunk.len().min(limit + 1 - body.len())]);
+        if body.len() > limit {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 impl Provider for OpenAi {
     fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
         let body = request_body(&self.model, &self.system, input);
@@ -195,19 +222,28 @@ impl Provider for OpenAi {
                 .await
                 .map_err(|e| ProviderError::Transient(format!("{}: {e}", self.url)))?;
             let status = resp.status();
-            let text = resp
-                .text()
-                .await
-                .map_err(|e| ProviderError::Transient(e.to_string()))?;
+            // An error body is only quoted, so little of it is read; a success body is
+            // bounded too (a server streaming gigabytes must not exhaust a Pi's memory).
+            let limit = if status.is_success() { MAX_BODY } else { MAX_ERROR_BODY };
+            let text = read_body(resp, limit).await?;
+            let quote = || excerpt(&text, MAX_QUOTE);
             if status.is_server_error() || status.as_u16() == 429 {
                 return Err(ProviderError::Transient(format!(
-                    "{}: HTTP {status}: {text}",
-                    self.url
+                    "{}: HTTP {status}: {}",
+                    self.url,
+                    quote()
                 )));
             }
             if !status.is_success() {
                 return Err(ProviderError::Fatal(format!(
-                    "{}: HTTP {status}: {text}",
+                    "{}: HTTP {status}: {}",
+                    self.url,
+                    quote()
+                )));
+            }
+            if text.len() > MAX_BODY {
+                return Err(ProviderError::Fatal(format!(
+                    "{}: response larger than {MAX_BODY} bytes",
                     self.url
                 )));
             }

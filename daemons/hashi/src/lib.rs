@@ -41,8 +41,15 @@ pub struct WorkerConfig {
     pub workers: usize,
     /// A claimed turn is taken over by another worker this long after its last renewal.
     pub lease_ms: u64,
-    /// A turn stops (with a `sys.error`) after this many steps.
+    /// A turn stops (with a `sys.error`) once it has made this many tool calls (or the model
+    /// has answered this many times).
     pub max_steps: usize,
+    /// A turn whose attempts failed this many times (an error, or its worker died) ends
+    /// with one short `sys.error` instead of being tried again.
+    pub max_attempts: u32,
+    /// A failed attempt is retried no sooner than this, doubling with each failure (at most
+    /// a minute); fresher turns are claimed first meanwhile.
+    pub retry_backoff_ms: u64,
     /// Author id of the records hashi writes.
     pub author: String,
     /// `aegis`: every tool call is approved by aegis first (policy, or people); `off`: only
@@ -58,6 +65,8 @@ impl Default for WorkerConfig {
             workers: 1,
             lease_ms: 30_000,
             max_steps: 32,
+            max_attempts: 3,
+            retry_backoff_ms: 1000,
             author: "agent:hashi".into(),
             approvals: Approvals::Aegis,
             approval_wait_ms: 3000,

@@ -13,13 +13,15 @@ use kura_store::store::append_in;
 use kura_store::work::approvals::{
     ApprovalState, approval, approval_for_call, mark_started_in, park_turn_in, request_approval_in,
 };
-use kura_store::work::{Claim, claim_next, complete_turn, fenced, now_ms, release, renew};
+use kura_store::work::{
+    Claim, claim_next, complete_turn, fenced, now_ms, release, release_failed, renew,
+};
 use kura_store::{Store, StoreError};
 use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{NewRecord, Record, RecordType, ToolStatus};
 use serde_json::{Map, Value, json};
 
-use crate::tools::{Effect, Refusal, Toolbox};
+use crate::tools::{Effect, Refusal, Toolbox, excerpt, fit};
 use crate::{Approvals, WorkerConfig};
 
 /// One worker thread's state.
@@ -65,9 +67,25 @@ enum CallEnd {
     Parked(uuid::Uuid),
 }
 
+/// Largest tool result stored: a record holds 4 MiB of canonical JSON, and the rest of the
+/// result record (status, call id) must fit beside it.
+const MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// Longest quote of an outsider's text (a model server's error body, a tool's error) in a
+/// record or a log line.
+const MAX_QUOTE_BYTES: usize = 2048;
+
 /// Whether an error is the fence refusing a stale worker.
 fn is_fenced(e: &StoreError) -> bool {
     matches!(e, StoreError::Fenced { .. })
+}
+
+/// Tool calls this turn has made so far.
+fn tool_calls(history: &[Record]) -> usize {
+    history
+        .iter()
+        .filter(|r| r.record_type == RecordType::ToolCall)
+        .count()
 }
 
 impl Worker {
@@ -127,8 +145,16 @@ impl Worker {
                 tracing::warn!(turn_id = %claim.turn_id, "another worker took this turn over; stopping")
             }
             Err(e) => {
-                let _ = release(&mut self.store, &claim);
-                return Err(anyhow::Error::new(e).context(format!("turn {}", claim.turn_id)));
+                // This attempt failed: back off so other turns go first, and count it.
+                let error = excerpt(&e.to_string(), MAX_QUOTE_BYTES);
+                let shift = claim.attempt.clamp(1, 7) - 1;
+                let backoff = self.config.retry_backoff_ms.saturating_mul(1 << shift).min(60_000);
+                let retry_at = now_ms() + i64::try_from(backoff).unwrap_or(60_000);
+                if let Err(e2) = release_failed(&mut self.store, &claim, &error, retry_at) {
+                    tracing::warn!(turn_id = %claim.turn_id, error = %e2, "could not give the failed turn back; its lease will run out");
+                }
+                tracing::error!(turn_id = %claim.turn_id, attempt = claim.attempt, %error, backoff_ms = backoff, "turn attempt failed");
+                return Ok(true);
             }
         }
         Ok(true)
@@ -173,6 +199,18 @@ impl Worker {
     fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura_store::Result<End> {
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
+        if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
+            // Earlier attempts all failed (or their workers died): end the turn, briefly.
+            let last = claim.last_error.as_deref().unwrap_or("its worker stopped without a word");
+            let msg = format!(
+                "gave up after {} failed attempts; the last: {}",
+                claim.attempt - 1,
+                excerpt(last, MAX_QUOTE_BYTES)
+            );
+            self.fail(claim, &mut history, &msg)?;
+            let ledger = complete_turn(&mut self.store, claim)?;
+            return Ok(End::Completed(ledger));
+        }
         if claim.resumed
             && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?
         {
@@ -208,7 +246,8 @@ impl Worker {
             let steps = match self.ask(&input) {
                 Ok(s) => s,
                 Err(e) => {
-                    self.fail(claim, &mut history, &format!("model provider failed: {e}"))?;
+                    let msg = excerpt(&format!("model provider failed: {e}"), MAX_QUOTE_BYTES);
+                    self.fail(claim, &mut history, &msg)?;
                     break;
                 }
             };
@@ -220,6 +259,17 @@ impl Worker {
                         self.append(claim, &mut history, r)?;
                     }
                     Step::ToolCall { name, arguments } => {
+                        // The limit counts tool calls, not model responses: one response
+                        // with a hundred calls runs no more than the limit allows.
+                        if tool_calls(&history) >= self.config.max_steps {
+                            let msg = format!(
+                                "step limit of {} tool calls reached",
+                                self.config.max_steps
+                            );
+                            self.fail(claim, &mut history, &msg)?;
+                            delivered = true;
+                            break;
+                        }
                         if let CallEnd::Parked(request) =
                             self.call_tool(claim, &mut history, &name, arguments)?
                         {
@@ -258,7 +308,7 @@ impl Worker {
             match self.provider.next(input) {
                 Err(ProviderError::Transient(e)) if attempt < self.retries => {
                     attempt += 1;
-                    tracing::warn!(error = %e, attempt, "model provider failed; retrying");
+                    tracing::warn!(error = %excerpt(&e.to_string(), MAX_QUOTE_BYTES), attempt, "model provider failed; retrying");
                     // A stop during the backoff ends it at once; the turn is then released.
                     if self
                         .stop
@@ -298,18 +348,25 @@ impl Worker {
         claim: &Claim,
         history: &mut Vec<Record>,
         name: &str,
-        arguments: Map<String, Value>,
+        mut arguments: Map<String, Value>,
     ) -> kura_store::Result<CallEnd> {
         let call_id = proto::new_id().to_string();
+        // Policy, record and tool all see the one normalised spelling of each path.
+        let as_given = arguments.clone();
+        self.tools.normalize_args(&mut arguments);
         let effect = self
             .tools
             .get(name)
             .map(|t| t.effect().as_str())
             .unwrap_or("unknown");
+        let mut content = json!({"tool_name": name, "arguments": arguments, "call_id": call_id});
+        if as_given != arguments {
+            content["arguments_as_given"] = Value::Object(as_given);
+        }
         let call = self.record(
             claim,
             RecordType::ToolCall,
-            json!({"tool_name": name, "arguments": arguments, "call_id": call_id}),
+            fit(content, MAX_RESULT_BYTES),
             &[("effect", effect.to_owned())],
         );
         self.append(claim, history, call)?;
@@ -427,9 +484,11 @@ impl Worker {
         outcome: Result<Value, String>,
         extra: &[(&str, String)],
     ) -> kura_store::Result<()> {
+        // Whatever a tool returned, the record fits: a result too big to store would fail
+        // this turn on every attempt.
         let content = match outcome {
-            Ok(v) => json!({"status": ToolStatus::Success, "result": v, "call_id": call_id}),
-            Err(e) => json!({"status": ToolStatus::Error, "error": e, "call_id": call_id}),
+            Ok(v) => json!({"status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id}),
+            Err(e) => json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id}),
         };
         let result = self.record(claim, RecordType::ToolResult, content, extra);
         self.append(claim, history, result)
@@ -550,12 +609,12 @@ impl Worker {
                     "error": "the worker running this call was lost; whether it took effect is unknown, and it was not run again",
                     "call_id": call_id,
                 }),
-                (None, Ok(v)) => {
-                    json!({"status": ToolStatus::Success, "result": v, "call_id": call_id})
-                }
-                (None, Err(e)) => {
-                    json!({"status": ToolStatus::Error, "error": e, "call_id": call_id})
-                }
+                (None, Ok(v)) => json!({
+                    "status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id,
+                }),
+                (None, Err(e)) => json!({
+                    "status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id,
+                }),
             };
             let r = self.record(
                 claim,

@@ -5,6 +5,7 @@
 use std::io::Read;
 
 use base64::Engine as _;
+pub use kura_model::bounded::excerpt;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -93,19 +94,6 @@ impl Captured {
             into.insert(format!("{name}_sha256"), json!(self.sha256));
         }
     }
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary, with a marker when cut:
-/// for log lines and error messages that quote something an outsider sent.
-pub fn excerpt(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 
 /// A tool result too big for a record (after JSON escaping), replaced by what identifies it.
