@@ -84,6 +84,9 @@ pub struct ExecArgs {
     /// Extra read-only paths (programs outside /usr, say).
     #[arg(long = "read-only")]
     pub read_only: Vec<PathBuf>,
+    /// Extra writable paths (an outbox shared with another program, say).
+    #[arg(long = "read-write")]
+    pub read_write: Vec<PathBuf>,
     /// Allow sockets.
     #[arg(long)]
     pub network: bool,
@@ -133,7 +136,7 @@ pub fn command(
     helper: &Path,
     mode: SandboxMode,
     workspace: &Path,
-    read_only: &[PathBuf],
+    (read_only, read_write): (&[PathBuf], &[PathBuf]),
     network: bool,
     limits: Limits,
     argv: &[String],
@@ -148,6 +151,9 @@ pub fn command(
         .arg(format!("--address-space={}", limits.address_space));
     for p in read_only {
         cmd.arg("--read-only").arg(p);
+    }
+    for p in read_write {
+        cmd.arg("--read-write").arg(p);
     }
     if network {
         cmd.arg("--network");
@@ -201,7 +207,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         ExitCode::from(EXIT_SETUP)
     };
     if args.probe {
-        return match landlock(Path::new("/nonexistent"), &[], false) {
+        return match landlock(Path::new("/nonexistent"), &[], &[], false) {
             Ok(abi) => {
                 println!("landlock v{abi}");
                 ExitCode::SUCCESS
@@ -222,7 +228,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         return fail("rlimits", &e);
     }
     if !args.no_confine {
-        if let Err(e) = landlock(workspace, &args.read_only, args.network) {
+        if let Err(e) = landlock(workspace, &args.read_only, &args.read_write, args.network) {
             return fail("landlock", &e);
         }
         if let Err(e) = seccomp(args.network) {
@@ -252,7 +258,12 @@ fn set_limits(l: Limits) -> std::io::Result<()> {
 }
 
 /// Confines this process with Landlock; the kernel's ABI version on success.
-fn landlock(workspace: &Path, extra_read_only: &[PathBuf], network: bool) -> Result<i32, String> {
+fn landlock(
+    workspace: &Path,
+    extra_read_only: &[PathBuf],
+    extra_read_write: &[PathBuf],
+    network: bool,
+) -> Result<i32, String> {
     let abi = TARGET_ABI;
     let read = AccessFs::from_read(abi);
     let mut ruleset = Ruleset::default()
@@ -287,7 +298,9 @@ fn landlock(workspace: &Path, extra_read_only: &[PathBuf], network: bool) -> Res
     for p in READ_WRITE_DEVICES {
         add(Path::new(p), read | AccessFs::WriteFile);
     }
-    add(workspace, AccessFs::from_all(abi));
+    for p in extra_read_write.iter().map(PathBuf::as_path).chain([workspace]) {
+        add(p, AccessFs::from_all(abi));
+    }
     let created = ruleset
         .create()
         .and_then(|c| c.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)))

@@ -97,12 +97,22 @@ fn stack() -> (Stack, PathBuf) {
     let mut perms = std::fs::metadata(&sidefx).expect("meta").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&sidefx, perms).expect("chmod");
+    std::fs::write(&effects, "").expect("effects log");
     std::fs::write(s.path("script.json"), script(&sidefx)).expect("script");
     s.extra_env = vec![
         ("KURA_NATS__MODE".into(), "external".into()),
         (
             "KURA_TOOLS__SHELL_ALLOWLIST".into(),
             format!("[\"{}\"]", sidefx.display()),
+        ),
+        // The sandbox lets the test program run and append to its log, nothing more.
+        (
+            "KURA_TOOLS__SANDBOX_READ_ONLY".into(),
+            format!("[\"{}\"]", sidefx.display()),
+        ),
+        (
+            "KURA_TOOLS__SANDBOX_READ_WRITE".into(),
+            format!("[\"{}\"]", effects.display()),
         ),
     ];
     (s, effects)

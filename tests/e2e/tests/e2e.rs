@@ -201,8 +201,14 @@ fn hashi_killed_mid_tool_call_resumes_elsewhere_without_repeating_the_side_effec
         e = effects.display()
     );
     let mut s = Stack::new(&script);
+    std::fs::write(&effects, "").expect("effects log");
     s.extra_env
         .push(("KURA_TOOLS__SHELL_ALLOWLIST".into(), r#"["sh"]"#.into()));
+    // The sandbox lets the call append to the log outside its workspace, nothing more.
+    s.extra_env.push((
+        "KURA_TOOLS__SANDBOX_READ_WRITE".into(),
+        format!("[\"{}\"]", effects.display()),
+    ));
     s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi-a");

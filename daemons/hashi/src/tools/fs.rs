@@ -140,7 +140,8 @@ impl Tool for Write {
         let content = arg_str(args, "content")?;
         let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
         let (parent, name) = ws.parent_for_write(&rel)?;
-        let fd = rustix::fs::openat2(
+        // `name` is one component: O_NOFOLLOW alone keeps this open in `parent`.
+        let fd = rustix::fs::openat(
             &parent,
             name,
             OFlags::WRONLY
@@ -150,10 +151,11 @@ impl Tool for Write {
                 | OFlags::NOCTTY
                 | OFlags::NOFOLLOW,
             rustix::fs::Mode::from_raw_mode(0o600),
-            rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS,
         )
         .map_err(|e| match e {
-            rustix::io::Errno::LOOP => format!("path {rel:?} is a symlink; refusing to write through it"),
+            rustix::io::Errno::LOOP => {
+                format!("path {rel:?} is a symlink; refusing to write through it")
+            }
             rustix::io::Errno::NXIO => format!("{rel} is a FIFO or socket; refused"),
             e => format!("{rel}: {e}"),
         })?;

@@ -52,6 +52,8 @@ pub struct ToolsConfig {
     pub network: Vec<String>,
     /// Extra paths tool children may read (beside /usr, /bin, /lib and the loader files).
     pub sandbox_read_only: Vec<String>,
+    /// Extra paths tool children may write (beside their workspace).
+    pub sandbox_read_write: Vec<String>,
     /// Bytes a session's workspace may hold (enforced by `fs.write`, and as the children's
     /// largest-file rlimit), in MiB.
     pub workspace_quota_mib: u64,
@@ -80,6 +82,7 @@ impl Default for ToolsConfig {
             sandbox: SandboxMode::Landlock,
             network: vec![],
             sandbox_read_only: vec![],
+            sandbox_read_write: vec![],
             workspace_quota_mib: 64,
             cpu_seconds: 60,
             max_processes: 512,
@@ -144,6 +147,7 @@ impl Toolbox {
                 mode: config.sandbox,
                 state: state.clone(),
                 read_only: config.sandbox_read_only.iter().map(PathBuf::from).collect(),
+                read_write: config.sandbox_read_write.iter().map(PathBuf::from).collect(),
                 network,
                 limits: Limits {
                     cpu_secs: config.cpu_seconds.max(1),

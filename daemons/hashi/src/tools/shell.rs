@@ -31,6 +31,8 @@ pub struct Run {
     pub state: SandboxState,
     /// Extra read-only paths.
     pub read_only: Vec<PathBuf>,
+    /// Extra writable paths.
+    pub read_write: Vec<PathBuf>,
     /// Whether a policy rule grants this tool network access.
     pub network: bool,
     /// rlimits of the child.
@@ -91,7 +93,7 @@ impl Tool for Run {
             &self.helper,
             self.mode,
             ws.root(),
-            &self.read_only,
+            (&self.read_only, &self.read_write),
             self.network,
             limits,
             &argv,

@@ -109,13 +109,13 @@ impl Workspace {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(format!("cannot create workspace {session}: {e}")),
         }
-        // The session directory itself may not be a symlink someone planted.
-        let dir = rustix::fs::openat2(
+        // The session directory itself may not be a symlink someone planted (one component:
+        // O_NOFOLLOW is enough).
+        let dir = rustix::fs::openat(
             &top,
             session,
             OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
         )
         .map_err(|e| open_error(session, e))?;
         Ok(Workspace {
@@ -166,13 +166,21 @@ impl Workspace {
         flags: OFlags,
         mode: u32,
     ) -> Result<OwnedFd, String> {
-        rustix::fs::openat2(
-            dir,
+        let flags = flags | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW;
+        let mode = Mode::from_raw_mode(mode);
+        match rustix::fs::openat2(
+            &dir,
             rel,
-            flags | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(mode),
+            flags,
+            mode,
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
+        ) {
+            // Kernels before 5.6 (and qemu-user) lack openat2: walk the normalised path one
+            // component at a time instead, each opened relative to the last without
+            // following symlinks — `..` never occurs in it, so this stays beneath too.
+            Err(Errno::NOSYS) => walk_beneath(dir.as_fd(), rel, flags, mode),
+            other => other,
+        }
         .map_err(|e| open_error(rel, e))
     }
 
@@ -204,6 +212,28 @@ impl Workspace {
         let top = self.open_beneath(".", OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
         usage_of(top, 0)
     }
+}
+
+/// Opens the normalised `rel` beneath `dir` component by component with `O_NOFOLLOW`.
+fn walk_beneath(dir: std::os::fd::BorrowedFd<'_>, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    let Some((last, dirs)) = parts.split_last() else {
+        return rustix::fs::openat(dir, ".", flags, mode);
+    };
+    if parts.contains(&"..") {
+        return Err(Errno::XDEV);
+    }
+    let mut current: Option<OwnedFd> = None;
+    for part in dirs {
+        let next = rustix::fs::openat(
+            current.as_ref().map_or(dir, |c| c.as_fd()),
+            *part,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        current = Some(next);
+    }
+    rustix::fs::openat(current.as_ref().map_or(dir, |c| c.as_fd()), *last, flags, mode)
 }
 
 /// Deepest directory nesting [`usage_of`] walks; deeper trees count as over quota.
@@ -275,6 +305,31 @@ mod tests {
         }
         for bad in ["", "/etc/passwd", "..", "../x", "a/../../x", "a\0b", "//x"] {
             assert!(normalize(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    /// The fallback for kernels without openat2 refuses symlinks at every component.
+    #[test]
+    fn walk_beneath_refuses_symlinks_anywhere() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::write(outside.path().join("f"), "OUT").expect("write");
+        std::fs::create_dir(dir.path().join("a")).expect("mkdir");
+        std::fs::write(dir.path().join("a/f"), "IN").expect("write");
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("a/door")).expect("symlink");
+        std::os::unix::fs::symlink(outside.path().join("f"), dir.path().join("a/link"))
+            .expect("symlink");
+        let top = rustix::fs::open(dir.path(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+            .expect("open");
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = walk_beneath(top.as_fd(), "a/f", flags, Mode::empty()).expect("inside");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text).expect("read");
+        assert_eq!(text, "IN");
+        for bad in ["a/door/f", "a/link"] {
+            // ELOOP for the last component, ENOTDIR for a directory one.
+            let err = walk_beneath(top.as_fd(), bad, flags, Mode::empty()).err();
+            assert!(matches!(err, Some(Errno::LOOP | Errno::NOTDIR)), "{bad}: {err:?}");
         }
     }
 }
