@@ -2,6 +2,7 @@
 //! real SQLite file — one test binary, a module per concern.
 
 mod approvals;
+mod attacks;
 mod chaos;
 mod e2e;
 mod memory;
