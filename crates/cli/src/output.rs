@@ -24,7 +24,8 @@ impl Out {
     /// One line of text, with control characters escaped: much of what `kura` prints was
     /// written by a model, and must not move the cursor, retitle the terminal or hide text.
     pub fn line(&mut self, text: impl AsRef<str>) -> io::Result<()> {
-        self.w.write_all(escape_controls(text.as_ref()).as_bytes())?;
+        self.w
+            .write_all(escape_controls(text.as_ref()).as_bytes())?;
         self.w.write_all(b"\n")
     }
 

@@ -37,10 +37,8 @@ impl CommandProvider {
         if config.command.is_empty() {
             anyhow::bail!("provider.command is empty: give the program's argv");
         }
-        let mut env = BTreeMap::from([(
-            "PATH".to_owned(),
-            "/usr/local/bin:/usr/bin:/bin".to_owned(),
-        )]);
+        let mut env =
+            BTreeMap::from([("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned())]);
         for name in &config.command_pass_env {
             if let Some(v) = std::env::var_os(name).and_then(|v| v.into_string().ok()) {
                 env.insert(name.clone(), v);
@@ -93,11 +91,17 @@ impl Provider for CommandProvider {
             rx
         };
         let out = spawn_reader(
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
             MAX_STDOUT + 1,
         );
         let err = spawn_reader(
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
             MAX_STDERR,
         );
         let group = i32::try_from(child.id()).unwrap_or(0);
@@ -162,7 +166,11 @@ mod tests {
 
     use super::*;
 
-    fn provider(argv: &[&str], timeout_ms: u64, tweak: impl FnOnce(&mut ProviderConfig)) -> CommandProvider {
+    fn provider(
+        argv: &[&str],
+        timeout_ms: u64,
+        tweak: impl FnOnce(&mut ProviderConfig),
+    ) -> CommandProvider {
         let mut config = ProviderConfig {
             command: argv.iter().map(|s| s.to_string()).collect(),
             timeout_ms,
@@ -215,8 +223,14 @@ mod tests {
         let p = provider(&["sleep", "30"], 300, |_| {});
         let started = Instant::now();
         let err = ask(&p, &ctx).expect_err("timed out");
-        assert!(matches!(err, ProviderError::Transient(ref m) if m.contains("timed out")), "{err:?}");
-        assert!(started.elapsed() < Duration::from_secs(20), "the timeout did not cover the write");
+        assert!(
+            matches!(err, ProviderError::Transient(ref m) if m.contains("timed out")),
+            "{err:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the timeout did not cover the write"
+        );
     }
 
     /// Attack: the provider program inherited hashi's whole environment (API keys included).
@@ -242,8 +256,20 @@ mod tests {
 
     #[test]
     fn command_provider_bounds_what_it_quotes() {
-        let p = provider(&["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' e >&2; exit 3"], 20_000, |_| {});
+        let p = provider(
+            &[
+                "sh",
+                "-c",
+                "head -c 100000 /dev/zero | tr '\\0' e >&2; exit 3",
+            ],
+            20_000,
+            |_| {},
+        );
         let err = ask(&p, &context(10)).expect_err("failed");
-        assert!(err.to_string().len() < 4096, "{} bytes", err.to_string().len());
+        assert!(
+            err.to_string().len() < 4096,
+            "{} bytes",
+            err.to_string().len()
+        );
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use proto::record::RecordType;
 use serde_json::{Map, Value, json};
 
-use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput, content_text};
 use super::bounded::excerpt;
+use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput, content_text};
 
 /// A chat-completions client.
 pub struct OpenAi {
@@ -224,7 +224,11 @@ impl Provider for OpenAi {
             let status = resp.status();
             // An error body is only quoted, so little of it is read; a success body is
             // bounded too (a server streaming gigabytes must not exhaust a Pi's memory).
-            let limit = if status.is_success() { MAX_BODY } else { MAX_ERROR_BODY };
+            let limit = if status.is_success() {
+                MAX_BODY
+            } else {
+                MAX_ERROR_BODY
+            };
             let text = read_body(resp, limit).await?;
             let quote = || excerpt(&text, MAX_QUOTE);
             if status.is_server_error() || status.as_u16() == 429 {

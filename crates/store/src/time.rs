@@ -21,10 +21,12 @@ pub fn parse_since(text: &str) -> Result<String> {
         return Ok(format(t));
     }
     if let Ok(age) = humantime::parse_duration(text) {
-        let t = SystemTime::now()
+        // Stored times start at 1970; an age reaching further back is a typo, not a query.
+        return SystemTime::now()
             .checked_sub(age)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        return Ok(format(t));
+            .filter(|t| *t >= SystemTime::UNIX_EPOCH)
+            .map(format)
+            .ok_or_else(|| StoreError::Invalid(format!("age {text:?} reaches back before 1970")));
     }
     Err(StoreError::Invalid(format!(
         "invalid time {text:?}: expected RFC 3339 (2026-11-21T08:00:00Z) or an age (90m, 2h, 3days)"
@@ -51,6 +53,18 @@ mod tests {
         assert_eq!(a, "2023-11-14T22:13:20.000000Z");
         assert_eq!(a.len(), b.len());
         assert!(a < b);
+    }
+
+    /// Regression: `kura query --since 300000years` panicked formatting a time before 1970.
+    #[test]
+    fn since_older_than_the_epoch_is_an_error_not_a_panic() {
+        for text in ["300000years", "100000000000days"] {
+            let err = parse_since(text).expect_err(text);
+            assert!(
+                matches!(err, StoreError::Invalid(ref m) if m.contains("before 1970")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub enum Scope {
 /// One thing that is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
-    /// `record`, `ledger` or `session`.
+    /// `record`, `ledger`, `session` or `schema`.
     pub kind: &'static str,
     /// The id of the record, ledger or session at fault.
     pub id: String,
@@ -680,6 +680,16 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
         report: Report::default(),
         seen_records: HashSet::new(),
     };
+    for (kind, name) in store.schema_gaps() {
+        v.report.problems.push(Problem {
+            kind: "schema",
+            id: name.clone(),
+            check: "schema_object",
+            detail: format!(
+                "{kind} {name} of Kura's schema is missing (removed from the file; triggers guard the records' immutability)"
+            ),
+        });
+    }
     let ids = |sql: &str, arg: Option<String>| -> Result<Vec<String>> {
         let mut stmt = conn.prepare(sql)?;
         let rows = match arg {

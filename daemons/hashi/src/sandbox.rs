@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, PathBeneath,
-    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use seccompiler::{SeccompAction, SeccompFilter, SeccompRule, TargetArch};
 use serde::{Deserialize, Serialize};
@@ -239,7 +239,10 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         return fail("usage", &"no program given");
     };
     let e = Command::new(program).args(rest).exec();
-    eprintln!("kura sandbox: cannot run {}: {e}", program.to_string_lossy());
+    eprintln!(
+        "kura sandbox: cannot run {}: {e}",
+        program.to_string_lossy()
+    );
     ExitCode::from(127)
 }
 
@@ -298,7 +301,11 @@ fn landlock(
     for p in READ_WRITE_DEVICES {
         add(Path::new(p), read | AccessFs::WriteFile);
     }
-    for p in extra_read_write.iter().map(PathBuf::as_path).chain([workspace]) {
+    for p in extra_read_write
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([workspace])
+    {
         add(p, AccessFs::from_all(abi));
     }
     let created = ruleset
@@ -357,6 +364,8 @@ fn seccomp(network: bool) -> Result<(), String> {
         arch,
     )
     .map_err(|e| e.to_string())?;
-    let program: seccompiler::BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let program: seccompiler::BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
     seccompiler::apply_filter(&program).map_err(|e| e.to_string())
 }

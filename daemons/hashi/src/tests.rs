@@ -241,8 +241,14 @@ fn poison_turn_ends_after_max_attempts_without_starving_others() {
     );
     let _guard = rt.enter();
 
-    assert!(worker.step().expect("step 1"), "the poison turn is claimed first (oldest)");
-    assert_eq!(turn(store.conn(), poison).expect("turn").state, TurnState::Pending);
+    assert!(
+        worker.step().expect("step 1"),
+        "the poison turn is claimed first (oldest)"
+    );
+    assert_eq!(
+        turn(store.conn(), poison).expect("turn").state,
+        TurnState::Pending
+    );
     assert!(worker.step().expect("step 2"));
     assert_eq!(
         turn(store.conn(), healthy).expect("turn").state,
@@ -258,9 +264,16 @@ fn poison_turn_ends_after_max_attempts_without_starving_others() {
     assert_eq!(t.state, TurnState::Done, "the poison turn ended");
     let claims: i64 = store
         .conn()
-        .query_row("SELECT claims FROM turns WHERE turn_id = ?1", [poison.to_string()], |r| r.get(0))
+        .query_row(
+            "SELECT claims FROM turns WHERE turn_id = ?1",
+            [poison.to_string()],
+            |r| r.get(0),
+        )
         .expect("claims");
-    assert_eq!(claims, 4, "three failed attempts and the claim that ends it");
+    assert_eq!(
+        claims, 4,
+        "three failed attempts and the claim that ends it"
+    );
     let out = records_of(&store, poison);
     let errors: Vec<_> = out
         .iter()
@@ -269,8 +282,15 @@ fn poison_turn_ends_after_max_attempts_without_starving_others() {
     assert_eq!(errors.len(), 1, "one short sys.error");
     let text = errors[0].content["text"].as_str().unwrap_or("");
     assert!(text.contains("gave up after 3 failed attempts"), "{text}");
-    assert!(text.len() < 4096, "the error is short: {} bytes", text.len());
-    assert!(out.iter().any(|r| r.record_type == RecordType::TaskDeliverable && r.content["final"] == true));
+    assert!(
+        text.len() < 4096,
+        "the error is short: {} bytes",
+        text.len()
+    );
+    assert!(
+        out.iter()
+            .any(|r| r.record_type == RecordType::TaskDeliverable && r.content["final"] == true)
+    );
 }
 
 /// Attack: one response with 100 tool calls ran all 100 with `max_steps = 32`.
@@ -292,11 +312,24 @@ fn flood_of_tool_calls_in_one_response_stops_at_max_steps() {
     let _guard = rt.enter();
     assert!(worker.step().expect("step"));
     let out = records_of(&store, flood);
-    let calls = out.iter().filter(|r| r.record_type == RecordType::ToolCall).count();
+    let calls = out
+        .iter()
+        .filter(|r| r.record_type == RecordType::ToolCall)
+        .count();
     assert_eq!(calls, 5, "no more tool calls than max_steps");
-    assert!(out.iter().any(|r| r.record_type == RecordType::SysError
-        && r.content["text"].as_str().unwrap_or("").contains("step limit of 5 tool calls")));
-    let session = turn(store.conn(), flood).expect("turn").session_id.to_string();
-    let written = std::fs::read_dir(ws_root.join(session)).expect("ws").count();
+    assert!(out.iter().any(|r| {
+        r.record_type == RecordType::SysError
+            && r.content["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("step limit of 5 tool calls")
+    }));
+    let session = turn(store.conn(), flood)
+        .expect("turn")
+        .session_id
+        .to_string();
+    let written = std::fs::read_dir(ws_root.join(session))
+        .expect("ws")
+        .count();
     assert_eq!(written, 5, "only the allowed calls ran");
 }

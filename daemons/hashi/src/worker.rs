@@ -148,7 +148,11 @@ impl Worker {
                 // This attempt failed: back off so other turns go first, and count it.
                 let error = excerpt(&e.to_string(), MAX_QUOTE_BYTES);
                 let shift = claim.attempt.clamp(1, 7) - 1;
-                let backoff = self.config.retry_backoff_ms.saturating_mul(1 << shift).min(60_000);
+                let backoff = self
+                    .config
+                    .retry_backoff_ms
+                    .saturating_mul(1 << shift)
+                    .min(60_000);
                 let retry_at = now_ms() + i64::try_from(backoff).unwrap_or(60_000);
                 if let Err(e2) = release_failed(&mut self.store, &claim, &error, retry_at) {
                     tracing::warn!(turn_id = %claim.turn_id, error = %e2, "could not give the failed turn back; its lease will run out");
@@ -201,7 +205,10 @@ impl Worker {
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
             // Earlier attempts all failed (or their workers died): end the turn, briefly.
-            let last = claim.last_error.as_deref().unwrap_or("its worker stopped without a word");
+            let last = claim
+                .last_error
+                .as_deref()
+                .unwrap_or("its worker stopped without a word");
             let msg = format!(
                 "gave up after {} failed attempts; the last: {}",
                 claim.attempt - 1,
@@ -487,8 +494,12 @@ impl Worker {
         // Whatever a tool returned, the record fits: a result too big to store would fail
         // this turn on every attempt.
         let content = match outcome {
-            Ok(v) => json!({"status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id}),
-            Err(e) => json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id}),
+            Ok(v) => {
+                json!({"status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id})
+            }
+            Err(e) => {
+                json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id})
+            }
         };
         let result = self.record(claim, RecordType::ToolResult, content, extra);
         self.append(claim, history, result)

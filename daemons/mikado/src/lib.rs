@@ -41,7 +41,8 @@ pub struct NatsConfig {
     pub binary: Option<PathBuf>,
     /// Longest wait between restarts of a server that keeps dying.
     pub max_backoff_ms: u64,
-    /// Where the generated server config is written; unset means the system temp dir.
+    /// Where the generated server config is written (a fresh private file); unset means the
+    /// database's directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_dir: Option<PathBuf>,
 }

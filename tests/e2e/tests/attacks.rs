@@ -42,13 +42,19 @@ fn shell_arguments_cannot_reach_outside_the_workspace() {
     s.spawn("minato", "minato");
     s.wait_until("minato's heartbeat", MINUTE, |st| {
         st.conn()
-            .query_row("SELECT count(*) FROM daemons WHERE kind = 'minato'", [], |r| r.get::<_, i64>(0))
+            .query_row(
+                "SELECT count(*) FROM daemons WHERE kind = 'minato'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .is_ok_and(|n| n > 0)
     });
     let minato_pid: i64 = s
         .store()
         .conn()
-        .query_row("SELECT pid FROM daemons WHERE kind = 'minato'", [], |r| r.get(0))
+        .query_row("SELECT pid FROM daemons WHERE kind = 'minato'", [], |r| {
+            r.get(0)
+        })
         .expect("pid");
     let db = s.db.display().to_string();
     let script = json!({"turns": [[
@@ -79,7 +85,10 @@ fn shell_arguments_cannot_reach_outside_the_workspace() {
         assert_ne!(r["result"]["exit_code"], 0, "{r}");
         assert_eq!(r["result"]["stdout"], "", "nothing was read: {r}");
         assert!(
-            r["result"]["stderr"].as_str().unwrap_or("").contains("Permission denied"),
+            r["result"]["stderr"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Permission denied"),
             "the kernel refused it: {r}"
         );
     }
@@ -87,8 +96,16 @@ fn shell_arguments_cannot_reach_outside_the_workspace() {
         .iter()
         .map(Value::to_string)
         .collect::<String>();
-    for canary in ["VICTIM-SECRET", "sk-ATTACK-CANARY", "listed-only-if-escaped", "SQLite"] {
-        assert!(!everything.contains(canary), "{canary} leaked into a record");
+    for canary in [
+        "VICTIM-SECRET",
+        "sk-ATTACK-CANARY",
+        "listed-only-if-escaped",
+        "SQLite",
+    ] {
+        assert!(
+            !everything.contains(canary),
+            "{canary} leaked into a record"
+        );
     }
     let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     if hostname.trim().len() > 3 {
@@ -150,7 +167,12 @@ decision = "deny"
     let calls: Vec<(Value, Value)> = recs
         .iter()
         .filter(|r| r.record_type.as_str() == "tool.call")
-        .map(|r| (r.content["arguments"]["path"].clone(), r.content["arguments_as_given"]["path"].clone()))
+        .map(|r| {
+            (
+                r.content["arguments"]["path"].clone(),
+                r.content["arguments_as_given"]["path"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         calls,
@@ -169,10 +191,18 @@ decision = "deny"
         .collect();
     assert_eq!(
         rules,
-        [json!("deny-secrets"), json!("deny-secrets"), json!("deny-secrets"), json!("default:write")]
+        [
+            json!("deny-secrets"),
+            json!("deny-secrets"),
+            json!("deny-secrets"),
+            json!("default:write")
+        ]
     );
     let ws = s.path("ws").join(session.to_string());
     assert!(!ws.join("secrets").exists(), "no secret was written");
-    assert_eq!(std::fs::read_to_string(ws.join("notes/ok.md")).expect("ok"), "fine");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/ok.md")).expect("ok"),
+        "fine"
+    );
     s.verify_all();
 }

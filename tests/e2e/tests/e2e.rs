@@ -235,7 +235,7 @@ fn hashi_killed_mid_tool_call_resumes_elsewhere_without_repeating_the_side_effec
             )
             .unwrap_or(0);
         match owner {
-            Some(o) if calls == 1 && effects.exists() => {
+            Some(o) if calls == 1 && std::fs::metadata(&effects).is_ok_and(|m| m.len() > 0) => {
                 holder = o;
                 true
             }

@@ -49,8 +49,18 @@ fn supervises_restarts_and_stops_the_bundled_nats_server() {
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("spawn mikado");
-    let conf = dir.path().join(format!("kura-nats-{port}.conf"));
-    let needle = conf.display().to_string();
+    // The generated config: a fresh private file in the config directory.
+    let find_conf = || {
+        std::fs::read_dir(dir.path())
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("kura-nats-"))
+            })
+    };
+    let mut conf = std::path::PathBuf::new();
     // Our own server, not just anything answering on the port: the generated config exists,
     // exactly one nats-server runs with it, and the port accepts connections.
     wait_for("nats-server to listen", Some(&log), || {
@@ -60,10 +70,20 @@ fn supervises_restarts_and_stops_the_bundled_nats_server() {
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
-        conf.exists()
-            && pids_with(&needle).len() == 1
+        let Some(found) = find_conf() else {
+            return false;
+        };
+        conf = found;
+        pids_with(&conf.display().to_string()).len() == 1
             && TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
+    let needle = conf.display().to_string();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&conf).expect("meta").permissions()
+        ) & 0o777,
+        0o600
+    );
     let text = std::fs::read_to_string(&conf).expect("generated config");
     assert!(
         text.contains("host: \"127.0.0.1\"") && text.contains(&format!("port: {port}")),
@@ -100,6 +120,7 @@ fn supervises_restarts_and_stops_the_bundled_nats_server() {
         pids_with(&needle).is_empty()
     });
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    assert!(!conf.exists(), "the generated config is removed on stop");
 }
 
 #[test]

@@ -458,6 +458,8 @@ fn bad_input_is_a_clear_error_exit_2_and_leaves_the_store_unchanged() {
         (vec!["verify", &d.call], "is a record"),
         (vec!["query", "--type", "bogus.type"], "unknown record type"),
         (vec!["query", "--since", "last tuesday"], "invalid time"),
+        // Regression: an age reaching before 1970 panicked.
+        (vec!["query", "--since", "300000years"], "before 1970"),
         (vec!["prove", missing, "--ledger", &d.out1], "not found"),
         (
             vec!["--synchronous", "sometimes", "session", "new"],
@@ -587,4 +589,41 @@ fn help_and_version_exit_0() {
             .contains("--content-file")
     );
     assert!(k.ok(&["--version"]).starts_with("kura "));
+}
+
+/// Attack: model-written text with terminal escapes (retitle the window, move the cursor,
+/// hide text with a bidi override) reached the terminal raw through `kura log`, `show` and
+/// `query`.
+#[test]
+fn model_text_cannot_drive_the_terminal() {
+    let k = Kura::new();
+    let s = k.ok(&["session", "new"]);
+    let l = k.ok(&["ledger", "open", "--session", &s, "--label", "l"]);
+    let rec = k.ok(&[
+        "record",
+        "add",
+        "--ledger",
+        &l,
+        "--type",
+        "agent.thought",
+        "--author",
+        "agent:x",
+        "--content",
+        r#"{"text": "ok\u001b]0;pwned\u0007\u001b[2Jgone\u202eevil\r\nnext"}"#,
+    ]);
+    for args in [
+        vec!["show", rec.as_str()],
+        vec!["show", l.as_str()],
+        vec!["log", s.as_str(), "--records"],
+        vec!["query", "--type", "agent.thought"],
+    ] {
+        let out = k.ok(&args);
+        for bad in ['\u{1b}', '\u{7}', '\u{202e}', '\r'] {
+            assert!(!out.contains(bad), "{args:?} printed {bad:?} raw: {out:?}");
+        }
+        assert!(
+            out.contains("pwned"),
+            "{args:?}: the text is still shown, escaped: {out}"
+        );
+    }
 }

@@ -231,6 +231,15 @@ fn consistent_truncation_is_caught_with_a_trusted_head() {
         .expect("hash")
         .to_owned();
     k.ok(&["verify", &d.session, "--trusted-head", &head_hash]);
+    // Careful: the triggers are put back afterwards, so even the schema looks untouched.
+    let triggers: Vec<String> = k
+        .raw()
+        .prepare("SELECT sql FROM sqlite_schema WHERE type = 'trigger'")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
     let c = k.drop_triggers();
     c.execute("DELETE FROM ledger_records WHERE ledger_id = ?1", [&d.out2])
         .expect("tamper");
@@ -246,6 +255,9 @@ fn consistent_truncation_is_caught_with_a_trusted_head() {
         [&d.session, &d.ctx2],
     )
     .expect("tamper");
+    for sql in &triggers {
+        c.execute_batch(sql).expect("restore trigger");
+    }
     k.ok(&["verify", &d.session]); // self-consistent without a witness
     let p = problems(&k, &[&d.session, "--trusted-head", &head_hash]);
     assert_has(&p, "session", &d.session, "trusted_head");
@@ -335,6 +347,79 @@ fn untouched_store_verifies_and_sealing_a_tampered_open_ledger_is_refused() {
         err.contains(&format!("record {r} changed after it was appended")),
         "{err}"
     );
+}
+
+/// Dropping the immutability triggers (the first step of every edit above) is itself
+/// reported, even when no row was changed.
+#[test]
+fn dropped_triggers_are_named() {
+    let (k, _d) = setup();
+    drop(k.drop_triggers());
+    let p = problems(&k, &["--all"]);
+    assert_has(&p, "schema", "records_no_update", "schema_object");
+}
+
+/// Attack: a crafted file with Kura's application id and a recursive view where a table
+/// belongs made `kura verify --all` run forever. A schema that is not Kura's is refused at
+/// open, with exit 2, and the file is left as it was.
+#[test]
+fn crafted_schema_with_a_recursive_view_is_refused() {
+    let k = Kura::new();
+    k.ok(&["init"]);
+    let c = k.drop_triggers();
+    c.execute_batch(
+        "DROP TABLE ledger_records;
+         CREATE VIEW ledger_records AS
+           WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
+           SELECT 'x' AS ledger_id, i AS position, 'y' AS record_id FROM n;",
+    )
+    .expect("craft");
+    drop(c);
+    // The file's bytes (reading its rows would never end: that is the attack).
+    let before = std::fs::read(&k.db).expect("read");
+    let (_, err) = k.fails(2, &["verify", "--all"]);
+    assert!(err.contains("schema is not Kura's"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let (_, err) = k.fails(2, &["status"]);
+    assert!(err.contains("schema is not Kura's"), "{err}");
+    assert!(
+        std::fs::read(&k.db).expect("read") == before,
+        "the file was not changed"
+    );
+
+    // An extra trigger that would run on our writes is refused the same way.
+    let k = Kura::new();
+    k.ok(&["init"]);
+    k.raw()
+        .execute_batch(
+            "CREATE TRIGGER sneaky AFTER INSERT ON records BEGIN DELETE FROM sessions; END;",
+        )
+        .expect("craft");
+    let (_, err) = k.fails(2, &["verify", "--all"]);
+    assert!(
+        err.contains("unexpected or altered trigger \"sneaky\""),
+        "{err}"
+    );
+}
+
+/// `kura init` makes the database and its WAL and shared-memory files private (0600).
+#[test]
+fn init_creates_private_database_files() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let k = Kura::new();
+    k.ok(&["init"]);
+    // While a connection is open, SQLite keeps the -wal and -shm files beside it.
+    let c = k.raw();
+    c.query_row("SELECT count(*) FROM records", [], |r| r.get::<_, i64>(0))
+        .expect("read");
+    for suffix in ["", "-wal", "-shm"] {
+        let path = format!("{}{suffix}", k.db.display());
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{path}");
+    }
 }
 
 #[test]

@@ -1,5 +1,9 @@
 //! Numbered schema migrations, compiled into the binary and applied on open.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
 use rusqlite::Connection;
 use rusqlite_migration::{M, Migrations};
 
@@ -20,6 +24,76 @@ const MIGRATIONS: &[M<'static>] = &[
     // 006: failed attempts and backoff of turns; a daemon's self-reported detail.
     M::up(include_str!("../../migrations/006_attempts.sql")),
 ];
+
+/// One schema object: (type, name, table, SQL text).
+type SchemaRow = (String, String, String, Option<String>);
+
+/// The schema a database at `version` must have, exactly: what the first `version`
+/// migrations make, built once per version in memory.
+fn expected_schema(version: usize) -> Result<Vec<SchemaRow>> {
+    static CACHE: Mutex<BTreeMap<usize, Vec<SchemaRow>>> = Mutex::new(BTreeMap::new());
+    if let Some(rows) = CACHE.lock().ok().and_then(|c| c.get(&version).cloned()) {
+        return Ok(rows);
+    }
+    let mut mem = Connection::open_in_memory()?;
+    if version > 0 {
+        Migrations::from_slice(&MIGRATIONS[..version]).to_latest(&mut mem)?;
+    }
+    let rows = schema_of(&mem)?;
+    if let Ok(mut c) = CACHE.lock() {
+        c.insert(version, rows.clone());
+    }
+    Ok(rows)
+}
+
+fn schema_of(conn: &Connection) -> Result<Vec<SchemaRow>> {
+    // The statistics tables `PRAGMA optimize` may add are SQLite's own, with fixed shapes.
+    let mut stmt = conn.prepare(
+        "SELECT type, name, tbl_name, sql FROM sqlite_schema
+          WHERE name NOT IN ('sqlite_stat1', 'sqlite_stat4') ORDER BY type, name",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Refuses a database whose schema holds anything Kura's migrations do not make for its
+/// version, or lacks one of its tables: a file someone crafted (a view where a table
+/// belongs, a trigger on our writes, a recursive view that makes `verify` run forever) is
+/// never read, let alone written. Returns the triggers and indexes that are missing — an
+/// attacker who dropped the immutability triggers left the data readable, and `verify`
+/// reports them.
+pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
+    let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > MIGRATIONS.len() {
+        // `apply` explains that one.
+        return Ok(vec![]);
+    }
+    let expected = expected_schema(version)?;
+    let actual = schema_of(conn)?;
+    if actual == expected {
+        return Ok(vec![]);
+    }
+    let refuse = |odd: String| StoreError::NotKura {
+        path: path.to_path_buf(),
+        reason: format!("its schema is not Kura's version {version} schema ({odd})"),
+    };
+    if let Some((t, n, _, _)) = actual.iter().find(|row| !expected.contains(row)) {
+        return Err(refuse(format!("an unexpected or altered {t} {n:?}")));
+    }
+    let missing: Vec<&SchemaRow> = expected
+        .iter()
+        .filter(|row| !actual.contains(row))
+        .collect();
+    if let Some((_, n, _, _)) = missing.iter().find(|(t, ..)| t == "table") {
+        return Err(refuse(format!("table {n:?} is missing")));
+    }
+    Ok(missing
+        .into_iter()
+        .map(|(t, n, _, _)| (t.clone(), n.clone()))
+        .collect())
+}
 
 /// Brings the schema up to date; refuses databases written by a newer Kura.
 pub fn apply(conn: &mut Connection) -> Result<()> {

@@ -117,6 +117,8 @@ pub struct Store {
     path: PathBuf,
     /// How long [`Store::write`] waits for the write lock.
     busy_timeout: Duration,
+    /// Triggers and indexes of Kura's schema missing from the file: (type, name).
+    schema_gaps: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Store {
@@ -138,7 +140,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| not_kura(&path, e))?;
-        set_busy_handler(&conn)?;
+        configure_connection(&conn)?;
         let app_id = application_id(&conn, &path)?;
         if app_id != APPLICATION_ID {
             return Err(StoreError::NotKura {
@@ -165,8 +167,18 @@ impl Store {
                 dir.display()
             )));
         }
+        if !path.exists() {
+            // Private from its first byte: SQLite gives the WAL and shared-memory files the
+            // database file's mode, so they are 0600 too.
+            std::os::unix::fs::OpenOptionsExt::mode(
+                std::fs::OpenOptions::new().write(true).create_new(true),
+                0o600,
+            )
+            .open(&path)
+            .map_err(|e| StoreError::Invalid(format!("cannot create {}: {e}", path.display())))?;
+        }
         let conn = Connection::open(&path).map_err(|e| not_kura(&path, e))?;
-        set_busy_handler(&conn)?;
+        configure_connection(&conn)?;
         let app_id = application_id(&conn, &path)?;
         if app_id != APPLICATION_ID {
             let tables: i64 =
@@ -199,12 +211,20 @@ impl Store {
         // Negative: KiB rather than pages.
         conn.pragma_update(None, "cache_size", -i64::from(options.cache_kib))?;
         conn.pragma_update(None, "wal_autocheckpoint", options.wal_autocheckpoint_pages)?;
+        let schema_gaps = migrations::check_schema(&conn, &path)?;
         migrations::apply(&mut conn)?;
         Ok(Store {
             conn,
             path,
             busy_timeout: options.busy_timeout,
+            schema_gaps,
         })
+    }
+
+    /// Triggers and indexes of Kura's schema that the file lacks, as (type, name): someone
+    /// removed them (the immutability triggers, say). `verify` reports each.
+    pub fn schema_gaps(&self) -> &[(String, String)] {
+        &self.schema_gaps
     }
 
     /// The database file.
@@ -287,8 +307,12 @@ fn retry_busy<T>(
     }
 }
 
-fn set_busy_handler(conn: &Connection) -> Result<()> {
+/// The first settings of every connection, before anything is read from the file.
+fn configure_connection(conn: &Connection) -> Result<()> {
     conn.busy_handler(Some(busy_wait))?;
+    // Functions with side effects may not run from views or triggers stored in the file:
+    // a database is input, and Kura's own schema needs none.
+    conn.pragma_update(None, "trusted_schema", "OFF")?;
     Ok(())
 }
 

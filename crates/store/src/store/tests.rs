@@ -495,13 +495,17 @@ fn busy_timeout_is_per_store() {
     });
     locked_rx.recv().expect("locked");
 
-    let err = impatient.write(|_tx| Ok(())).expect_err("impatient must give up");
+    let err = impatient
+        .write(|_tx| Ok(()))
+        .expect_err("impatient must give up");
     assert!(
         matches!(&err, StoreError::Sqlite(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)),
         "expected busy, got {err:?}"
     );
     release_tx.send(()).expect("release");
     // The lock is still held for 600 ms: longer than one busy round, well inside 30 s.
-    patient.write(|_tx| Ok(())).expect("patient writer waits for the lock");
+    patient
+        .write(|_tx| Ok(()))
+        .expect("patient writer waits for the lock");
     holder_thread.join().expect("join");
 }

@@ -221,7 +221,12 @@ pub fn release(store: &mut Store, claim: &Claim) -> Result<()> {
 
 /// Gives the turn back after this attempt failed with `error` (kept as a bounded excerpt):
 /// nobody claims it before `retry_at_ms`, and fresher turns go first.
-pub fn release_failed(store: &mut Store, claim: &Claim, error: &str, retry_at_ms: i64) -> Result<()> {
+pub fn release_failed(
+    store: &mut Store,
+    claim: &Claim,
+    error: &str,
+    retry_at_ms: i64,
+) -> Result<()> {
     let mut end = error.len().min(MAX_ERROR_BYTES);
     while !error.is_char_boundary(end) {
         end -= 1;
@@ -232,7 +237,11 @@ pub fn release_failed(store: &mut Store, claim: &Claim, error: &str, retry_at_ms
                     retry_at_ms = ?2, last_error = ?3
               WHERE turn_id = ?1",
         )?
-        .execute(params![claim.turn_id.to_string(), retry_at_ms, &error[..end]])?;
+        .execute(params![
+            claim.turn_id.to_string(),
+            retry_at_ms,
+            &error[..end]
+        ])?;
         Ok(())
     })
 }

@@ -163,7 +163,11 @@ impl Tool for Write {
         let old = u64::try_from(st.st_size).unwrap_or(0);
         let added = content.len() as u64;
         let used = ws.usage()?;
-        let after = if append { used + added } else { used - old.min(used) + added };
+        let after = if append {
+            used + added
+        } else {
+            used - old.min(used) + added
+        };
         if after > ws.quota() {
             return Err(format!(
                 "the workspace quota of {} bytes would be exceeded ({} in use, this write makes {after}); refused",
@@ -177,9 +181,11 @@ impl Tool for Write {
         let mut f = std::fs::File::from(fd);
         if append {
             use std::io::Seek as _;
-            f.seek(std::io::SeekFrom::End(0)).map_err(|e| format!("{rel}: {e}"))?;
+            f.seek(std::io::SeekFrom::End(0))
+                .map_err(|e| format!("{rel}: {e}"))?;
         }
-        f.write_all(content.as_bytes()).map_err(|e| format!("{rel}: {e}"))?;
+        f.write_all(content.as_bytes())
+            .map_err(|e| format!("{rel}: {e}"))?;
         f.sync_all().map_err(|e| format!("{rel}: {e}"))?;
         Ok(json!({"path": rel, "bytes": content.len()}))
     }
@@ -204,7 +210,10 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let ws = ws(root.path());
         Write
-            .run(&ws, &args(json!({"path": "notes/a.md", "content": "hello"})))
+            .run(
+                &ws,
+                &args(json!({"path": "notes/a.md", "content": "hello"})),
+            )
             .expect("write");
         Write
             .run(
@@ -228,7 +237,9 @@ mod tests {
         Write
             .run(&ws, &args(json!({"path": "notes/a.md", "content": "hi"})))
             .expect("overwrite");
-        let r = Read.run(&ws, &args(json!({"path": "notes/a.md"}))).expect("read");
+        let r = Read
+            .run(&ws, &args(json!({"path": "notes/a.md"})))
+            .expect("read");
         assert_eq!(r["content"], "hi");
     }
 
@@ -241,11 +252,24 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), ws.root().join("door")).expect("symlink dir");
         std::os::unix::fs::symlink(outside.path().join("secret"), ws.root().join("link"))
             .expect("symlink file");
-        for bad in ["../s2/x", "/etc/passwd", "a/../../x", "", "door/secret", "link"] {
+        for bad in [
+            "../s2/x",
+            "/etc/passwd",
+            "a/../../x",
+            "",
+            "door/secret",
+            "link",
+        ] {
             let err = Read.run(&ws, &args(json!({"path": bad}))).expect_err(bad);
             assert!(!err.contains("s3cret"), "{bad}: {err}");
         }
-        for bad in ["../x", "/tmp/x", "door/new-file", "door/sub/new-file", "link"] {
+        for bad in [
+            "../x",
+            "/tmp/x",
+            "door/new-file",
+            "door/sub/new-file",
+            "link",
+        ] {
             assert!(
                 Write
                     .run(&ws, &args(json!({"path": bad, "content": "x"})))
@@ -273,7 +297,7 @@ mod tests {
         let ws = ws(root.path());
         rustix::fs::mkfifoat(
             rustix::fs::CWD,
-            &ws.root().join("pipe"),
+            ws.root().join("pipe"),
             rustix::fs::Mode::from_raw_mode(0o600),
         )
         .expect("mkfifo");
@@ -323,7 +347,10 @@ mod tests {
             {
                 outside_reads += 1;
             }
-            let _ = Write.run(&ws, &args(json!({"path": "d/w", "content": format!("{i}")})));
+            let _ = Write.run(
+                &ws,
+                &args(json!({"path": "d/w", "content": format!("{i}")})),
+            );
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         swapper.join().expect("swapper");
@@ -353,15 +380,24 @@ mod tests {
             .run(&ws, &args(json!({"path": "a", "content": half})))
             .expect("rewrite");
         Write
-            .run(&ws, &args(json!({"path": "b", "content": "y".repeat((QUOTA / 2 - 10) as usize)})))
+            .run(
+                &ws,
+                &args(json!({"path": "b", "content": "y".repeat((QUOTA / 2 - 10) as usize)})),
+            )
             .expect("just under the quota");
         let err = Write
             .run(&ws, &args(json!({"path": "c", "content": "z".repeat(100)})))
             .expect_err("over the quota");
         assert!(err.contains("quota"), "{err}");
-        assert!(!ws.root().join("c").exists() || std::fs::metadata(ws.root().join("c")).expect("meta").len() == 0);
+        assert!(
+            !ws.root().join("c").exists()
+                || std::fs::metadata(ws.root().join("c")).expect("meta").len() == 0
+        );
         let err = Write
-            .run(&ws, &args(json!({"path": "a", "content": "q".repeat(100), "append": true})))
+            .run(
+                &ws,
+                &args(json!({"path": "a", "content": "q".repeat(100), "append": true})),
+            )
             .expect_err("append over the quota");
         assert!(err.contains("quota"), "{err}");
     }
@@ -380,6 +416,10 @@ mod tests {
             v["content_sha256"],
             hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
         );
-        assert!(v.to_string().len() < 64 * 1024, "{} bytes", v.to_string().len());
+        assert!(
+            v.to_string().len() < 64 * 1024,
+            "{} bytes",
+            v.to_string().len()
+        );
     }
 }

@@ -147,7 +147,11 @@ impl Toolbox {
                 mode: config.sandbox,
                 state: state.clone(),
                 read_only: config.sandbox_read_only.iter().map(PathBuf::from).collect(),
-                read_write: config.sandbox_read_write.iter().map(PathBuf::from).collect(),
+                read_write: config
+                    .sandbox_read_write
+                    .iter()
+                    .map(PathBuf::from)
+                    .collect(),
                 network,
                 limits: Limits {
                     cpu_secs: config.cpu_seconds.max(1),

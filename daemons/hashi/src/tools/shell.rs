@@ -119,8 +119,14 @@ impl Tool for Run {
             .ok()
             .and_then(rustix::process::Pid::from_raw);
         let readers = [
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         ]
         .map(|stream| {
             let (tx, rx) = mpsc::channel();

@@ -90,8 +90,7 @@ fn open_error(rel: &str, e: Errno) -> String {
 impl Workspace {
     /// Creates (if needed) and opens `<root>/<session>`, with room for `quota` bytes.
     pub fn open(root: &Path, session: &str, quota: u64) -> Result<Workspace, String> {
-        if session.is_empty() || session.contains(['/', '\\', '\0']) || session.starts_with('.')
-        {
+        if session.is_empty() || session.contains(['/', '\\', '\0']) || session.starts_with('.') {
             return Err(format!("invalid session directory name {session:?}"));
         }
         std::fs::create_dir_all(root)
@@ -215,8 +214,16 @@ impl Workspace {
 }
 
 /// Opens the normalised `rel` beneath `dir` component by component with `O_NOFOLLOW`.
-fn walk_beneath(dir: std::os::fd::BorrowedFd<'_>, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
-    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+fn walk_beneath(
+    dir: std::os::fd::BorrowedFd<'_>,
+    rel: &str,
+    flags: OFlags,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
     let Some((last, dirs)) = parts.split_last() else {
         return rustix::fs::openat(dir, ".", flags, mode);
     };
@@ -233,7 +240,12 @@ fn walk_beneath(dir: std::os::fd::BorrowedFd<'_>, rel: &str, flags: OFlags, mode
         )?;
         current = Some(next);
     }
-    rustix::fs::openat(current.as_ref().map_or(dir, |c| c.as_fd()), *last, flags, mode)
+    rustix::fs::openat(
+        current.as_ref().map_or(dir, |c| c.as_fd()),
+        *last,
+        flags,
+        mode,
+    )
 }
 
 /// Deepest directory nesting [`usage_of`] walks; deeper trees count as over quota.
@@ -319,8 +331,12 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), dir.path().join("a/door")).expect("symlink");
         std::os::unix::fs::symlink(outside.path().join("f"), dir.path().join("a/link"))
             .expect("symlink");
-        let top = rustix::fs::open(dir.path(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
-            .expect("open");
+        let top = rustix::fs::open(
+            dir.path(),
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .expect("open");
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = walk_beneath(top.as_fd(), "a/f", flags, Mode::empty()).expect("inside");
         let mut text = String::new();
@@ -329,7 +345,10 @@ mod tests {
         for bad in ["a/door/f", "a/link"] {
             // ELOOP for the last component, ENOTDIR for a directory one.
             let err = walk_beneath(top.as_fd(), bad, flags, Mode::empty()).err();
-            assert!(matches!(err, Some(Errno::LOOP | Errno::NOTDIR)), "{bad}: {err:?}");
+            assert!(
+                matches!(err, Some(Errno::LOOP | Errno::NOTDIR)),
+                "{bad}: {err:?}"
+            );
         }
     }
 }

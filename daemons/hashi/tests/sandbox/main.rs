@@ -23,9 +23,11 @@ fn setup(tweak: impl FnOnce(&mut ToolsConfig)) -> Setup {
     let root = dir.path().join("workspaces");
     let mut config = ToolsConfig {
         workspace_root: root.display().to_string(),
-        shell_allowlist: ["ls", "cat", "wc", "echo", "date", "sh", "sleep", "head", "python3"]
-            .map(String::from)
-            .to_vec(),
+        shell_allowlist: [
+            "ls", "cat", "wc", "echo", "date", "sh", "sleep", "head", "python3",
+        ]
+        .map(String::from)
+        .to_vec(),
         shell_timeout_ms: 20_000,
         ..ToolsConfig::default()
     };
@@ -44,10 +46,7 @@ impl Setup {
     }
 
     fn run(&self, session: &str, argv: &[&str]) -> Result<Value, String> {
-        let args: Map<String, Value> = json!({"argv": argv})
-            .as_object()
-            .cloned()
-            .expect("object");
+        let args: Map<String, Value> = json!({"argv": argv}).as_object().cloned().expect("object");
         let tool = self.toolbox.get("shell.run").expect("shell.run");
         tool.run(&self.ws(session), &args)
     }
@@ -59,10 +58,16 @@ impl Setup {
         assert_ne!(r["exit_code"], 0, "{argv:?} succeeded: {r}");
         let text = r.to_string();
         assert!(
-            r["stderr"].as_str().unwrap_or("").contains("Permission denied"),
+            r["stderr"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Permission denied"),
             "{argv:?}: {r}"
         );
-        assert!(!text.contains(forbidden), "{argv:?} leaked {forbidden:?}: {r}");
+        assert!(
+            !text.contains(forbidden),
+            "{argv:?} leaked {forbidden:?}: {r}"
+        );
     }
 }
 
@@ -156,7 +161,13 @@ fn shell_option_reads_a_file_outside() {
     let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     let r = s.run("s1", &["date", "-f", "/etc/hostname"]).expect("ran");
     assert_ne!(r["exit_code"], 0, "{r}");
-    assert!(r["stderr"].as_str().unwrap_or("").contains("Permission denied"), "{r}");
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Permission denied"),
+        "{r}"
+    );
     if !hostname.trim().is_empty() {
         assert!(!r.to_string().contains(hostname.trim()), "{r}");
     }
@@ -173,10 +184,20 @@ fn shell_writes_only_inside_the_workspace() {
     let outside = s.root.parent().expect("parent").join("planted");
     let target = outside.display().to_string();
     let r = s
-        .run("s1", &["sh", "-c", &format!("echo x > {target}; echo ok > inside.txt; cat inside.txt")])
+        .run(
+            "s1",
+            &[
+                "sh",
+                "-c",
+                &format!("echo x > {target}; echo ok > inside.txt; cat inside.txt"),
+            ],
+        )
         .expect("ran");
     assert_eq!(r["stdout"], "ok\n", "{r}");
-    assert!(!outside.exists(), "a file was created outside the workspace");
+    assert!(
+        !outside.exists(),
+        "a file was created outside the workspace"
+    );
     assert_eq!(
         std::fs::read_to_string(s.ws("s1").root().join("inside.txt")).expect("read"),
         "ok\n"
@@ -223,7 +244,10 @@ fn shell_timeout_kills_the_whole_process_group() {
         .expect("ps");
     let ps = String::from_utf8_lossy(&ps.stdout);
     for left in ["sleep 300", "sleep 301", "sleep 302"] {
-        assert!(!ps.lines().any(|l| l.trim() == left), "{left} survived: {ps}");
+        assert!(
+            !ps.lines().any(|l| l.trim() == left),
+            "{left} survived: {ps}"
+        );
     }
 }
 
@@ -232,10 +256,18 @@ fn shell_timeout_kills_the_whole_process_group() {
 fn shell_file_size_limited_to_the_quota() {
     let s = setup(|c| c.workspace_quota_mib = 1);
     let r = s
-        .run("s1", &["sh", "-c", "head -c 3000000 /dev/zero > big; echo done"])
+        .run(
+            "s1",
+            &["sh", "-c", "head -c 3000000 /dev/zero > big; echo done"],
+        )
         .expect("ran");
-    let size = std::fs::metadata(s.ws("s1").root().join("big")).map(|m| m.len()).unwrap_or(0);
-    assert!(size <= 1 << 20, "wrote {size} bytes past a 1 MiB quota: {r}");
+    let size = std::fs::metadata(s.ws("s1").root().join("big"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(
+        size <= 1 << 20,
+        "wrote {size} bytes past a 1 MiB quota: {r}"
+    );
 }
 
 /// Output beyond what a record holds is cut, with the full size and digest.
@@ -245,7 +277,12 @@ fn shell_huge_output_is_bounded() {
     let r = s
         .run("s1", &["head", "-c", "5000000", "/dev/zero"])
         .expect("ran");
-    assert_eq!(r["stdout_bytes"], 5_000_000, "{}", hashi::tools::excerpt(&r.to_string(), 300));
+    assert_eq!(
+        r["stdout_bytes"],
+        5_000_000,
+        "{}",
+        hashi::tools::excerpt(&r.to_string(), 300)
+    );
     assert!(r.to_string().len() < 512 * 1024);
 }
 
@@ -262,7 +299,10 @@ fn shell_refused_when_the_sandbox_is_unavailable() {
         SandboxState::Unavailable("test kernel".into()),
     );
     let ws = toolbox.workspace("s1").expect("ws");
-    let args = json!({"argv": ["echo", "hi"]}).as_object().cloned().expect("object");
+    let args = json!({"argv": ["echo", "hi"]})
+        .as_object()
+        .cloned()
+        .expect("object");
     let err = toolbox
         .get("shell.run")
         .expect("tool")
