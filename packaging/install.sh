@@ -61,9 +61,17 @@ if [ $live = 1 ]; then
 fi
 owner() { if [ $live = 1 ]; then chown "$@"; fi; }
 
+# Never follow a symlink this script did not make: the kura user owns /var/lib/kura and
+# everything in it, so on an upgrade root touches nothing there (a kura.db that had become a
+# symlink to /etc/shadow would otherwise be chown'd to kura).
+for d in "$root/var/lib/kura" "$root/etc/kura" "$root/opt/kura"; do
+    if [ -L "$d" ]; then echo "install.sh: $d is a symlink; refusing to install through it" >&2; exit 1; fi
+done
 install -d -m 0755 "$root/opt/kura/bin" "$root/etc/kura" "$root/etc/systemd/system" "$root/usr/local/bin"
-install -d -m 0750 "$root/var/lib/kura"
-owner kura:kura "$root/var/lib/kura"
+if [ ! -d "$root/var/lib/kura" ]; then
+    install -d -m 0750 "$root/var/lib/kura"
+    owner -h kura:kura "$root/var/lib/kura"
+fi
 # Stop running services before replacing their binaries (an upgrade).
 for u in $units; do systemctl_ stop "$u.service" 2>/dev/null || true; done
 for b in kura mikado minato hashi aegis nats-server; do
@@ -83,17 +91,17 @@ for f in "$here"/config/*; do
 done
 for f in "$here"/systemd/*.service; do install -m 0644 "$f" "$root/etc/systemd/system/$(basename "$f")"; done
 
-# The database: created once, owned by kura, readable by nobody else.
+# The database: created once, by the kura user (so kura owns it), mode 0600 (`kura init`
+# makes it private). An upgrade leaves it alone: no chmod or chown as root through whatever
+# the kura user may have put at that path.
 db="$root/var/lib/kura/kura.db"
-if [ ! -e "$db" ]; then
+if [ ! -e "$db" ] && [ ! -L "$db" ]; then
     if [ $live = 1 ]; then
         runuser -u kura -- /opt/kura/bin/kura --db /var/lib/kura/kura.db init
     else
         "${KURA_INIT:-$root/opt/kura/bin/kura}" --db "$db" init
     fi
 fi
-chmod 0600 "$db"
-owner kura:kura "$db"
 
 systemctl_ daemon-reload
 for u in $units; do systemctl_ enable "$u.service"; done
