@@ -71,6 +71,9 @@ enum CallEnd {
 /// result record (status, call id) must fit beside it.
 const MAX_RESULT_BYTES: usize = 1024 * 1024;
 
+/// Largest tool call recorded (and so run): what a record holds, less room for the rest.
+const MAX_CALL_BYTES: usize = 3 * 1024 * 1024;
+
 /// Longest quote of an outsider's text (a model server's error body, a tool's error) in a
 /// record or a log line.
 const MAX_QUOTE_BYTES: usize = 2048;
@@ -366,14 +369,36 @@ impl Worker {
             .get(name)
             .map(|t| t.effect().as_str())
             .unwrap_or("unknown");
-        let mut content = json!({"tool_name": name, "arguments": arguments, "call_id": call_id});
+        let shown_name = excerpt(name, 256);
+        let mut content =
+            json!({"tool_name": shown_name, "arguments": arguments, "call_id": call_id});
         if as_given != arguments {
             content["arguments_as_given"] = Value::Object(as_given);
+        }
+        let size = content.to_string().len();
+        if size > MAX_CALL_BYTES {
+            // Too big to record, so it is not run either: what runs is always on record.
+            let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+                content.to_string().as_bytes(),
+            ));
+            let call = self.record(
+                claim,
+                RecordType::ToolCall,
+                json!({"tool_name": shown_name, "arguments": {}, "call_id": call_id,
+                       "arguments_omitted": {"bytes": size, "sha256": digest}}),
+                &[("effect", effect.to_owned())],
+            );
+            self.append(claim, history, call)?;
+            let refusal = format!(
+                "the call is {size} bytes, more than a record holds ({MAX_CALL_BYTES}); it was not run"
+            );
+            self.record_result(claim, history, &call_id, Err(refusal), &[])?;
+            return Ok(CallEnd::Done);
         }
         let call = self.record(
             claim,
             RecordType::ToolCall,
-            fit(content, MAX_RESULT_BYTES),
+            content,
             &[("effect", effect.to_owned())],
         );
         self.append(claim, history, call)?;
