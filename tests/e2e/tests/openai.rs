@@ -293,3 +293,56 @@ fn a_failing_provider_ends_the_turn_with_a_recorded_error() {
     );
     assert_eq!(recs[1].content["error"], true);
 }
+
+/// Attack: a model server's error body over 4 MiB made the turn unstorable, so hashi
+/// retried it forever and logged the whole body every time (162 MB of log).
+#[test]
+fn a_huge_error_body_from_the_model_server_ends_the_turn_with_a_short_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let body = "E".repeat(5 * 1024 * 1024);
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            // Read the request head, then answer without waiting for the rest.
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut stream, &mut buf);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, _) = run_one_turn(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "openai".into()),
+            (
+                "KURA_PROVIDER__BASE_URL",
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("KURA_PROVIDER__RETRIES", "0".into()),
+        ],
+    );
+    let recs = output_records(&store);
+    let types: Vec<&str> = recs.iter().map(|r| r.record_type.as_str()).collect();
+    assert_eq!(types, ["sys.error", "task.deliverable"]);
+    let text = recs[0].content["text"].as_str().expect("text");
+    assert!(text.contains("HTTP 400"), "{text}");
+    assert!(
+        text.len() < 4096,
+        "the error is an excerpt: {} bytes",
+        text.len()
+    );
+    let claims: i64 = store
+        .conn()
+        .query_row("SELECT claims FROM turns", [], |r| r.get(0))
+        .expect("claims");
+    assert_eq!(claims, 1, "one attempt, not a retry loop");
+    let log = std::fs::metadata(dir.path().join("hashi.log"))
+        .expect("log")
+        .len();
+    assert!(log < 64 * 1024, "hashi's log grew to {log} bytes");
+}
