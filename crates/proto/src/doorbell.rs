@@ -110,9 +110,12 @@ pub struct ApprovalDecision {
     /// A short note or reason.
     #[serde(default)]
     pub note: String,
-    /// When it was signed (RFC 3339).
+    /// When it was signed (RFC 3339 UTC; aegis refuses one far from its clock).
+    #[serde(default)]
     pub signed_at: String,
-    /// Hex Ed25519 signature.
+    /// Hex Ed25519 signature. Optional in parsing only so that an unsigned decision reaches
+    /// aegis and is refused (and counted) like any other bad one.
+    #[serde(default)]
     pub signature: String,
 }
 

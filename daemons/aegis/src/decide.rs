@@ -3,6 +3,7 @@
 //! every refused message is a recorded rejection.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use kura_store::Store;
 use kura_store::work::approvals::{
@@ -137,9 +138,33 @@ fn rejected(message: String) -> Verdicted {
 
 /// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
 /// wrong-request, replayed, duplicate or late decisions are refused and recorded.
+/// Refuses a `signed_at` that is not an RFC 3339 UTC time within `window` of `now`: a
+/// decision signed long ago (or "in the future") is stale or forged.
+fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), String> {
+    let shown: String = text.chars().take(40).collect();
+    let t = humantime::parse_rfc3339(text)
+        .map_err(|_| format!("signed_at {shown:?} is not an RFC 3339 UTC time"))?;
+    let skew = now
+        .duration_since(t)
+        .or_else(|e| Ok::<_, ()>(e.duration()))
+        .unwrap_or(Duration::MAX);
+    if skew > window {
+        return Err(format!(
+            "signed_at {shown} is {} s from aegis's clock; decisions must be signed within {} s",
+            skew.as_secs(),
+            window.as_secs()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
+/// stale, wrong-request, replayed, duplicate or late decisions are refused and counted
+/// (the first few per request and approver recorded in full).
 pub fn decide(
     store: &mut Store,
     approvers: &[Approver],
+    signed_within: Duration,
     d: &ApprovalDecision,
 ) -> kura_store::Result<Verdicted> {
     let raw = serde_json::to_string(d).unwrap_or_default();
@@ -157,6 +182,7 @@ pub fn decide(
                 .find(|x| x.name == d.approver)
                 .ok_or_else(|| format!("approver {:?} has no trusted key", d.approver))?;
             keys::verify(&who.public_key, d, &a.request_hash)?;
+            check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
             if a.state != ApprovalState::Asked {
                 return Err(format!(
                     "request is not waiting for people (it is {})",
@@ -180,7 +206,14 @@ pub fn decide(
         );
         // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
         // propagates instead of being recorded as a refusal.
-        let (rec, count) = match record_vote_in(tx, &a, &author, decision, &vote, &d.signature) {
+        let (rec, count) = match record_vote_in(
+            tx,
+            &a,
+            (&author, &who.public_key),
+            decision,
+            &vote,
+            &d.signature,
+        ) {
             Ok(x) => x,
             Err(StoreError::Conflict {
                 kind: ConflictKind::DuplicateVote,
@@ -263,7 +296,8 @@ pub fn pending(store: &Store) -> kura_store::Result<Vec<PendingItem>> {
     let mut out = Vec::new();
     for a in asked(conn)?.into_iter().take(100) {
         let approvals: i64 = conn.query_row(
-            "SELECT count(*) FROM approval_votes WHERE request_id = ?1 AND decision = 'approve'",
+            "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
+              WHERE request_id = ?1 AND decision = 'approve'",
             [a.request_id.to_string()],
             |r| r.get(0),
         )?;

@@ -37,6 +37,45 @@ pub struct Approver {
     pub public_key: String,
 }
 
+/// The trusted approvers: no name and no key twice (refused at load), so M-of-N can only be
+/// met by M different keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<Approver>", into = "Vec<Approver>")]
+pub struct Approvers(Vec<Approver>);
+
+impl TryFrom<Vec<Approver>> for Approvers {
+    type Error = String;
+    fn try_from(list: Vec<Approver>) -> Result<Self, String> {
+        for (i, a) in list.iter().enumerate() {
+            for b in &list[..i] {
+                if a.name == b.name {
+                    return Err(format!("approver {:?} is listed twice", a.name));
+                }
+                if a.public_key.eq_ignore_ascii_case(&b.public_key) {
+                    return Err(format!(
+                        "approvers {:?} and {:?} have the same public key; each person needs their own",
+                        b.name, a.name
+                    ));
+                }
+            }
+        }
+        Ok(Approvers(list))
+    }
+}
+
+impl From<Approvers> for Vec<Approver> {
+    fn from(a: Approvers) -> Self {
+        a.0
+    }
+}
+
+impl std::ops::Deref for Approvers {
+    type Target = [Approver];
+    fn deref(&self) -> &[Approver] {
+        &self.0
+    }
+}
+
 /// Policy and approvers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -46,17 +85,20 @@ pub struct AegisConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
     /// Whose signed decisions count.
-    pub approvers: Vec<Approver>,
+    pub approvers: Approvers,
     /// An ask nobody answers is denied after this long.
     pub ask_timeout_ms: u64,
+    /// A decision's `signed_at` must be within this long of aegis's clock (either way).
+    pub signed_within_ms: u64,
 }
 
 impl Default for AegisConfig {
     fn default() -> Self {
         AegisConfig {
             policy: None,
-            approvers: vec![],
+            approvers: Approvers::default(),
             ask_timeout_ms: 3_600_000,
+            signed_within_ms: 600_000,
         }
     }
 }
@@ -99,11 +141,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await?;
     // People decide.
     let (st, a, b) = (serve_store.clone(), approvers.clone(), bus.clone());
+    let signed_within = std::time::Duration::from_millis(config.aegis.signed_within_ms);
     bus.serve::<ApprovalDecision, _>(bus.subjects.approval_decide(), move |d| {
         let Ok(mut store) = st.lock() else {
             return json_bytes(&serde_json::json!({"ok": false}));
         };
-        match decide::decide(&mut store, &a, &d) {
+        match decide::decide(&mut store, &a, signed_within, &d) {
             Ok(v) => {
                 if let Some(turn_id) = v.woke {
                     b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });

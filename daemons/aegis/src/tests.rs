@@ -8,8 +8,38 @@ use kura_store::work::{claim_next, fenced, now_ms};
 use proto::doorbell::ApprovalDecision;
 use proto::record::RecordType;
 
+use std::time::Duration;
+
 use crate::policy::Policy;
-use crate::{Approver, decide, keys};
+use crate::{Approver, Approvers, decide, keys};
+
+/// The default `signed_within_ms`.
+const WINDOW: Duration = Duration::from_secs(600);
+
+fn approver(name: &str, key: &SigningKey) -> Approver {
+    Approver {
+        name: name.into(),
+        public_key: hex::encode(key.verifying_key().as_bytes()),
+    }
+}
+
+fn store_with_request() -> (tempfile::TempDir, Store, uuid::Uuid, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("db");
+    let request_id = asked_request(&mut store);
+    let hash = approval(store.conn(), request_id)
+        .expect("read")
+        .expect("row")
+        .request_hash;
+    (dir, store, request_id, hash)
+}
+
+fn count(store: &Store, sql: &str) -> i64 {
+    store
+        .conn()
+        .query_row(sql, [], |r| r.get(0))
+        .expect("count")
+}
 
 /// A request for an `fs.write` that the default policy asks people about.
 fn asked_request(store: &mut Store) -> uuid::Uuid {
@@ -99,12 +129,12 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         .expect("required");
 
     let first = signed(&alice, "alice", request_id, &hash);
-    let v = decide::decide(&mut store, &approvers, &first).expect("decide");
+    let v = decide::decide(&mut store, &approvers, WINDOW, &first).expect("decide");
     assert!(v.ok, "{v:?}");
     assert_eq!(v.state, "asked", "1 of 2");
     let before = sys_errors(&store);
 
-    let v = decide::decide(&mut store, &approvers, &first).expect("decide");
+    let v = decide::decide(&mut store, &approvers, WINDOW, &first).expect("decide");
     assert!(!v.ok);
     assert!(v.message.contains("duplicate or replayed"), "{}", v.message);
     assert_eq!(
@@ -124,6 +154,7 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
     let v = decide::decide(
         &mut store,
         &approvers,
+        WINDOW,
         &signed(&bob, "bob", request_id, &hash),
     )
     .expect("decide");
@@ -135,4 +166,144 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
             .state,
         ApprovalState::Approved
     );
+}
+
+/// Attack: one key listed under two names satisfied `approvers = 2` alone. Such a config is
+/// refused at load, and votes count distinct keys even if one slipped through.
+#[test]
+fn one_key_under_two_names_is_refused_and_counts_once() {
+    let key = SigningKey::from_bytes(&[7u8; 32]);
+    let pk = hex::encode(key.verifying_key().as_bytes());
+    let toml = format!(
+        "approvers = [{{ name = \"eve\", public_key = \"{pk}\" }}, {{ name = \"eve2\", public_key = \"{}\" }}]",
+        pk.to_uppercase()
+    );
+    let err = toml::from_str::<crate::AegisConfig>(&toml).expect_err("refused at load");
+    assert!(err.to_string().contains("same public key"), "{err}");
+    assert!(
+        Approvers::try_from(vec![
+            approver("a", &key),
+            approver("a", &SigningKey::from_bytes(&[8u8; 32]))
+        ])
+        .is_err(),
+        "a name twice"
+    );
+
+    // Past the config check (say, an old database with such votes): still one vote.
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    store
+        .conn()
+        .execute(
+            "UPDATE approvals SET required = 2 WHERE request_id = ?1",
+            [request_id.to_string()],
+        )
+        .expect("required");
+    let twice = [approver("eve", &key), approver("eve2", &key)];
+    assert!(
+        decide::decide(
+            &mut store,
+            &twice,
+            WINDOW,
+            &signed(&key, "eve", request_id, &hash)
+        )
+        .expect("decide")
+        .ok
+    );
+    let v = decide::decide(
+        &mut store,
+        &twice,
+        WINDOW,
+        &signed(&key, "eve2", request_id, &hash),
+    )
+    .expect("decide");
+    assert!(!v.ok, "the same key votes once: {v:?}");
+    assert_eq!(
+        approval(store.conn(), request_id)
+            .expect("read")
+            .expect("row")
+            .state,
+        ApprovalState::Asked,
+        "still 1 of 2"
+    );
+}
+
+/// Attack: `signed_at` was never checked (`"not-a-time-9999"` was accepted).
+#[test]
+fn stale_or_malformed_signed_at_is_refused() {
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let alice = SigningKey::from_bytes(&[1u8; 32]);
+    let approvers = [approver("alice", &alice)];
+    for (when, why) in [
+        ("not-a-time-9999", "not an RFC 3339"),
+        ("2020-01-01T00:00:00Z", "decisions must be signed within"),
+        ("2999-01-01T00:00:00Z", "decisions must be signed within"),
+    ] {
+        let mut d = signed(&alice, "alice", request_id, &hash);
+        d.signed_at = when.into();
+        keys::sign(&alice, &mut d, &hash);
+        let v = decide::decide(&mut store, &approvers, WINDOW, &d).expect("decide");
+        assert!(!v.ok && v.message.contains(why), "{when}: {v:?}");
+    }
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &signed(&alice, "alice", request_id, &hash),
+    )
+    .expect("decide");
+    assert!(v.ok, "a fresh one counts: {v:?}");
+}
+
+/// Attack: every forged decision wrote a row and a permanent `sys.error` record (20 s of
+/// flooding: 0.2 MB to 412 MB). Refusals are all counted, a few recorded.
+#[test]
+fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let alice = SigningKey::from_bytes(&[1u8; 32]);
+    let mallory = SigningKey::from_bytes(&[66u8; 32]);
+    let approvers = [approver("alice", &alice)];
+    let records_before = count(&store, "SELECT count(*) FROM records");
+    let n = 300;
+    for i in 0..n {
+        // Forged by an untrusted key, as "alice"; and unsigned ones; and unknown requests.
+        let mut d = signed(&mallory, "alice", request_id, &hash);
+        d.note = format!("forgery {i}");
+        assert!(
+            !decide::decide(&mut store, &approvers, WINDOW, &d)
+                .expect("decide")
+                .ok
+        );
+        let mut unsigned = signed(&alice, "alice", request_id, &hash);
+        unsigned.signature = String::new();
+        assert!(
+            !decide::decide(&mut store, &approvers, WINDOW, &unsigned)
+                .expect("decide")
+                .ok
+        );
+        let unknown = signed(&mallory, &format!("x{i}"), proto::new_id(), &hash);
+        assert!(
+            !decide::decide(&mut store, &approvers, WINDOW, &unknown)
+                .expect("decide")
+                .ok
+        );
+    }
+    let new_records = count(&store, "SELECT count(*) FROM records") - records_before;
+    assert!(
+        new_records <= 3,
+        "{new_records} records from {} refusals",
+        3 * n
+    );
+    let rows = count(&store, "SELECT count(*) FROM approval_rejections");
+    assert!(rows <= 3 + 100, "{rows} rejection rows");
+    let counted = count(&store, "SELECT sum(refused) FROM approval_rejection_counts");
+    assert_eq!(counted, 3 * n, "every refusal is counted");
+    // The request is still decidable by its real approver.
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &signed(&alice, "alice", request_id, &hash),
+    )
+    .expect("decide");
+    assert!(v.ok, "{v:?}");
 }

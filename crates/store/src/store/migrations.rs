@@ -23,6 +23,8 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!("../../migrations/005_ops.sql")),
     // 006: failed attempts and backoff of turns; a daemon's self-reported detail.
     M::up(include_str!("../../migrations/006_attempts.sql")),
+    // 007: votes carry their key (M-of-N counts keys); refusals counted, a few recorded.
+    M::up(include_str!("../../migrations/007_votes_by_key.sql")),
 ];
 
 /// One schema object: (type, name, table, SQL text).

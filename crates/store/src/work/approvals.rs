@@ -236,15 +236,17 @@ pub fn append_to_turn_in(tx: &Connection, turn_id: Uuid, rec: &NewRecord) -> Res
 pub fn record_vote_in(
     tx: &Connection,
     a: &Approval,
-    approver: &str,
+    (approver, public_key): (&str, &str),
     decision: Vote,
     record: &NewRecord,
     signature: &str,
 ) -> Result<(proto::Record, i64)> {
+    // One vote per person and per key: a key trusted under two names still votes once.
     let exists: Option<i64> = tx
         .query_row(
-            "SELECT 1 FROM approval_votes WHERE request_id = ?1 AND approver = ?2",
-            params![a.request_id.to_string(), approver],
+            "SELECT 1 FROM approval_votes
+              WHERE request_id = ?1 AND (approver = ?2 OR lower(public_key) = lower(?3))",
+            params![a.request_id.to_string(), approver, public_key],
             |r| r.get(0),
         )
         .optional()?;
@@ -256,11 +258,14 @@ pub fn record_vote_in(
     }
     let rec = append_to_turn_in(tx, a.turn_id, record)?;
     tx.execute(
-        "INSERT INTO approval_votes (request_id, approver, decision, record_id, signature) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![a.request_id.to_string(), approver, decision, rec.record_id.to_string(), signature],
+        "INSERT INTO approval_votes (request_id, approver, decision, record_id, signature, public_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![a.request_id.to_string(), approver, decision, rec.record_id.to_string(), signature, public_key],
     )?;
+    // M of N counts distinct keys.
     let n = tx.query_row(
-        "SELECT count(*) FROM approval_votes WHERE request_id = ?1 AND decision = ?2",
+        "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
+          WHERE request_id = ?1 AND decision = ?2",
         params![a.request_id.to_string(), decision],
         |r| r.get(0),
     )?;
@@ -297,6 +302,17 @@ pub fn finalize_in(
 
 /// Records a refused decision message: a row always, and a `sys.error` record by `author`
 /// in the turn's ledger when the request is known and its ledger still open.
+/// Refusals recorded in full (a table row, and a `sys.error` record in the turn's ledger)
+/// per request and approver; the rest only count.
+pub const RECORDED_REJECTIONS: i64 = 3;
+
+/// Refusals kept as rows for decisions naming no known request, in all.
+const RECORDED_UNKNOWN: i64 = 100;
+
+/// Records a refused decision: every one is counted; the first [`RECORDED_REJECTIONS`] per
+/// request and approver (and [`RECORDED_UNKNOWN`] naming no known request) are kept as rows
+/// and `sys.error` records, so a flood of forgeries cannot grow the store without bound.
+/// Returns whether this one was recorded in full.
 pub fn reject_in(
     tx: &Connection,
     author: &str,
@@ -304,7 +320,36 @@ pub fn reject_in(
     approver: Option<&str>,
     reason: &str,
     message: &str,
-) -> Result<()> {
+) -> Result<bool> {
+    let key = request
+        .map(|a| a.request_id.to_string())
+        .unwrap_or_default();
+    let who: String = approver.unwrap_or("").chars().take(200).collect();
+    tx.execute(
+        "INSERT INTO approval_rejection_counts (request_id, approver, refused) VALUES (?1, ?2, 1)
+         ON CONFLICT (request_id, approver) DO UPDATE SET refused = refused + 1",
+        params![key, who],
+    )?;
+    let recorded: i64 = match request {
+        Some(a) => tx.query_row(
+            "SELECT count(*) FROM approval_rejections WHERE request_id = ?1 AND approver IS ?2",
+            params![a.request_id.to_string(), approver],
+            |r| r.get(0),
+        )?,
+        None => tx.query_row(
+            "SELECT count(*) FROM approval_rejections WHERE request_id IS NULL",
+            [],
+            |r| r.get(0),
+        )?,
+    };
+    let limit = if request.is_some() {
+        RECORDED_REJECTIONS
+    } else {
+        RECORDED_UNKNOWN
+    };
+    if recorded >= limit {
+        return Ok(false);
+    }
     tx.execute(
         "INSERT INTO approval_rejections (request_id, approver, reason, message, at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![request.map(|a| a.request_id.to_string()), approver, reason, message, time::now()],
@@ -329,7 +374,7 @@ pub fn reject_in(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The arguments of a request (from its record), for `aegis pending`.
