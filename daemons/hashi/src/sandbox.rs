@@ -189,11 +189,9 @@ pub fn probe(helper: &Path, mode: SandboxMode) -> SandboxState {
         Ok(o) => SandboxState::Unavailable(
             String::from_utf8_lossy(&o.stderr)
                 .lines()
-                .next()
-                .unwrap_or("the probe failed")
-                .chars()
-                .take(200)
-                .collect(),
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.chars().take(200).collect())
+                .unwrap_or_else(|| format!("the probe exited with {}", o.status)),
         ),
         Err(e) => SandboxState::Unavailable(format!("cannot run {}: {e}", helper.display())),
     }
