@@ -42,11 +42,12 @@ impl Out {
     }
 }
 
-/// `text` with terminal control characters (C0 but tab, DEL, C1) and bidirectional
-/// overrides written as `\u{..}` escapes (newline as `\n`).
+/// `text` with terminal control characters (C0 but tab and newline, DEL, C1) and
+/// bidirectional overrides written as `\u{..}` escapes (carriage return as `\r`). Newlines
+/// stay: multi-line output (a table, a record's text split into lines) is printed as such.
 pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     let bad = |c: char| {
-        (c.is_control() && c != '\t')
+        (c.is_control() && c != '\t' && c != '\n')
             || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
     };
     if !text.chars().any(bad) {
@@ -55,7 +56,6 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         match c {
-            '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
@@ -200,8 +200,8 @@ mod tests {
     fn terminal_escapes_are_neutralised() {
         assert_eq!(escape_controls("plain\ttext"), "plain\ttext");
         assert_eq!(
-            escape_controls("a\u{1b}]0;pwned\u{7}b\nc\u{9b}d\u{202e}e"),
-            "a\\u{1b}]0;pwned\\u{7}b\\nc\\u{9b}d\\u{202e}e"
+            escape_controls("a\u{1b}]0;pwned\u{7}b\r\nc\u{9b}d\u{202e}e"),
+            "a\\u{1b}]0;pwned\\u{7}b\\r\nc\\u{9b}d\\u{202e}e"
         );
     }
 }
