@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use kura_store::store::{RefLogEntry, Session};
 use proto::ledger::{Ledger, LedgerState};
 use proto::record::Record;
+use proto::text::escape_controls;
 use serde::Serialize;
 
 /// Buffered stdout that surfaces write errors (so a broken pipe is seen, not panicked on).
@@ -40,28 +41,6 @@ impl Out {
     pub fn finish(mut self) -> io::Result<()> {
         self.w.flush()
     }
-}
-
-/// `text` with terminal control characters (C0 but tab and newline, DEL, C1) and
-/// bidirectional overrides written as `\u{..}` escapes (carriage return as `\r`). Newlines
-/// stay: multi-line output (a table, a record's text split into lines) is printed as such.
-pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    let bad = |c: char| {
-        (c.is_control() && c != '\t' && c != '\n')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
-    };
-    if !text.chars().any(bad) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '\r' => out.push_str("\\r"),
-            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// First `n` characters of a hash (or `-`).
@@ -190,18 +169,4 @@ pub fn session_block(out: &mut Out, s: &Session, reflog: &[RefLogEntry]) -> io::
         ))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape_controls;
-
-    #[test]
-    fn terminal_escapes_are_neutralised() {
-        assert_eq!(escape_controls("plain\ttext"), "plain\ttext");
-        assert_eq!(
-            escape_controls("a\u{1b}]0;pwned\u{7}b\r\nc\u{9b}d\u{202e}e"),
-            "a\\u{1b}]0;pwned\\u{7}b\\r\nc\\u{9b}d\\u{202e}e"
-        );
-    }
 }

@@ -4,17 +4,7 @@
 
 use std::io::Read;
 
-/// At most `max` bytes of `text`, cut at a character boundary, with a marker when cut.
-pub fn excerpt(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", &text[..end], text.len())
-}
+pub use proto::text::excerpt;
 
 /// Reads `r` to its end, keeping the first `keep` bytes; returns them and the total read.
 /// Reading on after `keep` means a writer is never blocked on a full pipe.
@@ -41,12 +31,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn excerpts_and_heads_are_bounded() {
-        assert_eq!(excerpt("short", 10), "short");
-        let long = "é".repeat(100);
-        let e = excerpt(&long, 5);
-        assert!(e.starts_with("éé…"), "{e}");
-        assert!(e.ends_with("(200 bytes in all)"), "{e}");
+    fn heads_are_bounded() {
         let (head, total) = read_head(&[7u8; 100_000][..], 10).expect("read");
         assert_eq!((head.len(), total), (10, 100_000));
     }

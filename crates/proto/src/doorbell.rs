@@ -94,7 +94,23 @@ pub struct ToolApprove {
 /// `aegis.cmd.approval.pending`: a person asks what is waiting for them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PendingQuery {}
+pub struct PendingQuery {
+    /// Resume after this queue position (the previous page's `next`); none: from the start.
+    #[serde(default)]
+    pub after: Option<i64>,
+}
+
+/// `aegis.cmd.approval.fetch`: a piece of a waiting request's record content too big to send
+/// inline with the pending list (the client reassembles it and checks its hash).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordFetch {
+    /// The approval request (record id).
+    pub request_id: Uuid,
+    /// Byte offset into the record's canonical content text.
+    #[serde(default)]
+    pub offset: u64,
+}
 
 /// `aegis.cmd.approval.decide`: a person's decision on one request, signed with their
 /// Ed25519 key over [`ApprovalDecision::signing_bytes`]. Small control data, not a payload.

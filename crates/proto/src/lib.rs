@@ -12,6 +12,7 @@ pub mod merkle;
 pub mod record;
 pub mod states;
 pub mod subjects;
+pub mod text;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
 pub use ids::new_id;

@@ -102,6 +102,10 @@ impl Subjects {
     pub fn approval_pending(&self) -> String {
         self.fixed("aegis.cmd.approval.pending")
     }
+    /// `…aegis.cmd.approval.fetch` — a piece of a large request's record (request/reply).
+    pub fn approval_fetch(&self) -> String {
+        self.fixed("aegis.cmd.approval.fetch")
+    }
 }
 
 #[cfg(test)]

@@ -225,7 +225,12 @@ impl Bus {
                     }
                 };
                 if let Some(to) = msg.reply {
-                    let _ = client.publish(to, reply.into()).await;
+                    let bytes = reply.len();
+                    // A reply that cannot be sent (too big for the server, connection gone)
+                    // is logged: the asker would otherwise only see a timeout.
+                    if let Err(e) = client.publish(to, reply.into()).await {
+                        tracing::warn!(subject = %msg.subject, bytes, error = %e, "reply not sent");
+                    }
                 }
             }
         }))

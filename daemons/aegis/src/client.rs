@@ -1,23 +1,76 @@
-//! The people's side: `aegis pending`, `aegis approve`, `aegis deny` over NATS request/reply,
-//! from any machine that reaches NATS.
+//! The people's side: `aegis pending`, `aegis approve`, `aegis deny` over NATS request/reply.
+//! Nothing is shown or signed unverified: every request arrives as its `approval.request`
+//! record, and its hash is recomputed here from the very bytes that are then displayed — a
+//! responder that shows something other than the request is an error, not a prompt.
 
 use std::time::Duration;
 
 use anyhow::Context;
-use proto::doorbell::{ApprovalDecision, PendingQuery};
+use base64::Engine as _;
+use proto::doorbell::{ApprovalDecision, PendingQuery, RecordFetch};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use uuid::Uuid;
 
-use crate::decide::{PendingItem, Verdicted};
+use crate::decide::Verdicted;
 use crate::keys;
+use crate::pending::{Chunk, PendingItem, PendingPage};
 
-async fn ask(url: &str, subject: String, body: Vec<u8>) -> anyhow::Result<Vec<u8>> {
-    let client = async_nats::ConnectOptions::new()
-        .name("aegis-cli")
-        .connection_timeout(Duration::from_secs(3))
-        .connect(url)
-        .await
-        .with_context(|| format!("cannot reach NATS at {url}"))?;
-    let reply = tokio::time::timeout(Duration::from_secs(5), client.request(subject, body.into()))
+/// Most pages read (each at most 32 KiB): far more requests than anyone reviews at once.
+const MAX_PAGES: usize = 1000;
+
+/// A request as a person sees it: checked against its hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verified {
+    /// The request.
+    pub request_id: Uuid,
+    /// What is signed: its record's content hash, recomputed here.
+    pub request_hash: String,
+    /// From the verified record: the tool.
+    pub tool: String,
+    /// From the verified record: its arguments.
+    pub arguments: Value,
+    /// From the verified record: its effect class.
+    pub effect: String,
+    /// From the verified record: the session.
+    pub session_id: Value,
+    /// From the verified record: the turn.
+    pub turn_id: Value,
+    /// Seconds since it was filed (aegis's word; not signed).
+    pub age_s: u64,
+    /// The rule that asked (aegis's word; not signed).
+    pub rule: String,
+    /// Approvals needed.
+    pub required: i64,
+    /// Approvals so far.
+    pub approvals: i64,
+}
+
+/// A NATS connection to ask aegis over.
+struct Conn {
+    client: async_nats::Client,
+}
+
+impl Conn {
+    async fn new(url: &str) -> anyhow::Result<Conn> {
+        let client = async_nats::ConnectOptions::new()
+            .name("aegis-cli")
+            .connection_timeout(Duration::from_secs(3))
+            .connect(url)
+            .await
+            .with_context(|| format!("cannot reach NATS at {url}"))?;
+        Ok(Conn { client })
+    }
+
+    async fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        subject: String,
+        body: Vec<u8>,
+    ) -> anyhow::Result<T> {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.client.request(subject, body.into()),
+        )
         .await
         .context("aegis did not answer in 5 s")?
         .map_err(|e| match e.kind() {
@@ -26,21 +79,129 @@ async fn ask(url: &str, subject: String, body: Vec<u8>) -> anyhow::Result<Vec<u8
             }
             _ => anyhow::anyhow!("request failed: {e}"),
         })?;
-    Ok(reply.payload.to_vec())
+        serde_json::from_slice(&reply.payload).with_context(|| {
+            let text = String::from_utf8_lossy(&reply.payload);
+            format!("unexpected answer: {}", proto::text::excerpt(&text, 300))
+        })
+    }
 }
 
-/// Lists requests waiting for people.
+/// The content of `item`'s record: inline, or fetched piece by piece.
+async fn content(
+    conn: &Conn,
+    subjects: &proto::subjects::Subjects,
+    item: &PendingItem,
+) -> anyhow::Result<String> {
+    if let Some(c) = &item.record.content {
+        return Ok(c.clone());
+    }
+    let total = item.record.content_bytes;
+    anyhow::ensure!(
+        total <= proto::record::MAX_CONTENT_BYTES as u64,
+        "request {} claims {total} bytes of content, more than a record holds",
+        item.request_id
+    );
+    let mut bytes = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    while (bytes.len() as u64) < total {
+        let chunk: Chunk = conn
+            .ask(
+                subjects.approval_fetch(),
+                proto::doorbell::encode(&RecordFetch {
+                    request_id: item.request_id,
+                    offset: bytes.len() as u64,
+                })?,
+            )
+            .await?;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(&chunk.data)
+            .context("a fetched piece is not base64")?;
+        anyhow::ensure!(
+            chunk.offset == bytes.len() as u64 && chunk.total == total && !data.is_empty(),
+            "aegis sent a piece that does not continue request {}'s content",
+            item.request_id
+        );
+        bytes.extend_from_slice(&data);
+    }
+    anyhow::ensure!(
+        bytes.len() as u64 == total,
+        "request {}'s content overran its size",
+        item.request_id
+    );
+    String::from_utf8(bytes).context("request content is not UTF-8")
+}
+
+/// Checks `item` against its hash and returns what may be shown; an error if it does not
+/// match (someone answered with something other than the request).
+pub fn verify(item: &PendingItem, content: &str) -> anyhow::Result<Verified> {
+    anyhow::ensure!(
+        item.record.record_type == "approval.request",
+        "request {} arrived as a {:?} record",
+        item.request_id,
+        item.record.record_type
+    );
+    let hash = proto::canonical::record_hash_from_canonical(
+        &item.record.record_type,
+        content,
+        &item.record.author_id,
+    )?;
+    anyhow::ensure!(
+        hash == item.request_hash,
+        "the answer for request {} does not match its hash (content hashes to {}…, the request is {}…): \
+         someone other than aegis answered, or aegis is broken; refusing to show or sign it",
+        item.request_id,
+        &hash[..12.min(hash.len())],
+        &item.request_hash[..12.min(item.request_hash.len())]
+    );
+    let v: Value = serde_json::from_str(content).context("request content is not JSON")?;
+    Ok(Verified {
+        request_id: item.request_id,
+        request_hash: hash,
+        tool: v["tool_name"].as_str().unwrap_or_default().to_owned(),
+        arguments: v["arguments"].clone(),
+        effect: v["effect"].as_str().unwrap_or_default().to_owned(),
+        session_id: v["session_id"].clone(),
+        turn_id: v["turn_id"].clone(),
+        age_s: item.age_s,
+        rule: item.rule.clone(),
+        required: item.required,
+        approvals: item.approvals,
+    })
+}
+
+async fn pending_on(
+    conn: &Conn,
+    subjects: &proto::subjects::Subjects,
+) -> anyhow::Result<Vec<Verified>> {
+    let mut out = Vec::new();
+    let mut after = None;
+    for _ in 0..MAX_PAGES {
+        let page: PendingPage = conn
+            .ask(
+                subjects.approval_pending(),
+                proto::doorbell::encode(&PendingQuery { after })?,
+            )
+            .await?;
+        for item in &page.items {
+            let text = content(conn, subjects, item).await?;
+            out.push(verify(item, &text)?);
+        }
+        match page.next {
+            Some(n) if after.is_none_or(|a| n > a) && !page.items.is_empty() => after = Some(n),
+            _ => return Ok(out),
+        }
+    }
+    Ok(out)
+}
+
+/// Every request waiting for people, each verified against its hash.
 pub async fn pending(
     url: &str,
     subjects: &proto::subjects::Subjects,
-) -> anyhow::Result<Vec<PendingItem>> {
-    let body = proto::doorbell::encode(&PendingQuery {})?;
-    let bytes = ask(url, subjects.approval_pending(), body).await?;
-    serde_json::from_slice(&bytes)
-        .with_context(|| format!("unexpected answer: {}", String::from_utf8_lossy(&bytes)))
+) -> anyhow::Result<Vec<Verified>> {
+    pending_on(&Conn::new(url).await?, subjects).await
 }
 
-/// Signs and sends a decision; returns aegis's verdict.
+/// Signs and sends a decision on a verified request; returns aegis's verdict.
 pub async fn decide(
     url: &str,
     subjects: &proto::subjects::Subjects,
@@ -50,7 +211,8 @@ pub async fn decide(
     note: &str,
 ) -> anyhow::Result<Verdicted> {
     let (name, key) = keys::load(key_path)?;
-    let items = pending(url, subjects).await?;
+    let conn = Conn::new(url).await?;
+    let items = pending_on(&conn, subjects).await?;
     let item = items
         .iter()
         .find(|i| i.request_id == request_id)
@@ -63,13 +225,8 @@ pub async fn decide(
         signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         signature: String::new(),
     };
+    // The hash recomputed from what was verified, never the one a responder claimed.
     keys::sign(&key, &mut d, &item.request_hash);
-    let bytes = ask(
-        url,
-        subjects.approval_decide(),
-        proto::doorbell::encode(&d)?,
-    )
-    .await?;
-    serde_json::from_slice(&bytes)
-        .with_context(|| format!("unexpected answer: {}", String::from_utf8_lossy(&bytes)))
+    conn.ask(subjects.approval_decide(), proto::doorbell::encode(&d)?)
+        .await
 }

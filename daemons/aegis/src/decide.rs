@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use kura_store::Store;
-use kura_store::work::approvals::{
-    Approval, append_to_turn_in, approval, asked, finalize_in, mark_asked_in, next_pending,
-    record_vote_in, reject_in, request_arguments,
-};
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
+use kura_store::work::approvals::{
+    append_to_turn_in, approval, asked, finalize_in, mark_asked_in, next_pending, record_vote_in,
+    reject_in, request_arguments,
+};
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
 use proto::doorbell::ApprovalDecision;
@@ -260,74 +260,4 @@ pub fn decide(
             })
         }
     }
-}
-
-/// One request waiting for people, as `aegis pending` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct PendingItem {
-    /// The request.
-    pub request_id: Uuid,
-    /// What approvers sign.
-    pub request_hash: String,
-    /// The tool.
-    pub tool: String,
-    /// Its arguments.
-    pub arguments: Value,
-    /// Its effect class.
-    pub effect: String,
-    /// The session.
-    pub session_id: Uuid,
-    /// The turn.
-    pub turn_id: Uuid,
-    /// Seconds since it was filed.
-    pub age_s: u64,
-    /// The rule that asked.
-    pub rule: String,
-    /// Approvals needed.
-    pub required: i64,
-    /// Approvals so far.
-    pub approvals: i64,
-}
-
-/// Every request waiting for people (at most 100, oldest first).
-pub fn pending(store: &Store) -> kura_store::Result<Vec<PendingItem>> {
-    let conn = store.conn();
-    let now = std::time::SystemTime::now();
-    let mut out = Vec::new();
-    for a in asked(conn)?.into_iter().take(100) {
-        let approvals: i64 = conn.query_row(
-            "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
-              WHERE request_id = ?1 AND decision = 'approve'",
-            [a.request_id.to_string()],
-            |r| r.get(0),
-        )?;
-        let age_s = humantime::parse_rfc3339(&a.created_at)
-            .ok()
-            .and_then(|t| now.duration_since(t).ok())
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        out.push(item(conn, a, age_s, approvals)?);
-    }
-    Ok(out)
-}
-
-fn item(
-    conn: &rusqlite::Connection,
-    a: Approval,
-    age_s: u64,
-    approvals: i64,
-) -> kura_store::Result<PendingItem> {
-    Ok(PendingItem {
-        arguments: request_arguments(conn, a.request_id)?,
-        request_id: a.request_id,
-        request_hash: a.request_hash,
-        tool: a.tool_name,
-        effect: a.effect.to_string(),
-        session_id: a.session_id,
-        turn_id: a.turn_id,
-        age_s,
-        rule: a.rule.unwrap_or_default(),
-        required: a.required,
-        approvals,
-    })
 }

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod decide;
 pub mod keys;
+pub mod pending;
 pub mod policy;
 #[cfg(test)]
 mod tests;
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use kura_runtime::{Common, Daemon};
 use proto::consumers::AEGIS_REQUESTS;
-use proto::doorbell::{ApprovalDecision, PendingQuery, ToolApprove, WorkerDispatch};
+use proto::doorbell::{ApprovalDecision, PendingQuery, RecordFetch, ToolApprove, WorkerDispatch};
 use serde::{Deserialize, Serialize};
 
 /// Aegis's configuration.
@@ -159,14 +160,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
     })
     .await?;
-    // People ask what is waiting.
+    // People ask what is waiting: pages that fit a message, each request as its record.
     let st = serve_store.clone();
-    bus.serve::<PendingQuery, _>(bus.subjects.approval_pending(), move |_| {
+    bus.serve::<PendingQuery, _>(bus.subjects.approval_pending(), move |q| {
         let Ok(store) = st.lock() else {
-            return json_bytes(&serde_json::json!([]));
+            return json_bytes(&serde_json::json!({"ok": false, "message": "store unavailable"}));
         };
-        match decide::pending(&store) {
-            Ok(items) => json_bytes(&items),
+        match pending::page(&store, q.after) {
+            Ok(page) => json_bytes(&page),
+            Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
+        }
+    })
+    .await?;
+    // ... and fetch the content too big to send inline, piece by piece.
+    let st = serve_store.clone();
+    bus.serve::<RecordFetch, _>(bus.subjects.approval_fetch(), move |f| {
+        let Ok(store) = st.lock() else {
+            return json_bytes(&serde_json::json!({"ok": false, "message": "store unavailable"}));
+        };
+        match pending::fetch(&store, f.request_id, f.offset) {
+            Ok(Some(chunk)) => json_bytes(&chunk),
+            Ok(None) => json_bytes(&serde_json::json!({"ok": false, "message": "no such request"})),
             Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
         }
     })

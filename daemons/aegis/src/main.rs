@@ -111,18 +111,20 @@ fn main() -> ExitCode {
                     println!("nothing is waiting for a decision");
                 }
                 for i in items {
-                    println!(
+                    // Model-written text: no terminal control reaches the screen.
+                    let line = format!(
                         "{}  {} {}  session {}  turn {}  {}s old  rule {}  {}/{} approvals",
                         i.request_id,
                         i.tool,
                         i.arguments,
-                        i.session_id,
-                        i.turn_id,
+                        i.session_id.as_str().unwrap_or("?"),
+                        i.turn_id.as_str().unwrap_or("?"),
                         i.age_s,
                         i.rule,
                         i.approvals,
                         i.required
                     );
+                    println!("{}", proto::text::escape_controls(&line));
                 }
                 ExitCode::SUCCESS
             }

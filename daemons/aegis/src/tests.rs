@@ -307,3 +307,94 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
     .expect("decide");
     assert!(v.ok, "{v:?}");
 }
+
+/// Files `sizes.len()` asked `fs.write` requests on one turn, with contents of those sizes.
+fn asked_requests(store: &mut Store, sizes: &[usize]) -> Vec<uuid::Uuid> {
+    kura_testkit::pending_turn(store, "write many");
+    let claim = claim_next(store, "w", 60_000, now_ms())
+        .expect("claim")
+        .expect("turn");
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let args = serde_json::json!({"path": format!("f{i}"), "content": "x".repeat(*n)})
+                .as_object()
+                .cloned()
+                .expect("object");
+            let a = fenced(store, &claim, |tx| {
+                request_approval_in(
+                    tx,
+                    &claim,
+                    &format!("call-{i}"),
+                    "fs.write",
+                    &args,
+                    Effect::Write,
+                    "agent:hashi",
+                    Default::default(),
+                )
+            })
+            .expect("request");
+            decide::evaluate(store, &Policy::default(), 60_000, Some(a.request_id))
+                .expect("evaluate");
+            a.request_id
+        })
+        .collect()
+}
+
+/// Attack: one pending `fs.write` of 70 KB made the pending reply exceed `max_payload`, so
+/// `aegis pending`, `approve` and `deny` failed for every request. Pages now fit a message,
+/// big contents come in pieces, and each request still verifies against its hash.
+#[test]
+fn a_large_request_does_not_block_the_pending_list() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("db");
+    let mut sizes = vec![70_000, 10, 3_000_000];
+    sizes.extend(std::iter::repeat_n(5_000, 20));
+    let ids = asked_requests(&mut store, &sizes);
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = crate::pending::page(&store, after).expect("page");
+        let bytes = serde_json::to_vec(&page).expect("json").len();
+        assert!(
+            bytes <= crate::pending::MAX_REPLY_BYTES,
+            "a page of {bytes} bytes"
+        );
+        for item in &page.items {
+            let content = match &item.record.content {
+                Some(c) => c.clone(),
+                None => {
+                    let mut buf = Vec::new();
+                    while (buf.len() as u64) < item.record.content_bytes {
+                        let chunk =
+                            crate::pending::fetch(&store, item.request_id, buf.len() as u64)
+                                .expect("fetch")
+                                .expect("known");
+                        let data = base64::engine::general_purpose::STANDARD
+                            .decode(&chunk.data)
+                            .expect("base64");
+                        assert!(
+                            serde_json::to_vec(&chunk).expect("json").len()
+                                <= crate::pending::MAX_REPLY_BYTES
+                        );
+                        buf.extend(data);
+                    }
+                    String::from_utf8(buf).expect("utf8")
+                }
+            };
+            let v = crate::client::verify(item, &content).expect("verifies");
+            assert_eq!(v.tool, "fs.write");
+            // What a rogue would show instead: refused, not displayed.
+            let forged = content.replacen("\"f", "\"g", 1);
+            assert!(crate::client::verify(item, &forged).is_err());
+            seen.push(item.request_id);
+        }
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "every request, once, in order");
+}
