@@ -398,3 +398,58 @@ fn a_large_request_does_not_block_the_pending_list() {
     }
     assert_eq!(seen, ids, "every request, once, in order");
 }
+
+/// The test vectors of PROTOCOL.md, recomputed from the code.
+#[test]
+fn protocol_md_test_vectors_match_the_code() {
+    let doc = include_str!("../../../PROTOCOL.md");
+    let value = |name: &str| -> String {
+        let prefix = format!("{name}: ");
+        doc.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("PROTOCOL.md has no test vector line `{name}: …`"))
+            .trim()
+            .to_owned()
+    };
+    let secret: [u8; 32] = hex::decode(value("secret_key"))
+        .expect("hex")
+        .try_into()
+        .expect("32 bytes");
+    let key = SigningKey::from_bytes(&secret);
+    let public = hex::encode(key.verifying_key().as_bytes());
+    let content: serde_json::Value =
+        serde_json::from_str(&value("request_content")).expect("content JSON");
+    let canonical = proto::canonical::canonical_json(&content).expect("canonical");
+    let hash = proto::canonical::record_hash_from_canonical(
+        &value("request_record_type"),
+        &canonical,
+        &value("request_author_id"),
+    )
+    .expect("hash");
+    let mut d = ApprovalDecision {
+        request_id: value("request_id").parse().expect("uuid"),
+        decision: value("decision"),
+        approver: value("approver"),
+        note: value("note"),
+        signed_at: value("signed_at"),
+        signature: String::new(),
+    };
+    let signing = String::from_utf8(d.signing_bytes(&hash)).expect("utf8");
+    keys::sign(&key, &mut d, &hash);
+    let computed = [
+        ("public_key", public),
+        ("request_content_canonical", canonical),
+        ("request_hash", hash.clone()),
+        ("signing_bytes", signing),
+        ("signature", d.signature.clone()),
+        ("decision_message", serde_json::to_string(&d).expect("json")),
+    ];
+    let mut wrong = Vec::new();
+    for (name, got) in &computed {
+        if std::panic::catch_unwind(|| value(name)).ok().as_deref() != Some(got.as_str()) {
+            wrong.push(format!("{name}: {got}"));
+        }
+    }
+    assert!(wrong.is_empty(), "PROTOCOL.md's vectors differ from the code; the code computes:\n{}", wrong.join("\n"));
+    keys::verify(&hex::encode(key.verifying_key().as_bytes()), &d, &hash).expect("verifies");
+}
