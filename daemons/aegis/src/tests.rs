@@ -450,6 +450,10 @@ fn protocol_md_test_vectors_match_the_code() {
             wrong.push(format!("{name}: {got}"));
         }
     }
-    assert!(wrong.is_empty(), "PROTOCOL.md's vectors differ from the code; the code computes:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "PROTOCOL.md's vectors differ from the code; the code computes:\n{}",
+        wrong.join("\n")
+    );
     keys::verify(&hex::encode(key.verifying_key().as_bytes()), &d, &hash).expect("verifies");
 }
