@@ -307,7 +307,7 @@ pub fn finalize_in(
 pub const RECORDED_REJECTIONS: i64 = 3;
 
 /// Refusals kept as rows for decisions naming no known request, in all.
-const RECORDED_UNKNOWN: i64 = 100;
+pub const RECORDED_UNKNOWN: i64 = 100;
 
 /// Records a refused decision: every one is counted; the first [`RECORDED_REJECTIONS`] per
 /// request and approver (and [`RECORDED_UNKNOWN`] naming no known request) are kept as rows
