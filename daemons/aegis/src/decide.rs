@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use kura_store::Store;
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
 use kura_store::work::approvals::{
-    append_to_turn_in, approval, asked, finalize_in, mark_asked_in, next_pending, record_vote_in,
-    reject_in, request_arguments,
+    add_refusals_in, append_to_turn_in, approval, asked, finalize_in, mark_asked_in, next_pending,
+    record_vote_in, reject_in, request_arguments,
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::limit::{Key, Limiter};
 use crate::policy::{Policy, Verdict};
 use crate::{Approver, keys};
 
@@ -88,6 +89,19 @@ pub fn evaluate(
         };
         tracing::info!(request_id = %a.request_id, tool = %a.tool_name, rule = %ruling.rule, %state, "approval request evaluated");
         Ok(Some(Evaluated { request_id: a.request_id, state, woke }))
+    })
+}
+
+/// Adds refusals the rate limit held back to the stored counts, in one write.
+pub fn add_refusals(store: &mut Store, held: &[(Key, i64)]) -> kura_store::Result<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    store.write(|tx| {
+        for ((request, approver), n) in held {
+            add_refusals_in(tx, request, approver, *n)?;
+        }
+        Ok(())
     })
 }
 
@@ -165,6 +179,7 @@ pub fn decide(
     store: &mut Store,
     approvers: &[Approver],
     signed_within: Duration,
+    limiter: &mut Limiter,
     d: &ApprovalDecision,
 ) -> kura_store::Result<Verdicted> {
     let raw = serde_json::to_string(d).unwrap_or_default();
@@ -252,8 +267,24 @@ pub fn decide(
         Ok(v) => Ok(v),
         Err((a, reason)) => {
             tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
-            let approver = format!("user:{}", d.approver);
-            store.write(|tx| reject_in(tx, AUTHOR, a.as_ref(), Some(&approver), &reason, &raw))?;
+            // Refusals are counted per request and *trusted* name: a name the sender made up
+            // is counted as untrusted, so inventing names cannot multiply rows or writes.
+            let approver = approvers
+                .iter()
+                .any(|x| x.name == d.approver)
+                .then(|| format!("user:{}", d.approver));
+            let key = (
+                a.as_ref()
+                    .map(|a| a.request_id.to_string())
+                    .unwrap_or_default(),
+                approver.clone().unwrap_or_default(),
+            );
+            // Past a few per window, a refusal is only counted in memory (see `limit`).
+            if limiter.admit(&key, std::time::Instant::now()) {
+                store.write(|tx| {
+                    reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, &raw)
+                })?;
+            }
             Ok(Verdicted {
                 state: a.map(|a| a.state.to_string()).unwrap_or_default(),
                 ..rejected(format!("rejected: {reason}"))

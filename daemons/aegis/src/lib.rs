@@ -5,6 +5,7 @@
 pub mod client;
 pub mod decide;
 pub mod keys;
+pub mod limit;
 pub mod pending;
 pub mod policy;
 #[cfg(test)]
@@ -141,13 +142,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     })
     .await?;
     // People decide.
-    let (st, a, b) = (serve_store.clone(), approvers.clone(), bus.clone());
+    let limiter = Arc::new(Mutex::new(limit::Limiter::default()));
+    let (st, a, b, l) = (
+        serve_store.clone(),
+        approvers.clone(),
+        bus.clone(),
+        limiter.clone(),
+    );
     let signed_within = std::time::Duration::from_millis(config.aegis.signed_within_ms);
     bus.serve::<ApprovalDecision, _>(bus.subjects.approval_decide(), move |d| {
         let Ok(mut store) = st.lock() else {
             return json_bytes(&serde_json::json!({"ok": false}));
         };
-        match decide::decide(&mut store, &a, signed_within, &d) {
+        let Ok(mut limiter) = l.lock() else {
+            return json_bytes(&serde_json::json!({"ok": false}));
+        };
+        match decide::decide(&mut store, &a, signed_within, &mut limiter, &d) {
             Ok(v) => {
                 if let Some(turn_id) = v.woke {
                     b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
@@ -195,6 +205,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .poll_interval()
         .min(std::time::Duration::from_secs(1));
     daemon.consumer(AEGIS_REQUESTS, poll, move || {
+        // Refusals held back by the rate limit join the stored counts.
+        let held = limiter
+            .lock()
+            .map(|mut l| l.drain(std::time::Instant::now()))
+            .unwrap_or_default();
+        decide::add_refusals(&mut store, &held)?;
         let mut woke = decide::expire_overdue(&mut store, kura_store::work::now_ms())?;
         let evaluated = decide::evaluate(&mut store, &p, timeout, None)?;
         woke.extend(evaluated.as_ref().and_then(|e| e.woke));

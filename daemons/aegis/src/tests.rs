@@ -10,6 +10,7 @@ use proto::record::RecordType;
 
 use std::time::Duration;
 
+use crate::limit::Limiter;
 use crate::policy::Policy;
 use crate::{Approver, Approvers, decide, keys};
 
@@ -129,12 +130,26 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         .expect("required");
 
     let first = signed(&alice, "alice", request_id, &hash);
-    let v = decide::decide(&mut store, &approvers, WINDOW, &first).expect("decide");
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        &first,
+    )
+    .expect("decide");
     assert!(v.ok, "{v:?}");
     assert_eq!(v.state, "asked", "1 of 2");
     let before = sys_errors(&store);
 
-    let v = decide::decide(&mut store, &approvers, WINDOW, &first).expect("decide");
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        &first,
+    )
+    .expect("decide");
     assert!(!v.ok);
     assert!(v.message.contains("duplicate or replayed"), "{}", v.message);
     assert_eq!(
@@ -155,6 +170,7 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         &mut store,
         &approvers,
         WINDOW,
+        &mut Limiter::default(),
         &signed(&bob, "bob", request_id, &hash),
     )
     .expect("decide");
@@ -204,6 +220,7 @@ fn one_key_under_two_names_is_refused_and_counts_once() {
             &mut store,
             &twice,
             WINDOW,
+            &mut Limiter::default(),
             &signed(&key, "eve", request_id, &hash)
         )
         .expect("decide")
@@ -213,6 +230,7 @@ fn one_key_under_two_names_is_refused_and_counts_once() {
         &mut store,
         &twice,
         WINDOW,
+        &mut Limiter::default(),
         &signed(&key, "eve2", request_id, &hash),
     )
     .expect("decide");
@@ -241,13 +259,15 @@ fn stale_or_malformed_signed_at_is_refused() {
         let mut d = signed(&alice, "alice", request_id, &hash);
         d.signed_at = when.into();
         keys::sign(&alice, &mut d, &hash);
-        let v = decide::decide(&mut store, &approvers, WINDOW, &d).expect("decide");
+        let v = decide::decide(&mut store, &approvers, WINDOW, &mut Limiter::default(), &d)
+            .expect("decide");
         assert!(!v.ok && v.message.contains(why), "{when}: {v:?}");
     }
     let v = decide::decide(
         &mut store,
         &approvers,
         WINDOW,
+        &mut Limiter::default(),
         &signed(&alice, "alice", request_id, &hash),
     )
     .expect("decide");
@@ -263,26 +283,27 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
     let mallory = SigningKey::from_bytes(&[66u8; 32]);
     let approvers = [approver("alice", &alice)];
     let records_before = count(&store, "SELECT count(*) FROM records");
+    let mut limiter = Limiter::default();
     let n = 300;
     for i in 0..n {
         // Forged by an untrusted key, as "alice"; and unsigned ones; and unknown requests.
         let mut d = signed(&mallory, "alice", request_id, &hash);
         d.note = format!("forgery {i}");
         assert!(
-            !decide::decide(&mut store, &approvers, WINDOW, &d)
+            !decide::decide(&mut store, &approvers, WINDOW, &mut limiter, &d)
                 .expect("decide")
                 .ok
         );
         let mut unsigned = signed(&alice, "alice", request_id, &hash);
         unsigned.signature = String::new();
         assert!(
-            !decide::decide(&mut store, &approvers, WINDOW, &unsigned)
+            !decide::decide(&mut store, &approvers, WINDOW, &mut limiter, &unsigned)
                 .expect("decide")
                 .ok
         );
         let unknown = signed(&mallory, &format!("x{i}"), proto::new_id(), &hash);
         assert!(
-            !decide::decide(&mut store, &approvers, WINDOW, &unknown)
+            !decide::decide(&mut store, &approvers, WINDOW, &mut limiter, &unknown)
                 .expect("decide")
                 .ok
         );
@@ -295,13 +316,26 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
     );
     let rows = count(&store, "SELECT count(*) FROM approval_rejections");
     assert!(rows <= 3 + 100, "{rows} rejection rows");
+    // The rate limit held most back from the database; they join the count in one write.
+    let held_counts = count(&store, "SELECT sum(refused) FROM approval_rejection_counts");
+    assert!(
+        held_counts < 3 * 20,
+        "{held_counts} refusals written one by one"
+    );
+    decide::add_refusals(&mut store, &limiter.drain(std::time::Instant::now())).expect("add");
     let counted = count(&store, "SELECT sum(refused) FROM approval_rejection_counts");
     assert_eq!(counted, 3 * n, "every refusal is counted");
+    let keys = count(&store, "SELECT count(*) FROM approval_rejection_counts");
+    assert!(
+        keys <= 2,
+        "{keys} count rows: invented names must not multiply them"
+    );
     // The request is still decidable by its real approver.
     let v = decide::decide(
         &mut store,
         &approvers,
         WINDOW,
+        &mut limiter,
         &signed(&alice, "alice", request_id, &hash),
     )
     .expect("decide");

@@ -302,6 +302,17 @@ pub fn finalize_in(
 
 /// Records a refused decision message: a row always, and a `sys.error` record by `author`
 /// in the turn's ledger when the request is known and its ledger still open.
+/// Adds `n` refusals (counted elsewhere first, e.g. by a rate limit) for `request_id` (""
+/// for unknown requests) and `approver`.
+pub fn add_refusals_in(tx: &Connection, request_id: &str, approver: &str, n: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO approval_rejection_counts (request_id, approver, refused) VALUES (?1, ?2, ?3)
+         ON CONFLICT (request_id, approver) DO UPDATE SET refused = refused + excluded.refused",
+        params![request_id, approver, n],
+    )?;
+    Ok(())
+}
+
 /// Refusals recorded in full (a table row, and a `sys.error` record in the turn's ledger)
 /// per request and approver; the rest only count.
 pub const RECORDED_REJECTIONS: i64 = 3;
@@ -310,9 +321,10 @@ pub const RECORDED_REJECTIONS: i64 = 3;
 pub const RECORDED_UNKNOWN: i64 = 100;
 
 /// Records a refused decision: every one is counted; the first [`RECORDED_REJECTIONS`] per
-/// request and approver (and [`RECORDED_UNKNOWN`] naming no known request) are kept as rows
-/// and `sys.error` records, so a flood of forgeries cannot grow the store without bound.
-/// Returns whether this one was recorded in full.
+/// request and approver (`None` standing for every name the caller does not trust, so a
+/// sender cannot multiply rows by inventing names), and [`RECORDED_UNKNOWN`] naming no known
+/// request, are kept as rows and `sys.error` records, so a flood of forgeries cannot grow the
+/// store without bound. Returns whether this one was recorded in full.
 pub fn reject_in(
     tx: &Connection,
     author: &str,
@@ -325,11 +337,7 @@ pub fn reject_in(
         .map(|a| a.request_id.to_string())
         .unwrap_or_default();
     let who: String = approver.unwrap_or("").chars().take(200).collect();
-    tx.execute(
-        "INSERT INTO approval_rejection_counts (request_id, approver, refused) VALUES (?1, ?2, 1)
-         ON CONFLICT (request_id, approver) DO UPDATE SET refused = refused + 1",
-        params![key, who],
-    )?;
+    add_refusals_in(tx, &key, &who, 1)?;
     let recorded: i64 = match request {
         Some(a) => tx.query_row(
             "SELECT count(*) FROM approval_rejections WHERE request_id = ?1 AND approver IS ?2",
