@@ -80,36 +80,14 @@ fn a_dead_workers_side_effect_is_recorded_unknown_and_its_read_runs_again() {
     .expect("calls");
     std::thread::sleep(std::time::Duration::from_millis(5)); // its 1 ms lease runs out
 
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let common = Common {
-        nats_url: "nats://127.0.0.1:1".into(),
-        ..Common::default()
-    };
-    let bus = rt.block_on(Bus::connect(&common, "test")).expect("bus");
-    let toolbox = Toolbox::with_state(
-        ToolsConfig {
-            workspace_root: ws_root.display().to_string(),
-            ..ToolsConfig::default()
-        },
-        std::path::PathBuf::from("hashi"),
-        crate::sandbox::SandboxState::Off,
-    );
     let provider = Arc::new(Deliverer(Mutex::new(Vec::new())));
-    let mut worker = Worker {
-        store: Store::open(&db, &StoreOptions::default()).expect("open"),
-        renew_store: Some(Store::open(&db, &StoreOptions::default()).expect("open")),
-        owner: "successor".into(),
-        config: WorkerConfig {
-            approvals: Approvals::Off,
-            ..WorkerConfig::default()
-        },
-        provider: provider.clone(),
-        specs: toolbox.specs().into(),
-        tools: Arc::new(toolbox),
-        retries: 0,
-        bus,
-        stop: Stop::new(),
-    };
+    let (rt, mut worker) = worker_on(
+        &db,
+        &ws_root,
+        "successor",
+        provider.clone(),
+        WorkerConfig::default(),
+    );
     let _guard = rt.enter();
     assert!(worker.step().expect("step"), "the expired turn is claimed");
 
@@ -176,10 +154,13 @@ impl Provider for Adversary {
     }
 }
 
-/// A worker on `db` with NATS away, approvals off and the adversarial model.
-fn adversary_worker(
+/// A worker named `owner` on `db` with NATS away (a bus that never connects), approvals
+/// off, the tools unconfined (no helper binary in a unit test) and `provider` as the model.
+fn worker_on(
     db: &std::path::Path,
     ws_root: &std::path::Path,
+    owner: &str,
+    provider: Arc<dyn Provider>,
     config: WorkerConfig,
 ) -> (tokio::runtime::Runtime, Worker) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -199,12 +180,12 @@ fn adversary_worker(
     let worker = Worker {
         store: Store::open(db, &StoreOptions::default()).expect("open"),
         renew_store: Some(Store::open(db, &StoreOptions::default()).expect("open")),
-        owner: "w".into(),
+        owner: owner.into(),
         config: WorkerConfig {
             approvals: Approvals::Off,
             ..config
         },
-        provider: Arc::new(Adversary),
+        provider,
         specs: toolbox.specs().into(),
         tools: Arc::new(toolbox),
         retries: 0,
@@ -230,9 +211,11 @@ fn poison_turn_ends_after_max_attempts_without_starving_others() {
     let mut store = Store::create(&db, &StoreOptions::default()).expect("create");
     let poison = kura_testkit::pending_turn(&mut store, "poison");
     let healthy = kura_testkit::pending_turn(&mut store, "healthy");
-    let (rt, mut worker) = adversary_worker(
+    let (rt, mut worker) = worker_on(
         &db,
         &dir.path().join("ws"),
+        "w",
+        Arc::new(Adversary),
         WorkerConfig {
             max_attempts: 3,
             retry_backoff_ms: 0,
@@ -301,9 +284,11 @@ fn flood_of_tool_calls_in_one_response_stops_at_max_steps() {
     let mut store = Store::create(&db, &StoreOptions::default()).expect("create");
     let flood = kura_testkit::pending_turn(&mut store, "flood");
     let ws_root = dir.path().join("ws");
-    let (rt, mut worker) = adversary_worker(
+    let (rt, mut worker) = worker_on(
         &db,
         &ws_root,
+        "w",
+        Arc::new(Adversary),
         WorkerConfig {
             max_steps: 5,
             ..WorkerConfig::default()
