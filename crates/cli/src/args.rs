@@ -145,6 +145,9 @@ pub enum Command {
     },
     /// What is up, what is waiting, when the data was last checked.
     Status,
+    /// Bus identities: the nkey seeds, `identities.toml`, the local CA and server certificate.
+    #[command(subcommand)]
+    Keys(KeysCmd),
     /// Run the kura daemon: integrity sweeps, WAL checkpoints, backups (settings from a TOML
     /// file and KURA_* variables, like the other daemons; the database is `common.db`).
     Serve {
@@ -185,6 +188,12 @@ pub enum Command {
         /// Events of each kind to wait for.
         #[arg(long)]
         count: usize,
+        /// The nkey seed file to connect with.
+        #[arg(long)]
+        seed: Option<PathBuf>,
+        /// The bus CA to pin.
+        #[arg(long)]
+        ca: Option<PathBuf>,
     },
     /// Check an inclusion proof offline (no database needed); exit 1 if it fails.
     VerifyProof {
@@ -193,6 +202,55 @@ pub enum Command {
         /// The root hash or ledger hash you trust; the proof must lead to it.
         #[arg(long, value_name = "HASH")]
         root: Option<String>,
+    },
+}
+
+/// `kura keys ...` (the directory: --dir, $KURA_KEYS_DIR, or /etc/kura/keys).
+#[derive(Debug, Subcommand)]
+pub enum KeysCmd {
+    /// Make a seed per service, the identity list, a local CA and a server certificate.
+    Init {
+        /// The keys directory (created 0700; refused if it already holds identities).
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// Another name or address the bus is reached at (repeatable), e.g. the Pi's LAN
+        /// address; localhost and 127.0.0.1 are always in the certificate.
+        #[arg(long = "host", value_name = "NAME|ADDR")]
+        hosts: Vec<String>,
+    },
+    /// List who may connect and as what (public keys only).
+    List {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+    },
+    /// Let an approver onto the bus with the nkey `aegis keygen` printed for them.
+    AddApprover {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// Their name (as in aegis's approvers).
+        #[arg(long)]
+        name: String,
+        /// Their public nkey (U…).
+        #[arg(long)]
+        nkey: String,
+    },
+    /// Take an approver off the bus.
+    Remove {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// The approver's name.
+        name: String,
+    },
+    /// Give a service a new seed (restart mikado, then the service).
+    Rotate {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// The service: minato, hashi, aegis, mikado, serve, submit or operator.
+        name: String,
     },
 }
 

@@ -38,6 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             }
             Outcome::Ok
         }
+        Command::Keys(cmd) => crate::keys::run(&mut out, json, cmd)?,
         Command::VerifyProof { file, root } => {
             verify_proof(&mut out, json, &file, root.as_deref())?
         }
@@ -48,11 +49,18 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             nats,
             only,
         } => bench(&mut out, json, &db, dir, quick, !no_nats, nats, only)?,
-        Command::BenchPeer { nats, count } => {
+        Command::BenchPeer {
+            nats,
+            count,
+            seed,
+            ca,
+        } => {
             crate::bench::peer(&crate::bench::PeerArgs {
                 nats_url: nats,
                 db: db.clone(),
                 count,
+                seed,
+                ca,
             })?;
             Outcome::Ok
         }
@@ -102,6 +110,7 @@ fn with_store(
         }
         Command::Init
         | Command::VerifyProof { .. }
+        | Command::Keys(_)
         | Command::Serve { .. }
         | Command::Bench { .. }
         | Command::BenchPeer { .. } => {

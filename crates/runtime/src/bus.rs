@@ -1,9 +1,14 @@
-//! The NATS doorbell bus: connect with unlimited reconnect, subscribe to pointer-only
-//! doorbells (bad messages logged with their subject and counted, never fatal), ring them.
+//! The NATS doorbell bus: connect as this service's identity (nkey, own inbox, pinned CA)
+//! with unlimited reconnect, subscribe to pointer-only doorbells (bad messages logged with
+//! their subject and counted, never fatal), ring them, answer requests with signed replies.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use anyhow::Context as _;
+use base64::Engine as _;
 
 use async_nats::{ConnectOptions, Event};
 use futures::StreamExt;
@@ -12,6 +17,82 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Common, Waker};
+use crate::identity;
+
+/// What one connection authenticates with: its nkey (which also names its private inbox and
+/// signs its replies) and the CA it pins.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// The identity; none means an anonymous client, which an authenticating server refuses.
+    pub key: Option<Arc<nkeys::KeyPair>>,
+    /// The bus CA; when set, TLS is required and only this CA is trusted.
+    pub ca: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the seed: only who it is.
+        f.debug_struct("Credentials")
+            .field("nkey", &self.key.as_ref().map(|k| k.public_key()))
+            .field("ca", &self.ca)
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// From the `[common]` settings: the seed file (configured or a systemd credential) and
+    /// the CA beside it or configured.
+    pub fn from_common(common: &Common) -> anyhow::Result<Credentials> {
+        let seed = common.seed_file();
+        let key = match &seed {
+            Some(path) => Some(Arc::new(identity::read_seed(path)?)),
+            None => None,
+        };
+        Ok(Credentials {
+            key,
+            ca: common.ca_file(seed.as_deref()),
+        })
+    }
+
+    /// Connect options for a client called `name` with these credentials.
+    pub fn options(&self, name: &str) -> anyhow::Result<ConnectOptions> {
+        let mut opts = ConnectOptions::new().name(name);
+        if let Some(key) = &self.key {
+            let seed = key
+                .seed()
+                .map_err(|e| anyhow::anyhow!("bad nkey seed: {e}"))?;
+            opts = opts
+                .nkey(seed)
+                .custom_inbox_prefix(identity::inbox_prefix(&key.public_key()));
+        }
+        if let Some(ca) = &self.ca {
+            anyhow::ensure!(ca.exists(), "the bus CA {} does not exist", ca.display());
+            opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        Ok(opts)
+    }
+
+    /// Connects once (for people's commands): a clear error when refused or unreachable.
+    pub async fn connect_once(&self, name: &str, url: &str) -> anyhow::Result<async_nats::Client> {
+        self.options(name)?
+            .connection_timeout(Duration::from_secs(3))
+            .connect(url)
+            .await
+            .with_context(|| format!("cannot connect to NATS at {url}"))
+    }
+}
+
+/// Checks that `msg` (a reply) is signed by `signer` (a pinned public nkey).
+pub fn verify_signed_reply(msg: &async_nats::Message, signer: &str) -> anyhow::Result<()> {
+    let sig = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(identity::SIGNATURE_HEADER))
+        .map(|v| v.as_str().to_owned())
+        .context("the reply is not signed; refusing it")?;
+    identity::verify_reply(signer, msg.subject.as_str(), &msg.payload, &sig)
+        .map_err(|e| anyhow::anyhow!("the reply's signature is not aegis's pinned key: {e}"))
+}
 
 /// Doorbell counters, for logs and health checks.
 #[derive(Debug, Default)]
@@ -39,6 +120,8 @@ pub struct Bus {
     connected: Arc<AtomicBool>,
     /// Who hears of the connection coming and going.
     listeners: Arc<Listeners>,
+    /// Signs this service's replies (its nkey), so askers can pin who answered.
+    signer: Option<Arc<nkeys::KeyPair>>,
 }
 
 /// Consumers to wake on every (re)connect, and callbacks for any change of the connection.
@@ -82,8 +165,9 @@ impl Bus {
         let listeners = Arc::new(Listeners::default());
         let connected = Arc::new(AtomicBool::new(false));
         let (up, heard) = (connected.clone(), listeners.clone());
-        let client = ConnectOptions::new()
-            .name(name)
+        let credentials = Credentials::from_common(common)?;
+        let client = credentials
+            .options(name)?
             .retry_on_initial_connect()
             .max_reconnects(None)
             .connection_timeout(Duration::from_secs(2))
@@ -105,6 +189,9 @@ impl Bus {
                             tracing::warn!("NATS disconnected; polling the store until it returns");
                             heard.changed(false);
                         }
+                        // A refused subscription or publish is the server's word that
+                        // the permissions and the code disagree: worth a warning.
+                        Event::ServerError(e) => tracing::warn!(error = %e, "NATS server error"),
                         other => tracing::debug!(event = %other, "NATS event"),
                     }
                 }
@@ -118,6 +205,7 @@ impl Bus {
             handle: tokio::runtime::Handle::current(),
             connected,
             listeners,
+            signer: credentials.key,
         })
     }
 
@@ -200,6 +288,7 @@ impl Bus {
         let mut sub = self.client.subscribe(subject.clone()).await?;
         let stats = self.stats.clone();
         let client = self.client.clone();
+        let signer = self.signer.clone();
         let handler = Arc::new(handler);
         Ok(tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
@@ -226,9 +315,21 @@ impl Bus {
                 };
                 if let Some(to) = msg.reply {
                     let bytes = reply.len();
+                    let mut headers = async_nats::HeaderMap::new();
+                    if let Some(key) = &signer {
+                        match key.sign(&identity::reply_signing_bytes(&to, &reply)) {
+                            Ok(sig) => headers.insert(
+                                identity::SIGNATURE_HEADER,
+                                base64::engine::general_purpose::STANDARD
+                                    .encode(sig)
+                                    .as_str(),
+                            ),
+                            Err(e) => tracing::error!(error = %e, "cannot sign a reply"),
+                        }
+                    }
                     // A reply that cannot be sent (too big for the server, connection gone)
                     // is logged: the asker would otherwise only see a timeout.
-                    if let Err(e) = client.publish(to, reply.into()).await {
+                    if let Err(e) = client.publish_with_headers(to, headers, reply.into()).await {
                         tracing::warn!(subject = %msg.subject, bytes, error = %e, "reply not sent");
                     }
                 }

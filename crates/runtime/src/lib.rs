@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod heartbeat;
+pub mod identity;
 pub mod logging;
 pub mod natsbin;
 pub mod wake;
@@ -32,6 +33,13 @@ pub struct Common {
     pub nats_url: String,
     /// Subject prefix, so two installations can share one NATS.
     pub subject_prefix: String,
+    /// This process's NATS nkey seed file (0600). Unset: `$CREDENTIALS_DIRECTORY/nats.nk`
+    /// when systemd hands one over, else none (and an authenticating server refuses us).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_seed: Option<PathBuf>,
+    /// The bus CA to pin (TLS is then required). Unset: `nats-ca.pem` beside the seed file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_ca: Option<PathBuf>,
     /// How often each consumer scans SQLite for missed work even without a doorbell.
     pub poll_interval_ms: u64,
     /// Commit durability: `full` (default), `normal` or `off`.
@@ -47,6 +55,8 @@ impl Default for Common {
             db: PathBuf::from("kura.db"),
             nats_url: "nats://127.0.0.1:4222".into(),
             subject_prefix: proto::subjects::DEFAULT_PREFIX.into(),
+            nats_seed: None,
+            nats_ca: None,
             poll_interval_ms: 5000,
             synchronous: kura_store::Synchronous::Full,
             instance: None,
@@ -74,6 +84,24 @@ impl Common {
             Some(name) if !name.is_empty() => name.clone(),
             _ => format!("{daemon}-{}", std::process::id()),
         }
+    }
+
+    /// The seed file in use: configured, or handed over by systemd.
+    pub fn seed_file(&self) -> Option<PathBuf> {
+        self.nats_seed.clone().or_else(|| {
+            std::env::var_os("CREDENTIALS_DIRECTORY")
+                .map(|d| PathBuf::from(d).join(identity::SEED_CREDENTIAL))
+                .filter(|p| p.exists())
+        })
+    }
+
+    /// The CA file to pin: configured, or `nats-ca.pem` beside the seed file.
+    pub fn ca_file(&self, seed: Option<&std::path::Path>) -> Option<PathBuf> {
+        self.nats_ca.clone().or_else(|| {
+            seed.and_then(std::path::Path::parent)
+                .map(|d| d.join(identity::CA_FILE))
+                .filter(|p| p.exists())
+        })
     }
 
     /// Subject builder for the configured prefix.

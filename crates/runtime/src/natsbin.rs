@@ -1,11 +1,15 @@
 //! Finding the `nats-server` binary (a configured path, then `$NATS_SERVER_BIN`, then the
 //! bundle next to our own binaries, then `$PATH`), and a throwaway loopback server for
-//! `kura bench` and the test suites.
+//! `kura bench` and the test suites (authenticated and TLS like an installed Pi).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::bus::Credentials;
+use crate::identity::{self, Role};
 
 /// Where to look, in order, and what was found.
 pub fn find(configured: Option<&Path>) -> Result<PathBuf, String> {
@@ -55,15 +59,20 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// A running `nats-server` child process.
+/// A running `nats-server` child process with authentication and TLS on: its own keys
+/// directory (a seed per service, the CA clients pin), like an installed Pi.
 #[derive(Debug)]
 pub struct NatsServer {
     /// The child; killed on drop.
     child: Option<Child>,
     /// The port it listens on (kept across restarts).
     pub port: u16,
+    /// The address it listens on.
+    listen: String,
     /// The binary, for restarts.
     bin: PathBuf,
+    /// Seeds, identities, CA and server certificate; the config file too.
+    keys: tempfile::TempDir,
 }
 
 /// A TCP port that was free a moment ago.
@@ -83,19 +92,133 @@ impl NatsServer {
 
     /// [`NatsServer::start`] without panicking (for `kura bench`).
     pub fn try_start() -> Result<NatsServer, String> {
+        NatsServer::try_start_on("127.0.0.1", &[])
+    }
+
+    /// Starts it listening on `listen` (e.g. `0.0.0.0`), its certificate also valid for
+    /// `hosts` (the addresses other machines use).
+    pub fn try_start_on(listen: &str, hosts: &[String]) -> Result<NatsServer, String> {
         let bin = find(None)?;
+        let keys = tempfile::tempdir().map_err(|e| format!("cannot make a keys dir: {e}"))?;
+        identity::init(keys.path(), hosts).map_err(|e| e.to_string())?;
         let mut s = NatsServer {
             child: None,
             port: free_port(),
+            listen: listen.to_owned(),
             bin,
+            keys,
         };
         s.try_restart()?;
         Ok(s)
     }
 
-    /// The client URL.
+    /// The client URL (loopback).
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The keys directory (`kura keys` layout).
+    pub fn keys_dir(&self) -> &Path {
+        self.keys.path()
+    }
+
+    /// A service's seed file.
+    pub fn seed(&self, role: Role) -> PathBuf {
+        identity::seed_path(self.keys.path(), role)
+    }
+
+    /// The CA clients pin.
+    pub fn ca(&self) -> PathBuf {
+        self.keys.path().join(identity::CA_FILE)
+    }
+
+    /// The public nkey of service `role`.
+    pub fn nkey(&self, role: Role) -> String {
+        identity::Identities::load(self.keys.path())
+            .ok()
+            .and_then(|ids| ids.get(role.name()).map(|i| i.nkey.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Credentials of service `role`.
+    pub fn credentials(&self, role: Role) -> Result<Credentials, String> {
+        let key = identity::read_seed(&self.seed(role)).map_err(|e| e.to_string())?;
+        Ok(Credentials {
+            key: Some(Arc::new(key)),
+            ca: Some(self.ca()),
+        })
+    }
+
+    /// Connects as service `role`.
+    pub async fn client(&self, role: Role) -> Result<async_nats::Client, String> {
+        self.credentials(role)?
+            .connect_once(role.name(), &self.url())
+            .await
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    /// Lists an approver and reloads the server; returns once `key` can connect.
+    pub fn add_approver(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
+        identity::add_approver(self.keys.path(), name, &key.public_key())
+            .map_err(|e| e.to_string())?;
+        self.reload()?;
+        let creds = Credentials {
+            key: Some(Arc::new(
+                nkeys::KeyPair::from_seed(&key.seed().map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?,
+            )),
+            ca: Some(self.ca()),
+        };
+        let url = self.url();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if rt.block_on(creds.connect_once("probe", &url)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("approver {name} cannot connect after the reload"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Rewrites the config from the keys directory and signals the server to reload it.
+    pub fn reload(&self) -> Result<(), String> {
+        self.write_config()?;
+        let pid = self
+            .child
+            .as_ref()
+            .map(Child::id)
+            .ok_or("nats-server is not running")?;
+        let ok = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .map_err(|e| e.to_string())?
+            .success();
+        if ok {
+            Ok(())
+        } else {
+            Err("cannot signal nats-server".into())
+        }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.keys.path().join("nats-server.conf")
+    }
+
+    fn write_config(&self) -> Result<(), String> {
+        let text = identity::server_config(
+            &self.listen,
+            self.port,
+            self.keys.path(),
+            &proto::subjects::Subjects::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        std::fs::write(self.config_path(), text).map_err(|e| e.to_string())
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.
@@ -114,8 +237,10 @@ impl NatsServer {
     /// [`NatsServer::restart`] without panicking.
     pub fn try_restart(&mut self) -> Result<(), String> {
         self.kill();
+        self.write_config()?;
         let child = Command::new(&self.bin)
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .arg("-c")
+            .arg(self.config_path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

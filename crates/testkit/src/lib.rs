@@ -10,7 +10,7 @@ pub mod stack;
 
 use std::path::{Path, PathBuf};
 
-pub use nats::{NatsServer, free_port};
+pub use nats::{NatsServer, free_port, publish_as};
 pub use stack::Stack;
 
 /// `target/<profile>/<name>`, where cargo put the workspace's binaries. Panics (test helper)

@@ -6,6 +6,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{NatsServer, bin};
+use kura_runtime::identity::Role;
 use kura_store::work::{RequestStatus, request_status};
 use kura_store::{Store, StoreOptions};
 
@@ -17,6 +18,20 @@ pub fn binary(instance: &str) -> &'static str {
         "mikado" => "mikado",
         "serve" => "kura",
         _ => "minato",
+    }
+}
+
+/// The bus identity a daemon instance (or `submit`) connects as.
+pub fn role(instance: &str) -> Role {
+    if instance.starts_with("submit") {
+        return Role::Submit;
+    }
+    match binary(instance) {
+        "hashi" => Role::Hashi,
+        "aegis" => Role::Aegis,
+        "mikado" => Role::Mikado,
+        "kura" => Role::Serve,
+        _ => Role::Minato,
     }
 }
 
@@ -64,6 +79,10 @@ impl Stack {
         }
         cmd.env("KURA_DB", &self.db)
             .env("KURA_NATS_URL", self.nats.url())
+            .env("KURA_NATS_SEED", self.nats.seed(role(instance)))
+            .env("KURA_NATS_CA", self.nats.ca())
+            .env("KURA_NATS__KEYS_DIR", self.nats.keys_dir())
+            .env("KURA_AEGIS__REPLY_KEY", self.nats.nkey(Role::Aegis))
             .env("KURA_POLL_INTERVAL_MS", "200")
             .env("KURA_INSTANCE", instance)
             .env("KURA_PROVIDER__SCRIPT", self.path("script.json"))
@@ -94,6 +113,19 @@ impl Stack {
         let child = cmd.spawn().expect("spawn daemon");
         self.children.retain(|(n, _)| n != instance);
         self.children.push((instance.to_owned(), child));
+    }
+
+    /// Lets the person whose `aegis keygen` key file is `key_file` onto the bus as an
+    /// approver named `name` (the server reloads; returns once they can connect).
+    pub fn add_approver(&self, name: &str, key_file: &std::path::Path) {
+        let text = std::fs::read_to_string(key_file).expect("key file");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("key json");
+        let secret: [u8; 32] = hex::decode(v["secret_key"].as_str().expect("secret"))
+            .expect("hex")
+            .try_into()
+            .expect("32 bytes");
+        let kp = kura_runtime::identity::user_key_from_secret(secret).expect("nkey");
+        self.nats.add_approver(name, &kp).expect("add approver");
     }
 
     /// Runs `kura verify --all`; returns whether it passed and what it printed.

@@ -46,20 +46,51 @@ pub struct Verified {
     pub approvals: i64,
 }
 
-/// A NATS connection to ask aegis over.
+/// Where and as whom a person talks to aegis.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The NATS URL.
+    pub url: String,
+    /// Subjects under the installation's prefix.
+    pub subjects: proto::subjects::Subjects,
+    /// The bus CA to pin (TLS required when set).
+    pub ca: Option<std::path::PathBuf>,
+    /// The aegis daemon's public nkey: replies not signed by it are refused.
+    pub reply_key: String,
+    /// The person's key file: it signs decisions and is their bus identity.
+    pub key_path: std::path::PathBuf,
+}
+
+/// A NATS connection to ask aegis over, as the person whose key it holds.
 struct Conn {
     client: async_nats::Client,
+    /// Pinned: every reply must be signed by it.
+    reply_key: String,
+    /// The approver's name and key.
+    name: String,
+    key: ed25519_dalek::SigningKey,
 }
 
 impl Conn {
-    async fn new(url: &str) -> anyhow::Result<Conn> {
-        let client = async_nats::ConnectOptions::new()
-            .name("aegis-cli")
-            .connection_timeout(Duration::from_secs(3))
-            .connect(url)
-            .await
-            .with_context(|| format!("cannot reach NATS at {url}"))?;
-        Ok(Conn { client })
+    async fn new(at: &Endpoint) -> anyhow::Result<Conn> {
+        kura_runtime::identity::check_user_nkey(&at.reply_key)
+            .map_err(|e| anyhow::anyhow!("[aegis] reply_key: {e}"))?;
+        let (name, key) = keys::load(&at.key_path)?;
+        let nkey = kura_runtime::identity::user_key_from_secret(key.to_bytes())
+            .map_err(anyhow::Error::msg)?;
+        let credentials = kura_runtime::bus::Credentials {
+            key: Some(std::sync::Arc::new(nkey)),
+            ca: at.ca.clone(),
+        };
+        let client = credentials
+            .connect_once(&format!("aegis-cli-{name}"), &at.url)
+            .await?;
+        Ok(Conn {
+            client,
+            reply_key: at.reply_key.clone(),
+            name,
+            key,
+        })
     }
 
     async fn ask<T: serde::de::DeserializeOwned>(
@@ -79,6 +110,8 @@ impl Conn {
             }
             _ => anyhow::anyhow!("request failed: {e}"),
         })?;
+        // Before a byte of it is read: only the pinned aegis may answer.
+        kura_runtime::bus::verify_signed_reply(&reply, &self.reply_key)?;
         serde_json::from_slice(&reply.payload).with_context(|| {
             let text = String::from_utf8_lossy(&reply.payload);
             format!("unexpected answer: {}", proto::text::excerpt(&text, 300))
@@ -194,24 +227,20 @@ async fn pending_on(
 }
 
 /// Every request waiting for people, each verified against its hash.
-pub async fn pending(
-    url: &str,
-    subjects: &proto::subjects::Subjects,
-) -> anyhow::Result<Vec<Verified>> {
-    pending_on(&Conn::new(url).await?, subjects).await
+pub async fn pending(at: &Endpoint) -> anyhow::Result<Vec<Verified>> {
+    pending_on(&Conn::new(at).await?, &at.subjects).await
 }
 
 /// Signs and sends a decision on a verified request; returns aegis's verdict.
 pub async fn decide(
-    url: &str,
-    subjects: &proto::subjects::Subjects,
-    key_path: &std::path::Path,
+    at: &Endpoint,
     request_id: Uuid,
     approve: bool,
     note: &str,
 ) -> anyhow::Result<Verdicted> {
-    let (name, key) = keys::load(key_path)?;
-    let conn = Conn::new(url).await?;
+    let subjects = &at.subjects;
+    let conn = Conn::new(at).await?;
+    let (name, key) = (conn.name.clone(), conn.key.clone());
     let items = pending_on(&conn, subjects).await?;
     let item = items
         .iter()

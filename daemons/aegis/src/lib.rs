@@ -92,6 +92,10 @@ pub struct AegisConfig {
     pub ask_timeout_ms: u64,
     /// A decision's `signed_at` must be within this long of aegis's clock (either way).
     pub signed_within_ms: u64,
+    /// For people's commands: the aegis daemon's public nkey (`kura keys list` shows it).
+    /// Every reply must be signed by it; the commands refuse to run without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_key: Option<String>,
 }
 
 impl Default for AegisConfig {
@@ -101,6 +105,7 @@ impl Default for AegisConfig {
             approvers: Approvers::default(),
             ask_timeout_ms: 3_600_000,
             signed_within_ms: 600_000,
+            reply_key: None,
         }
     }
 }

@@ -37,6 +37,9 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Your key file (your bus identity). Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "KURA_AEGIS_KEY")]
+        key: Option<PathBuf>,
     },
     /// Approve a request (signed with your key).
     Approve {
@@ -78,9 +81,16 @@ fn main() -> ExitCode {
         return match aegis::keys::keygen(name, &path) {
             Ok(k) => {
                 println!("key written to {} (keep it private)", path.display());
+                let nkey = hex::decode(&k.secret_key)
+                    .ok()
+                    .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                    .and_then(|b| kura_runtime::identity::user_key_from_secret(b).ok())
+                    .map(|kp| kp.public_key())
+                    .unwrap_or_default();
                 println!(
-                    "trust it in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
-                    k.name, k.public_key
+                    "On the Pi, let it onto the bus:\n\n  kura keys add-approver --name {} --nkey {nkey}\n\n\
+                     and trust its signatures in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
+                    k.name, k.name, k.public_key
                 );
                 ExitCode::SUCCESS
             }
@@ -96,9 +106,31 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let url = config.common.nats_url.clone();
+    let endpoint = |key: Option<PathBuf>| -> Result<aegis::client::Endpoint, String> {
+        let reply_key = config.aegis.reply_key.clone().ok_or(
+            "aegis's key is not pinned: set [aegis] reply_key (`kura keys list` on the Pi shows \
+             aegis's nkey) or KURA_AEGIS__REPLY_KEY",
+        )?;
+        let seed = config.common.seed_file();
+        Ok(aegis::client::Endpoint {
+            url: config.common.nats_url.clone(),
+            subjects: subjects.clone(),
+            ca: config.common.ca_file(seed.as_deref()),
+            reply_key,
+            key_path: key.unwrap_or_else(aegis::keys::default_key_path),
+        })
+    };
+    let at = match &args.command {
+        Command::Pending { key, .. } | Command::Approve { key, .. } | Command::Deny { key, .. } => {
+            match endpoint(key.clone()) {
+                Ok(at) => at,
+                Err(e) => return fail(e),
+            }
+        }
+        Command::Keygen { .. } | Command::Daemon(_) => return ExitCode::SUCCESS,
+    };
     match args.command {
-        Command::Pending { json } => match rt.block_on(aegis::client::pending(&url, &subjects)) {
+        Command::Pending { json, .. } => match rt.block_on(aegis::client::pending(&at)) {
             Ok(items) if json => {
                 println!(
                     "{}",
@@ -131,15 +163,11 @@ fn main() -> ExitCode {
             Err(e) => fail(format!("{e:#}")),
         },
         Command::Approve {
-            request_id,
-            note,
-            key,
-        } => decide(&rt, &url, &subjects, &request_id, true, &note, key),
+            request_id, note, ..
+        } => decide(&rt, &at, &request_id, true, &note),
         Command::Deny {
-            request_id,
-            reason,
-            key,
-        } => decide(&rt, &url, &subjects, &request_id, false, &reason, key),
+            request_id, reason, ..
+        } => decide(&rt, &at, &request_id, false, &reason),
         Command::Keygen { .. } | Command::Daemon(_) => ExitCode::SUCCESS,
     }
 }
@@ -147,21 +175,16 @@ fn main() -> ExitCode {
 /// Signs and sends a decision; exit 0 if accepted, 1 if aegis refused it, 2 on errors.
 fn decide(
     rt: &tokio::runtime::Runtime,
-    url: &str,
-    subjects: &proto::subjects::Subjects,
+    at: &aegis::client::Endpoint,
     request_id: &str,
     approve: bool,
     note: &str,
-    key: Option<PathBuf>,
 ) -> ExitCode {
     let id = match kura_store::store::parse_id(request_id) {
         Ok(id) => id,
         Err(e) => return fail(e),
     };
-    let key = key.unwrap_or_else(aegis::keys::default_key_path);
-    match rt.block_on(aegis::client::decide(
-        url, subjects, &key, id, approve, note,
-    )) {
+    match rt.block_on(aegis::client::decide(at, id, approve, note)) {
         Ok(v) if v.ok => {
             println!("{}", v.message);
             ExitCode::SUCCESS

@@ -45,6 +45,11 @@ pub struct NatsConfig {
     /// database's directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_dir: Option<PathBuf>,
+    /// The bus keys (`identities.toml`, `nats-server.pem`, `nats-server-key.pem`, as `kura
+    /// keys init` writes them); unset means systemd's `$CREDENTIALS_DIRECTORY`. The server
+    /// admits only the nkeys listed there, and only over TLS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys_dir: Option<PathBuf>,
 }
 
 /// Who runs the NATS server.
@@ -64,6 +69,7 @@ impl Default for NatsConfig {
             binary: None,
             max_backoff_ms: 5000,
             config_dir: None,
+            keys_dir: None,
         }
     }
 }

@@ -100,10 +100,13 @@ fn submit_many(s: &Stack, n: usize, prefix: &str, ring: bool) -> Vec<i64> {
         })
         .collect();
     if let (true, Some(record_id)) = (ring, last) {
-        let url = s.nats.url();
+        let nats = &s.nats;
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
-            let c = async_nats::connect(url).await.expect("connect");
+            let c = nats
+                .client(kura_runtime::identity::Role::Submit)
+                .await
+                .expect("connect");
             let msg = proto::doorbell::SessionCreate {
                 record_id,
                 session_id: None,

@@ -5,6 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use kura_runtime::identity::Role;
 use kura_testkit::bin;
 use kura_testkit::stack::{Stack, session_records};
 use proto::doorbell::ApprovalDecision;
@@ -12,12 +13,13 @@ use serde_json::{Value, json};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// A stack whose aegis runs `policy` and trusts the keys made for `people`.
+/// A stack whose aegis runs `policy` and trusts the keys made for `people`; each of them,
+/// and a `watcher` whose signature aegis does not trust, may use the bus as an approver.
 fn stack(script: &str, policy: &str, people: &[&str]) -> Stack {
     let mut s = Stack::new(script);
     std::fs::write(s.path("policy.toml"), policy).expect("policy");
     let mut trusted = Vec::new();
-    for p in people {
+    for p in people.iter().chain(&["watcher"]) {
         let key = s.path(&format!("{p}.key"));
         let out = Command::new(bin("aegis"))
             .args(["keygen", "--name", p, "--key"])
@@ -25,6 +27,10 @@ fn stack(script: &str, policy: &str, people: &[&str]) -> Stack {
             .output()
             .expect("keygen");
         assert!(out.status.success());
+        s.add_approver(p, &key);
+        if *p == "watcher" {
+            continue;
+        }
         let k: Value =
             serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
         trusted.push(format!(
@@ -43,6 +49,9 @@ fn aegis_cli(s: &Stack, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(bin("aegis"))
         .args(args)
         .env("KURA_NATS_URL", s.nats.url())
+        .env("KURA_NATS_CA", s.nats.ca())
+        .env("KURA_AEGIS__REPLY_KEY", s.nats.nkey(Role::Aegis))
+        .env("KURA_AEGIS_KEY", s.path("watcher.key"))
         .output()
         .expect("aegis cli");
     (
@@ -227,7 +236,8 @@ fn allow_deny_and_ask_then_a_signed_approval_releases_the_turn() {
 fn send(s: &Stack, d: &ApprovalDecision) -> Value {
     let rt = tokio::runtime::Runtime::new().expect("rt");
     rt.block_on(async {
-        let c = async_nats::connect(s.nats.url()).await.expect("connect");
+        // The forger holds the operator's key: the bus lets it say anything, aegis must not.
+        let c = s.nats.client(Role::Operator).await.expect("connect");
         let reply = c
             .request(
                 "oclaw.v1.aegis.cmd.approval.decide",
@@ -526,43 +536,40 @@ fn an_unanswered_ask_expires_as_a_denial() {
     );
 }
 
-/// A rogue responder on the bus: answers every pending query with `page` (raw NATS
-/// protocol, no library) until the returned connection is shut down.
-fn rogue_responder(port: u16, subject: &str, page: Value) -> std::net::TcpStream {
-    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let handle = stream.try_clone().expect("clone");
-    let mut w = stream.try_clone().expect("clone");
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
-    r.read_line(&mut line).expect("INFO");
-    write!(w, "CONNECT {{\"verbose\":false,\"pedantic\":false,\"name\":\"rogue\"}}\r\nSUB {subject} 1\r\nPING\r\n")
-        .expect("sub");
-    line.clear();
-    r.read_line(&mut line).expect("PONG");
+/// A rogue responder on the bus holding `role`'s key: answers every pending query with
+/// `page`, signed with its own key when `sign` (aegis's key it does not have), until the
+/// returned runtime is dropped. `None` when the bus refused the subscription.
+fn rogue_responder(s: &Stack, role: Role, page: Value, sign: bool) -> tokio::runtime::Runtime {
+    use base64::Engine as _;
+    use futures::StreamExt as _;
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let subject = proto::subjects::Subjects::default().approval_pending();
+    let creds = s.nats.credentials(role).expect("credentials");
+    let key = creds.key.clone().expect("key");
+    let client = rt.block_on(s.nats.client(role)).expect("connect");
+    let mut sub = rt.block_on(client.subscribe(subject)).expect("subscribe");
+    rt.block_on(client.flush()).expect("flush");
     let body = page.to_string();
-    std::thread::spawn(move || {
-        loop {
-            let mut head = String::new();
-            if r.read_line(&mut head).unwrap_or(0) == 0 {
-                return;
+    rt.spawn(async move {
+        while let Some(msg) = sub.next().await {
+            let Some(to) = msg.reply else { continue };
+            let mut headers = async_nats::HeaderMap::new();
+            if sign {
+                let bytes = kura_runtime::identity::reply_signing_bytes(&to, body.as_bytes());
+                let sig = key.sign(&bytes).expect("sign");
+                headers.insert(
+                    kura_runtime::identity::SIGNATURE_HEADER,
+                    base64::engine::general_purpose::STANDARD
+                        .encode(sig)
+                        .as_str(),
+                );
             }
-            let parts: Vec<&str> = head.split_whitespace().collect();
-            match parts.first() {
-                Some(&"PING") => {
-                    let _ = w.write_all(b"PONG\r\n");
-                }
-                Some(&"MSG") if parts.len() == 5 => {
-                    let len: usize = parts[4].parse().unwrap_or(0);
-                    let mut payload = vec![0; len + 2];
-                    let _ = r.read_exact(&mut payload);
-                    let _ = write!(w, "PUB {} {}\r\n{body}\r\n", parts[3], body.len());
-                }
-                _ => {}
-            }
+            let _ = client
+                .publish_with_headers(to, headers, body.clone().into())
+                .await;
         }
     });
-    handle
+    rt
 }
 
 /// Attack: `aegis pending` and `approve` trusted whichever client answered first and signed
@@ -593,27 +600,36 @@ fn a_rogue_responder_cannot_show_a_person_something_else() {
         "session_id": real["session_id"], "turn_id": real["turn_id"],
     });
     let fake_text = proto::canonical::canonical_json(&fake).expect("canonical");
-    let rogue = rogue_responder(
-        s.nats.port,
-        &proto::subjects::Subjects::default().approval_pending(),
-        json!({"items": [{
-            "request_id": real["request_id"], "request_hash": real["request_hash"],
-            "record": {"record_type": "approval.request", "author_id": "agent:hashi",
-                       "content_bytes": fake_text.len(), "content": fake_text},
-            "age_s": 1, "rule": "default:write", "required": 1, "approvals": 0,
-        }]}),
-    );
+    let page = json!({"items": [{
+        "request_id": real["request_id"], "request_hash": real["request_hash"],
+        "record": {"record_type": "approval.request", "author_id": "agent:hashi",
+                   "content_bytes": fake_text.len(), "content": fake_text},
+        "age_s": 1, "rule": "default:write", "required": 1, "approvals": 0,
+    }]});
     let id = real["request_id"].as_str().expect("id");
     let key = s.path("oles.key");
-    let (code, out, err) = aegis_cli(&s, &["approve", id, "--key", key.to_str().expect("utf8")]);
+    let approve = ["approve", id, "--key", key.to_str().expect("utf8")];
+    // 1. Another approver's key (a person on the bus): the server does not let them listen
+    //    on aegis's subject, so nobody answers at all.
+    let rogue = rogue_responder(&s, Role::Approver, page.clone(), false);
+    let (code, out, err) = aegis_cli(&s, &approve);
     assert_eq!(code, 2, "{out}{err}");
-    assert!(err.contains("does not match its hash"), "{err}");
-    assert!(!out.contains("shopping"), "nothing was shown: {out}");
-    let (code, out, err) = aegis_cli(&s, &["pending"]);
-    assert_eq!(code, 2, "{out}{err}");
-    assert!(!out.contains("shopping"), "{out}");
+    assert!(err.contains("no aegis daemon is listening"), "{err}");
+    drop(rogue);
+    // 2. A stolen operator key may listen anywhere, but cannot sign as aegis: the unsigned
+    //    answer and the one signed with the wrong key are refused before they are read.
+    for (sign, says) in [(false, "not signed"), (true, "not aegis's pinned key")] {
+        let rogue = rogue_responder(&s, Role::Operator, page.clone(), sign);
+        let (code, out, err) = aegis_cli(&s, &approve);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains(says), "{err}");
+        assert!(!out.contains("shopping"), "nothing was shown: {out}");
+        let (code, out, err) = aegis_cli(&s, &["pending"]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(!out.contains("shopping"), "{out}");
+        drop(rogue);
+    }
     // Nothing was decided or written.
-    let _ = rogue.shutdown(std::net::Shutdown::Both);
     s.spawn("aegis", "aegis");
     let deadline = std::time::Instant::now() + MINUTE;
     while aegis_cli(&s, &["pending"]).0 != 0 {

@@ -128,10 +128,13 @@ fn malformed_doorbells_are_rejected_counted_and_harmless() {
     s.wait_log("minato", "NATS connected", MINUTE);
     std::thread::sleep(Duration::from_millis(300));
     let before = kura_testkit::stack::session_records_count(&s);
-    let url = s.nats.url();
+    let nats = &s.nats;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let c = async_nats::connect(url).await.expect("connect");
+        let c = nats
+            .client(kura_runtime::identity::Role::Operator)
+            .await
+            .expect("connect");
         let subjects = [
             "oclaw.v1.hashi.cmd.worker.dispatch",
             "oclaw.v1.hashi.evt.worker.complete",

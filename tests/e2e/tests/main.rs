@@ -3,6 +3,7 @@
 
 mod approvals;
 mod attacks;
+mod bus;
 mod chaos;
 mod e2e;
 mod memory;

@@ -47,9 +47,12 @@ fn facts_learned_in_one_session_reach_the_next_sessions_context() {
         .push(("KURA_NATS__MODE".into(), "external".into()));
     // Count record.written doorbells from the start.
     let rt = tokio::runtime::Runtime::new().expect("rt");
-    let url = s.nats.url();
+    let nats = &s.nats;
     let written = rt.block_on(async move {
-        let c = async_nats::connect(url).await.expect("connect");
+        let c = nats
+            .client(kura_runtime::identity::Role::Operator)
+            .await
+            .expect("connect");
         let sub = c
             .subscribe("oclaw.v1.mikado.evt.record.written")
             .await

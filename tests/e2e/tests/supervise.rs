@@ -40,10 +40,14 @@ fn supervises_restarts_and_stops_the_bundled_nats_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = kura_testkit::free_port();
     let log = dir.path().join("mikado.log");
+    let keys = dir.path().join("keys");
+    kura_runtime::identity::init(&keys, &[]).expect("keys");
     let mut mikado = Command::new(kura_testkit::bin("mikado"))
         .arg("run")
         .env("KURA_NATS_URL", format!("nats://127.0.0.1:{port}"))
         .env("KURA_NATS__CONFIG_DIR", dir.path())
+        .env("KURA_NATS__KEYS_DIR", &keys)
+        .env("KURA_NATS_SEED", keys.join("mikado.nk"))
         .env("KURA_DB", dir.path().join("kura.db"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))

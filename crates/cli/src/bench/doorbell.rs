@@ -19,6 +19,8 @@ use uuid::Uuid;
 use super::Figure;
 use super::Sizes;
 use super::storage::remove_db;
+use kura_runtime::bus::Credentials;
+use kura_runtime::identity::Role;
 use kura_runtime::natsbin::NatsServer;
 use kura_store::{Store, StoreOptions};
 
@@ -45,6 +47,20 @@ pub struct PeerArgs {
     pub db: PathBuf,
     /// Events of each kind to wait for.
     pub count: usize,
+    /// The nkey seed to connect with.
+    pub seed: Option<PathBuf>,
+    /// The bus CA to pin.
+    pub ca: Option<PathBuf>,
+}
+
+/// Credentials from a seed and CA file (either may be absent).
+fn credentials(seed: Option<&Path>, ca: Option<&Path>) -> anyhow::Result<Credentials> {
+    let common = kura_runtime::Common {
+        nats_seed: seed.map(Path::to_path_buf),
+        nats_ca: ca.map(Path::to_path_buf),
+        ..kura_runtime::Common::default()
+    };
+    Credentials::from_common(&common)
 }
 
 /// What the peer prints when done: latencies in nanoseconds.
@@ -71,7 +87,9 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
         .build()?;
     let store = Store::open(&args.db, &StoreOptions::default())?;
     let result = rt.block_on(async {
-        let client = async_nats::connect(&args.nats_url).await?;
+        let client = credentials(args.seed.as_deref(), args.ca.as_deref())?
+            .connect_once("bench-peer", &args.nats_url)
+            .await?;
         let mut bare_sub = client.subscribe(BARE).await?;
         let mut bell_sub = client.subscribe(DOORBELL).await?;
         client.flush().await?;
@@ -130,6 +148,17 @@ pub fn latency(dir: &Path, sizes: &Sizes, nats_url: Option<&str>) -> anyhow::Res
         (None, Some(s)) => s.url(),
         (None, None) => anyhow::bail!("no NATS server"),
     };
+    // The bundled server authenticates like an installed Pi: the bench is its operator.
+    // Another server: whatever $KURA_NATS_SEED and $KURA_NATS_CA say.
+    let env_path = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let (seed, ca) = match &server {
+        Some(s) => (Some(s.seed(Role::Operator)), Some(s.ca())),
+        None => (env_path("KURA_NATS_SEED"), env_path("KURA_NATS_CA")),
+    };
     let db = dir.join("doorbell.db");
     remove_db(&db);
     let mut store = Store::create(&db, &StoreOptions::default())?;
@@ -144,6 +173,14 @@ pub fn latency(dir: &Path, sizes: &Sizes, nats_url: Option<&str>) -> anyhow::Res
         .args(["--nats", &url, "--count", &sizes.events.to_string()])
         .arg("--db")
         .arg(&db)
+        .args(
+            seed.iter()
+                .flat_map(|p| [std::ffi::OsStr::new("--seed"), p.as_os_str()]),
+        )
+        .args(
+            ca.iter()
+                .flat_map(|p| [std::ffi::OsStr::new("--ca"), p.as_os_str()]),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;
@@ -164,7 +201,9 @@ pub fn latency(dir: &Path, sizes: &Sizes, nats_url: Option<&str>) -> anyhow::Res
     // A pause between events, so each is timed alone rather than queued behind the last.
     let gap = Duration::from_micros(300);
     rt.block_on(async {
-        let client = async_nats::connect(&url).await?;
+        let client = credentials(seed.as_deref(), ca.as_deref())?
+            .connect_once("bench", &url)
+            .await?;
         for _ in 0..sizes.events {
             let ring = Ring {
                 record_id: None,

@@ -1,0 +1,87 @@
+//! `kura keys`: the bus identities an install runs with (seeds never printed, only public keys).
+
+use kura_runtime::identity::{self, Identities, Identity};
+use serde_json::json;
+
+use crate::args::{KeysCmd, Outcome};
+use crate::output::Out;
+
+fn show(out: &mut Out, id: &Identity) -> std::io::Result<()> {
+    out.line(format!("{:<10} {:<9} {}", id.name, id.role.name(), id.nkey))
+}
+
+/// Runs one `kura keys` subcommand.
+pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
+    match cmd {
+        KeysCmd::Init { dir, hosts } => {
+            let made = identity::init(&dir, &hosts)?;
+            if json {
+                out.json(
+                    &json!({"dir": dir, "identities": made.identities.list, "hosts": made.hosts}),
+                )?;
+                return Ok(Outcome::Ok);
+            }
+            out.line(format!(
+                "Bus keys written to {} (seeds 0600; never commit or copy them off this machine).",
+                dir.display()
+            ))?;
+            for id in &made.identities.list {
+                show(out, id)?;
+            }
+            out.line(format!(
+                "TLS certificate for: {} (clients pin {})",
+                made.hosts.join(", "),
+                dir.join(identity::CA_FILE).display()
+            ))?;
+        }
+        KeysCmd::List { dir } => {
+            let ids = Identities::load(&dir)?;
+            if json {
+                out.json(&ids.list)?;
+            } else {
+                for id in &ids.list {
+                    show(out, id)?;
+                }
+            }
+        }
+        KeysCmd::AddApprover { dir, name, nkey } => {
+            let id = identity::add_approver(&dir, &name, &nkey)?;
+            if json {
+                out.json(&id)?;
+            } else {
+                out.line(format!(
+                    "{} may now ask aegis and send decisions once mikado restarts \
+                     (systemctl restart kura-mikado). Give them {} and aegis's nkey:",
+                    id.name,
+                    dir.join(identity::CA_FILE).display()
+                ))?;
+                if let Some(aegis) = Identities::load(&dir)?.get("aegis") {
+                    out.line(format!("  reply_key = \"{}\"", aegis.nkey))?;
+                }
+            }
+        }
+        KeysCmd::Remove { dir, name } => {
+            let id = identity::remove(&dir, &name)?;
+            if json {
+                out.json(&id)?;
+            } else {
+                out.line(format!(
+                    "{} removed; they are refused once mikado restarts",
+                    id.name
+                ))?;
+            }
+        }
+        KeysCmd::Rotate { dir, name } => {
+            let id = identity::rotate(&dir, &name)?;
+            if json {
+                out.json(&id)?;
+            } else {
+                out.line(format!(
+                    "{} has a new key {}; restart mikado, then the service",
+                    id.name, id.nkey
+                ))?;
+            }
+        }
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,720 @@
+//! Bus identities: one NATS nkey per daemon, per approver and for the operator, each allowed
+//! exactly its subjects — the nats-server `authorization` block they make, and the keys
+//! directory `kura keys init` writes (seeds, `identities.toml`, the pinned CA and the server
+//! certificate).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use proto::subjects::Subjects;
+use serde::{Deserialize, Serialize};
+
+/// The public list of who may connect, in a keys directory.
+pub const IDENTITIES_FILE: &str = "identities.toml";
+/// The local CA clients pin (public).
+pub const CA_FILE: &str = "nats-ca.pem";
+/// The server certificate, signed by the local CA.
+pub const SERVER_CERT_FILE: &str = "nats-server.pem";
+/// The server certificate's private key (0600).
+pub const SERVER_KEY_FILE: &str = "nats-server-key.pem";
+/// A service's seed is `<name>.nk` (0600); under systemd it arrives as this credential.
+pub const SEED_CREDENTIAL: &str = "nats.nk";
+/// The CA under systemd's credentials directory.
+pub const CA_CREDENTIAL: &str = "nats-ca.pem";
+
+/// What an identity may do on the bus. Each role's subjects are listed in PROTOCOL.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Role {
+    /// The orchestrator.
+    Minato,
+    /// An executor (every hashi instance shares it; only it may join the `hashi` queue).
+    Hashi,
+    /// The approval daemon (the only responder on its request subjects).
+    Aegis,
+    /// Memory extraction.
+    Mikado,
+    /// `kura serve` (no subjects; connected only for its health).
+    Serve,
+    /// `minato submit` run by a person.
+    Submit,
+    /// A person who approves: asks aegis, never answers.
+    Approver,
+    /// Debugging only: may publish and subscribe everything.
+    Operator,
+}
+
+impl Role {
+    /// The services `kura keys init` makes a seed for, by name.
+    pub const SERVICES: [Role; 7] = [
+        Role::Minato,
+        Role::Hashi,
+        Role::Aegis,
+        Role::Mikado,
+        Role::Serve,
+        Role::Submit,
+        Role::Operator,
+    ];
+
+    /// The role's name (also its seed file's stem for services).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Minato => "minato",
+            Role::Hashi => "hashi",
+            Role::Aegis => "aegis",
+            Role::Mikado => "mikado",
+            Role::Serve => "serve",
+            Role::Submit => "submit",
+            Role::Approver => "approver",
+            Role::Operator => "operator",
+        }
+    }
+}
+
+/// One entry of `identities.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    /// A service's role name, or an approver's name.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// Its public NATS user nkey (`U…`, 56 characters).
+    pub nkey: String,
+}
+
+/// Why the keys directory could not be read or changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdentityError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file's content is wrong (bad TOML, a bad key, a duplicate).
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The caller asked for something that cannot be done (an existing directory, an
+    /// unknown name).
+    #[error("{0}")]
+    Refused(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IdentityError + '_ {
+    move |source| IdentityError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Everyone who may connect.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identities {
+    /// In file order.
+    #[serde(default, rename = "identity")]
+    pub list: Vec<Identity>,
+}
+
+/// An approver's or service's name: one word a subject-free file name can carry.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid name {name:?}: letters, digits, '-' and '_' only (at most 64)"
+        ))
+    }
+}
+
+/// Whether `nkey` is a public user nkey (prefix `U`, valid checksum).
+pub fn check_user_nkey(nkey: &str) -> Result<[u8; 32], String> {
+    match nkeys::from_public_key(nkey) {
+        Ok((_, bytes)) if nkey.starts_with('U') => Ok(bytes),
+        Ok(_) => Err(format!("{nkey:?} is not a user nkey (must start with U)")),
+        Err(e) => Err(format!("{nkey:?} is not an nkey: {e}")),
+    }
+}
+
+impl Identities {
+    /// Reads and checks `identities.toml` in `dir`: names and keys are unique and well formed.
+    pub fn load(dir: &Path) -> Result<Identities, IdentityError> {
+        let path = dir.join(IDENTITIES_FILE);
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        let ids: Identities = toml::from_str(&text).map_err(|e| IdentityError::Invalid {
+            path: path.display().to_string(),
+            message: e.message().to_owned(),
+        })?;
+        ids.check().map_err(|message| IdentityError::Invalid {
+            path: path.display().to_string(),
+            message,
+        })?;
+        Ok(ids)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let (mut names, mut keys) = (BTreeSet::new(), BTreeSet::new());
+        for id in &self.list {
+            check_name(&id.name)?;
+            check_user_nkey(&id.nkey)?;
+            if !names.insert(&id.name) {
+                return Err(format!("the name {:?} is listed twice", id.name));
+            }
+            if !keys.insert(&id.nkey) {
+                return Err(format!(
+                    "the key of {:?} is listed twice (one key, one identity)",
+                    id.name
+                ));
+            }
+            if id.role != Role::Approver && id.name != id.role.name() {
+                return Err(format!(
+                    "{:?}: a service identity is named after its role ({:?})",
+                    id.name,
+                    id.role.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `identities.toml` into `dir` (replacing it atomically).
+    pub fn save(&self, dir: &Path) -> Result<(), IdentityError> {
+        self.check().map_err(IdentityError::Refused)?;
+        let mut text = String::from(
+            "# Kura's bus identities: who may connect to NATS and as what (public keys only).\n\
+             # Managed with `kura keys`; mikado builds the nats-server authorization from it.\n",
+        );
+        text.push_str(&toml::to_string(self).map_err(|e| IdentityError::Refused(e.to_string()))?);
+        let path = dir.join(IDENTITIES_FILE);
+        let tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+        std::fs::write(tmp.path(), text).map_err(io(tmp.path()))?;
+        tmp.persist(&path).map_err(|e| IdentityError::Io {
+            path: path.display().to_string(),
+            source: e.error,
+        })?;
+        Ok(())
+    }
+
+    /// The identity called `name`.
+    pub fn get(&self, name: &str) -> Option<&Identity> {
+        self.list.iter().find(|i| i.name == name)
+    }
+}
+
+/// Where an identity's replies arrive: its own inbox subtree, which nobody else may read.
+pub fn inbox_prefix(nkey: &str) -> String {
+    format!("_INBOX.{nkey}")
+}
+
+/// Publish and subscribe allow lists (a subscribe entry may name a queue group after a space).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Subjects it may publish to.
+    pub publish: Vec<String>,
+    /// Subjects it may subscribe to.
+    pub subscribe: Vec<String>,
+    /// Whether it may answer the requests it receives (once each).
+    pub allow_responses: bool,
+}
+
+/// Exactly what `role` may do under `s`'s prefix, with its inbox for replies.
+pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
+    let inbox = format!("{}.>", inbox_prefix(nkey));
+    let (publish, subscribe, allow_responses) = match role {
+        Role::Minato => (
+            vec![s.worker_dispatch(), s.session_complete()],
+            vec![s.session_create(), s.worker_complete(), inbox],
+            false,
+        ),
+        Role::Hashi => (
+            vec![s.worker_complete(), s.tool_approve()],
+            // Only as a member of the `hashi` queue: a plain subscriber would see every
+            // turn's doorbell, a rogue queue member would swallow them.
+            vec![format!("{} hashi", s.worker_dispatch()), inbox],
+            false,
+        ),
+        Role::Aegis => (
+            vec![s.worker_dispatch()],
+            vec![
+                s.tool_approve(),
+                s.approval_decide(),
+                s.approval_pending(),
+                s.approval_fetch(),
+                inbox,
+            ],
+            true,
+        ),
+        Role::Mikado => (
+            vec![s.record_written()],
+            vec![s.worker_complete(), inbox],
+            false,
+        ),
+        Role::Serve => (Vec::new(), vec![inbox], false),
+        Role::Submit => (
+            vec![s.session_create()],
+            vec![s.session_complete(), inbox],
+            false,
+        ),
+        Role::Approver => (
+            vec![
+                s.approval_decide(),
+                s.approval_pending(),
+                s.approval_fetch(),
+            ],
+            vec![inbox],
+            false,
+        ),
+        Role::Operator => (vec![">".into()], vec![">".into()], false),
+    };
+    Permissions {
+        publish,
+        subscribe,
+        allow_responses,
+    }
+}
+
+fn quoted_list(items: &[String]) -> String {
+    let inner: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", inner.join(", "))
+}
+
+fn allow_or_deny(items: &[String]) -> String {
+    if items.is_empty() {
+        // An empty allow list is not "nothing"; say it.
+        "{ deny: [\">\"] }".into()
+    } else {
+        format!("{{ allow: {} }}", quoted_list(items))
+    }
+}
+
+/// The nats-server `authorization` block for `ids`: nkey users only, each with its allow lists.
+pub fn server_authorization(ids: &Identities, s: &Subjects) -> String {
+    // `timeout`: a client that has not authenticated in 3 s is dropped.
+    let mut out = String::from("authorization {\n  timeout: 3\n  users = [\n");
+    for id in &ids.list {
+        let p = permissions(id.role, s, &id.nkey);
+        let _ = writeln!(
+            out,
+            "    # {} ({})\n    {{ nkey: {:?}, permissions: {{ publish: {}, subscribe: {}{} }} }}",
+            id.name,
+            id.role.name(),
+            id.nkey,
+            allow_or_deny(&p.publish),
+            allow_or_deny(&p.subscribe),
+            if p.allow_responses {
+                ", allow_responses: true"
+            } else {
+                ""
+            }
+        );
+    }
+    out.push_str("  ]\n}\n");
+    out
+}
+
+/// The nats-server `tls` block for the certificate in `dir`.
+pub fn server_tls(dir: &Path) -> String {
+    format!(
+        "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  timeout: 3\n}}\n",
+        dir.join(SERVER_CERT_FILE).display().to_string(),
+        dir.join(SERVER_KEY_FILE).display().to_string()
+    )
+}
+
+/// The whole nats-server config for listening on `host:port` with the identities, server
+/// certificate and key in `keys_dir`: nobody connects without an nkey listed there, and
+/// nobody without TLS.
+pub fn server_config(
+    host: &str,
+    port: u16,
+    keys_dir: &Path,
+    s: &Subjects,
+) -> Result<String, IdentityError> {
+    let ids = Identities::load(keys_dir)?;
+    for f in [SERVER_CERT_FILE, SERVER_KEY_FILE] {
+        let path = keys_dir.join(f);
+        if !path.exists() {
+            return Err(IdentityError::Refused(format!(
+                "{} is missing: the bus needs its TLS certificate (`kura keys init`)",
+                path.display()
+            )));
+        }
+    }
+    Ok(format!(
+        "# Generated from {}; rewritten on every start.\n\
+         host: {host:?}\n\
+         port: {port}\n\
+         server_name: \"kura-{port}\"\n\
+         # Doorbells are pointers of at most 1 KiB; replies are paged to fit.\n\
+         max_payload: 65536\n\
+         {}{}",
+        keys_dir.join(IDENTITIES_FILE).display(),
+        server_authorization(&ids, s),
+        server_tls(keys_dir)
+    ))
+}
+
+/// Writes `bytes` to a new file at `path` with `mode`, refusing to replace anything.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), IdentityError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io(path))?;
+    f.write_all(bytes).map_err(io(path))?;
+    f.sync_all().map_err(io(path))
+}
+
+/// A fresh user seed written to `dir/<name>.nk` (0600); returns its public nkey.
+fn new_seed(dir: &Path, name: &str) -> Result<String, IdentityError> {
+    let kp = nkeys::KeyPair::new_user();
+    let seed = kp
+        .seed()
+        .map_err(|e| IdentityError::Refused(format!("cannot encode a seed: {e}")))?;
+    write_new(&dir.join(format!("{name}.nk")), seed.as_bytes(), 0o600)?;
+    Ok(kp.public_key())
+}
+
+/// What `kura keys init` made.
+#[derive(Debug, Clone)]
+pub struct Initialized {
+    /// The identities written.
+    pub identities: Identities,
+    /// Names the server certificate is valid for.
+    pub hosts: Vec<String>,
+}
+
+/// Makes a keys directory: a seed per service, `identities.toml`, and a local CA with a
+/// server certificate for `hosts` (plus localhost and 127.0.0.1). The CA's private key is
+/// never written: a new certificate means a new CA, which clients pin again.
+pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if dir.join(IDENTITIES_FILE).exists() {
+        return Err(IdentityError::Refused(format!(
+            "{} already holds identities; rotate single keys with `kura keys rotate NAME`",
+            dir.display()
+        )));
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io(dir))?;
+    let mut ids = Identities::default();
+    for role in Role::SERVICES {
+        let nkey = new_seed(dir, role.name())?;
+        ids.list.push(Identity {
+            name: role.name().into(),
+            role,
+            nkey,
+        });
+    }
+    let mut all_hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    for h in hosts {
+        if !all_hosts.contains(h) {
+            all_hosts.push(h.clone());
+        }
+    }
+    let (ca, cert, key) = certificates(&all_hosts)?;
+    write_new(&dir.join(CA_FILE), ca.as_bytes(), 0o644)?;
+    write_new(&dir.join(SERVER_CERT_FILE), cert.as_bytes(), 0o644)?;
+    write_new(&dir.join(SERVER_KEY_FILE), key.as_bytes(), 0o600)?;
+    ids.save(dir)?;
+    Ok(Initialized {
+        identities: ids,
+        hosts: all_hosts,
+    })
+}
+
+/// (CA certificate, server certificate, server key), all PEM.
+fn certificates(hosts: &[String]) -> Result<(String, String, String), IdentityError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let fail = |e: rcgen::Error| IdentityError::Refused(format!("cannot make a certificate: {e}"));
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "Kura local bus CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().map_err(fail)?;
+    let ca = ca_params.self_signed(&ca_key).map_err(fail)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let mut params = CertificateParams::new(hosts.to_vec()).map_err(fail)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "Kura nats-server");
+    params.use_authority_key_identifier_extension = true;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().map_err(fail)?;
+    let cert = params.signed_by(&key, &issuer).map_err(fail)?;
+    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
+}
+
+/// Lists an approver: `nkey` is their public key (`aegis keygen` prints it); their Ed25519
+/// key file is their bus credential too.
+pub fn add_approver(dir: &Path, name: &str, nkey: &str) -> Result<Identity, IdentityError> {
+    let mut ids = Identities::load(dir)?;
+    check_name(name).map_err(IdentityError::Refused)?;
+    check_user_nkey(nkey).map_err(IdentityError::Refused)?;
+    if ids.get(name).is_some() {
+        return Err(IdentityError::Refused(format!(
+            "{name:?} is already listed; remove it first to replace its key"
+        )));
+    }
+    let id = Identity {
+        name: name.into(),
+        role: Role::Approver,
+        nkey: nkey.into(),
+    };
+    ids.list.push(id.clone());
+    ids.save(dir)?;
+    Ok(id)
+}
+
+/// Removes an approver from the list.
+pub fn remove(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
+    let mut ids = Identities::load(dir)?;
+    let Some(pos) = ids.list.iter().position(|i| i.name == name) else {
+        return Err(IdentityError::Refused(format!(
+            "no identity named {name:?}"
+        )));
+    };
+    if ids.list[pos].role != Role::Approver {
+        return Err(IdentityError::Refused(format!(
+            "{name:?} is a service; rotate its key with `kura keys rotate {name}` instead"
+        )));
+    }
+    let gone = ids.list.remove(pos);
+    ids.save(dir)?;
+    Ok(gone)
+}
+
+/// Gives service `name` a new seed (the old one stops working once mikado restarts).
+pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
+    let mut ids = Identities::load(dir)?;
+    let Some(id) = ids.list.iter_mut().find(|i| i.name == name) else {
+        return Err(IdentityError::Refused(format!(
+            "no identity named {name:?}"
+        )));
+    };
+    if id.role == Role::Approver {
+        return Err(IdentityError::Refused(format!(
+            "{name:?} is an approver: they make a new key with `aegis keygen`, then \
+             `kura keys remove {name}` and `kura keys add-approver`"
+        )));
+    }
+    let seed_path = dir.join(format!("{name}.nk"));
+    let old = dir.join(format!("{name}.nk.old"));
+    std::fs::rename(&seed_path, &old).map_err(io(&seed_path))?;
+    let nkey = match new_seed(dir, name) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = std::fs::rename(&old, &seed_path);
+            return Err(e);
+        }
+    };
+    let _ = std::fs::remove_file(&old);
+    id.nkey = nkey;
+    let id = id.clone();
+    ids.save(dir)?;
+    Ok(id)
+}
+
+/// A person's bus key is their approver key: the same Ed25519 secret as a user nkey.
+pub fn user_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, String> {
+    nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, secret).map_err(|e| e.to_string())
+}
+
+/// Reads a seed file, refusing one others can read (like ssh does with private keys).
+pub fn read_seed(path: &Path) -> Result<nkeys::KeyPair, IdentityError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path).map_err(io(path))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(IdentityError::Invalid {
+            path: path.display().to_string(),
+            message: format!(
+                "a seed readable by others (mode {:o}) is refused; chmod 600 it",
+                meta.permissions().mode() & 0o777
+            ),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    nkeys::KeyPair::from_seed(text.trim()).map_err(|e| IdentityError::Invalid {
+        path: path.display().to_string(),
+        message: format!("not an nkey seed: {e}"),
+    })
+}
+
+/// The seed file for a service in a keys directory.
+pub fn seed_path(dir: &Path, role: Role) -> PathBuf {
+    dir.join(format!("{}.nk", role.name()))
+}
+
+/// The bytes a reply signature covers: a label, the reply subject (fresh for every request,
+/// so an old reply cannot be replayed to a new question) and the payload.
+pub fn reply_signing_bytes(reply_to: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + reply_to.len() + 16);
+    out.extend_from_slice(b"kura.reply.v1\n");
+    out.extend_from_slice(reply_to.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The header carrying a reply's signature (standard base64 of the 64 Ed25519 bytes).
+pub const SIGNATURE_HEADER: &str = "Kura-Signature";
+
+/// Checks a reply signed by `signer` (a public nkey) under [`reply_signing_bytes`].
+pub fn verify_reply(
+    signer: &str,
+    reply_to: &str,
+    payload: &[u8],
+    signature_b64: &str,
+) -> Result<(), String> {
+    use base64::Engine as _;
+    let key = nkeys::KeyPair::from_public_key(signer).map_err(|e| e.to_string())?;
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(signature_b64.trim())
+        .map_err(|e| format!("signature is not base64: {e}"))?;
+    key.verify(&reply_signing_bytes(reply_to, payload), &sig)
+        .map_err(|_| "the signature does not match the pinned key".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_writes_private_seeds_and_a_consistent_list() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("keys");
+        let made = init(&dir, &["192.0.2.2".into()]).expect("init");
+        assert!(made.hosts.contains(&"192.0.2.2".to_string()));
+        let ids = Identities::load(&dir).expect("load");
+        assert_eq!(ids, made.identities);
+        for role in Role::SERVICES {
+            let path = seed_path(&dir, role);
+            let mode = std::fs::metadata(&path).expect("seed").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+            let kp = read_seed(&path).expect("seed");
+            assert_eq!(
+                ids.get(role.name()).map(|i| i.nkey.clone()),
+                Some(kp.public_key())
+            );
+        }
+        let key_mode = std::fs::metadata(dir.join(SERVER_KEY_FILE))
+            .expect("key")
+            .permissions()
+            .mode();
+        assert_eq!(key_mode & 0o777, 0o600);
+        assert!(
+            init(&dir, &[]).is_err(),
+            "a second init must not replace keys"
+        );
+    }
+
+    #[test]
+    fn a_key_listed_twice_or_a_bad_key_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        init(tmp.path(), &[]).expect("init");
+        let ids = Identities::load(tmp.path()).expect("load");
+        let minato = ids.get("minato").expect("minato").nkey.clone();
+        let err = add_approver(tmp.path(), "mallory", &minato).expect_err("duplicate key");
+        assert!(err.to_string().contains("twice"), "{err}");
+        let seed = read_seed(&seed_path(tmp.path(), Role::Hashi))
+            .expect("seed")
+            .seed()
+            .expect("seed");
+        assert!(
+            add_approver(tmp.path(), "eve", &seed).is_err(),
+            "a seed is not a public key"
+        );
+        assert!(add_approver(tmp.path(), "a.b", &nkeys::KeyPair::new_user().public_key()).is_err());
+        assert_eq!(
+            Identities::load(tmp.path()).expect("load"),
+            ids,
+            "unchanged"
+        );
+    }
+
+    #[test]
+    fn rotating_a_service_changes_its_key_and_seed_together() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        init(tmp.path(), &[]).expect("init");
+        let before = Identities::load(tmp.path()).expect("load");
+        let after = rotate(tmp.path(), "hashi").expect("rotate");
+        assert_ne!(before.get("hashi").map(|i| &i.nkey), Some(&after.nkey));
+        let seed = read_seed(&seed_path(tmp.path(), Role::Hashi)).expect("seed");
+        assert_eq!(seed.public_key(), after.nkey);
+        assert_eq!(
+            Identities::load(tmp.path()).expect("load").get("hashi"),
+            Some(&after)
+        );
+    }
+
+    #[test]
+    fn a_seed_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        init(tmp.path(), &[]).expect("init");
+        let path = seed_path(tmp.path(), Role::Minato);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let err = read_seed(&path).expect_err("world-readable");
+        assert!(err.to_string().contains("chmod 600"), "{err}");
+    }
+
+    #[test]
+    fn hashi_may_only_join_the_hashi_queue_and_approvers_only_ask() {
+        let s = Subjects::default();
+        let key = nkeys::KeyPair::new_user().public_key();
+        let hashi = permissions(Role::Hashi, &s, &key);
+        assert!(
+            hashi
+                .subscribe
+                .contains(&"oclaw.v1.hashi.cmd.worker.dispatch hashi".to_string())
+        );
+        let approver = permissions(Role::Approver, &s, &key);
+        assert!(!approver.allow_responses);
+        assert!(approver.subscribe == vec![format!("_INBOX.{key}.>")]);
+        assert!(permissions(Role::Aegis, &s, &key).allow_responses);
+    }
+
+    #[test]
+    fn reply_signatures_bind_the_reply_subject() {
+        use base64::Engine as _;
+        let kp = nkeys::KeyPair::new_user();
+        let sig = kp
+            .sign(&reply_signing_bytes("_INBOX.a.1", b"{}"))
+            .expect("sign");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(sig);
+        assert!(verify_reply(&kp.public_key(), "_INBOX.a.1", b"{}", &b64).is_ok());
+        assert!(verify_reply(&kp.public_key(), "_INBOX.a.2", b"{}", &b64).is_err());
+        assert!(verify_reply(&kp.public_key(), "_INBOX.a.1", b"{ }", &b64).is_err());
+        let other = nkeys::KeyPair::new_user().public_key();
+        assert!(verify_reply(&other, "_INBOX.a.1", b"{}", &b64).is_err());
+    }
+}
