@@ -6,6 +6,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{NatsServer, bin};
+use kura_runtime::bus::Credentials;
 use kura_runtime::identity::Role;
 use kura_store::work::{RequestStatus, request_status};
 use kura_store::{Store, StoreOptions};
@@ -33,6 +34,17 @@ pub fn role(instance: &str) -> Role {
         "kura" => Role::Serve,
         _ => Role::Minato,
     }
+}
+
+/// The nkey of an `aegis keygen` key file (the same Ed25519 secret).
+pub fn approver_key(key_file: &std::path::Path) -> nkeys::KeyPair {
+    let text = std::fs::read_to_string(key_file).expect("key file");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("key json");
+    let secret: [u8; 32] = hex::decode(v["secret_key"].as_str().expect("secret"))
+        .expect("hex")
+        .try_into()
+        .expect("32 bytes");
+    kura_runtime::identity::user_key_from_secret(secret).expect("nkey")
 }
 
 /// A running stack.
@@ -118,14 +130,17 @@ impl Stack {
     /// Lets the person whose `aegis keygen` key file is `key_file` onto the bus as an
     /// approver named `name` (the server reloads; returns once they can connect).
     pub fn add_approver(&self, name: &str, key_file: &std::path::Path) {
-        let text = std::fs::read_to_string(key_file).expect("key file");
-        let v: serde_json::Value = serde_json::from_str(&text).expect("key json");
-        let secret: [u8; 32] = hex::decode(v["secret_key"].as_str().expect("secret"))
-            .expect("hex")
-            .try_into()
-            .expect("32 bytes");
-        let kp = kura_runtime::identity::user_key_from_secret(secret).expect("nkey");
-        self.nats.add_approver(name, &kp).expect("add approver");
+        self.nats
+            .add_approver(name, &approver_key(key_file))
+            .expect("add approver");
+    }
+
+    /// The bus credentials of the person whose key file is `key_file`.
+    pub fn approver_credentials(&self, key_file: &std::path::Path) -> Credentials {
+        Credentials {
+            key: Some(std::sync::Arc::new(approver_key(key_file))),
+            ca: Some(self.nats.ca()),
+        }
     }
 
     /// Runs `kura verify --all`; returns whether it passed and what it printed.

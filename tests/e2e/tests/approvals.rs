@@ -5,6 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use kura_runtime::bus::Credentials;
 use kura_runtime::identity::Role;
 use kura_testkit::bin;
 use kura_testkit::stack::{Stack, session_records};
@@ -536,17 +537,23 @@ fn an_unanswered_ask_expires_as_a_denial() {
     );
 }
 
-/// A rogue responder on the bus holding `role`'s key: answers every pending query with
-/// `page`, signed with its own key when `sign` (aegis's key it does not have), until the
-/// returned runtime is dropped. `None` when the bus refused the subscription.
-fn rogue_responder(s: &Stack, role: Role, page: Value, sign: bool) -> tokio::runtime::Runtime {
+/// A rogue responder on the bus holding `creds`: answers every pending query with `page`,
+/// signed with its own key when `sign` (aegis's key it does not have), until the returned
+/// runtime is dropped.
+fn rogue_responder(
+    url: &str,
+    creds: Credentials,
+    page: Value,
+    sign: bool,
+) -> tokio::runtime::Runtime {
     use base64::Engine as _;
     use futures::StreamExt as _;
     let rt = tokio::runtime::Runtime::new().expect("rt");
     let subject = proto::subjects::Subjects::default().approval_pending();
-    let creds = s.nats.credentials(role).expect("credentials");
     let key = creds.key.clone().expect("key");
-    let client = rt.block_on(s.nats.client(role)).expect("connect");
+    let client = rt
+        .block_on(creds.connect_once("rogue", url))
+        .expect("connect");
     let mut sub = rt.block_on(client.subscribe(subject)).expect("subscribe");
     rt.block_on(client.flush()).expect("flush");
     let body = page.to_string();
@@ -611,7 +618,8 @@ fn a_rogue_responder_cannot_show_a_person_something_else() {
     let approve = ["approve", id, "--key", key.to_str().expect("utf8")];
     // 1. Another approver's key (a person on the bus): the server does not let them listen
     //    on aegis's subject, so nobody answers at all.
-    let rogue = rogue_responder(&s, Role::Approver, page.clone(), false);
+    let watcher = s.approver_credentials(&s.path("watcher.key"));
+    let rogue = rogue_responder(&s.nats.url(), watcher, page.clone(), false);
     let (code, out, err) = aegis_cli(&s, &approve);
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("no aegis daemon is listening"), "{err}");
@@ -619,7 +627,8 @@ fn a_rogue_responder_cannot_show_a_person_something_else() {
     // 2. A stolen operator key may listen anywhere, but cannot sign as aegis: the unsigned
     //    answer and the one signed with the wrong key are refused before they are read.
     for (sign, says) in [(false, "not signed"), (true, "not aegis's pinned key")] {
-        let rogue = rogue_responder(&s, Role::Operator, page.clone(), sign);
+        let operator = s.nats.credentials(Role::Operator).expect("operator");
+        let rogue = rogue_responder(&s.nats.url(), operator, page.clone(), sign);
         let (code, out, err) = aegis_cli(&s, &approve);
         assert_eq!(code, 2, "{out}{err}");
         assert!(err.contains(says), "{err}");
