@@ -50,6 +50,10 @@ pub struct NatsConfig {
     /// admits only the nkeys listed there, and only over TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keys_dir: Option<PathBuf>,
+    /// The address the server listens on, when not `common.nats_url`'s host (e.g. `0.0.0.0`
+    /// so a laptop on the LAN can approve while the daemons use loopback). Always TLS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
 }
 
 /// Who runs the NATS server.
@@ -70,6 +74,7 @@ impl Default for NatsConfig {
             max_backoff_ms: 5000,
             config_dir: None,
             keys_dir: None,
+            listen: None,
         }
     }
 }

@@ -41,7 +41,8 @@ fn keys_dir(config: &Config) -> anyhow::Result<PathBuf> {
 /// mode 0600 — never a predictable path in a shared directory that another local user could
 /// plant first or point at the database. Removed when the returned handle drops.
 fn write_config(config: &Config) -> anyhow::Result<tempfile::TempPath> {
-    let (host, port) = listen_addr(&config.common.nats_url)?;
+    let (url_host, port) = listen_addr(&config.common.nats_url)?;
+    let host = config.nats.listen.clone().unwrap_or(url_host);
     let dir = match &config.nats.config_dir {
         Some(d) => d.clone(),
         None => std::path::Path::new(&config.common.db)
