@@ -91,6 +91,20 @@ for f in "$here"/config/*; do
 done
 for f in "$here"/systemd/*.service; do install -m 0644 "$f" "$root/etc/systemd/system/$(basename "$f")"; done
 
+# Bus identities: a seed per service, the identity list, a local CA and the server
+# certificate — made once, kept by root in a 0700 directory; systemd hands each unit only
+# its own seed (LoadCredential=), so no daemon can read another's key. An upgrade keeps them.
+keys="$root/etc/kura/keys"
+if [ ! -e "$keys/identities.toml" ]; then
+    if [ $live = 1 ]; then
+        hosts=()
+        for h in $(hostname 2>/dev/null) $(hostname -I 2>/dev/null); do hosts+=(--host "$h"); done
+        /opt/kura/bin/kura keys init --dir /etc/kura/keys "${hosts[@]}"
+    else
+        "${KURA_INIT:-$root/opt/kura/bin/kura}" keys init --dir "$keys"
+    fi
+fi
+
 # The database: created once, by the kura user (so kura owns it), mode 0600 (`kura init`
 # makes it private). An upgrade leaves it alone: no chmod or chown as root through whatever
 # the kura user may have put at that path.

@@ -470,7 +470,29 @@ fn protocol_md_test_vectors_match_the_code() {
     };
     let signing = String::from_utf8(d.signing_bytes(&hash)).expect("utf8");
     keys::sign(&key, &mut d, &hash);
+    // The bus side: the same secret as the approver's nkey, aegis's reply signature.
+    use base64::Engine as _;
+    use kura_runtime::identity::{inbox_prefix, reply_signing_bytes, user_key_from_secret};
+    let approver_nkey = user_key_from_secret(secret).expect("nkey").public_key();
+    let aegis_secret: [u8; 32] = hex::decode(value("aegis_secret_key"))
+        .expect("hex")
+        .try_into()
+        .expect("32 bytes");
+    let aegis = user_key_from_secret(aegis_secret).expect("nkey");
+    let reply_to = format!("{}.r1", inbox_prefix(&approver_nkey));
+    let payload = value("reply_payload");
+    let reply_sig = base64::engine::general_purpose::STANDARD.encode(
+        aegis
+            .sign(&reply_signing_bytes(&reply_to, payload.as_bytes()))
+            .expect("sign"),
+    );
+    kura_runtime::identity::verify_reply(&aegis.public_key(), &reply_to, payload.as_bytes(), &reply_sig)
+        .expect("the reply verifies");
     let computed = [
+        ("approver_nkey", approver_nkey),
+        ("aegis_nkey", aegis.public_key()),
+        ("reply_to", reply_to),
+        ("reply_signature", reply_sig),
         ("public_key", public),
         ("request_content_canonical", canonical),
         ("request_hash", hash.clone()),
