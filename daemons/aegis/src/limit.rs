@@ -1,8 +1,9 @@
 //! Rate limit on refused decisions: per request and approver, only a few refusals per
 //! window touch the database; the rest are counted in memory and added to the stored count
 //! later in one write. A flood of forgeries then costs aegis almost no disk writes, and
-//! never a lock a real decision waits behind for long. (Per connection needs the bus
-//! identities of issue 11, which are not there yet.)
+//! never a lock a real decision waits behind for long. Not per connection: core NATS does
+//! not tell a responder who published, so the key is what the message claims; the store's
+//! caps bound what any sender can write regardless, and the bus admits only listed keys.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

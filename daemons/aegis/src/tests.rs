@@ -486,8 +486,13 @@ fn protocol_md_test_vectors_match_the_code() {
             .sign(&reply_signing_bytes(&reply_to, payload.as_bytes()))
             .expect("sign"),
     );
-    kura_runtime::identity::verify_reply(&aegis.public_key(), &reply_to, payload.as_bytes(), &reply_sig)
-        .expect("the reply verifies");
+    kura_runtime::identity::verify_reply(
+        &aegis.public_key(),
+        &reply_to,
+        payload.as_bytes(),
+        &reply_sig,
+    )
+    .expect("the reply verifies");
     let computed = [
         ("approver_nkey", approver_nkey),
         ("aegis_nkey", aegis.public_key()),
