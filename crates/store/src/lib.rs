@@ -8,6 +8,7 @@ pub mod export;
 pub mod memory;
 pub mod ops;
 pub mod proof;
+pub mod seallog;
 pub mod store;
 pub mod time;
 pub mod verify;

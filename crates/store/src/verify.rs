@@ -33,7 +33,7 @@ pub enum Scope {
 /// One thing that is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
-    /// `record`, `ledger`, `session` or `schema`.
+    /// `record`, `ledger`, `session`, `schema` or `seal_log`.
     pub kind: &'static str,
     /// The id of the record, ledger or session at fault.
     pub id: String,
@@ -758,6 +758,15 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
                 created_at: s(6),
             };
             v.check_record(&cols);
+        }
+        // The seal log names every sealed ledger as it is, and its hashes are the leaves'.
+        for (id, check, detail) in crate::seallog::check_in(conn)? {
+            v.report.problems.push(Problem {
+                kind: "seal_log",
+                id,
+                check,
+                detail,
+            });
         }
     }
     if let (Scope::Ledger(_), Some(trusted)) = (scope, trusted_head) {

@@ -307,6 +307,7 @@ pub fn seal_in(conn: &Connection, ledger_id: Uuid) -> Result<(Ledger, bool)> {
         params![ledger_id.to_string(), root, hash, sealed_at],
     )?;
     sessions::move_head(conn, ledger.session_id, ledger_id, &hash, "seal")?;
+    crate::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
     ledger.state = LedgerState::Sealed;
     ledger.root_hash = Some(root);
     ledger.ledger_hash = Some(hash);

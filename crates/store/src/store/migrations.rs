@@ -10,22 +10,38 @@ use rusqlite_migration::{M, Migrations};
 use crate::error::{Result, StoreError};
 
 /// Every migration, in order. Never edit one that has shipped: add the next number.
-const MIGRATIONS: &[M<'static>] = &[
-    // 001: records, ledgers, members, sessions, ref log and the immutability triggers.
-    M::up(include_str!("../../migrations/001_records_ledgers.sql")),
-    // 002: work state: session requests, turns with leases and fencing epochs, cursors.
-    M::up(include_str!("../../migrations/002_work.sql")),
-    // 003: approvals: requests, signed votes, rejections (aegis).
-    M::up(include_str!("../../migrations/003_approvals.sql")),
-    // 004: memory: graph edges, sessions, the FTS5 index and embeddings (mikado).
-    M::up(include_str!("../../migrations/004_memory.sql")),
-    // 005: operations: daemon heartbeats, integrity sweeps and backups.
-    M::up(include_str!("../../migrations/005_ops.sql")),
-    // 006: failed attempts and backoff of turns; a daemon's self-reported detail.
-    M::up(include_str!("../../migrations/006_attempts.sql")),
-    // 007: votes carry their key (M-of-N counts keys); refusals counted, a few recorded.
-    M::up(include_str!("../../migrations/007_votes_by_key.sql")),
-];
+fn migrations() -> Vec<M<'static>> {
+    vec![
+        // 001: records, ledgers, members, sessions, ref log and the immutability triggers.
+        M::up(include_str!("../../migrations/001_records_ledgers.sql")),
+        // 002: work state: session requests, turns with leases and fencing epochs, cursors.
+        M::up(include_str!("../../migrations/002_work.sql")),
+        // 003: approvals: requests, signed votes, rejections (aegis).
+        M::up(include_str!("../../migrations/003_approvals.sql")),
+        // 004: memory: graph edges, sessions, the FTS5 index and embeddings (mikado).
+        M::up(include_str!("../../migrations/004_memory.sql")),
+        // 005: operations: daemon heartbeats, integrity sweeps and backups.
+        M::up(include_str!("../../migrations/005_ops.sql")),
+        // 006: failed attempts and backoff of turns; a daemon's self-reported detail.
+        M::up(include_str!("../../migrations/006_attempts.sql")),
+        // 007: votes carry their key (M-of-N counts keys); refusals counted, a few recorded.
+        M::up(include_str!("../../migrations/007_votes_by_key.sql")),
+        // 008: the seal log (RFC 6962, tlog layout); existing sealed ledgers backfilled in seal order.
+        M::up_with_hook(
+            include_str!("../../migrations/008_seal_log.sql"),
+            |tx: &rusqlite::Transaction| {
+                crate::seallog::backfill_in(tx)
+                    .map(drop)
+                    .map_err(|e| rusqlite_migration::HookError::Hook(e.to_string()))
+            },
+        ),
+    ]
+}
+
+/// How many migrations there are (the current schema version).
+fn latest() -> usize {
+    migrations().len()
+}
 
 /// One schema object: (type, name, table, SQL text).
 type SchemaRow = (String, String, String, Option<String>);
@@ -39,7 +55,9 @@ fn expected_schema(version: usize) -> Result<Vec<SchemaRow>> {
     }
     let mut mem = Connection::open_in_memory()?;
     if version > 0 {
-        Migrations::from_slice(&MIGRATIONS[..version]).to_latest(&mut mem)?;
+        let mut all = migrations();
+        all.truncate(version);
+        Migrations::new(all).to_latest(&mut mem)?;
     }
     let rows = schema_of(&mem)?;
     if let Ok(mut c) = CACHE.lock() {
@@ -68,7 +86,7 @@ fn schema_of(conn: &Connection) -> Result<Vec<SchemaRow>> {
 /// reports them.
 pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
     let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > MIGRATIONS.len() {
+    if version > latest() {
         // `apply` explains that one.
         return Ok(vec![]);
     }
@@ -100,14 +118,14 @@ pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, Strin
 /// Brings the schema up to date; refuses databases written by a newer Kura.
 pub fn apply(conn: &mut Connection) -> Result<()> {
     let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > MIGRATIONS.len() {
+    if version > latest() {
         return Err(StoreError::Invalid(format!(
             "database schema version {version} is newer than this kura understands ({}); upgrade kura",
-            MIGRATIONS.len()
+            latest()
         )));
     }
-    if version < MIGRATIONS.len() {
-        Migrations::from_slice(MIGRATIONS).to_latest(conn)?;
+    if version < latest() {
+        Migrations::new(migrations()).to_latest(conn)?;
     }
     Ok(())
 }
@@ -118,6 +136,6 @@ mod tests {
 
     #[test]
     fn migrations_are_valid() {
-        assert!(Migrations::from_slice(MIGRATIONS).validate().is_ok());
+        assert!(Migrations::new(migrations()).validate().is_ok());
     }
 }
