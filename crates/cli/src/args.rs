@@ -81,6 +81,36 @@ pub enum Command {
         /// is no longer in the history, which catches even a consistent truncation.
         #[arg(long, value_name = "HASH")]
         trusted_head: Option<String>,
+        /// A signed checkpoint the store's seal log must extend (repeatable; the newest is
+        /// used). Default: the signer's and the witnesses' from the serve config.
+        #[arg(long = "checkpoint", value_name = "FILE")]
+        checkpoints: Vec<PathBuf>,
+        /// A witness directory to take checkpoints (and leaf copies) from (repeatable).
+        #[arg(long = "witness", value_name = "DIR")]
+        witnesses: Vec<PathBuf>,
+        /// The log's verifier key (`name+id+base64`). Default: [serve] log_verifier.
+        #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+        log_key: Option<String>,
+    },
+    /// The log key that signs checkpoints of the seal log.
+    #[command(subcommand)]
+    LogKey(LogKeyCmd),
+    /// Sign (with --key) or print the latest checkpoint of the seal log (C2SP signed note).
+    Checkpoint {
+        /// The log key; signing refuses a log that does not extend the last checkpoint.
+        #[arg(long, env = "KURA_LOG_KEY")]
+        key: Option<PathBuf>,
+        /// The signer's last checkpoint. Default: [serve] checkpoint_file, else DB.checkpoint.
+        #[arg(long)]
+        state: Option<PathBuf>,
+    },
+    /// An RFC 6962 consistency proof from an old checkpoint to a newer one (default: the
+    /// store's log now), as JSON; exit 2 if the store does not extend it.
+    ProveConsistency {
+        /// The old checkpoint file.
+        old: PathBuf,
+        /// The newer checkpoint file.
+        new: Option<PathBuf>,
     },
     /// Export a session as a git repository.
     Export {
@@ -202,6 +232,20 @@ pub enum Command {
         /// The root hash or ledger hash you trust; the proof must lead to it.
         #[arg(long, value_name = "HASH")]
         root: Option<String>,
+    },
+}
+
+/// `kura log-key ...`
+#[derive(Debug, Subcommand)]
+pub enum LogKeyCmd {
+    /// Make a log key (0600, never overwriting) and print its verifier key.
+    Init {
+        /// Where to write it.
+        #[arg(long)]
+        out: PathBuf,
+        /// The log's name: every checkpoint's origin (e.g. kura.<host>/log).
+        #[arg(long)]
+        name: String,
     },
 }
 

@@ -13,7 +13,7 @@ use proto::record::{MAX_CONTENT_BYTES, NewRecord, RecordType};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::args::{Args, Command, LedgerCmd, Outcome, RecordCmd, SessionCmd};
+use crate::args::{Args, Command, LedgerCmd, LogKeyCmd, Outcome, RecordCmd, SessionCmd};
 use crate::output::{self, Out};
 
 /// Runs the parsed command.
@@ -39,6 +39,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             Outcome::Ok
         }
         Command::Keys(cmd) => crate::keys::run(&mut out, json, cmd)?,
+        Command::LogKey(LogKeyCmd::Init { out: path, name }) => {
+            crate::tlog::init_key(&mut out, json, &path, &name)?;
+            Outcome::Ok
+        }
         Command::VerifyProof { file, root } => {
             verify_proof(&mut out, json, &file, root.as_deref())?
         }
@@ -100,6 +104,13 @@ fn with_store(
     command: Command,
 ) -> anyhow::Result<Outcome> {
     match command {
+        Command::Checkpoint { key, state } => {
+            let db = store.path().to_path_buf();
+            crate::tlog::checkpoint(out, store, &db, key.as_deref(), state.as_deref())?;
+        }
+        Command::ProveConsistency { old, new } => {
+            crate::tlog::prove_consistency(out, store, &old, new.as_deref())?;
+        }
         Command::Status => {
             let st = kura_store::ops::status(store)?;
             if json {
@@ -111,6 +122,7 @@ fn with_store(
         Command::Init
         | Command::VerifyProof { .. }
         | Command::Keys(_)
+        | Command::LogKey(_)
         | Command::Serve { .. }
         | Command::Bench { .. }
         | Command::BenchPeer { .. } => {
@@ -264,6 +276,9 @@ fn with_store(
             id: target,
             all,
             trusted_head,
+            checkpoints,
+            witnesses,
+            log_key,
         } => {
             let scope = match (target, all) {
                 (_, true) => Scope::All,
@@ -280,7 +295,13 @@ fn with_store(
                 }
                 (None, false) => bail!("give a ledger or session id, or --all"),
             };
-            let report = kura_store::verify::verify(store, &scope, trusted_head.as_deref())?;
+            let trust = crate::tlog::Trust::resolve(log_key, checkpoints, witnesses, store.path())?;
+            let mut report = kura_store::verify::verify(store, &scope, trusted_head.as_deref())?;
+            if let Some(used) = trust.check(store, &mut report)?
+                && !json
+            {
+                out.line(used)?;
+            }
             print_report(out, json, &report)?;
             return Ok(if report.ok() {
                 Outcome::Ok

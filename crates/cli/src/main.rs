@@ -8,6 +8,7 @@ mod commands;
 mod keys;
 mod output;
 mod serve;
+mod tlog;
 
 use std::process::ExitCode;
 

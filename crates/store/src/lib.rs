@@ -13,6 +13,7 @@ pub mod seallog;
 pub mod store;
 pub mod time;
 pub mod verify;
+pub mod witness;
 pub mod work;
 
 pub use error::{ConflictKind, Result, StoreError};

@@ -5,4 +5,5 @@ mod bench;
 mod cli;
 mod concurrency;
 mod export;
+mod seal;
 mod tamper;

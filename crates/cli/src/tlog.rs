@@ -1,0 +1,241 @@
+//! The seal log from the command line: the log key, checkpoints, consistency proofs, and
+//! which checkpoint `kura verify` holds the store to.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use kura_store::Store;
+use kura_store::checkpoint::{self, LogKey};
+use kura_store::verify::{Problem, Report};
+use kura_store::{seallog, witness};
+use serde_json::json;
+
+use crate::output::Out;
+use crate::serve::ServeConfig;
+
+/// `kura log-key init`: a new log key written 0600 (never over an existing file).
+pub fn init_key(out: &mut Out, json: bool, path: &Path, name: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let (skey, vkey) = checkpoint::generate(name)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {} (never overwritten)", path.display()))?;
+    writeln!(f, "{skey}")?;
+    f.sync_all()?;
+    if json {
+        out.json(&json!({"key": path, "verifier": vkey}))?;
+    } else {
+        out.line(format!(
+            "log key written to {} (0600; hand it to kura serve only)",
+            path.display()
+        ))?;
+        out.line("pin its verifier key in /etc/kura/serve.toml ([serve] log_verifier) and with every witness:")?;
+        out.line(vkey)?;
+    }
+    Ok(())
+}
+
+/// The serve config `kura verify` and `kura checkpoint` read their defaults from:
+/// `$KURA_SERVE_CONFIG`, else `/etc/kura/serve.toml` when it exists.
+pub fn serve_config() -> anyhow::Result<Option<ServeConfig>> {
+    let path = std::env::var_os("KURA_SERVE_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from("/etc/kura/serve.toml")).filter(|p| p.exists()));
+    match path {
+        Some(p) => Ok(Some(
+            kura_runtime::config::load_with_env::<ServeConfig>(Some(&p), std::iter::empty())?.0,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Where the signer keeps its last checkpoint: configured, else beside the database.
+pub fn state_file(configured: Option<&Path>, db: &Path) -> PathBuf {
+    configured.map(Path::to_path_buf).unwrap_or_else(|| {
+        let mut p = db.as_os_str().to_owned();
+        p.push(".checkpoint");
+        PathBuf::from(p)
+    })
+}
+
+/// `kura checkpoint`: with a key, sign the log as it is now (refusing a tree that does not
+/// extend the last one signed) and print it; without, print the last one signed.
+pub fn checkpoint(
+    out: &mut Out,
+    store: &Store,
+    db: &Path,
+    key: Option<&Path>,
+    state: Option<&Path>,
+) -> anyhow::Result<()> {
+    let config = serve_config()?;
+    let state = state_file(
+        state.or(config
+            .as_ref()
+            .and_then(|c| c.serve.checkpoint_file.as_deref())),
+        db,
+    );
+    let last = std::fs::read_to_string(&state).ok();
+    let Some(key) = key else {
+        let note = last.with_context(|| {
+            format!(
+                "no checkpoint signed yet ({} is missing); sign one with --key or run kura serve",
+                state.display()
+            )
+        })?;
+        out.line(note.trim_end())?;
+        return Ok(());
+    };
+    let key = LogKey::load(key)?;
+    match witness::sign_next(store.conn(), &key, last.as_deref())? {
+        Ok((note, _)) => {
+            witness::save_last(&state, &note)?;
+            out.line(note.trim_end())?;
+            Ok(())
+        }
+        Err(why) => bail!("{why}"),
+    }
+}
+
+fn read_body(path: &Path) -> anyhow::Result<tlog_tiles::Checkpoint> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let note = signed_note::Note::from_bytes(text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: not a signed note: {e}", path.display()))?;
+    tlog_tiles::Checkpoint::from_bytes(note.text())
+        .map_err(|_| anyhow::anyhow!("{}: not a tlog checkpoint", path.display()))
+}
+
+/// `kura prove-consistency OLD [NEW]`: the RFC 6962 proof that the tree of NEW (default:
+/// the store's log now) extends the tree of OLD, from the store's hashes.
+pub fn prove_consistency(
+    out: &mut Out,
+    store: &Store,
+    old: &Path,
+    new: Option<&Path>,
+) -> anyhow::Result<()> {
+    let old = read_body(old)?;
+    let (new_size, new_root) = match new {
+        Some(p) => {
+            let c = read_body(p)?;
+            (c.size(), *c.hash())
+        }
+        None => {
+            let n = seallog::size_in(store.conn())?;
+            (n, seallog::root_in(store.conn(), n)?)
+        }
+    };
+    let proof = seallog::consistency_proof_in(store.conn(), old.size(), new_size)?;
+    let b64 = |h: &tlog_tiles::Hash| base64::engine::general_purpose::STANDARD.encode(h.0);
+    let ok = old.size() == 0
+        || (old.size() == new_size && *old.hash() == new_root)
+        || (old.size() < new_size
+            && tlog_tiles::check_tree(&proof, new_size, new_root, old.size(), *old.hash()).is_ok());
+    out.json(&json!({
+        "origin": old.origin(),
+        "old_size": old.size(), "old_root": b64(old.hash()),
+        "new_size": new_size, "new_root": b64(&new_root),
+        "proof": proof.iter().map(b64).collect::<Vec<_>>(),
+        "consistent": ok,
+    }))?;
+    if !ok {
+        bail!("the store's log does not extend that checkpoint");
+    }
+    Ok(())
+}
+
+/// What `kura verify` holds the store to: the log's verifier key, checkpoint files and
+/// witness directories — given on the command line, else from the serve config.
+#[derive(Debug, Default)]
+pub struct Trust {
+    /// The log's verifier key.
+    pub vkey: Option<String>,
+    /// Checkpoint files.
+    pub files: Vec<PathBuf>,
+    /// Witness directories.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Trust {
+    /// From the flags, filled in from the serve config.
+    pub fn resolve(
+        vkey: Option<String>,
+        files: Vec<PathBuf>,
+        dirs: Vec<PathBuf>,
+        db: &Path,
+    ) -> anyhow::Result<Trust> {
+        let mut t = Trust { vkey, files, dirs };
+        if let Some(c) = serve_config()? {
+            if t.vkey.is_none() {
+                t.vkey = c.serve.log_verifier.clone();
+            }
+            if t.dirs.is_empty() {
+                t.dirs = c.serve.witness_dirs.clone();
+            }
+            if t.files.is_empty() {
+                t.files
+                    .push(state_file(c.serve.checkpoint_file.as_deref(), db));
+            }
+        }
+        if t.vkey.is_some() && t.files.is_empty() {
+            t.files.push(state_file(None, db));
+        }
+        Ok(t)
+    }
+
+    /// Checks the store against the newest checkpoint found; adds problems to `report` and
+    /// returns a line saying which checkpoint was used (or why none).
+    pub fn check(&self, store: &Store, report: &mut Report) -> anyhow::Result<Option<String>> {
+        let Some(vkey) = &self.vkey else {
+            if !self.files.is_empty() || !self.dirs.is_empty() {
+                bail!("checking a checkpoint needs the log's verifier key (--log-key)");
+            }
+            return Ok(None);
+        };
+        let (found, refused) = witness::newest(&self.files, &self.dirs, vkey);
+        for r in refused {
+            report.problems.push(Problem {
+                kind: "checkpoint",
+                id: String::new(),
+                check: "checkpoint_signature",
+                detail: r,
+            });
+        }
+        let Some(found) = found else {
+            return Ok(Some("no signed checkpoint found to check against".into()));
+        };
+        let cp = &found.checkpoint;
+        let used = format!(
+            "checked against checkpoint {} (size {}) from {}",
+            cp.origin,
+            cp.size,
+            found.source.display()
+        );
+        if let Err(why) = checkpoint::extends(store.conn(), cp)? {
+            let first = witness::first_difference(store.conn(), &self.dirs, cp.size)?;
+            let (id, detail) = match first {
+                Some((i, ledger, what)) => (
+                    ledger,
+                    format!("{why}; the first changed leaf is {i}: {what}"),
+                ),
+                None => (String::new(), why.to_string()),
+            };
+            report.problems.push(Problem {
+                kind: "checkpoint",
+                id,
+                check: "checkpoint_consistency",
+                detail: format!(
+                    "checkpoint size {} from {}: {detail}",
+                    cp.size,
+                    found.source.display()
+                ),
+            });
+        }
+        Ok(Some(used))
+    }
+}

@@ -1,0 +1,220 @@
+//! Keeping the log honest from outside the database: the signer refuses to sign a tree that
+//! does not extend its last checkpoint, witness directories keep each checkpoint and a copy
+//! of the leaves (a USB stick, a mounted backup), and `verify` checks the store against the
+//! newest checkpoint it can find, naming the first leaf that changed.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::{self, LogKey, Signed};
+use crate::error::{Result, StoreError};
+use crate::seallog;
+
+/// A witness directory's latest checkpoint (a signed note).
+pub const CHECKPOINT_FILE: &str = "checkpoint";
+/// A witness directory's copy of the leaves, one leaf's data per line, in order.
+pub const LEAVES_FILE: &str = "leaves";
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Replaces `path` with `text` atomically (write beside it, fsync, rename).
+fn replace(path: &Path, text: &str) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+    tmp.write_all(text.as_bytes()).map_err(io(path))?;
+    tmp.as_file().sync_all().map_err(io(path))?;
+    tmp.persist(path).map_err(|e| StoreError::Io {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}
+
+/// Signs a checkpoint of the log as it is now, unless it does not extend `last` (the last
+/// checkpoint this key signed, kept outside the database): then the answer is `Err` with
+/// why, and nothing is signed. A `last` that is not this key's is refused the same way.
+pub fn sign_next(
+    conn: &rusqlite::Connection,
+    key: &LogKey,
+    last: Option<&str>,
+) -> Result<std::result::Result<(String, Signed), String>> {
+    if let Some(last) = last {
+        let prev = match checkpoint::open(last, key.verifier()) {
+            Ok(cp) => cp,
+            Err(e) => return Ok(Err(format!("the last checkpoint does not open: {e}"))),
+        };
+        if let Err(why) = checkpoint::extends(conn, &prev)? {
+            return Ok(Err(format!(
+                "refusing to sign: the log does not extend the last signed checkpoint (size {}): {why}",
+                prev.size
+            )));
+        }
+    }
+    let size = seallog::size_in(conn)?;
+    let root = seallog::root_in(conn, size)?;
+    let note = key.sign(size, root)?;
+    Ok(Ok((
+        note,
+        Signed {
+            origin: key.name().to_owned(),
+            size,
+            root,
+        },
+    )))
+}
+
+/// Writes the signer's state file (its last signed checkpoint).
+pub fn save_last(path: &Path, note: &str) -> Result<()> {
+    replace(path, note)
+}
+
+/// Hands a checkpoint to a witness directory: the directory's own last checkpoint must open
+/// under `vkey` and be extended by the store (else `Err`, nothing written); then the leaves
+/// it lacks are appended and the checkpoint replaced.
+pub fn publish(
+    dir: &Path,
+    conn: &rusqlite::Connection,
+    note: &str,
+    cp: &Signed,
+    vkey: &str,
+) -> Result<std::result::Result<(), String>> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let cp_path = dir.join(CHECKPOINT_FILE);
+    let had = match std::fs::read_to_string(&cp_path) {
+        Ok(text) => match checkpoint::open(&text, vkey) {
+            Ok(prev) => {
+                if let Err(why) = checkpoint::extends(conn, &prev)? {
+                    return Ok(Err(format!(
+                        "witness {} holds a checkpoint of size {} the log no longer extends: {why}",
+                        dir.display(),
+                        prev.size
+                    )));
+                }
+                Some(prev.size)
+            }
+            Err(e) => {
+                return Ok(Err(format!(
+                    "witness {} holds a checkpoint that does not open: {e}",
+                    dir.display()
+                )));
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io(&cp_path)(e)),
+    };
+    let leaves_path = dir.join(LEAVES_FILE);
+    let have = match std::fs::read_to_string(&leaves_path) {
+        Ok(t) => t.lines().count() as u64,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io(&leaves_path)(e)),
+    };
+    if had.is_some_and(|h| h > have) {
+        return Ok(Err(format!(
+            "witness {} lost leaves it had copied",
+            dir.display()
+        )));
+    }
+    let mut stmt = conn.prepare(
+        "SELECT leaf_data FROM seal_log_leaves WHERE leaf_index >= ?1 AND leaf_index < ?2 ORDER BY leaf_index",
+    )?;
+    let new: Vec<String> = stmt
+        .query_map([have as i64, cp.size as i64], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&leaves_path)
+        .map_err(io(&leaves_path))?;
+    for line in new {
+        writeln!(f, "{line}").map_err(io(&leaves_path))?;
+    }
+    f.sync_all().map_err(io(&leaves_path))?;
+    replace(&cp_path, note)?;
+    Ok(Ok(()))
+}
+
+/// A checkpoint found for `verify`.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Where it was read.
+    pub source: PathBuf,
+    /// What it commits to.
+    pub checkpoint: Signed,
+}
+
+/// The newest (largest) checkpoint among `files` and the witness `dirs` that opens under
+/// `vkey`, and what was refused (unreadable or not signed by the log key).
+pub fn newest(files: &[PathBuf], dirs: &[PathBuf], vkey: &str) -> (Option<Found>, Vec<String>) {
+    let mut best: Option<Found> = None;
+    let mut refused = Vec::new();
+    let candidates = files
+        .iter()
+        .cloned()
+        .chain(dirs.iter().map(|d| d.join(CHECKPOINT_FILE)));
+    for path in candidates {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                refused.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        match checkpoint::open(&text, vkey) {
+            Ok(cp) if best.as_ref().is_none_or(|b| cp.size > b.checkpoint.size) => {
+                best = Some(Found {
+                    source: path,
+                    checkpoint: cp,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => refused.push(format!("{}: {e}", path.display())),
+        }
+    }
+    (best, refused)
+}
+
+/// The first leaf (index, ledger id, what changed) whose data in the store differs from a
+/// witness's copy, within the first `size` leaves.
+pub fn first_difference(
+    conn: &rusqlite::Connection,
+    dirs: &[PathBuf],
+    size: u64,
+) -> Result<Option<(u64, String, String)>> {
+    for dir in dirs {
+        let Ok(text) = std::fs::read_to_string(dir.join(LEAVES_FILE)) else {
+            continue;
+        };
+        let mut stmt = conn.prepare(
+            "SELECT leaf_index, ledger_id, leaf_data FROM seal_log_leaves WHERE leaf_index < ?1 ORDER BY leaf_index",
+        )?;
+        let rows = stmt.query_map([size as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut copied = text.lines();
+        for row in rows {
+            let (i, ledger, data) = row?;
+            match copied.next() {
+                Some(w) if w == data => {}
+                Some(w) => {
+                    return Ok(Some((
+                        i as u64,
+                        ledger,
+                        format!("the witness copied {w}; the store now says {data}"),
+                    )));
+                }
+                None => break,
+            }
+        }
+    }
+    Ok(None)
+}
