@@ -204,7 +204,7 @@ pub enum Command {
         /// Use this NATS server for the doorbell figure instead of the bundled one.
         #[arg(long, value_name = "URL")]
         nats: Option<String>,
-        /// Run only the figures whose name contains this: durable, group, scaling, verify,
+        /// Run only the figures whose name contains this: durable, group, scaling, verify, seal-log,
         /// doorbell.
         #[arg(long, default_value = "")]
         only: String,

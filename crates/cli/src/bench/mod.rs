@@ -3,6 +3,7 @@
 //! the answer does not depend on how fast (or how busy) the machine is.
 
 mod doorbell;
+mod seal;
 mod storage;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +32,10 @@ pub struct Sizes {
     pub verify: usize,
     /// Doorbell events (and bare NATS messages) timed.
     pub events: usize,
+    /// The "few ledgers logged" point of the seal-log figure.
+    pub seal_small: u64,
+    /// The "many ledgers logged" point of the seal-log figure.
+    pub seal_big: u64,
 }
 
 impl Sizes {
@@ -45,6 +50,8 @@ impl Sizes {
             scale_probe: 50_000,
             verify: 100_000,
             events: 10_000,
+            seal_small: 1_000,
+            seal_big: 1_000_000,
         }
     }
 
@@ -59,6 +66,8 @@ impl Sizes {
             scale_probe: 2_000,
             verify: 5_000,
             events: 300,
+            seal_small: 1_000,
+            seal_big: 20_000,
         }
     }
 }
@@ -166,13 +175,14 @@ fn run_in(
 ) -> anyhow::Result<Vec<Figure>> {
     let s = &args.sizes;
     type Run = fn(&Path, &Sizes, Option<&str>) -> anyhow::Result<Vec<Figure>>;
-    let all: [(&str, Run); 5] = [
+    let all: [(&str, Run); 6] = [
         ("durable", |d, s, _| {
             Ok(vec![storage::durable_append(d, s)?])
         }),
         ("group", |d, s, _| storage::group_commit(d, s)),
         ("scaling", |d, s, _| storage::scaling(d, s)),
         ("verify", |d, s, _| Ok(vec![storage::verify_rate(d, s)?])),
+        ("seal-log", |d, s, _| seal::figures(d, s)),
         ("doorbell", |d, s, n| Ok(vec![doorbell::latency(d, s, n)?])),
     ];
     let mut figures = Vec::new();
