@@ -105,6 +105,22 @@ if [ ! -e "$keys/identities.toml" ]; then
     fi
 fi
 
+# The seal log's key: kura serve signs checkpoints with it (systemd hands it over as a
+# credential; no other unit sees it). Its verifier key is pinned in serve.toml, where
+# `kura verify` and the witnesses read it. Made once; an upgrade keeps it.
+logkey="$root/etc/kura/log.key"
+if [ ! -e "$logkey" ]; then
+    name="kura.$(hostname 2>/dev/null || echo pi)/log"
+    if [ $live = 1 ]; then
+        vkey=$(/opt/kura/bin/kura log-key init --out /etc/kura/log.key --name "$name" | tail -n 1)
+    else
+        vkey=$("${KURA_INIT:-$root/opt/kura/bin/kura}" log-key init --out "$logkey" --name "$name" | tail -n 1)
+    fi
+    # [serve] is the file's last table, so the line lands in it.
+    grep -q '^log_verifier' "$root/etc/kura/serve.toml" \
+        || printf 'log_verifier = "%s"\n' "$vkey" >> "$root/etc/kura/serve.toml"
+fi
+
 # The database: created once, by the kura user (so kura owns it), mode 0600 (`kura init`
 # makes it private). An upgrade leaves it alone: no chmod or chown as root through whatever
 # the kura user may have put at that path.

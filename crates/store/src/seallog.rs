@@ -212,18 +212,16 @@ pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>
         ))
     })?;
     let mut computed: Vec<Hash> = Vec::new();
-    let mut expected_index = 0i64;
-    for row in rows {
+    for (expected, row) in (0i64..).zip(rows) {
         let (index, ledger, data, session, hash, state): Row = row?;
-        if index != expected_index {
+        if index != expected {
             problems.push((
                 index.to_string(),
                 "seal_log_gap",
-                format!("leaf {index} follows leaf {}", expected_index - 1),
+                format!("leaf {index} follows leaf {}", expected - 1),
             ));
             break;
         }
-        expected_index += 1;
         let now = match (
             ledger.parse::<Uuid>(),
             session.as_deref().map(str::parse::<Uuid>),
@@ -299,7 +297,7 @@ mod tests {
     fn sealed(n: usize) -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store =
-            Store::create(&dir.path().join("k.db"), &StoreOptions::default()).expect("create");
+            Store::create(dir.path().join("k.db"), &StoreOptions::default()).expect("create");
         let session = store.create_session("s").expect("session").session_id;
         for i in 0..n {
             let l = store
@@ -416,7 +414,7 @@ mod tests {
             .execute_batch("PRAGMA user_version = 7")
             .expect("version");
         drop(store);
-        let store = Store::open(&dir.path().join("k.db"), &StoreOptions::default()).expect("open");
+        let store = Store::open(dir.path().join("k.db"), &StoreOptions::default()).expect("open");
         assert_eq!(leaf_hashes(&store), before);
         assert_eq!(root_in(store.conn(), 9).expect("root"), root);
         assert!(check_in(store.conn()).expect("check").is_empty());
