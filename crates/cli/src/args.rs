@@ -88,7 +88,7 @@ pub enum Command {
         /// A witness directory to take checkpoints (and leaf copies) from (repeatable).
         #[arg(long = "witness", value_name = "DIR")]
         witnesses: Vec<PathBuf>,
-        /// The log's verifier key (`name+id+base64`). Default: [serve] log_verifier.
+        /// The log's verifier key (`name+id+base64`). Default: `[serve] log_verifier`.
         #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
         log_key: Option<String>,
     },
@@ -100,7 +100,7 @@ pub enum Command {
         /// The log key; signing refuses a log that does not extend the last checkpoint.
         #[arg(long, env = "KURA_LOG_KEY")]
         key: Option<PathBuf>,
-        /// The signer's last checkpoint. Default: [serve] checkpoint_file, else DB.checkpoint.
+        /// The signer's last checkpoint. Default: `[serve] checkpoint_file`, else `DB.checkpoint`.
         #[arg(long)]
         state: Option<PathBuf>,
     },
@@ -243,7 +243,7 @@ pub enum LogKeyCmd {
         /// Where to write it.
         #[arg(long)]
         out: PathBuf,
-        /// The log's name: every checkpoint's origin (e.g. kura.<host>/log).
+        /// The log's name: every checkpoint's origin (e.g. `kura.HOST/log`).
         #[arg(long)]
         name: String,
     },
