@@ -215,6 +215,12 @@ fn truncated_session_is_named() {
     let c = k.drop_triggers();
     c.execute("DELETE FROM ledger_records WHERE ledger_id = ?1", [&d.out2])
         .expect("tamper");
+    // The seal log names the ledger (a foreign key): its leaf goes too.
+    c.execute(
+        "DELETE FROM seal_log_leaves WHERE ledger_id = ?1",
+        [&d.out2],
+    )
+    .expect("tamper");
     c.execute("DELETE FROM ledgers WHERE ledger_id = ?1", [&d.out2])
         .expect("tamper");
     let p = problems(&k, &[&d.session]);
@@ -243,6 +249,33 @@ fn consistent_truncation_is_caught_with_a_trusted_head() {
     let c = k.drop_triggers();
     c.execute("DELETE FROM ledger_records WHERE ledger_id = ?1", [&d.out2])
         .expect("tamper");
+    // The seal log is truncated consistently too: the last leaf and the hashes its append
+    // wrote (1 + the trailing ones of its index).
+    let n: i64 = c
+        .query_row(
+            "SELECT leaf_index FROM seal_log_leaves WHERE ledger_id = ?1",
+            [&d.out2],
+            |r| r.get(0),
+        )
+        .expect("leaf");
+    let last: i64 = c
+        .query_row("SELECT max(leaf_index) FROM seal_log_leaves", [], |r| {
+            r.get(0)
+        })
+        .expect("max");
+    assert_eq!(n, last, "out2 was sealed last");
+    let written = 1 + i64::from((n + 1).trailing_zeros());
+    c.execute(
+        "DELETE FROM seal_log_leaves WHERE ledger_id = ?1",
+        [&d.out2],
+    )
+    .expect("tamper");
+    c.execute(
+        "DELETE FROM seal_log_hashes WHERE hash_index IN
+           (SELECT hash_index FROM seal_log_hashes ORDER BY hash_index DESC LIMIT ?1)",
+        [written],
+    )
+    .expect("tamper");
     c.execute("DELETE FROM ledgers WHERE ledger_id = ?1", [&d.out2])
         .expect("tamper");
     c.execute(
