@@ -77,13 +77,22 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// More leaves than any store will seal (2^40); an index beyond it is corruption.
+const MAX_LEAVES: i64 = 1 << 40;
+
 /// Leaves in the log.
 pub fn size_in(conn: &Connection) -> Result<u64> {
     let max: Option<i64> =
         conn.query_row("SELECT max(leaf_index) FROM seal_log_leaves", [], |r| {
             r.get(0)
         })?;
-    Ok(max.map_or(0, |m| u64::try_from(m + 1).unwrap_or(0)))
+    // A database someone crafted may claim any index; the tlog arithmetic must never see
+    // one near the integer limits.
+    match max {
+        None => Ok(0),
+        Some(m) if (0..MAX_LEAVES).contains(&m) => Ok(m as u64 + 1),
+        Some(m) => Err(corrupt(format!("leaf index {m} is out of range"))),
+    }
 }
 
 /// Appends a sealed ledger as the next leaf (inside the sealing transaction).
@@ -418,6 +427,36 @@ mod tests {
         assert_eq!(leaf_hashes(&store), before);
         assert_eq!(root_in(store.conn(), 9).expect("root"), root);
         assert!(check_in(store.conn()).expect("check").is_empty());
+    }
+
+    /// Attack: a crafted database claims a leaf at the integer limit, where the tlog
+    /// arithmetic would overflow: a clear error, no panic, nothing written.
+    #[test]
+    fn a_crafted_leaf_index_is_a_clear_error() {
+        let (_d, mut store) = sealed(1);
+        store
+            .conn()
+            .execute_batch("PRAGMA foreign_keys = OFF")
+            .expect("fk");
+        store
+            .conn()
+            .execute(
+                "INSERT INTO seal_log_leaves VALUES (9223372036854775807, 'x', '{}')",
+                [],
+            )
+            .expect("craft");
+        let err = size_in(store.conn()).expect_err("out of range");
+        assert!(err.is_corruption(), "{err}");
+        let session = store.create_session("t").expect("session").session_id;
+        let l = store.open_ledger(session, "l", &[]).expect("open");
+        assert!(
+            store.seal_ledger(l.ledger_id).is_err(),
+            "sealing refuses too"
+        );
+        assert!(
+            check_in(store.conn())
+                .is_ok_and(|p| p.iter().any(|(_, check, _)| *check == "seal_log_gap"))
+        );
     }
 
     /// Attack: rewrite a sealed ledger's hash (as a consistent rewrite would): the log's
