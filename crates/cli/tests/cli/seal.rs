@@ -26,6 +26,22 @@ fn seal_text(k: &Kura, session: &str, label: &str, text: &str) -> String {
     ledger
 }
 
+/// Makes a log key `file` for `kura.test/log`; returns its path and verifier key.
+fn log_key(k: &Kura, file: &str) -> (std::path::PathBuf, String) {
+    let key = k.dir.path().join(file);
+    let out = k.ok(&[
+        "log-key",
+        "init",
+        "--out",
+        key.to_str().expect("utf8"),
+        "--name",
+        "kura.test/log",
+    ]);
+    let vkey = out.lines().last().expect("vkey").trim().to_owned();
+    assert!(vkey.starts_with("kura.test/log+"), "{out}");
+    (key, vkey)
+}
+
 /// Runs `kura serve` with `config` until `done` holds (or 30 s), then stops it.
 fn serve_until(k: &Kura, config: &Path, done: impl Fn() -> bool) -> String {
     let log = k.dir.path().join("serve.log");
@@ -58,17 +74,7 @@ fn serve_until(k: &Kura, config: &Path, done: impl Fn() -> bool) -> String {
 #[test]
 fn a_consistent_rewrite_is_caught_by_the_checkpoint_and_refused_by_signer_and_witness() {
     let k = Kura::new();
-    let key = k.dir.path().join("log.key");
-    let out = k.ok(&[
-        "log-key",
-        "init",
-        "--out",
-        key.to_str().expect("utf8"),
-        "--name",
-        "kura.test/log",
-    ]);
-    let vkey = out.lines().last().expect("vkey").trim().to_owned();
-    assert!(vkey.starts_with("kura.test/log+"), "{out}");
+    let (key, vkey) = log_key(&k, "log.key");
     let witness = k.dir.path().join("usb");
     let config = k.dir.path().join("serve.toml");
     std::fs::write(
@@ -166,25 +172,8 @@ fn a_consistent_rewrite_is_caught_by_the_checkpoint_and_refused_by_signer_and_wi
 #[test]
 fn a_checkpoint_under_another_key_or_edited_is_refused() {
     let k = Kura::new();
-    let key = k.dir.path().join("log.key");
-    k.ok(&[
-        "log-key",
-        "init",
-        "--out",
-        key.to_str().expect("utf8"),
-        "--name",
-        "kura.test/log",
-    ]);
-    let other = k.dir.path().join("other.key");
-    let out = k.ok(&[
-        "log-key",
-        "init",
-        "--out",
-        other.to_str().expect("utf8"),
-        "--name",
-        "kura.test/log",
-    ]);
-    let other_vkey = out.lines().last().expect("vkey").trim().to_owned();
+    let (key, _) = log_key(&k, "log.key");
+    let (_, other_vkey) = log_key(&k, "other.key");
     let session = k.ok(&["session", "new"]);
     seal_text(&k, &session, "a", "one");
     let note = k.ok(&["checkpoint", "--key", key.to_str().expect("utf8")]);
