@@ -31,6 +31,10 @@ fn act_as_writer(spec: &str) {
             "agent:writer",
         );
         store.append(ledger, &rec).expect("append");
+        // A daemon works between appends. In a tight loop SQLite's backing-off busy handler lets
+        // the writer holding the lock win every time (CI saw one writer finish before the other
+        // started), and the test would prove nothing about concurrent writers.
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
