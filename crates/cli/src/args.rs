@@ -243,9 +243,22 @@ pub enum LogKeyCmd {
         /// Where to write it.
         #[arg(long)]
         out: PathBuf,
-        /// The log's name: every checkpoint's origin (e.g. `kura.HOST/log`).
+        /// The log's name: every checkpoint's origin (e.g. `kura.HOST/log`); for a witness
+        /// key, the witness's name (e.g. `HOST.witness`).
         #[arg(long)]
         name: String,
+        /// A witness key: print its cosignature (c2sp.org/tlog-cosignature) verifier key.
+        #[arg(long)]
+        witness: bool,
+    },
+    /// Print a key's verifier key (to pin it elsewhere).
+    Show {
+        /// The key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// As a witness key (its cosignature verifier key).
+        #[arg(long)]
+        witness: bool,
     },
 }
 
@@ -280,7 +293,19 @@ pub enum KeysCmd {
         #[arg(long)]
         nkey: String,
     },
-    /// Take an approver off the bus.
+    /// List another Kura that may ask this one to witness (cosign) its seal log.
+    AddPeer {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// A name for it (e.g. its host name).
+        #[arg(long)]
+        name: String,
+        /// Its `serve` identity's public nkey (U…), from `kura keys list` on that machine.
+        #[arg(long)]
+        nkey: String,
+    },
+    /// Take an approver or a peer off the bus.
     Remove {
         /// The keys directory.
         #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]

@@ -39,8 +39,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             Outcome::Ok
         }
         Command::Keys(cmd) => crate::keys::run(&mut out, json, cmd)?,
-        Command::LogKey(LogKeyCmd::Init { out: path, name }) => {
-            crate::tlog::init_key(&mut out, json, &path, &name)?;
+        Command::LogKey(LogKeyCmd::Init {
+            out: path,
+            name,
+            witness,
+        }) => {
+            crate::tlog::init_key(&mut out, json, &path, &name, witness)?;
+            Outcome::Ok
+        }
+        Command::LogKey(LogKeyCmd::Show { key, witness }) => {
+            let key = kura_store::checkpoint::LogKey::load(&key)?;
+            out.line(crate::tlog::verifier_of(&key, witness))?;
             Outcome::Ok
         }
         Command::VerifyProof { file, root } => {

@@ -60,6 +60,20 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
                 }
             }
         }
+        KeysCmd::AddPeer { dir, name, nkey } => {
+            let id = identity::add_peer(&dir, &name, &nkey)?;
+            if json {
+                out.json(&id)?;
+            } else {
+                out.line(format!(
+                    "{} may now ask this Kura to cosign its checkpoints once mikado restarts \
+                     (systemctl restart kura-mikado). Give it {} and this witness's key \
+                     (kura witness-key).",
+                    id.name,
+                    dir.join(identity::CA_FILE).display()
+                ))?;
+            }
+        }
         KeysCmd::Remove { dir, name } => {
             let id = identity::remove(&dir, &name)?;
             if json {

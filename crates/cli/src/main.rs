@@ -9,6 +9,7 @@ mod keys;
 mod output;
 mod serve;
 mod tlog;
+mod witnessing;
 
 use std::process::ExitCode;
 

@@ -5,13 +5,17 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use kura_runtime::bus::Credentials;
 use kura_runtime::heartbeat::Heartbeat;
-use kura_runtime::{Common, Stop};
+use kura_runtime::{Bus, Common, Stop};
 use kura_store::Store;
 use kura_store::checkpoint::LogKey;
 use kura_store::ops::{backup, sweep};
+use kura_store::cosign::Witness;
 use kura_store::witness;
 use serde::{Deserialize, Serialize};
+
+use crate::witnessing::{self, Asked, GitWitness, WitnessPeer};
 
 /// `kura serve`'s configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -54,6 +58,19 @@ pub struct Maintenance {
     /// Directories that receive every checkpoint and a copy of the leaves (a USB stick, a
     /// mounted backup); each refuses a checkpoint its last one is not extended by.
     pub witness_dirs: Vec<PathBuf>,
+    /// Git repositories that receive every checkpoint as a commit (and push it).
+    pub witness_git: Vec<GitWitness>,
+    /// Other Kuras that cosign this log's checkpoints over their bus.
+    pub witness_peers: Vec<WitnessPeer>,
+    /// The logs (their verifier keys) this Kura witnesses for others over its own bus.
+    pub witness_logs: Vec<String>,
+    /// The key this Kura cosigns others' checkpoints with; unset:
+    /// `$CREDENTIALS_DIRECTORY/witness.key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness_key: Option<PathBuf>,
+    /// Where it keeps the last checkpoint it cosigned for each log; unset: `<db>.witnessed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness_state: Option<PathBuf>,
 }
 
 impl Default for Maintenance {
@@ -69,6 +86,11 @@ impl Default for Maintenance {
             sign_interval_ms: 60_000,
             checkpoint_file: None,
             witness_dirs: Vec::new(),
+            witness_git: Vec::new(),
+            witness_peers: Vec::new(),
+            witness_logs: Vec::new(),
+            witness_key: None,
+            witness_state: None,
         }
     }
 }
@@ -78,6 +100,12 @@ struct Signer {
     key: LogKey,
     state: PathBuf,
     witnesses: Vec<PathBuf>,
+    git: Vec<GitWitness>,
+    peers: Vec<WitnessPeer>,
+    /// This daemon's bus identity (peers list it) and the subjects' prefix.
+    own: Credentials,
+    subject: String,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Signer {
@@ -108,47 +136,116 @@ impl Signer {
                 &config.common.db,
             ),
             witnesses: config.serve.witness_dirs.clone(),
+            git: config.serve.witness_git.clone(),
+            peers: config.serve.witness_peers.clone(),
+            own: if config.serve.witness_peers.iter().any(|p| p.seed.is_none()) {
+                Credentials::from_common(&config.common)?
+            } else {
+                Credentials::default()
+            },
+            subject: config.common.subjects()?.witness_add_checkpoint(),
+            runtime: tokio::runtime::Handle::current(),
         }))
     }
 
-    /// Signs the log as it is now unless it does not extend the last checkpoint, then hands
-    /// the checkpoint to every witness. Returns what `kura status` should show.
+    /// Signs the log as it is now unless it does not extend the last checkpoint, has peers
+    /// cosign it, then hands it to every witness. Returns what `kura status` should show.
     fn round(&self, store: &Store) -> String {
         let last = std::fs::read_to_string(&self.state).ok();
-        match witness::sign_next(store.conn(), &self.key, last.as_deref()) {
-            Ok(Ok((note, cp))) => {
-                if let Err(e) = witness::save_last(&self.state, &note) {
-                    tracing::error!(error = %e, "cannot keep the checkpoint");
-                }
-                let mut refused = Vec::new();
-                for dir in &self.witnesses {
-                    match witness::publish(dir, store.conn(), &note, &cp, self.key.verifier()) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(why)) => {
-                            tracing::error!(witness = %dir.display(), %why, "ALARM: a witness refused the checkpoint");
-                            refused.push(why);
-                        }
-                        Err(e) => {
-                            tracing::warn!(witness = %dir.display(), error = %e, "witness not reachable")
-                        }
-                    }
-                }
-                tracing::info!(size = cp.size, "checkpoint signed");
-                match refused.first() {
-                    Some(why) => format!("ALARM: {why}"),
-                    None => format!("checkpoint {}", cp.size),
-                }
-            }
+        let (mut note, cp) = match witness::sign_next(store.conn(), &self.key, last.as_deref()) {
+            Ok(Ok(signed)) => signed,
             Ok(Err(why)) => {
                 tracing::error!(%why, "ALARM: the seal log was rewritten; not signing");
-                format!("ALARM: {why}")
+                return format!("ALARM: {why}");
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot sign a checkpoint");
-                format!("checkpoint failed: {e}")
+                return format!("checkpoint failed: {e}");
+            }
+        };
+        let mut alarms = Vec::new();
+        let mut cosigned = Vec::new();
+        for peer in &self.peers {
+            let asked = self.runtime.block_on(witnessing::ask(
+                peer,
+                &self.own,
+                &self.subject,
+                store.conn(),
+                &note,
+            ));
+            match asked {
+                Asked::Cosigned(with) => {
+                    note = with;
+                    cosigned.push(peer.name.clone());
+                }
+                Asked::Refused(why) => {
+                    tracing::error!(witness = %peer.name, %why, "ALARM: a witness refused the checkpoint");
+                    alarms.push(why);
+                }
+                Asked::Unreachable(why) => {
+                    tracing::warn!(witness = %peer.name, %why, "witness not reachable")
+                }
             }
         }
+        if let Err(e) = witness::save_last(&self.state, &note) {
+            tracing::error!(error = %e, "cannot keep the checkpoint");
+        }
+        let vkey = self.key.verifier();
+        let dirs = self.witnesses.iter().map(|d| {
+            (
+                d.display().to_string(),
+                witness::publish(d, store.conn(), &note, &cp, vkey).map_err(anyhow::Error::from),
+            )
+        });
+        let gits = self.git.iter().map(|g| {
+            (
+                g.path.display().to_string(),
+                witnessing::publish_git(g, store.conn(), &note, &cp, vkey),
+            )
+        });
+        for (name, outcome) in dirs.chain(gits) {
+            match outcome {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => {
+                    tracing::error!(witness = %name, %why, "ALARM: a witness refused the checkpoint");
+                    alarms.push(why);
+                }
+                Err(e) => tracing::warn!(witness = %name, error = %e, "witness not reachable"),
+            }
+        }
+        tracing::info!(size = cp.size, cosigned_by = ?cosigned, "checkpoint signed");
+        match alarms.first() {
+            Some(why) => format!("ALARM: {why}"),
+            None if cosigned.is_empty() => format!("checkpoint {}", cp.size),
+            None => format!("checkpoint {} cosigned by {}", cp.size, cosigned.join(", ")),
+        }
     }
+}
+
+/// This Kura as a witness for other Kuras' logs: its key and state, when configured.
+fn load_witness(config: &ServeConfig) -> anyhow::Result<Option<Witness>> {
+    if config.serve.witness_logs.is_empty() {
+        return Ok(None);
+    }
+    let path = config
+        .serve
+        .witness_key
+        .clone()
+        .or_else(|| {
+            std::env::var_os("CREDENTIALS_DIRECTORY").map(|d| PathBuf::from(d).join("witness.key"))
+        })
+        .ok_or_else(|| anyhow::anyhow!("[serve] witness_logs is set but no witness_key"))?;
+    let key = LogKey::load(&path)?;
+    let state = config.serve.witness_state.clone().unwrap_or_else(|| {
+        let mut p = config.common.db.as_os_str().to_owned();
+        p.push(".witnessed");
+        PathBuf::from(p)
+    });
+    Ok(Some(Witness::new(
+        key,
+        config.serve.witness_logs.clone(),
+        &state,
+    )?))
 }
 
 /// Runs `kura serve` until `shutdown` resolves.
@@ -157,7 +254,17 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
     let mut store = Store::open(&common.db, &common.store_options())?;
     let signer = Signer::load(&config)?;
     let name = common.instance_name("kura");
-    let heartbeat = std::sync::Arc::new(Heartbeat::start(&common, "kura", &name, None));
+    // The bus only when this Kura witnesses others: it answers their requests there.
+    let bus = match load_witness(&config)? {
+        Some(w) => {
+            let bus = Bus::connect(&common, &name).await?;
+            tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
+            witnessing::answer(&bus, std::sync::Arc::new(w)).await?;
+            Some(bus)
+        }
+        None => None,
+    };
+    let heartbeat = std::sync::Arc::new(Heartbeat::start(&common, "kura", &name, bus.clone()));
     let beat = heartbeat.clone();
     let stop = Stop::new();
     let s = stop.clone();
@@ -235,6 +342,9 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
         }
     })
     .await?;
+    if let Some(bus) = bus {
+        bus.close().await;
+    }
     tracing::info!("kura serve stopped");
     Ok(())
 }

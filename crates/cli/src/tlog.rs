@@ -15,10 +15,17 @@ use crate::output::Out;
 use crate::serve::ServeConfig;
 
 /// `kura log-key init`: a new log key written 0600 (never over an existing file).
-pub fn init_key(out: &mut Out, json: bool, path: &Path, name: &str) -> anyhow::Result<()> {
+pub fn init_key(
+    out: &mut Out,
+    json: bool,
+    path: &Path,
+    name: &str,
+    witness: bool,
+) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let (skey, vkey) = checkpoint::generate(name)?;
+    let (skey, _) = checkpoint::generate(name)?;
+    let vkey = verifier_of(&LogKey::from_text(&skey)?, witness);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -34,10 +41,23 @@ pub fn init_key(out: &mut Out, json: bool, path: &Path, name: &str) -> anyhow::R
             "log key written to {} (0600; hand it to kura serve only)",
             path.display()
         ))?;
-        out.line("pin its verifier key in /etc/kura/serve.toml ([serve] log_verifier) and with every witness:")?;
+        if witness {
+            out.line("give its cosignature verifier key to the Kura it witnesses ([[serve.witness_peers]] vkey):")?;
+        } else {
+            out.line("pin its verifier key in /etc/kura/serve.toml ([serve] log_verifier) and with every witness:")?;
+        }
         out.line(vkey)?;
     }
     Ok(())
+}
+
+/// A key's verifier key: the log's (signed-note Ed25519), or as a witness (cosignature/v1).
+pub fn verifier_of(key: &LogKey, witness: bool) -> String {
+    if witness {
+        kura_store::cosign::witness_verifier(key)
+    } else {
+        key.verifier().to_owned()
+    }
 }
 
 /// The serve config `kura verify` and `kura checkpoint` read their defaults from:
@@ -157,8 +177,10 @@ pub struct Trust {
     pub vkey: Option<String>,
     /// Checkpoint files.
     pub files: Vec<PathBuf>,
-    /// Witness directories.
+    /// Witness directories (and git witnesses' work trees).
     pub dirs: Vec<PathBuf>,
+    /// Peer witnesses' cosignature verifier keys, to say who cosigned the checkpoint used.
+    pub cosigners: Vec<String>,
 }
 
 impl Trust {
@@ -169,14 +191,22 @@ impl Trust {
         dirs: Vec<PathBuf>,
         db: &Path,
     ) -> anyhow::Result<Trust> {
-        let mut t = Trust { vkey, files, dirs };
+        let mut t = Trust {
+            vkey,
+            files,
+            dirs,
+            cosigners: Vec::new(),
+        };
         if let Some(c) = serve_config()? {
             if t.vkey.is_none() {
                 t.vkey = c.serve.log_verifier.clone();
             }
             if t.dirs.is_empty() {
                 t.dirs = c.serve.witness_dirs.clone();
+                t.dirs
+                    .extend(c.serve.witness_git.iter().map(|g| g.path.clone()));
             }
+            t.cosigners = c.serve.witness_peers.iter().map(|p| p.vkey.clone()).collect();
             if t.files.is_empty() {
                 t.files
                     .push(state_file(c.serve.checkpoint_file.as_deref(), db));
@@ -210,12 +240,34 @@ impl Trust {
             return Ok(Some("no signed checkpoint found to check against".into()));
         };
         let cp = &found.checkpoint;
-        let used = format!(
+        let mut used = format!(
             "checked against checkpoint {} (size {}) from {}",
             cp.origin,
             cp.size,
             found.source.display()
         );
+        if !self.cosigners.is_empty() {
+            let text = std::fs::read_to_string(&found.source).unwrap_or_default();
+            match kura_store::cosign::cosigned_by(&text, &self.cosigners) {
+                Ok(by) if by.is_empty() => used.push_str(", cosigned by no witness yet"),
+                Ok(by) => {
+                    let names: Vec<String> = by
+                        .iter()
+                        .map(|c| {
+                            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(c.time);
+                            format!("{} at {}", c.witness, kura_store::time::format(at))
+                        })
+                        .collect();
+                    used.push_str(&format!(", cosigned by {}", names.join(", ")));
+                }
+                Err(e) => report.problems.push(Problem {
+                    kind: "checkpoint",
+                    id: String::new(),
+                    check: "checkpoint_cosignature",
+                    detail: format!("{}: {e}", found.source.display()),
+                }),
+            }
+        }
         if let Err(why) = checkpoint::extends(store.conn(), cp)? {
             let first = witness::first_difference(store.conn(), &self.dirs, cp.size)?;
             let (id, detail) = match first {

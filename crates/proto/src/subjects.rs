@@ -106,6 +106,11 @@ impl Subjects {
     pub fn approval_fetch(&self) -> String {
         self.fixed("aegis.cmd.approval.fetch")
     }
+    /// `…kura.cmd.witness.add-checkpoint` — another Kura asks this one to cosign its
+    /// checkpoint (c2sp.org/tlog-witness, request/reply).
+    pub fn witness_add_checkpoint(&self) -> String {
+        self.fixed("kura.cmd.witness.add-checkpoint")
+    }
 }
 
 #[cfg(test)]

@@ -285,37 +285,62 @@ impl Bus {
         T: DeserializeOwned + Send + 'static,
         F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
     {
-        let mut sub = self.client.subscribe(subject.clone()).await?;
         let stats = self.stats.clone();
+        let name = subject.clone();
+        self.serve_raw(subject, move |payload| {
+            let body = match proto::doorbell::parse::<T>(payload) {
+                Ok(req) => {
+                    stats.received.fetch_add(1, Ordering::Relaxed);
+                    handler(req)
+                }
+                Err(e) => {
+                    let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(subject = %name, error = %e, rejected_total = total, "rejected doorbell");
+                    serde_json::to_vec(&serde_json::json!({"ok": false, "message": e.to_string()}))
+                        .unwrap_or_default()
+                }
+            };
+            (Vec::new(), body)
+        })
+        .await
+    }
+
+    /// Answers requests on `subject` with whatever `handler` makes of the raw payload (on a
+    /// blocking thread): reply headers and body. Every reply is signed with this service's
+    /// nkey, so askers can pin who answered.
+    pub async fn serve_raw<F>(
+        &self,
+        subject: String,
+        handler: F,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>>
+    where
+        F: Fn(&[u8]) -> (Vec<(&'static str, String)>, Vec<u8>) + Send + Sync + 'static,
+    {
+        let mut sub = self.client.subscribe(subject.clone()).await?;
         let client = self.client.clone();
         let signer = self.signer.clone();
         let handler = Arc::new(handler);
         Ok(tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
-                let reply = match proto::doorbell::parse::<T>(&msg.payload) {
-                    Ok(req) => {
-                        stats.received.fetch_add(1, Ordering::Relaxed);
-                        let h = handler.clone();
-                        match tokio::task::spawn_blocking(move || h(req)).await {
-                            Ok(bytes) => bytes,
-                            Err(e) => serde_json::to_vec(
-                                &serde_json::json!({"ok": false, "message": e.to_string()}),
-                            )
-                            .unwrap_or_default(),
-                        }
-                    }
-                    Err(e) => {
-                        let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
-                        tracing::warn!(subject = %msg.subject, error = %e, rejected_total = total, "rejected doorbell");
+                let h = handler.clone();
+                let payload = msg.payload.clone();
+                let (extra, reply) = match tokio::task::spawn_blocking(move || h(&payload)).await
+                {
+                    Ok(answer) => answer,
+                    Err(e) => (
+                        Vec::new(),
                         serde_json::to_vec(
                             &serde_json::json!({"ok": false, "message": e.to_string()}),
                         )
-                        .unwrap_or_default()
-                    }
+                        .unwrap_or_default(),
+                    ),
                 };
                 if let Some(to) = msg.reply {
                     let bytes = reply.len();
                     let mut headers = async_nats::HeaderMap::new();
+                    for (name, value) in extra {
+                        headers.insert(name, value.as_str());
+                    }
                     if let Some(key) = &signer {
                         match key.sign(&identity::reply_signing_bytes(&to, &reply)) {
                             Ok(sig) => headers.insert(

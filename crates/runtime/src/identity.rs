@@ -36,12 +36,14 @@ pub enum Role {
     Aegis,
     /// Memory extraction.
     Mikado,
-    /// `kura serve` (no subjects; connected only for its health).
+    /// `kura serve`: answers other Kuras' witness requests (and nothing else).
     Serve,
     /// `minato submit` run by a person.
     Submit,
     /// A person who approves: asks aegis, never answers.
     Approver,
+    /// Another Kura whose seal log this one witnesses: may only ask for a cosignature.
+    Peer,
     /// Debugging only: may publish and subscribe everything.
     Operator,
 }
@@ -58,6 +60,12 @@ impl Role {
         Role::Operator,
     ];
 
+    /// Whether identities of this role are listed by name with a key made elsewhere (people
+    /// and other Kuras) rather than being one of this install's services.
+    pub fn is_listed(self) -> bool {
+        matches!(self, Role::Approver | Role::Peer)
+    }
+
     /// The role's name (also its seed file's stem for services).
     pub fn name(self) -> &'static str {
         match self {
@@ -68,6 +76,7 @@ impl Role {
             Role::Serve => "serve",
             Role::Submit => "submit",
             Role::Approver => "approver",
+            Role::Peer => "peer",
             Role::Operator => "operator",
         }
     }
@@ -182,7 +191,7 @@ impl Identities {
                     id.name
                 ));
             }
-            if id.role != Role::Approver && id.name != id.role.name() {
+            if !id.role.is_listed() && id.name != id.role.name() {
                 return Err(format!(
                     "{:?}: a service identity is named after its role ({:?})",
                     id.name,
@@ -265,7 +274,7 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             vec![s.worker_complete(), inbox],
             false,
         ),
-        Role::Serve => (Vec::new(), vec![inbox], false),
+        Role::Serve => (Vec::new(), vec![s.witness_add_checkpoint(), inbox], true),
         Role::Submit => (
             vec![s.session_create()],
             vec![s.session_complete(), inbox],
@@ -280,6 +289,7 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             vec![inbox],
             false,
         ),
+        Role::Peer => (vec![s.witness_add_checkpoint()], vec![inbox], false),
         Role::Operator => (vec![">".into()], vec![">".into()], false),
     };
     Permissions {
@@ -476,6 +486,16 @@ fn certificates(hosts: &[String]) -> Result<(String, String, String), IdentityEr
 /// Lists an approver: `nkey` is their public key (`aegis keygen` prints it); their Ed25519
 /// key file is their bus credential too.
 pub fn add_approver(dir: &Path, name: &str, nkey: &str) -> Result<Identity, IdentityError> {
+    add_listed(dir, name, Role::Approver, nkey)
+}
+
+/// Lists another Kura whose seal log this one witnesses: `nkey` is that Kura's `serve`
+/// identity (its `kura keys list` shows it); it may only ask for cosignatures.
+pub fn add_peer(dir: &Path, name: &str, nkey: &str) -> Result<Identity, IdentityError> {
+    add_listed(dir, name, Role::Peer, nkey)
+}
+
+fn add_listed(dir: &Path, name: &str, role: Role, nkey: &str) -> Result<Identity, IdentityError> {
     let mut ids = Identities::load(dir)?;
     check_name(name).map_err(IdentityError::Refused)?;
     check_user_nkey(nkey).map_err(IdentityError::Refused)?;
@@ -486,7 +506,7 @@ pub fn add_approver(dir: &Path, name: &str, nkey: &str) -> Result<Identity, Iden
     }
     let id = Identity {
         name: name.into(),
-        role: Role::Approver,
+        role,
         nkey: nkey.into(),
     };
     ids.list.push(id.clone());
@@ -494,7 +514,7 @@ pub fn add_approver(dir: &Path, name: &str, nkey: &str) -> Result<Identity, Iden
     Ok(id)
 }
 
-/// Removes an approver from the list.
+/// Removes an approver or a peer from the list.
 pub fn remove(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
     let mut ids = Identities::load(dir)?;
     let Some(pos) = ids.list.iter().position(|i| i.name == name) else {
@@ -502,7 +522,7 @@ pub fn remove(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
             "no identity named {name:?}"
         )));
     };
-    if ids.list[pos].role != Role::Approver {
+    if !ids.list[pos].role.is_listed() {
         return Err(IdentityError::Refused(format!(
             "{name:?} is a service; rotate its key with `kura keys rotate {name}` instead"
         )));
@@ -520,10 +540,10 @@ pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
             "no identity named {name:?}"
         )));
     };
-    if id.role == Role::Approver {
+    if id.role.is_listed() {
         return Err(IdentityError::Refused(format!(
-            "{name:?} is an approver: they make a new key with `aegis keygen`, then \
-             `kura keys remove {name}` and `kura keys add-approver`"
+            "{name:?} is an approver or a peer: its owner makes a new key, then \
+             `kura keys remove {name}` and add it again"
         )));
     }
     let seed_path = dir.join(format!("{name}.nk"));

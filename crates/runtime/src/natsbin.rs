@@ -161,6 +161,18 @@ impl NatsServer {
     pub fn add_approver(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
         identity::add_approver(self.keys.path(), name, &key.public_key())
             .map_err(|e| e.to_string())?;
+        self.reloaded_for(name, key)
+    }
+
+    /// Lists another Kura (its `serve` key) as a peer that may ask for cosignatures, and
+    /// reloads the server; returns once `key` can connect.
+    pub fn add_peer(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
+        identity::add_peer(self.keys.path(), name, &key.public_key())
+            .map_err(|e| e.to_string())?;
+        self.reloaded_for(name, key)
+    }
+
+    fn reloaded_for(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
         self.reload()?;
         let creds = Credentials {
             key: Some(Arc::new(
@@ -180,7 +192,7 @@ impl NatsServer {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(format!("approver {name} cannot connect after the reload"));
+                return Err(format!("{name} cannot connect after the reload"));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -20,6 +20,7 @@ fn invalid(message: impl Into<String>) -> StoreError {
 /// it); its name is the log's origin.
 pub struct LogKey {
     signer: StandardSigner,
+    secret: ed25519_dalek::SigningKey,
     name: String,
     verifier: String,
 }
@@ -79,11 +80,12 @@ impl LogKey {
             .get(1..)
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| invalid("not an Ed25519 log key"))?;
-        let public = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
+        let secret = ed25519_dalek::SigningKey::from_bytes(&seed);
         Ok(LogKey {
             signer,
             name: name.to_owned(),
-            verifier: signed_note::new_ed25519_verifier_key(name, &public),
+            verifier: signed_note::new_ed25519_verifier_key(name, &secret.verifying_key()),
+            secret,
         })
     }
 
@@ -112,6 +114,11 @@ impl LogKey {
     /// The verifier key people pin (`<name>+<id>+<base64>`).
     pub fn verifier(&self) -> &str {
         &self.verifier
+    }
+
+    /// The Ed25519 key itself (a witness cosigns with it).
+    pub(crate) fn secret(&self) -> &ed25519_dalek::SigningKey {
+        &self.secret
     }
 
     /// A signed checkpoint for the tree of `size` leaves with root `root`.

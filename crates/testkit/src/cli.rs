@@ -88,6 +88,40 @@ impl Kura {
         (stdout, stderr)
     }
 
+    /// A sealed ledger in `session` holding one deliverable `text`; returns the ledger id.
+    pub fn seal_text(&self, session: &str, label: &str, text: &str) -> String {
+        let ledger = self.ok(&["ledger", "open", "--session", session, "--label", label]);
+        self.ok(&[
+            "record",
+            "add",
+            "--ledger",
+            &ledger,
+            "--type",
+            "task.deliverable",
+            "--author",
+            "agent:hashi",
+            "--text",
+            text,
+        ]);
+        self.ok(&["ledger", "seal", &ledger]);
+        ledger
+    }
+
+    /// Makes a note key `file` named `name` in the temp directory (`witness`: a witness's
+    /// key); returns its path and the verifier key `kura` printed for it.
+    pub fn note_key(&self, file: &str, name: &str, witness: bool) -> (PathBuf, String) {
+        let key = self.dir.path().join(file);
+        let path = key.to_str().expect("utf8 path");
+        let mut args = vec!["log-key", "init", "--out", path, "--name", name];
+        if witness {
+            args.push("--witness");
+        }
+        let out = self.ok(&args);
+        let vkey = out.lines().last().expect("vkey").trim().to_owned();
+        assert!(vkey.starts_with(&format!("{name}+")), "{out}");
+        (key, vkey)
+    }
+
     /// Every row of every Kura table, as text: equal fingerprints mean an unchanged store.
     pub fn fingerprint(&self) -> String {
         fingerprint(&self.db)

@@ -9,3 +9,4 @@ mod e2e;
 mod memory;
 mod openai;
 mod supervise;
+mod witness;

@@ -9,37 +9,12 @@ use kura_testkit::cli::{Kura, bin};
 
 /// A session with one sealed ledger holding `text`; returns the ledger id.
 fn seal_text(k: &Kura, session: &str, label: &str, text: &str) -> String {
-    let ledger = k.ok(&["ledger", "open", "--session", session, "--label", label]);
-    k.ok(&[
-        "record",
-        "add",
-        "--ledger",
-        &ledger,
-        "--type",
-        "task.deliverable",
-        "--author",
-        "agent:hashi",
-        "--text",
-        text,
-    ]);
-    k.ok(&["ledger", "seal", &ledger]);
-    ledger
+    k.seal_text(session, label, text)
 }
 
 /// Makes a log key `file` for `kura.test/log`; returns its path and verifier key.
 fn log_key(k: &Kura, file: &str) -> (std::path::PathBuf, String) {
-    let key = k.dir.path().join(file);
-    let out = k.ok(&[
-        "log-key",
-        "init",
-        "--out",
-        key.to_str().expect("utf8"),
-        "--name",
-        "kura.test/log",
-    ]);
-    let vkey = out.lines().last().expect("vkey").trim().to_owned();
-    assert!(vkey.starts_with("kura.test/log+"), "{out}");
-    (key, vkey)
+    k.note_key(file, "kura.test/log", false)
 }
 
 /// Runs `kura serve` with `config` until `done` holds (or 30 s), then stops it.
