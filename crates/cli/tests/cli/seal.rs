@@ -171,3 +171,59 @@ fn a_checkpoint_under_another_key_or_edited_is_refused() {
     let proof = k.json(&["prove-consistency", file.to_str().expect("utf8")]);
     assert_eq!(proof["consistent"], true, "{proof}");
 }
+
+fn git(args: &[&str]) -> String {
+    let out = Command::new("git").args(args).output().expect("git");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A git witness gets each checkpoint and the leaf copy as a commit, pushed to the remote the
+/// operator configured; `kura verify` holds the store to it.
+#[test]
+fn a_git_witness_commits_and_pushes_every_checkpoint() {
+    let k = Kura::new();
+    let (key, vkey) = log_key(&k, "log.key");
+    let remote = k.dir.path().join("remote.git");
+    let remote_s = remote.to_str().expect("utf8");
+    git(&["init", "-q", "--bare", remote_s]);
+    let work = k.dir.path().join("witness-repo");
+    let config = k.dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nlog_key = {key:?}\nlog_verifier = {vkey:?}\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\n\n[[serve.witness_git]]\npath = {work:?}\npush = {remote_s:?}\n"
+        ),
+    )
+    .expect("config");
+    let session = k.ok(&["session", "new"]);
+    seal_text(&k, &session, "a", "one");
+    seal_text(&k, &session, "b", "two");
+    let pushed = |size: u64| {
+        move || {
+            git(&["--git-dir", remote_s, "log", "--all", "--format=%s"])
+                .contains(&format!("size {size}"))
+        }
+    };
+    serve_until(&k, &config, pushed(2));
+    seal_text(&k, &session, "c", "three");
+    let log = serve_until(&k, &config, pushed(3));
+    let subjects = git(&["--git-dir", remote_s, "log", "--all", "--format=%s"]);
+    assert_eq!(
+        subjects.lines().collect::<Vec<_>>(),
+        ["checkpoint kura.test/log size 3", "checkpoint kura.test/log size 2"],
+        "{subjects}\n{log}"
+    );
+    let work_s = work.to_str().expect("utf8");
+    let committed = git(&["-C", work_s, "show", "HEAD:checkpoint"]);
+    let state = std::fs::read_to_string(k.dir.path().join("kura.db.checkpoint")).expect("state");
+    assert_eq!(committed, state);
+    assert_eq!(git(&["-C", work_s, "show", "HEAD:leaves"]).lines().count(), 3);
+    let out = k
+        .cmd(&["verify", "--all"])
+        .env("KURA_SERVE_CONFIG", &config)
+        .output()
+        .expect("verify");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("checked against checkpoint kura.test/log (size 3)"), "{text}");
+}
