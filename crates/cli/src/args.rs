@@ -91,6 +91,10 @@ pub enum Command {
         /// The log's verifier key (`name+id+base64`). Default: `[serve] log_verifier`.
         #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
         log_key: Option<String>,
+        /// The install's identities (`identities.toml`): every seal must be signed by one of
+        /// them. Default: `[serve] keyring`.
+        #[arg(long, env = "KURA_KEYRING", value_name = "FILE")]
+        keyring: Option<PathBuf>,
     },
     /// The log key that signs checkpoints of the seal log.
     #[command(subcommand)]
@@ -172,6 +176,13 @@ pub enum Command {
         /// The sealed ledger id.
         #[arg(long)]
         ledger: String,
+        /// Chain on to this signed checkpoint: the ledger's leaf in the seal log and its
+        /// inclusion proof in the checkpoint's tree.
+        #[arg(long, value_name = "FILE")]
+        checkpoint: Option<PathBuf>,
+        /// The log's verifier key the checkpoint must be signed by. Default: `[serve] log_verifier`.
+        #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+        log_key: Option<String>,
     },
     /// What is up, what is waiting, when the data was last checked.
     Status,
@@ -232,6 +243,10 @@ pub enum Command {
         /// The root hash or ledger hash you trust; the proof must lead to it.
         #[arg(long, value_name = "HASH")]
         root: Option<String>,
+        /// The log's verifier key, to check a proof that chains on to a checkpoint.
+        /// Default: `[serve] log_verifier`.
+        #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+        log_key: Option<String>,
     },
 }
 
@@ -355,6 +370,10 @@ pub enum LedgerCmd {
     Seal {
         /// The ledger id.
         ledger: String,
+        /// A seed (nkey) to sign the seal with, e.g. the operator's; without one the seal
+        /// is unsigned, which `kura verify --keyring` reports.
+        #[arg(long, env = "KURA_SEALER_KEY", value_name = "FILE")]
+        sealer_key: Option<PathBuf>,
     },
 }
 

@@ -52,9 +52,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             out.line(crate::tlog::verifier_of(&key, witness))?;
             Outcome::Ok
         }
-        Command::VerifyProof { file, root } => {
-            verify_proof(&mut out, json, &file, root.as_deref())?
-        }
+        Command::VerifyProof {
+            file,
+            root,
+            log_key,
+        } => verify_proof(&mut out, json, &file, root.as_deref(), log_key)?,
         Command::Bench {
             dir,
             quick,
@@ -178,7 +180,13 @@ fn with_store(
                 out.line(l.ledger_id.to_string())?;
             }
         }
-        Command::Ledger(LedgerCmd::Seal { ledger }) => {
+        Command::Ledger(LedgerCmd::Seal { ledger, sealer_key }) => {
+            if let Some(path) = sealer_key {
+                let key = kura_runtime::identity::read_seed(&path)?;
+                store.set_sealer(Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
+                    key,
+                ))?));
+            }
             let (l, newly) = store.seal_ledger(id(&ledger)?)?;
             if json {
                 out.json(&json!({"ledger": l, "newly_sealed": newly}))?;
@@ -288,6 +296,7 @@ fn with_store(
             checkpoints,
             witnesses,
             log_key,
+            keyring,
         } => {
             let scope = match (target, all) {
                 (_, true) => Scope::All,
@@ -305,7 +314,13 @@ fn with_store(
                 (None, false) => bail!("give a ledger or session id, or --all"),
             };
             let trust = crate::tlog::Trust::resolve(log_key, checkpoints, witnesses, store.path())?;
-            let mut report = kura_store::verify::verify(store, &scope, trusted_head.as_deref())?;
+            let keyring = crate::tlog::keyring(keyring)?;
+            let mut report = kura_store::verify::verify(
+                store,
+                &scope,
+                trusted_head.as_deref(),
+                keyring.as_ref(),
+            )?;
             if let Some(used) = trust.check(store, &mut report)?
                 && !json
             {
@@ -423,8 +438,19 @@ fn with_store(
                 }
             }
         }
-        Command::Prove { record, ledger } => {
-            let proof = kura_store::proof::prove(store, id(&record)?, id(&ledger)?)?;
+        Command::Prove {
+            record,
+            ledger,
+            checkpoint,
+            log_key,
+        } => {
+            let mut proof = kura_store::proof::prove(store, id(&record)?, id(&ledger)?)?;
+            if let Some(file) = checkpoint {
+                let vkey = crate::tlog::log_verifier(log_key)?;
+                let note = std::fs::read_to_string(&file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                kura_store::proof::link_to_checkpoint(store, &mut proof, &note, &vkey)?;
+            }
             out.json(&proof)?;
         }
     }
@@ -468,6 +494,8 @@ fn log(
 ) -> anyhow::Result<()> {
     let session = store.read_session(session_id)?;
     let ledgers = store.session_ledgers(session_id)?;
+    // A keyring that cannot be read only costs the names, never the log.
+    let ring = crate::tlog::keyring(None).unwrap_or_default();
     if json {
         let mut items = Vec::new();
         for l in &ledgers {
@@ -476,6 +504,13 @@ fn log(
                 obj.insert(
                     "head".into(),
                     json!(session.head_ledger_id == Some(l.ledger_id)),
+                );
+                obj.insert(
+                    "sealer".into(),
+                    json!(kura_store::sealer::sealer_of(
+                        store.conn(),
+                        &l.ledger_id.to_string()
+                    )?),
                 );
                 if with_records {
                     obj.insert(
@@ -498,7 +533,13 @@ fn log(
     }
     for l in &ledgers {
         out.line("")?;
-        output::ledger_block(out, l, session.head_ledger_id == Some(l.ledger_id))?;
+        let sealer = output::sealer_name(store, ring.as_ref(), l.ledger_id)?;
+        output::ledger_block(
+            out,
+            l,
+            session.head_ledger_id == Some(l.ledger_id),
+            sealer.as_deref(),
+        )?;
         if with_records {
             for (i, r) in store.hydrate(l.ledger_id)?.iter().enumerate() {
                 out.line(output::record_line(i, r))?;
@@ -526,7 +567,9 @@ fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<(
             if json {
                 out.json(&json!({"ledger": l, "head": head, "records": records}))?;
             } else {
-                output::ledger_block(out, &l, head)?;
+                let ring = crate::tlog::keyring(None).unwrap_or_default();
+                let sealer = output::sealer_name(store, ring.as_ref(), uid)?;
+                output::ledger_block(out, &l, head, sealer.as_deref())?;
                 out.line(format!("Session: {}", l.session_id))?;
                 for (i, r) in records.iter().enumerate() {
                     out.line(output::record_line(i, r))?;
@@ -584,11 +627,20 @@ fn verify_proof(
     json: bool,
     file: &Path,
     root: Option<&str>,
+    log_key: Option<String>,
 ) -> anyhow::Result<Outcome> {
     let text = read_input(file)?;
     let proof: InclusionProof = serde_json::from_str(&text)
         .map_err(|e| anyhow::anyhow!("{} is not a Kura inclusion proof: {e}", file.display()))?;
-    let result = proof.verify(root);
+    let vkey = match proof.seal_log {
+        Some(_) => Some(crate::tlog::log_verifier(log_key)?),
+        None => None,
+    };
+    let mut chained = None;
+    let result = proof.verify(root).and_then(|()| match &vkey {
+        Some(v) => kura_store::proof::verify_link(&proof, v).map(|c| chained = Some(c)),
+        None => Ok(()),
+    });
     if json {
         out.json(&json!({
             "ok": result.is_ok(),
@@ -596,6 +648,9 @@ fn verify_proof(
             "ledger_id": proof.ledger_id,
             "root_hash": proof.root_hash,
             "ledger_hash": proof.ledger_hash,
+            "checkpoint": chained.as_ref().map(|c| json!({
+                "origin": c.origin, "size": c.size, "leaf_index": c.leaf_index,
+            })),
             "error": result.as_ref().err(),
         }))?;
     } else {
@@ -613,7 +668,14 @@ fn verify_proof(
                 } else {
                     ""
                 }
-            ))?,
+            ))
+            .and_then(|()| match &chained {
+                Some(c) => out.line(format!(
+                    "chain ok: the ledger is leaf {} of the seal log in checkpoint {} of size {}, signed by the log key",
+                    c.leaf_index, c.origin, c.size
+                )),
+                None => Ok(()),
+            })?,
             Err(e) => out.line(format!("PROOF FAILED: {e}"))?,
         }
     }

@@ -74,8 +74,29 @@ pub fn record_line(position: usize, r: &Record) -> String {
     )
 }
 
+/// Who sealed `ledger`: the keyring's name for the key and the key, or the key alone.
+pub fn sealer_name(
+    store: &kura_store::Store,
+    keyring: Option<&kura_store::sealer::Keyring>,
+    ledger: uuid::Uuid,
+) -> anyhow::Result<Option<String>> {
+    let Some(nkey) = kura_store::sealer::sealer_of(store.conn(), &ledger.to_string())? else {
+        return Ok(None);
+    };
+    Ok(Some(match keyring.and_then(|k| k.get(&nkey)) {
+        Some(name) => format!("{name} ({nkey})"),
+        None => nkey,
+    }))
+}
+
 /// A ledger as a `git log`-style block.
-pub fn ledger_block(out: &mut Out, l: &Ledger, is_head: bool) -> io::Result<()> {
+/// `sealer`: who signed the seal, as [`sealer_name`] gives it.
+pub fn ledger_block(
+    out: &mut Out,
+    l: &Ledger,
+    is_head: bool,
+    sealer: Option<&str>,
+) -> io::Result<()> {
     let state = match l.state {
         LedgerState::Open => "open",
         LedgerState::Sealed => "sealed",
@@ -86,6 +107,7 @@ pub fn ledger_block(out: &mut Out, l: &Ledger, is_head: bool) -> io::Result<()> 
     out.line(format!("Created: {}", l.created_at))?;
     if let Some(s) = &l.sealed_at {
         out.line(format!("Sealed:  {s}"))?;
+        out.line(format!("Sealer:  {}", sealer.unwrap_or("- (unsigned)")))?;
     }
     out.line(format!("Records: {}", l.record_count))?;
     out.line(format!(

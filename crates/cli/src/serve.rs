@@ -10,8 +10,8 @@ use kura_runtime::heartbeat::Heartbeat;
 use kura_runtime::{Bus, Common, Stop};
 use kura_store::Store;
 use kura_store::checkpoint::LogKey;
-use kura_store::ops::{backup, sweep};
 use kura_store::cosign::Witness;
+use kura_store::ops::{backup, sweep};
 use kura_store::witness;
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +68,10 @@ pub struct Maintenance {
     /// `$CREDENTIALS_DIRECTORY/witness.key`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub witness_key: Option<PathBuf>,
+    /// The install's identities (`identities.toml`, public keys only): `kura verify` checks
+    /// that every ledger was sealed by one of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<PathBuf>,
     /// Where it keeps the last checkpoint it cosigned for each log; unset: `<db>.witnessed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub witness_state: Option<PathBuf>,
@@ -90,6 +94,7 @@ impl Default for Maintenance {
             witness_peers: Vec::new(),
             witness_logs: Vec::new(),
             witness_key: None,
+            keyring: None,
             witness_state: None,
         }
     }
@@ -251,7 +256,7 @@ fn load_witness(config: &ServeConfig) -> anyhow::Result<Option<Witness>> {
 /// Runs `kura serve` until `shutdown` resolves.
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let common = config.common.clone();
-    let mut store = Store::open(&common.db, &common.store_options())?;
+    let mut store = Store::open(&common.db, &common.store_options()?)?;
     let signer = Signer::load(&config)?;
     let name = common.instance_name("kura");
     // The bus only when this Kura witnesses others: it answers their requests there.

@@ -169,6 +169,32 @@ pub fn prove_consistency(
     Ok(())
 }
 
+/// The log's verifier key: given, else `[serve] log_verifier`.
+pub fn log_verifier(given: Option<String>) -> anyhow::Result<String> {
+    match given {
+        Some(v) => Ok(v),
+        None => serve_config()?
+            .and_then(|c| c.serve.log_verifier)
+            .context("a checkpoint is checked with the log's verifier key: give --log-key"),
+    }
+}
+
+/// The keyring `kura verify` checks sealers against: the file given, else `[serve] keyring`;
+/// every identity in it (services, approvers, peers) by public nkey.
+pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::sealer::Keyring>> {
+    let file = match file {
+        Some(f) => Some(f),
+        None => serve_config()?.and_then(|c| c.serve.keyring),
+    };
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    let ids = kura_runtime::identity::Identities::load_file(&file)?;
+    Ok(Some(
+        ids.list.into_iter().map(|i| (i.nkey, i.name)).collect(),
+    ))
+}
+
 /// What `kura verify` holds the store to: the log's verifier key, checkpoint files and
 /// witness directories — given on the command line, else from the serve config.
 #[derive(Debug, Default)]
@@ -206,7 +232,12 @@ impl Trust {
                 t.dirs
                     .extend(c.serve.witness_git.iter().map(|g| g.path.clone()));
             }
-            t.cosigners = c.serve.witness_peers.iter().map(|p| p.vkey.clone()).collect();
+            t.cosigners = c
+                .serve
+                .witness_peers
+                .iter()
+                .map(|p| p.vkey.clone())
+                .collect();
             if t.files.is_empty() {
                 t.files
                     .push(state_file(c.serve.checkpoint_file.as_deref(), db));

@@ -163,7 +163,9 @@ pub async fn ask(
                 Ok(size) if size != old => old = size,
                 _ => return Asked::Unreachable(format!("{} says 409 {text:?}", peer.name)),
             },
-            Some(422) => return Asked::Refused(format!("witness {} refused: {}", peer.name, text.trim())),
+            Some(422) => {
+                return Asked::Refused(format!("witness {} refused: {}", peer.name, text.trim()));
+            }
             other => {
                 return Asked::Unreachable(format!(
                     "{} answered {:?}: {}",
@@ -181,7 +183,12 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=kura serve", "-c", "user.email=kura@localhost"])
+        .args([
+            "-c",
+            "user.name=kura serve",
+            "-c",
+            "user.email=kura@localhost",
+        ])
         .args(args)
         .output()
         .context("cannot run git")?;

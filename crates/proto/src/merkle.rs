@@ -164,6 +164,25 @@ pub struct InclusionProof {
     pub record: crate::record::OwnedColumns,
     /// Sibling hashes from the leaf up (hex).
     pub audit_path: Vec<String>,
+    /// The next link, when asked for: the ledger's leaf in the store's seal log, proved
+    /// included in a signed checkpoint (checked with the log's verifier key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal_log: Option<SealLogLink>,
+}
+
+/// Ledger → checkpoint: the ledger's seal-log leaf and its RFC 6962 inclusion proof in the
+/// tree a signed checkpoint commits to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealLogLink {
+    /// The leaf's position in the seal log.
+    pub leaf_index: u64,
+    /// The leaf's data: RFC 8785 JSON of `{ledger_hash, ledger_id, session_id}`.
+    pub leaf_data: String,
+    /// Sibling hashes from the leaf up to the checkpoint's root (hex).
+    pub audit_path: Vec<String>,
+    /// The signed checkpoint (a c2sp.org/signed-note with a tlog-checkpoint body).
+    pub checkpoint: String,
 }
 
 impl InclusionProof {
@@ -412,6 +431,7 @@ mod tests {
                 .iter()
                 .map(hex::encode)
                 .collect(),
+            seal_log: None,
         }
     }
 

@@ -324,8 +324,7 @@ impl Bus {
             while let Some(msg) = sub.next().await {
                 let h = handler.clone();
                 let payload = msg.payload.clone();
-                let (extra, reply) = match tokio::task::spawn_blocking(move || h(&payload)).await
-                {
+                let (extra, reply) = match tokio::task::spawn_blocking(move || h(&payload)).await {
                     Ok(answer) => answer,
                     Err(e) => (
                         Vec::new(),

@@ -74,7 +74,7 @@ impl Daemon {
 
     /// A store handle of its own (each consumer thread gets one).
     pub fn open_store(&self) -> anyhow::Result<Store> {
-        Ok(Store::open(&self.common.db, &self.common.store_options())?)
+        Ok(Store::open(&self.common.db, &self.common.store_options()?)?)
     }
 
     /// Runs `step` on a thread named `name` in the recovery loop: at start, on every NATS

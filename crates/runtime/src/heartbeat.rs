@@ -52,7 +52,10 @@ impl Heartbeat {
                 let detail = || detail_t.lock().ok().and_then(|d| d.clone());
                 loop {
                     if store.is_none() {
-                        store = Store::open(&common.db, &common.store_options()).ok();
+                        store = common
+                            .store_options()
+                            .ok()
+                            .and_then(|o| Store::open(&common.db, &o).ok());
                     }
                     if let Some(st) = store.as_mut()
                         && let Err(e) = kura_store::ops::heartbeat(

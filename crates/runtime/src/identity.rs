@@ -164,7 +164,12 @@ pub fn check_user_nkey(nkey: &str) -> Result<[u8; 32], String> {
 impl Identities {
     /// Reads and checks `identities.toml` in `dir`: names and keys are unique and well formed.
     pub fn load(dir: &Path) -> Result<Identities, IdentityError> {
-        let path = dir.join(IDENTITIES_FILE);
+        Identities::load_file(&dir.join(IDENTITIES_FILE))
+    }
+
+    /// Reads and checks an identities file wherever it is (a copy serves as a keyring).
+    pub fn load_file(path: &Path) -> Result<Identities, IdentityError> {
+        let path = path.to_path_buf();
         let text = std::fs::read_to_string(&path).map_err(io(&path))?;
         let ids: Identities = toml::from_str(&text).map_err(|e| IdentityError::Invalid {
             path: path.display().to_string(),

@@ -71,11 +71,20 @@ impl Common {
     }
 
     /// Store options from these settings.
-    pub fn store_options(&self) -> kura_store::StoreOptions {
-        kura_store::StoreOptions {
+    pub fn store_options(&self) -> anyhow::Result<kura_store::StoreOptions> {
+        // The daemon's bus key also signs every ledger it seals (`kura verify` checks it
+        // against identities.toml).
+        let sealer = match self.seed_file() {
+            Some(path) => Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
+                identity::read_seed(&path)?,
+            ))?),
+            None => None,
+        };
+        Ok(kura_store::StoreOptions {
             synchronous: self.synchronous,
+            sealer,
             ..kura_store::StoreOptions::default()
-        }
+        })
     }
 
     /// The instance name, `<daemon>-<pid>` unless configured.

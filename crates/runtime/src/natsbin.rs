@@ -167,8 +167,7 @@ impl NatsServer {
     /// Lists another Kura (its `serve` key) as a peer that may ask for cosignatures, and
     /// reloads the server; returns once `key` can connect.
     pub fn add_peer(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
-        identity::add_peer(self.keys.path(), name, &key.public_key())
-            .map_err(|e| e.to_string())?;
+        identity::add_peer(self.keys.path(), name, &key.public_key()).map_err(|e| e.to_string())?;
         self.reloaded_for(name, key)
     }
 

@@ -408,7 +408,9 @@ mod tests {
         let text = note.split_once("\n\n").expect("text").0.to_owned() + "\n";
         let msg = format!("cosignature/v1\ntime 1700000000\n{text}");
         let sig = ed25519_dalek::Signature::from_slice(&raw[12..]).expect("sig");
-        public.verify_strict(msg.as_bytes(), &sig).expect("signature");
+        public
+            .verify_strict(msg.as_bytes(), &sig)
+            .expect("signature");
         // And through the verifier, on the note with the line appended.
         let cosigned = format!("{note}{}", reply.body);
         let by = cosigned_by(&cosigned, &[w.verifier()]).expect("cosigned");
@@ -431,7 +433,10 @@ mod tests {
         let log = LogKey::from_text(&skey).expect("key");
         let w = witness(tmp.path(), &vkey);
         let first = log.sign(3, Hash([1; 32])).expect("sign");
-        assert_eq!(w.add_checkpoint(&format!("old 0\n\n{first}"), 1).status, 200);
+        assert_eq!(
+            w.add_checkpoint(&format!("old 0\n\n{first}"), 1).status,
+            200
+        );
         // A stale `old` is told the witness's size.
         let again = w.add_checkpoint(&format!("old 0\n\n{first}"), 2);
         assert_eq!((again.status, again.body.as_str()), (409, "3\n"));
@@ -442,13 +447,19 @@ mod tests {
         let bigger = log.sign(5, Hash([3; 32])).expect("sign");
         let bogus = b64().encode([0u8; 32]);
         assert_eq!(
-            w.add_checkpoint(&format!("old 3\n{bogus}\n\n{bigger}"), 4).status,
+            w.add_checkpoint(&format!("old 3\n{bogus}\n\n{bigger}"), 4)
+                .status,
             422
         );
-        assert_eq!(w.add_checkpoint(&format!("old 0\n\n{bigger}"), 5).body, "3\n");
+        assert_eq!(
+            w.add_checkpoint(&format!("old 0\n\n{bigger}"), 5).body,
+            "3\n"
+        );
         // Another log's checkpoint, garbage: refused without a change.
         let (other, _) = checkpoint::generate("pi-c").expect("generate");
-        let other = LogKey::from_text(&other).expect("key").sign(1, Hash([4; 32]));
+        let other = LogKey::from_text(&other)
+            .expect("key")
+            .sign(1, Hash([4; 32]));
         assert_eq!(
             w.add_checkpoint(&format!("old 0\n\n{}", other.expect("sign")), 6)
                 .status,

@@ -10,6 +10,7 @@ pub mod export;
 pub mod memory;
 pub mod ops;
 pub mod proof;
+pub mod sealer;
 pub mod seallog;
 pub mod store;
 pub mod time;

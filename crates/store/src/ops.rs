@@ -53,7 +53,7 @@ fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str
 /// whether it passed, with a one-line summary.
 pub fn sweep(store: &mut Store) -> Result<(bool, String)> {
     let t = Instant::now();
-    let report = verify(store, &Scope::All, None)?;
+    let report = verify(store, &Scope::All, None, None)?;
     let integrity = store.integrity_check()?;
     let ok = report.ok() && integrity == ["ok"];
     let mut summary = format!(

@@ -411,8 +411,13 @@ mod tests {
         let (dir, store) = sealed(9);
         let before = leaf_hashes(&store);
         let root = root_in(store.conn(), 9).expect("root");
-        // What a version-7 store looks like: no seal log.
-        for t in ["seal_log_leaves", "seal_log_hashes"] {
+        // What a version-7 store looks like: no seal log (and none of what came after).
+        for t in [
+            "ledger_seals",
+            "ledger_seals_since",
+            "seal_log_leaves",
+            "seal_log_hashes",
+        ] {
             store
                 .conn()
                 .execute_batch(&format!("DROP TABLE {t}"))

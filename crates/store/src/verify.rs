@@ -672,8 +672,14 @@ fn check_ledgers(
 }
 
 /// Verifies `scope`. `trusted_head` is a ledger hash the caller noted earlier (e.g. from
-/// `kura log`); with it, even a consistent truncation of a session is detected.
-pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Result<Report> {
+/// `kura log`); with it, even a consistent truncation of a session is detected. Every seal
+/// signature is checked; with `keyring`, so is who made it.
+pub fn verify(
+    store: &Store,
+    scope: &Scope,
+    trusted_head: Option<&str>,
+    keyring: Option<&crate::sealer::Keyring>,
+) -> Result<Report> {
     let conn = store.conn();
     let mut v = Verifier {
         conn,
@@ -733,6 +739,11 @@ pub fn verify(store: &Store, scope: &Scope, trusted_head: Option<&str>) -> Resul
     }
     for s in &sessions {
         v.check_session(s, trusted_head)?;
+    }
+    let mut checked: Vec<&String> = done.iter().collect();
+    checked.sort();
+    for (id, check, detail) in crate::sealer::check_in(conn, checked, keyring)? {
+        v.problem("ledger", &id, check, detail);
     }
     if *scope == Scope::All {
         // Records outside every ledger are still content-addressed: check them too.

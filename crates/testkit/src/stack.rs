@@ -308,12 +308,18 @@ impl Stack {
             .join("\n")
     }
 
-    /// `kura verify --all` must pass.
+    /// `kura verify --all` must pass, with every seal signed by one of the stack's keys.
     pub fn verify_all(&self) {
         let out = Command::new(bin("kura"))
             .args(["verify", "--all"])
             .arg("--db")
             .arg(&self.db)
+            .arg("--keyring")
+            .arg(
+                self.nats
+                    .keys_dir()
+                    .join(kura_runtime::identity::IDENTITIES_FILE),
+            )
             .output()
             .expect("kura verify");
         assert!(

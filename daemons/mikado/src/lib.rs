@@ -145,7 +145,7 @@ async fn start_memory(daemon: &mut Daemon, config: &Config) -> anyhow::Result<()
     let mut extractor: Option<memory::Extractor> = None;
     let waker = daemon.consumer(memory::CONSUMER, common.poll_interval(), move || {
         if extractor.is_none() {
-            let store = Store::open(&common.db, &common.store_options())?;
+            let store = Store::open(&common.db, &common.store_options()?)?;
             extractor = Some(memory::Extractor {
                 store,
                 model: model.clone(),

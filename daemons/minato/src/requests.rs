@@ -3,6 +3,7 @@
 //! transaction per unit of work, each advancing minato's cursor in the same transaction.
 
 use kura_store::error::{Result, StoreError};
+use kura_store::sealer::Sealer;
 use kura_store::store::{
     append_existing_in, create_session_in, open_ledger_in, read_session_in, seal_in,
     set_session_status_in,
@@ -96,6 +97,7 @@ fn new_turn(
     parents: &[Uuid],
     members: &[Uuid],
     memory_hits: usize,
+    sealer: Option<&Sealer>,
 ) -> Result<Uuid> {
     let seq = next_turn_seq(tx, session_id)?;
     let ctx = open_ledger_in(tx, session_id, &format!("turn-{seq}-ctx"), parents)?;
@@ -106,13 +108,14 @@ fn new_turn(
     for m in &all {
         append_existing_in(tx, ctx.ledger_id, *m)?;
     }
-    seal_in(tx, ctx.ledger_id)?;
+    seal_in(tx, ctx.ledger_id, sealer)?;
     insert_turn_in(tx, session_id, seq, request_seq, ctx.ledger_id)
 }
 
 /// Turns the next queued request into a session (new or continued) with a sealed context
 /// ledger and a pending turn; `None` when the queue is empty.
 pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Option<Accepted>> {
+    let sealer = store.sealer().cloned();
     store.write(|tx| {
         let pos = cursor(tx, MINATO_REQUESTS)?;
         let Some(q) = next_request_after(tx, pos)? else {
@@ -134,6 +137,7 @@ pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Opti
             &parents,
             &[q.record_id],
             memory_hits,
+            sealer.as_ref(),
         )?;
         mark_accepted_in(tx, q.request_seq, session.session_id)?;
         set_cursor(tx, MINATO_REQUESTS, q.request_seq)?;
@@ -152,6 +156,7 @@ pub fn decide_next_completion(
     max_turns: i64,
     memory_hits: usize,
 ) -> Result<Option<Decision>> {
+    let sealer = store.sealer().cloned();
     store.write(|tx| {
         let pos = cursor(tx, MINATO_COMPLETIONS)?;
         let Some((t, done_seq)) = next_done_turn_after(tx, pos)? else {
@@ -183,6 +188,7 @@ pub fn decide_next_completion(
                 &[output],
                 &members,
                 memory_hits,
+                sealer.as_ref(),
             )?;
             Decision::Next {
                 session_id: t.session_id,

@@ -31,7 +31,7 @@ pub async fn run(
     session: Option<Uuid>,
     wait: Option<Duration>,
 ) -> anyhow::Result<Submitted> {
-    let options = common.store_options();
+    let options = common.store_options()?;
     let mut store = Store::open(&common.db, &options)?;
     let request = submit(&mut store, instruction, author, session)?;
     let (waker, rx) = wake_pair();

@@ -110,7 +110,7 @@ fn request_turn_claim_complete_next_turn_complete() {
         SessionStatus::Complete
     );
     assert!(
-        verify(&s, &Scope::Session(session_id), None)
+        verify(&s, &Scope::Session(session_id), None, None)
             .expect("verify")
             .ok()
     );

@@ -47,6 +47,17 @@ fn a_full_session_under_mikados_bundled_nats_then_clean_shutdown() {
             "a chain: each ledger's parent is the one before"
         );
     }
+    // Who sealed each: minato packs contexts, hashi seals outputs, each with its own key.
+    for l in &ledgers {
+        let sealer =
+            kura_store::sealer::sealer_of(store.conn(), &l.ledger_id.to_string()).expect("sealer");
+        let role = if l.label.ends_with("-ctx") {
+            kura_runtime::identity::Role::Minato
+        } else {
+            kura_runtime::identity::Role::Hashi
+        };
+        assert_eq!(sealer, Some(s.nats.nkey(role)), "{}", l.label);
+    }
     let recs = session_records(&store, session.session_id);
     let types: Vec<&str> = recs.iter().map(|r| r.record_type.as_str()).collect();
     // Every call was approved by aegis (policy: allow) before it ran.

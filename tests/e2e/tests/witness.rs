@@ -121,7 +121,8 @@ vkey = {other_witness:?}
             let cosigned = cosign::cosigned_by(&note, std::slice::from_ref(&by.witness_vkey));
             if let (Ok(cp), Ok(c)) = (opened, cosigned)
                 && cp.size == size
-                && c.iter().any(|c| c.witness == format!("{}.witness", by.name))
+                && c.iter()
+                    .any(|c| c.witness == format!("{}.witness", by.name))
             {
                 return note;
             }
@@ -199,12 +200,11 @@ fn two_pis_witness_each_other_and_verify_names_the_cosigner() {
     a.cosigned(&b, 2);
     b.cosigned(&a, 2);
     // verify, with no flag, checks the store against that checkpoint and names the cosigner.
-    let out = a
-        .k
-        .cmd(&["verify", "--all"])
-        .env("KURA_SERVE_CONFIG", a.config())
-        .output()
-        .expect("verify");
+    let out =
+        a.k.cmd(&["verify", "--all"])
+            .env("KURA_SERVE_CONFIG", a.config())
+            .output()
+            .expect("verify");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("cosigned by pi-b.witness at "), "{text}");
@@ -245,7 +245,10 @@ fn a_witness_refuses_to_cosign_a_fork_of_a_log_it_has_seen() {
         ]) + "\n"
     };
     let forged = sign(&fork);
-    assert!(checkpoint::open(&forged, &a.log_vkey).is_ok(), "a validly signed fork");
+    assert!(
+        checkpoint::open(&forged, &a.log_vkey).is_ok(),
+        "a validly signed fork"
+    );
     let _sb = b.serve();
     // The same size, another root.
     let (status, why) = ask(&b, &a, &fork.db, &forged, 3);

@@ -320,7 +320,7 @@ pub fn verify_rate(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
         std::hint::black_box(digest);
         b.push(rate(count, t.elapsed()));
         let t = Instant::now();
-        let report = verify(&store, &Scope::Session(session), None)?;
+        let report = verify(&store, &Scope::Session(session), None, None)?;
         if !report.ok() {
             anyhow::bail!("verify of the bench session failed: {:?}", report.problems);
         }

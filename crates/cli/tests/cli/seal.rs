@@ -210,14 +210,20 @@ fn a_git_witness_commits_and_pushes_every_checkpoint() {
     let subjects = git(&["--git-dir", remote_s, "log", "--all", "--format=%s"]);
     assert_eq!(
         subjects.lines().collect::<Vec<_>>(),
-        ["checkpoint kura.test/log size 3", "checkpoint kura.test/log size 2"],
+        [
+            "checkpoint kura.test/log size 3",
+            "checkpoint kura.test/log size 2"
+        ],
         "{subjects}\n{log}"
     );
     let work_s = work.to_str().expect("utf8");
     let committed = git(&["-C", work_s, "show", "HEAD:checkpoint"]);
     let state = std::fs::read_to_string(k.dir.path().join("kura.db.checkpoint")).expect("state");
     assert_eq!(committed, state);
-    assert_eq!(git(&["-C", work_s, "show", "HEAD:leaves"]).lines().count(), 3);
+    assert_eq!(
+        git(&["-C", work_s, "show", "HEAD:leaves"]).lines().count(),
+        3
+    );
     let out = k
         .cmd(&["verify", "--all"])
         .env("KURA_SERVE_CONFIG", &config)
@@ -225,5 +231,199 @@ fn a_git_witness_commits_and_pushes_every_checkpoint() {
         .expect("verify");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("checked against checkpoint kura.test/log (size 3)"), "{text}");
+    assert!(
+        text.contains("checked against checkpoint kura.test/log (size 3)"),
+        "{text}"
+    );
+}
+
+/// Attack: anyone with write access to the file could seal a ledger, and it looked the same
+/// as one a daemon sealed. Each seal now carries the sealer's signature; `kura verify` with
+/// the install's keyring names a ledger sealed by a stranger's key, one sealed unsigned,
+/// and a signature moved onto another key; `kura log` shows who sealed each.
+#[test]
+fn a_ledger_sealed_by_an_unknown_key_or_unsigned_is_a_named_failure() {
+    let k = Kura::new();
+    let keys = k.dir.path().join("keys");
+    k.ok(&["keys", "init", "--dir", keys.to_str().expect("utf8")]);
+    let ring = keys.join("identities.toml");
+    let ring_s = ring.to_str().expect("utf8");
+    let operator = keys.join("operator.nk");
+    let session = k.ok(&["session", "new"]);
+    let seal = |label: &str, key: Option<&Path>| {
+        let ledger = k.ok(&["ledger", "open", "--session", &session, "--label", label]);
+        let mut args = vec!["ledger", "seal", &ledger];
+        let key_s;
+        if let Some(key) = key {
+            key_s = key.to_str().expect("utf8").to_owned();
+            args.extend(["--sealer-key", &key_s]);
+        }
+        k.ok(&args);
+        ledger
+    };
+    let good = seal("by-operator", Some(&operator));
+    k.ok(&["verify", "--all", "--keyring", ring_s]);
+    let config = k.dir.path().join("serve.toml");
+    std::fs::write(&config, format!("[serve]\nkeyring = {ring:?}\n")).expect("config");
+    let log = k
+        .cmd(&["log", &session])
+        .env("KURA_SERVE_CONFIG", &config)
+        .output()
+        .expect("log");
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(log.contains("Sealer:  operator (U"), "{log}");
+
+    // A stranger's key: a valid seed from another install's keys, not in this keyring.
+    let elsewhere = k.dir.path().join("elsewhere");
+    k.ok(&["keys", "init", "--dir", elsewhere.to_str().expect("utf8")]);
+    let stranger = elsewhere.join("operator.nk");
+    let by_stranger = seal("by-stranger", Some(&stranger));
+    let unsigned = seal("unsigned", None);
+    // Without a keyring every signature still verifies; nothing is said about who.
+    k.ok(&["verify", "--all"]);
+    let (out, _) = k.fails(1, &["verify", "--all", "--keyring", ring_s]);
+    assert!(
+        out.contains("sealer_unknown") && out.contains(&by_stranger),
+        "{out}"
+    );
+    assert!(
+        out.contains("sealer_missing") && out.contains(&unsigned),
+        "{out}"
+    );
+    assert!(!out.contains(&good), "{out}");
+
+    // The attacker moves the operator's name onto their own seal: the signature breaks.
+    let operator_nkey = kura_store::sealer::sealer_of(&k.raw(), &good)
+        .expect("read")
+        .expect("signed");
+    let conn = k.drop_triggers();
+    conn.execute(
+        "UPDATE ledger_seals SET sealer = ?1 WHERE ledger_id = ?2",
+        [&operator_nkey, &by_stranger],
+    )
+    .expect("tamper");
+    drop(conn);
+    let (out, _) = k.fails(1, &["verify", "--all"]);
+    assert!(
+        out.contains("sealer_signature") && out.contains(&by_stranger),
+        "{out}"
+    );
+}
+
+/// One proof from a record to a signed checkpoint, checked offline with only the log's
+/// verifier key: record → ledger root → ledger hash → seal-log leaf → checkpoint root →
+/// signature. Every link that is edited, or a checkpoint under another key, fails it.
+#[test]
+fn a_record_proves_all_the_way_to_a_signed_checkpoint_offline() {
+    let k = Kura::new();
+    let (key, vkey) = log_key(&k, "log.key");
+    let (_, other_vkey) = log_key(&k, "other.key");
+    let session = k.ok(&["session", "new"]);
+    let ledger = k.ok(&["ledger", "open", "--session", &session, "--label", "pay"]);
+    let record = k.ok(&[
+        "record",
+        "add",
+        "--ledger",
+        &ledger,
+        "--type",
+        "task.deliverable",
+        "--author",
+        "agent:hashi",
+        "--text",
+        "paid 10 EUR to alice",
+    ]);
+    k.ok(&["ledger", "seal", &ledger]);
+    seal_text(&k, &session, "next", "another");
+    let note = k.ok(&["checkpoint", "--key", key.to_str().expect("utf8")]);
+    let cp = k.dir.path().join("cp");
+    std::fs::write(&cp, format!("{note}\n")).expect("cp");
+    let cp_s = cp.to_str().expect("utf8");
+    let proof = k.ok(&[
+        "prove",
+        &record,
+        "--ledger",
+        &ledger,
+        "--checkpoint",
+        cp_s,
+        "--log-key",
+        &vkey,
+    ]);
+    // Offline: a fresh directory with no database.
+    let offline = Kura::uninit();
+    let file = offline.dir.path().join("proof.json");
+    let check = |text: &str, vkey: &str| {
+        std::fs::write(&file, text).expect("proof");
+        offline.run(&[
+            "verify-proof",
+            file.to_str().expect("utf8"),
+            "--log-key",
+            vkey,
+        ])
+    };
+    let ok = check(&proof, &vkey);
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "chain ok: the ledger is leaf 0 of the seal log in checkpoint kura.test/log of size 2"
+        ),
+        "{said}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&proof).expect("json");
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut w = v.clone();
+        f(&mut w);
+        w.to_string()
+    };
+    let forged = [
+        edit(&|w| {
+            let leaf = w["seal_log"]["leaf_data"]
+                .as_str()
+                .expect("leaf")
+                .to_owned();
+            w["seal_log"]["leaf_data"] = leaf
+                .replacen("\"ledger_hash\":\"", "\"ledger_hash\":\"0", 1)
+                .into();
+        }),
+        edit(&|w| w["seal_log"]["audit_path"][0] = "00".repeat(32).into()),
+        edit(&|w| w["seal_log"]["leaf_index"] = 1.into()),
+        edit(&|w| {
+            let c = w["seal_log"]["checkpoint"]
+                .as_str()
+                .expect("cp")
+                .replacen("\n2\n", "\n3\n", 1);
+            w["seal_log"]["checkpoint"] = c.into();
+        }),
+    ];
+    for text in &forged {
+        let out = check(text, &vkey);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("PROOF FAILED"));
+    }
+    assert_eq!(check(&proof, &other_vkey).status.code(), Some(1));
+    // A ledger sealed after the checkpoint cannot be chained to it yet.
+    let later = seal_text(&k, &session, "later", "after the checkpoint");
+    let later_record = k.json(&["show", &later])["records"][0]["record_id"]
+        .as_str()
+        .expect("record")
+        .to_owned();
+    let (_, err) = k.fails(
+        2,
+        &[
+            "prove",
+            &later_record,
+            "--ledger",
+            &later,
+            "--checkpoint",
+            cp_s,
+            "--log-key",
+            &vkey,
+        ],
+    );
+    assert!(err.contains("sealed after that checkpoint"), "{err}");
 }

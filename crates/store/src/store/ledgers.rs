@@ -275,7 +275,12 @@ pub fn open_ledger_in(
 }
 
 /// Seals a ledger inside the caller's transaction (see [`Store::seal_ledger`]).
-pub fn seal_in(conn: &Connection, ledger_id: Uuid) -> Result<(Ledger, bool)> {
+/// `sealer` signs the ledger hash (recorded beside it) when given.
+pub fn seal_in(
+    conn: &Connection,
+    ledger_id: Uuid,
+    sealer: Option<&crate::sealer::Sealer>,
+) -> Result<(Ledger, bool)> {
     let mut ledger = read_ledger_in(conn, ledger_id)?;
     if ledger.state == LedgerState::Sealed {
         return Ok((ledger, false));
@@ -308,6 +313,9 @@ pub fn seal_in(conn: &Connection, ledger_id: Uuid) -> Result<(Ledger, bool)> {
     )?;
     sessions::move_head(conn, ledger.session_id, ledger_id, &hash, "seal")?;
     crate::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
+    if let Some(sealer) = sealer {
+        sealer.sign_in(conn, &ledger_id.to_string(), &hash)?;
+    }
     ledger.state = LedgerState::Sealed;
     ledger.root_hash = Some(root);
     ledger.ledger_hash = Some(hash);
@@ -345,7 +353,8 @@ impl Store {
     /// session's head to it (logged in the ref log). Sealing a sealed ledger changes nothing
     /// and returns it with `false`.
     pub fn seal_ledger(&mut self, ledger_id: Uuid) -> Result<(Ledger, bool)> {
-        self.write(|tx| seal_in(tx, ledger_id))
+        let sealer = self.sealer.clone();
+        self.write(|tx| seal_in(tx, ledger_id, sealer.as_ref()))
     }
 
     /// Reads one ledger's row.

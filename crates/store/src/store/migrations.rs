@@ -35,6 +35,8 @@ fn migrations() -> Vec<M<'static>> {
                     .map_err(|e| rusqlite_migration::HookError::Hook(e.to_string()))
             },
         ),
+        // 009: who sealed each ledger: the sealer's nkey and its signature over the ledger hash.
+        M::up(include_str!("../../migrations/009_sealers.sql")),
     ]
 }
 

@@ -95,6 +95,8 @@ pub struct StoreOptions {
     /// 10 000 (40 MiB of WAL at most) copies each page once per many batches — group commit
     /// measured 1.5x faster — and `kura serve` checkpoints when idle anyway.
     pub wal_autocheckpoint_pages: u32,
+    /// The daemon's key that signs every ledger it seals (none: seals are unsigned).
+    pub sealer: Option<crate::sealer::Sealer>,
 }
 
 impl Default for StoreOptions {
@@ -104,6 +106,7 @@ impl Default for StoreOptions {
             busy_timeout: Duration::from_secs(10),
             cache_kib: 8 * 1024,
             wal_autocheckpoint_pages: 10_000,
+            sealer: None,
         }
     }
 }
@@ -119,6 +122,8 @@ pub struct Store {
     busy_timeout: Duration,
     /// Triggers and indexes of Kura's schema missing from the file: (type, name).
     schema_gaps: Vec<(String, String)>,
+    /// Signs every seal made through this store.
+    sealer: Option<crate::sealer::Sealer>,
 }
 
 impl std::fmt::Debug for Store {
@@ -218,7 +223,18 @@ impl Store {
             path,
             busy_timeout: options.busy_timeout,
             schema_gaps,
+            sealer: options.sealer.clone(),
         })
+    }
+
+    /// Signs the seals made from now on with `sealer` (none: unsigned).
+    pub fn set_sealer(&mut self, sealer: Option<crate::sealer::Sealer>) {
+        self.sealer = sealer;
+    }
+
+    /// The key that signs this store's seals, if any.
+    pub fn sealer(&self) -> Option<&crate::sealer::Sealer> {
+        self.sealer.as_ref()
     }
 
     /// Triggers and indexes of Kura's schema that the file lacks, as (type, name): someone

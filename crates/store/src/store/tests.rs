@@ -52,7 +52,7 @@ fn append_hydrate_seal_round_trip() {
     let head = s.read_session(session.session_id).expect("session");
     assert_eq!(head.head_ledger_id, Some(l.ledger_id));
     assert_eq!(s.reflog(session.session_id).expect("reflog").len(), 1);
-    assert!(verify(&s, &Scope::All, None).expect("verify").ok());
+    assert!(verify(&s, &Scope::All, None, None).expect("verify").ok());
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn triggers_refuse_rewriting_history() {
         .execute("DELETE FROM session_reflog", [])
         .expect_err("reflog");
     assert!(err.to_string().contains("append-only"), "{err}");
-    assert!(verify(&s, &Scope::All, None).expect("verify").ok());
+    assert!(verify(&s, &Scope::All, None, None).expect("verify").ok());
 }
 
 #[test]
@@ -416,7 +416,7 @@ fn parallel_verify_names_every_problem_once() {
         ledgers.push(ledger);
         parent = vec![ledger];
     }
-    let clean = verify(&s, &Scope::Session(session.session_id), None).expect("verify");
+    let clean = verify(&s, &Scope::Session(session.session_id), None, None).expect("verify");
     assert!(clean.ok(), "{:?}", clean.problems);
     assert_eq!(clean.records_checked, 200);
     assert_eq!(clean.ledgers_checked, 40);
@@ -436,7 +436,7 @@ fn parallel_verify_names_every_problem_once() {
         [&forged_ledger, &"0".repeat(64)],
     )
     .expect("tamper ledger");
-    let r = verify(&s, &Scope::Session(session.session_id), None).expect("verify");
+    let r = verify(&s, &Scope::Session(session.session_id), None, None).expect("verify");
     let count = |kind: &str, id: &str, check: &str| {
         r.problems
             .iter()

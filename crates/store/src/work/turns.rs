@@ -252,8 +252,9 @@ const MAX_ERROR_BYTES: usize = 1000;
 /// Seals the output ledger and marks the turn done, under the fence. Returns the sealed
 /// output ledger id.
 pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
+    let sealer = store.sealer().cloned();
     fenced(store, claim, |tx| {
-        seal_in(tx, claim.output_ledger_id)?;
+        seal_in(tx, claim.output_ledger_id, sealer.as_ref())?;
         tx.prepare_cached(
             "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
                     attempts = 0, retry_at_ms = NULL,

@@ -1,0 +1,171 @@
+//! Who sealed a ledger: the sealing daemon signs the ledger hash with its own Ed25519 key
+//! (its bus nkey) in the sealing transaction, and `verify` checks the signature — and, given
+//! the install's keyring, that the key is one of the install's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+use crate::error::{Result, StoreError};
+
+/// The domain-separated bytes a sealer signs.
+pub fn signing_bytes(ledger_hash: &str) -> Vec<u8> {
+    format!("kura.seal.v1\n{ledger_hash}").into_bytes()
+}
+
+/// A daemon's sealing key: a NATS user nkey with its seed.
+#[derive(Clone)]
+pub struct Sealer {
+    key: Arc<nkeys::KeyPair>,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the seed.
+        f.debug_struct("Sealer")
+            .field("nkey", &self.key.public_key())
+            .finish()
+    }
+}
+
+impl Sealer {
+    /// From a user key pair that can sign (it has its seed).
+    pub fn new(key: Arc<nkeys::KeyPair>) -> Result<Sealer> {
+        if !key.public_key().starts_with('U') || key.seed().is_err() {
+            return Err(StoreError::Invalid(
+                "a sealer key is a user nkey with its seed".into(),
+            ));
+        }
+        Ok(Sealer { key })
+    }
+
+    /// The public nkey recorded beside each seal.
+    pub fn public_key(&self) -> String {
+        self.key.public_key()
+    }
+
+    /// Records this sealer's signature over `ledger_hash` for `ledger_id`.
+    pub(crate) fn sign_in(
+        &self,
+        conn: &Connection,
+        ledger_id: &str,
+        ledger_hash: &str,
+    ) -> Result<()> {
+        let sig = self
+            .key
+            .sign(&signing_bytes(ledger_hash))
+            .map_err(|e| StoreError::Invalid(format!("cannot sign the seal: {e}")))?;
+        conn.prepare_cached(
+            "INSERT INTO ledger_seals (ledger_id, sealer, signature) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![
+            ledger_id,
+            self.key.public_key(),
+            base64::engine::general_purpose::STANDARD.encode(sig)
+        ])?;
+        Ok(())
+    }
+}
+
+/// The install's trusted sealers: public nkey → name (from `identities.toml`).
+pub type Keyring = BTreeMap<String, String>;
+
+/// Who sealed `ledger_id`, if anyone signed: their public nkey.
+pub fn sealer_of(conn: &Connection, ledger_id: &str) -> Result<Option<String>> {
+    Ok(conn
+        .query_row(
+            "SELECT sealer FROM ledger_seals WHERE ledger_id = ?1",
+            [ledger_id],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Where signing began: ledgers at or after this seal-log index must carry a signature
+/// when a keyring is given.
+fn signing_since(conn: &Connection) -> Result<u64> {
+    let n: Option<i64> = conn
+        .query_row("SELECT MIN(leaf_index) FROM ledger_seals_since", [], |r| {
+            r.get(0)
+        })
+        .optional()?
+        .flatten();
+    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(u64::MAX)))
+}
+
+/// Checks the seal of each sealed ledger in `ledgers`: (ledger id, check, detail) for every
+/// failure — a signature that does not verify (`sealer_signature`), and with a keyring a
+/// key not in it (`sealer_unknown`) or a ledger sealed after signing began without one
+/// (`sealer_missing`).
+pub fn check_in<'a>(
+    conn: &Connection,
+    ledgers: impl IntoIterator<Item = &'a String>,
+    keyring: Option<&Keyring>,
+) -> Result<Vec<(String, &'static str, String)>> {
+    let since = signing_since(conn)?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT l.ledger_hash, s.sealer, s.signature, g.leaf_index
+           FROM ledgers l
+           LEFT JOIN ledger_seals s ON s.ledger_id = l.ledger_id
+           LEFT JOIN seal_log_leaves g ON g.ledger_id = l.ledger_id
+          WHERE l.ledger_id = ?1 AND l.state = 'sealed'",
+    )?;
+    let mut problems = Vec::new();
+    for id in ledgers {
+        let row = stmt
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                ))
+            })
+            .optional()?;
+        let Some((hash, sealer, signature, leaf)) = row else {
+            continue;
+        };
+        let hash = hash.unwrap_or_default();
+        match (sealer, signature) {
+            (Some(sealer), Some(signature)) => {
+                let verified = nkeys::KeyPair::from_public_key(&sealer)
+                    .map_err(|e| e.to_string())
+                    .and_then(|k| {
+                        let sig = base64::engine::general_purpose::STANDARD
+                            .decode(&signature)
+                            .map_err(|e| e.to_string())?;
+                        k.verify(&signing_bytes(&hash), &sig)
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = verified {
+                    problems.push((
+                        id.clone(),
+                        "sealer_signature",
+                        format!("the seal signature by {sealer} does not verify: {e}"),
+                    ));
+                } else if let Some(ring) = keyring
+                    && !ring.contains_key(&sealer)
+                {
+                    problems.push((
+                        id.clone(),
+                        "sealer_unknown",
+                        format!("sealed by {sealer}, a key not in the keyring"),
+                    ));
+                }
+            }
+            _ if keyring.is_some()
+                && leaf.is_some_and(|l| u64::try_from(l).unwrap_or(0) >= since) =>
+            {
+                problems.push((
+                    id.clone(),
+                    "sealer_missing",
+                    "sealed without a sealer's signature after sealing began to be signed".into(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(problems)
+}
