@@ -238,7 +238,8 @@ impl Trust {
                 .iter()
                 .map(|p| p.vkey.clone())
                 .collect();
-            if t.files.is_empty() {
+            // A config without a log key (or a checkpoint file) asks for no checkpoint check.
+            if t.files.is_empty() && (t.vkey.is_some() || c.serve.checkpoint_file.is_some()) {
                 t.files
                     .push(state_file(c.serve.checkpoint_file.as_deref(), db));
             }

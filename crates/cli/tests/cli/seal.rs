@@ -310,6 +310,40 @@ fn a_ledger_sealed_by_an_unknown_key_or_unsigned_is_a_named_failure() {
     );
 }
 
+/// Broke in the demo: a serve config that names only a keyring (no log key yet) made every
+/// `kura verify` exit 2 asking for `--log-key`; it must verify, with the keyring applied.
+#[test]
+fn a_serve_config_without_a_log_key_does_not_demand_one() {
+    let k = Kura::new();
+    let keys = k.dir.path().join("keys");
+    k.ok(&["keys", "init", "--dir", keys.to_str().expect("utf8")]);
+    let session = k.ok(&["session", "new"]);
+    let ledger = k.ok(&[
+        "ledger",
+        "open",
+        "--session",
+        &session,
+        "--label",
+        "unsigned",
+    ]);
+    k.ok(&["ledger", "seal", &ledger]);
+    let config = k.dir.path().join("serve.toml");
+    let ring = keys.join("identities.toml");
+    std::fs::write(&config, format!("[serve]\nkeyring = {ring:?}\n")).expect("config");
+    let out = k
+        .cmd(&["verify", "--all"])
+        .env("KURA_SERVE_CONFIG", &config)
+        .output()
+        .expect("verify");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Exit 1 naming the unsigned seal: the keyring was applied and no log key was asked for.
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("sealer_missing") && text.contains(&ledger),
+        "{text}"
+    );
+}
+
 /// One proof from a record to a signed checkpoint, checked offline with only the log's
 /// verifier key: record → ledger root → ledger hash → seal-log leaf → checkpoint root →
 /// signature. Every link that is edited, or a checkpoint under another key, fails it.
