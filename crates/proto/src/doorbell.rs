@@ -23,11 +23,20 @@ pub enum DoorbellError {
 
 /// Parses a doorbell of type `T`, enforcing the size cap before touching the bytes.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DoorbellError> {
-    if bytes.len() > MAX_DOORBELL_BYTES {
+    parse_capped(bytes, MAX_DOORBELL_BYTES)
+}
+
+/// [`parse`] with another cap, for the one message that may carry more than pointers (a
+/// decision that edits a call's arguments, capped at [`MAX_DECISION_BYTES`]).
+pub fn parse_capped<T: DeserializeOwned>(bytes: &[u8], cap: usize) -> Result<T, DoorbellError> {
+    if bytes.len() > cap {
         return Err(DoorbellError::Oversized(bytes.len()));
     }
     Ok(serde_json::from_slice(bytes)?)
 }
+
+/// A decision message's cap: room for edited arguments, well inside a NATS message.
+pub const MAX_DECISION_BYTES: usize = 48 * 1024;
 
 /// Serializes a doorbell, refusing to produce one over the cap.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, DoorbellError> {
@@ -133,13 +142,17 @@ pub struct ApprovalDecision {
     /// aegis and is refused (and counted) like any other bad one.
     #[serde(default)]
     pub signature: String,
+    /// An edit: approve the call with these arguments instead of the requested ones (the
+    /// same tool). Signed with the rest; absent for a plain approve or deny.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ApprovalDecision {
     /// The bytes an approver signs: RFC 8785 JSON binding the decision to this exact
-    /// request (its id *and* its content hash).
+    /// request (its id *and* its content hash) and, for an edit, to the new arguments.
     pub fn signing_bytes(&self, request_hash: &str) -> Vec<u8> {
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "kind": "kura.approval.v1",
             "request_id": self.request_id,
             "request_hash": request_hash,
@@ -148,6 +161,9 @@ impl ApprovalDecision {
             "note": self.note,
             "signed_at": self.signed_at,
         });
+        if let Some(args) = &self.arguments {
+            doc["arguments"] = serde_json::Value::Object(args.clone());
+        }
         crate::canonical::canonical_json(&doc)
             .map(String::into_bytes)
             .unwrap_or_default()

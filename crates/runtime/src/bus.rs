@@ -285,10 +285,25 @@ impl Bus {
         T: DeserializeOwned + Send + 'static,
         F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
     {
+        self.serve_capped(subject, proto::doorbell::MAX_DOORBELL_BYTES, handler)
+            .await
+    }
+
+    /// [`Bus::serve`] for requests of up to `cap` bytes.
+    pub async fn serve_capped<T, F>(
+        &self,
+        subject: String,
+        cap: usize,
+        handler: F,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>>
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
+    {
         let stats = self.stats.clone();
         let name = subject.clone();
         self.serve_raw(subject, move |payload| {
-            let body = match proto::doorbell::parse::<T>(payload) {
+            let body = match proto::doorbell::parse_capped::<T>(payload, cap) {
                 Ok(req) => {
                     stats.received.fetch_add(1, Ordering::Relaxed);
                     handler(req)

@@ -253,6 +253,7 @@ pub async fn decide(
         note: note.chars().take(200).collect(),
         signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         signature: String::new(),
+        arguments: None,
     };
     // The hash recomputed from what was verified, never the one a responder claimed.
     keys::sign(&key, &mut d, &item.request_hash);

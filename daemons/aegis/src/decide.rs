@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime};
 use kura_store::Store;
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
 use kura_store::work::approvals::{
-    add_refusals_in, append_to_turn_in, approval, asked, finalize_in, mark_asked_in, next_pending,
-    record_vote_in, reject_in, request_arguments,
+    add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, finalize_in,
+    mark_asked_in, next_pending, record_vote_in, reject_in, request_arguments,
+    set_edited_arguments_in,
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
@@ -172,22 +173,74 @@ fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), 
     Ok(())
 }
 
+/// An edit's arguments as canonical JSON, if `d` edits and the edit may stand: only an
+/// approval edits, policy must not deny the new arguments, and every approving vote of a
+/// request binds the same arguments (the first approval decides whether it was edited).
+fn check_edit(
+    d: &ApprovalDecision,
+    vote: Vote,
+    a: &kura_store::work::approvals::Approval,
+    approved_so_far: i64,
+    policy: &Policy,
+) -> Result<Option<String>, String> {
+    let edit = match &d.arguments {
+        None => None,
+        Some(_) if vote != Vote::Approve => {
+            return Err("only an approval can edit the arguments".into());
+        }
+        Some(args) => {
+            let args = Value::Object(args.clone());
+            let ruling = policy.evaluate(
+                &a.tool_name,
+                a.effect.as_str(),
+                &args,
+                &a.session_id.to_string(),
+            );
+            if ruling.verdict == Verdict::Deny {
+                return Err(format!(
+                    "the edited arguments are denied by policy ({})",
+                    ruling.rule
+                ));
+            }
+            Some(proto::canonical::canonical_json(&args).map_err(|e| e.to_string())?)
+        }
+    };
+    if vote != Vote::Approve {
+        return Ok(None);
+    }
+    match (&a.edited_arguments, &edit) {
+        (Some(bound), Some(e)) if bound != e => {
+            Err("another approver approved other edited arguments; approve those or deny".into())
+        }
+        (Some(_), None) => {
+            Err("this request was approved with edited arguments; approve those or deny".into())
+        }
+        (None, Some(_)) if approved_so_far > 0 => {
+            Err("others approved the arguments as requested; approve them or deny".into())
+        }
+        _ => Ok(edit),
+    }
+}
+
 /// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
 /// stale, wrong-request, replayed, duplicate or late decisions are refused and counted
-/// (the first few per request and approver recorded in full).
+/// (the first few per request and approver recorded in full). An approval may edit the
+/// call's arguments (see [`check_edit`]).
 pub fn decide(
     store: &mut Store,
     approvers: &[Approver],
     signed_within: Duration,
     limiter: &mut Limiter,
     d: &ApprovalDecision,
+    policy: &Policy,
 ) -> kura_store::Result<Verdicted> {
     let raw = serde_json::to_string(d).unwrap_or_default();
     let outcome = store.write(|tx| {
         let Some(a) = approval(tx, d.request_id)? else {
             return Ok(Err((None, format!("no approval request {}", d.request_id))));
         };
-        let check = (|| -> Result<(&Approver, Vote), String> {
+        let approved_so_far = approvals_so_far(tx, a.request_id)?;
+        let check = (|| -> Result<(&Approver, Vote, Option<String>), String> {
             let vote: Vote = d
                 .decision
                 .parse()
@@ -204,21 +257,25 @@ pub fn decide(
                     a.state
                 ));
             }
-            Ok((who, vote))
+            let edit = check_edit(d, vote, &a, approved_so_far, policy)?;
+            Ok((who, vote, edit))
         })();
-        let (who, decision) = match check {
+        let (who, decision, edit) = match check {
             Ok(w) => w,
             Err(reason) => return Ok(Err((Some(a), reason))),
         };
         let author = format!("user:{}", who.name);
-        let vote = decision_record(
-            &author,
-            json!({
-                "request_id": a.request_id, "request_hash": a.request_hash, "outcome": d.decision,
-                "approver": author, "note": d.note, "signed_at": d.signed_at,
-                "signature": d.signature, "public_key": who.public_key, "rule": a.rule,
-            }),
-        );
+        let mut content = json!({
+            "request_id": a.request_id, "request_hash": a.request_hash, "outcome": d.decision,
+            "approver": author, "note": d.note, "signed_at": d.signed_at,
+            "signature": d.signature, "public_key": who.public_key, "rule": a.rule,
+        });
+        // The edited arguments are signed: the record keeps them, so anyone can check the
+        // signature and see what ran instead of what the model asked for.
+        if let (Some(_), Some(args)) = (&edit, &d.arguments) {
+            content["arguments"] = Value::Object(args.clone());
+        }
+        let vote = decision_record(&author, content);
         // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
         // propagates instead of being recorded as a refusal.
         let (rec, count) = match record_vote_in(
@@ -238,6 +295,11 @@ pub fn decide(
             }
             Err(e) => return Err(e),
         };
+        if let Some(edit) = &edit
+            && a.edited_arguments.is_none()
+        {
+            set_edited_arguments_in(tx, a.request_id, edit)?;
+        }
         let rule = a.rule.clone().unwrap_or_default();
         let (state, woke) = if decision == Vote::Deny {
             (
@@ -254,6 +316,7 @@ pub fn decide(
         };
         let message = match state {
             ApprovalState::Asked => format!("approval recorded ({count} of {} needed)", a.required),
+            s if edit.is_some() => format!("request {s} with edited arguments by {author}"),
             s => format!("request {s} by {author}"),
         };
         Ok(Ok(Verdicted {

@@ -119,6 +119,7 @@ mod tests {
             note: "ok".into(),
             signed_at: "2026-11-21T00:00:00Z".into(),
             signature: String::new(),
+            arguments: None,
         }
     }
 

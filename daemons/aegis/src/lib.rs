@@ -148,32 +148,38 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .await?;
     // People decide.
     let limiter = Arc::new(Mutex::new(limit::Limiter::default()));
-    let (st, a, b, l) = (
+    let (st, a, b, l, p) = (
         serve_store.clone(),
         approvers.clone(),
         bus.clone(),
         limiter.clone(),
+        policy.clone(),
     );
     let signed_within = std::time::Duration::from_millis(config.aegis.signed_within_ms);
-    bus.serve::<ApprovalDecision, _>(bus.subjects.approval_decide(), move |d| {
-        let Ok(mut store) = st.lock() else {
-            return json_bytes(&serde_json::json!({"ok": false}));
-        };
-        let Ok(mut limiter) = l.lock() else {
-            return json_bytes(&serde_json::json!({"ok": false}));
-        };
-        match decide::decide(&mut store, &a, signed_within, &mut limiter, &d) {
-            Ok(v) => {
-                if let Some(turn_id) = v.woke {
-                    b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+    // A decision may carry edited arguments, so its cap is larger than a doorbell's.
+    bus.serve_capped::<ApprovalDecision, _>(
+        bus.subjects.approval_decide(),
+        proto::doorbell::MAX_DECISION_BYTES,
+        move |d| {
+            let Ok(mut store) = st.lock() else {
+                return json_bytes(&serde_json::json!({"ok": false}));
+            };
+            let Ok(mut limiter) = l.lock() else {
+                return json_bytes(&serde_json::json!({"ok": false}));
+            };
+            match decide::decide(&mut store, &a, signed_within, &mut limiter, &d, &p) {
+                Ok(v) => {
+                    if let Some(turn_id) = v.woke {
+                        b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+                    }
+                    json_bytes(&v)
                 }
-                json_bytes(&v)
+                Err(e) => json_bytes(
+                    &serde_json::json!({"ok": false, "state": "", "message": e.to_string()}),
+                ),
             }
-            Err(e) => {
-                json_bytes(&serde_json::json!({"ok": false, "state": "", "message": e.to_string()}))
-            }
-        }
-    })
+        },
+    )
     .await?;
     // People ask what is waiting: pages that fit a message, each request as its record.
     let st = serve_store.clone();

@@ -81,6 +81,7 @@ fn signed(key: &SigningKey, name: &str, request_id: uuid::Uuid, hash: &str) -> A
         note: String::new(),
         signed_at: kura_store::time::now(),
         signature: String::new(),
+        arguments: None,
     };
     keys::sign(key, &mut d, hash);
     d
@@ -136,6 +137,7 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         WINDOW,
         &mut Limiter::default(),
         &first,
+        &crate::policy::Policy::default(),
     )
     .expect("decide");
     assert!(v.ok, "{v:?}");
@@ -148,6 +150,7 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         WINDOW,
         &mut Limiter::default(),
         &first,
+        &crate::policy::Policy::default(),
     )
     .expect("decide");
     assert!(!v.ok);
@@ -172,6 +175,7 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         WINDOW,
         &mut Limiter::default(),
         &signed(&bob, "bob", request_id, &hash),
+        &crate::policy::Policy::default(),
     )
     .expect("decide");
     assert!(v.ok, "{v:?}");
@@ -221,7 +225,8 @@ fn one_key_under_two_names_is_refused_and_counts_once() {
             &twice,
             WINDOW,
             &mut Limiter::default(),
-            &signed(&key, "eve", request_id, &hash)
+            &signed(&key, "eve", request_id, &hash),
+            &crate::policy::Policy::default()
         )
         .expect("decide")
         .ok
@@ -232,6 +237,7 @@ fn one_key_under_two_names_is_refused_and_counts_once() {
         WINDOW,
         &mut Limiter::default(),
         &signed(&key, "eve2", request_id, &hash),
+        &crate::policy::Policy::default(),
     )
     .expect("decide");
     assert!(!v.ok, "the same key votes once: {v:?}");
@@ -259,8 +265,15 @@ fn stale_or_malformed_signed_at_is_refused() {
         let mut d = signed(&alice, "alice", request_id, &hash);
         d.signed_at = when.into();
         keys::sign(&alice, &mut d, &hash);
-        let v = decide::decide(&mut store, &approvers, WINDOW, &mut Limiter::default(), &d)
-            .expect("decide");
+        let v = decide::decide(
+            &mut store,
+            &approvers,
+            WINDOW,
+            &mut Limiter::default(),
+            &d,
+            &crate::policy::Policy::default(),
+        )
+        .expect("decide");
         assert!(!v.ok && v.message.contains(why), "{when}: {v:?}");
     }
     let v = decide::decide(
@@ -269,6 +282,7 @@ fn stale_or_malformed_signed_at_is_refused() {
         WINDOW,
         &mut Limiter::default(),
         &signed(&alice, "alice", request_id, &hash),
+        &crate::policy::Policy::default(),
     )
     .expect("decide");
     assert!(v.ok, "a fresh one counts: {v:?}");
@@ -290,22 +304,43 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
         let mut d = signed(&mallory, "alice", request_id, &hash);
         d.note = format!("forgery {i}");
         assert!(
-            !decide::decide(&mut store, &approvers, WINDOW, &mut limiter, &d)
-                .expect("decide")
-                .ok
+            !decide::decide(
+                &mut store,
+                &approvers,
+                WINDOW,
+                &mut limiter,
+                &d,
+                &crate::policy::Policy::default()
+            )
+            .expect("decide")
+            .ok
         );
         let mut unsigned = signed(&alice, "alice", request_id, &hash);
         unsigned.signature = String::new();
         assert!(
-            !decide::decide(&mut store, &approvers, WINDOW, &mut limiter, &unsigned)
-                .expect("decide")
-                .ok
+            !decide::decide(
+                &mut store,
+                &approvers,
+                WINDOW,
+                &mut limiter,
+                &unsigned,
+                &crate::policy::Policy::default()
+            )
+            .expect("decide")
+            .ok
         );
         let unknown = signed(&mallory, &format!("x{i}"), proto::new_id(), &hash);
         assert!(
-            !decide::decide(&mut store, &approvers, WINDOW, &mut limiter, &unknown)
-                .expect("decide")
-                .ok
+            !decide::decide(
+                &mut store,
+                &approvers,
+                WINDOW,
+                &mut limiter,
+                &unknown,
+                &crate::policy::Policy::default()
+            )
+            .expect("decide")
+            .ok
         );
     }
     let new_records = count(&store, "SELECT count(*) FROM records") - records_before;
@@ -337,6 +372,7 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
         WINDOW,
         &mut limiter,
         &signed(&alice, "alice", request_id, &hash),
+        &crate::policy::Policy::default(),
     )
     .expect("decide");
     assert!(v.ok, "{v:?}");
@@ -467,6 +503,7 @@ fn protocol_md_test_vectors_match_the_code() {
         note: value("note"),
         signed_at: value("signed_at"),
         signature: String::new(),
+        arguments: None,
     };
     let signing = String::from_utf8(d.signing_bytes(&hash)).expect("utf8");
     keys::sign(&key, &mut d, &hash);
@@ -517,4 +554,132 @@ fn protocol_md_test_vectors_match_the_code() {
         wrong.join("\n")
     );
     keys::verify(&hex::encode(key.verifying_key().as_bytes()), &d, &hash).expect("verifies");
+}
+
+fn edit(
+    key: &SigningKey,
+    name: &str,
+    request_id: uuid::Uuid,
+    hash: &str,
+    path: &str,
+) -> ApprovalDecision {
+    let mut d = signed(key, name, request_id, hash);
+    let args = serde_json::json!({"path": path, "content": "- rice\n"});
+    d.arguments = args.as_object().cloned();
+    keys::sign(key, &mut d, hash);
+    d
+}
+
+/// Attack: a relay (the console's server, or anyone between a person and aegis) swaps the
+/// arguments a person approved for its own. The edit is signed with the decision, so the
+/// swap breaks the signature; the signed edit is recorded and bound to the request.
+#[test]
+fn edited_arguments_swapped_after_signing_are_refused_and_a_signed_edit_is_bound() {
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let alice = SigningKey::from_bytes(&[7u8; 32]);
+    let approvers = [approver("alice", &alice)];
+    let mut swapped = edit(&alice, "alice", request_id, &hash, "lists/shopping.md");
+    swapped.arguments =
+        serde_json::json!({"path": ".ssh/authorized_keys", "content": "ssh-ed25519 AAAA"})
+            .as_object()
+            .cloned();
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        &swapped,
+        &Policy::default(),
+    )
+    .expect("decide");
+    assert!(!v.ok && v.message.contains("signature"), "{v:?}");
+    let a = approval(store.conn(), request_id)
+        .expect("read")
+        .expect("row");
+    assert_eq!((a.state, a.edited_arguments), (ApprovalState::Asked, None));
+
+    let good = edit(&alice, "alice", request_id, &hash, "lists/shopping.md");
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        &good,
+        &Policy::default(),
+    )
+    .expect("decide");
+    assert!(v.ok && v.message.contains("edited"), "{v:?}");
+    let a = approval(store.conn(), request_id)
+        .expect("read")
+        .expect("row");
+    assert_eq!(a.state, ApprovalState::Approved);
+    assert_eq!(
+        a.edited_arguments.as_deref(),
+        Some(r#"{"content":"- rice\n","path":"lists/shopping.md"}"#)
+    );
+    // The decision record carries the signed arguments, so anyone can re-check the signature.
+    let content: String = store
+        .conn()
+        .query_row(
+            "SELECT content FROM records WHERE record_type = 'approval.decision' AND author_id = 'user:alice'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("decision record");
+    let rec: serde_json::Value = serde_json::from_str(&content).expect("json");
+    assert_eq!(rec["arguments"]["path"], "lists/shopping.md");
+}
+
+/// An edit policy would deny is refused (a person cannot approve their way past a deny
+/// rule), a deny cannot carry arguments, and with two approvers every approval must bind
+/// the same arguments.
+#[test]
+fn an_edit_policy_denies_or_that_disagrees_with_other_approvals_is_refused() {
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let (alice, bob) = (
+        SigningKey::from_bytes(&[8u8; 32]),
+        SigningKey::from_bytes(&[9u8; 32]),
+    );
+    let approvers = [approver("alice", &alice), approver("bob", &bob)];
+    store
+        .conn()
+        .execute(
+            "UPDATE approvals SET required = 2 WHERE request_id = ?1",
+            [request_id.to_string()],
+        )
+        .expect("required");
+    let policy: Policy = toml::from_str(
+        r#"[[rules]]
+name = "no-secrets"
+tool = "fs.*"
+args = { path = "secrets/*" }
+decision = "deny""#,
+    )
+    .expect("policy");
+    let mut limiter = Limiter::default();
+    let mut run = |d: &ApprovalDecision| {
+        decide::decide(&mut store, &approvers, WINDOW, &mut limiter, d, &policy).expect("decide")
+    };
+    let v = run(&edit(&alice, "alice", request_id, &hash, "secrets/token"));
+    assert!(
+        !v.ok && v.message.contains("denied by policy (no-secrets)"),
+        "{v:?}"
+    );
+    let mut deny = edit(&alice, "alice", request_id, &hash, "lists/a.md");
+    deny.decision = "deny".into();
+    keys::sign(&alice, &mut deny, &hash);
+    let v = run(&deny);
+    assert!(!v.ok && v.message.contains("only an approval"), "{v:?}");
+
+    let v = run(&edit(&alice, "alice", request_id, &hash, "lists/a.md"));
+    assert!(v.ok && v.message.contains("1 of 2"), "{v:?}");
+    let v = run(&signed(&bob, "bob", request_id, &hash));
+    assert!(!v.ok && v.message.contains("edited arguments"), "{v:?}");
+    let v = run(&edit(&bob, "bob", request_id, &hash, "lists/b.md"));
+    assert!(
+        !v.ok && v.message.contains("other edited arguments"),
+        "{v:?}"
+    );
+    let v = run(&edit(&bob, "bob", request_id, &hash, "lists/a.md"));
+    assert!(v.ok && v.state == "approved", "{v:?}");
 }

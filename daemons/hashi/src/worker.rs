@@ -392,7 +392,7 @@ impl Worker {
             let refusal = format!(
                 "the call is {size} bytes, more than a record holds ({MAX_CALL_BYTES}); it was not run"
             );
-            self.record_result(claim, history, &call_id, Err(refusal), &[])?;
+            self.record_result(claim, history, &call_id, Err(refusal), None)?;
             return Ok(CallEnd::Done);
         }
         let call = self.record(
@@ -430,13 +430,18 @@ impl Worker {
                     request_approval_in(tx, claim, call_id, name, arguments, effect, &author, meta)
                 })?;
                 match self.await_decision(request.request_id)? {
-                    Some((true, _)) => {
-                        fenced(&mut self.store, claim, |tx| {
-                            mark_started_in(tx, request.request_id, claim.epoch)
-                        })?;
-                        self.run_tool(claim, name, arguments, call_id)
+                    Some((true, _, edited)) => {
+                        return self.run_approved(
+                            claim,
+                            history,
+                            request.request_id,
+                            name,
+                            arguments,
+                            call_id,
+                            edited.as_deref(),
+                        );
                     }
-                    Some((false, rule)) => Err(format!("denied by aegis ({rule})")),
+                    Some((false, rule, _)) => Err(format!("denied by aegis ({rule})")),
                     None => {
                         let parked = fenced(&mut self.store, claim, |tx| {
                             park_turn_in(tx, claim, request.request_id)
@@ -450,8 +455,50 @@ impl Worker {
                 }
             }
         };
-        self.record_result(claim, history, call_id, outcome, &[])?;
+        self.record_result(claim, history, call_id, outcome, None)?;
         Ok(CallEnd::Done)
+    }
+
+    /// Runs a call people (or policy) approved: with the arguments they edited, if they
+    /// did — the decision record that binds them is already in the ledger — else as asked.
+    #[allow(clippy::too_many_arguments)]
+    fn run_approved(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        request_id: uuid::Uuid,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+        edited: Option<&str>,
+    ) -> kura_store::Result<CallEnd> {
+        fenced(&mut self.store, claim, |tx| {
+            mark_started_in(tx, request_id, claim.epoch)
+        })?;
+        let (outcome, edit) = match self.edited_arguments(edited) {
+            Ok(Some(args)) => (self.run_tool(claim, name, &args, call_id), Some(args)),
+            Ok(None) => (self.run_tool(claim, name, arguments, call_id), None),
+            Err(why) => (Err(why), None),
+        };
+        self.record_result(claim, history, call_id, outcome, edit.as_ref())?;
+        Ok(CallEnd::Done)
+    }
+
+    /// Edited arguments as the tool will take them. They must already be in normal form:
+    /// aegis ruled on exactly this spelling, so a path hashi would respell is refused.
+    fn edited_arguments(&self, edited: Option<&str>) -> Result<Option<Map<String, Value>>, String> {
+        let Some(text) = edited else { return Ok(None) };
+        let args: Map<String, Value> = serde_json::from_str(text)
+            .map_err(|e| format!("the edited arguments cannot be read: {e}"))?;
+        let mut normal = args.clone();
+        self.tools.normalize_args(&mut normal);
+        if normal != args {
+            return Err(format!(
+                "the edited arguments are not in normal form (it is {}); not run",
+                excerpt(&Value::Object(normal).to_string(), 512)
+            ));
+        }
+        Ok(Some(args))
     }
 
     /// Asks aegis and waits (briefly) for allow/deny; `None` when it is up to people (or
@@ -459,7 +506,7 @@ impl Worker {
     fn await_decision(
         &mut self,
         request_id: uuid::Uuid,
-    ) -> kura_store::Result<Option<(bool, String)>> {
+    ) -> kura_store::Result<Option<(bool, String, Option<String>)>> {
         // With NATS down nobody can be rung: look once (aegis may already have decided by
         // polling) and park at once, so the worker moves on instead of sitting out the wait
         // for every call — aegis decides parked requests on its next poll.
@@ -486,8 +533,8 @@ impl Worker {
             detail: "vanished while its turn waited".into(),
         })?;
         Ok(match a.state {
-            ApprovalState::Approved => Some((true, a.rule.unwrap_or_default())),
-            ApprovalState::Denied => Some((false, a.rule.unwrap_or_default())),
+            ApprovalState::Approved => Some((true, a.rule.unwrap_or_default(), a.edited_arguments)),
+            ApprovalState::Denied => Some((false, a.rule.unwrap_or_default(), None)),
             ApprovalState::Asked | ApprovalState::Pending => None,
         })
     }
@@ -514,11 +561,11 @@ impl Worker {
         history: &mut Vec<Record>,
         call_id: &str,
         outcome: Result<Value, String>,
-        extra: &[(&str, String)],
+        edited: Option<&Map<String, Value>>,
     ) -> kura_store::Result<()> {
         // Whatever a tool returned, the record fits: a result too big to store would fail
         // this turn on every attempt.
-        let content = match outcome {
+        let mut content = match outcome {
             Ok(v) => {
                 json!({"status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id})
             }
@@ -526,7 +573,11 @@ impl Worker {
                 json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id})
             }
         };
-        let result = self.record(claim, RecordType::ToolResult, content, extra);
+        if let Some(args) = edited {
+            // What ran, beside the call the model asked for: the ledger shows both.
+            content["arguments_edited"] = Value::Object(args.clone());
+        }
+        let result = self.record(claim, RecordType::ToolResult, content, &[]);
         self.append(claim, history, result)
     }
 
@@ -604,17 +655,22 @@ impl Worker {
                         history,
                         &call_id,
                         Err(format!("denied by aegis ({rule})")),
-                        &[],
+                        None,
                     )?;
                     continue;
                 }
                 Some(ApprovalState::Approved) if never_started => {
                     let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
-                    fenced(&mut self.store, claim, |tx| {
-                        mark_started_in(tx, id, claim.epoch)
-                    })?;
-                    let outcome = self.run_tool(claim, &name, &args, &call_id);
-                    self.record_result(claim, history, &call_id, outcome, &[])?;
+                    let edited = approval.as_ref().and_then(|a| a.edited_arguments.clone());
+                    self.run_approved(
+                        claim,
+                        history,
+                        id,
+                        &name,
+                        &args,
+                        &call_id,
+                        edited.as_deref(),
+                    )?;
                     continue;
                 }
                 None if never_started => {

@@ -262,6 +262,7 @@ fn decision(s: &Stack, who: &str, key_file: &str, item: &Value, approve: bool) -
         note: String::new(),
         signed_at: kura_store::time::now(),
         signature: String::new(),
+        arguments: None,
     };
     aegis::keys::sign(&key, &mut d, item["request_hash"].as_str().expect("hash"));
     d

@@ -37,6 +37,8 @@ fn migrations() -> Vec<M<'static>> {
         ),
         // 009: who sealed each ledger: the sealer's nkey and its signature over the ledger hash.
         M::up(include_str!("../../migrations/009_sealers.sql")),
+        // 010: arguments a person approved instead of the requested ones.
+        M::up(include_str!("../../migrations/010_edited_arguments.sql")),
     ]
 }
 

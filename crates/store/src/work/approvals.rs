@@ -46,10 +46,13 @@ pub struct Approval {
     pub started_epoch: Option<i64>,
     /// When it was filed.
     pub created_at: String,
+    /// Canonical JSON of the arguments people approved instead of the requested ones.
+    pub edited_arguments: Option<String>,
 }
 
 const COLUMNS: &str = "approval_seq, request_id, request_hash, turn_id, session_id, call_id, tool_name, \
-                       effect, state, rule, required, deadline_ms, started_epoch, created_at";
+                       effect, state, rule, required, deadline_ms, started_epoch, created_at, \
+                       edited_arguments";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Approval>> {
     let ids: (String, String, String) = (r.get(1)?, r.get(3)?, r.get(4)?);
@@ -69,6 +72,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Approval>> {
             deadline_ms: r.get(11)?,
             started_epoch: r.get(12)?,
             created_at: r.get(13)?,
+            edited_arguments: r.get(14)?,
         })
     })();
     Ok(a)
@@ -270,6 +274,34 @@ pub fn record_vote_in(
         |r| r.get(0),
     )?;
     Ok((rec, n))
+}
+
+/// How many distinct keys have approved `request_id` so far.
+pub fn approvals_so_far(conn: &Connection, request_id: Uuid) -> Result<i64> {
+    Ok(conn.query_row(
+        "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
+          WHERE request_id = ?1 AND decision = 'approve'",
+        [request_id.to_string()],
+        |r| r.get(0),
+    )?)
+}
+
+/// Who has voted on `request_id`, in order: (author id, vote).
+pub fn votes(conn: &Connection, request_id: Uuid) -> Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT approver, decision FROM approval_votes WHERE request_id = ?1 ORDER BY rowid",
+    )?;
+    let rows = stmt.query_map([request_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
+pub fn set_edited_arguments_in(tx: &Connection, request_id: Uuid, canonical: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE approvals SET edited_arguments = ?2 WHERE request_id = ?1 AND state = 'asked'",
+        params![request_id.to_string(), canonical],
+    )?;
+    Ok(())
 }
 
 /// Finalizes a request (`approved` or `denied`; `decision_record` is the record that
