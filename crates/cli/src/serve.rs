@@ -25,6 +25,8 @@ pub struct ServeConfig {
     pub common: Common,
     /// Maintenance schedule.
     pub serve: Maintenance,
+    /// The web console.
+    pub console: kura_console::ConsoleConfig,
 }
 
 /// What `kura serve` does, and how often.
@@ -253,22 +255,79 @@ fn load_witness(config: &ServeConfig) -> anyhow::Result<Option<Witness>> {
     )?))
 }
 
+/// Starts the console when `[console] listen` is set: its own read connection, the bus to
+/// relay decisions, aegis's key from the keyring to check verdicts. Dropping the returned
+/// sender stops it.
+#[allow(clippy::type_complexity)]
+fn start_console(
+    config: &ServeConfig,
+    bus: Option<Bus>,
+) -> anyhow::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+)> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    if config.console.listen.is_none() {
+        return Ok((tx, None));
+    }
+    let common = &config.common;
+    let store = Store::open(&common.db, &common.store_options()?)?;
+    let aegis_key = match &config.console.aegis_key {
+        Some(k) => Some(k.clone()),
+        None => match &config.serve.keyring {
+            Some(ring) => kura_runtime::identity::Identities::load_file(ring)?
+                .list
+                .into_iter()
+                .find(|i| i.name == "aegis")
+                .map(|i| i.nkey),
+            None => None,
+        },
+    };
+    if aegis_key.is_none() {
+        tracing::warn!(
+            "console: aegis's key is unknown ([serve] keyring or [console] aegis_key); approvals cannot be relayed"
+        );
+    }
+    let m = &config.serve;
+    let trust = kura_console::Trust {
+        checkpoint_file: Some(crate::tlog::state_file(
+            m.checkpoint_file.as_deref(),
+            &common.db,
+        )),
+        witnesses: m
+            .witness_dirs
+            .iter()
+            .chain(m.witness_git.iter().map(|g| &g.path))
+            .map(|p| p.display().to_string())
+            .collect(),
+        peers: m.witness_peers.iter().map(|p| p.name.clone()).collect(),
+    };
+    let console = kura_console::Console::new(config.console.clone(), store, bus, aegis_key, trust)?;
+    let task = tokio::spawn(kura_console::run(console, async move {
+        let _ = rx.await;
+    }));
+    Ok((tx, Some(task)))
+}
+
 /// Runs `kura serve` until `shutdown` resolves.
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let common = config.common.clone();
     let mut store = Store::open(&common.db, &common.store_options()?)?;
     let signer = Signer::load(&config)?;
     let name = common.instance_name("kura");
-    // The bus only when this Kura witnesses others: it answers their requests there.
-    let bus = match load_witness(&config)? {
-        Some(w) => {
-            let bus = Bus::connect(&common, &name).await?;
-            tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
-            witnessing::answer(&bus, std::sync::Arc::new(w)).await?;
-            Some(bus)
-        }
-        None => None,
+    // The bus only when this Kura witnesses others (it answers their requests there) or
+    // serves the console (which relays people's signed decisions to aegis).
+    let witness = load_witness(&config)?;
+    let bus = if witness.is_some() || config.console.listen.is_some() {
+        Some(Bus::connect(&common, &name).await?)
+    } else {
+        None
     };
+    if let (Some(w), Some(bus)) = (witness, &bus) {
+        tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
+        witnessing::answer(bus, std::sync::Arc::new(w)).await?;
+    }
+    let (console_stop, console) = start_console(&config, bus.clone())?;
     let heartbeat = std::sync::Arc::new(Heartbeat::start(&common, "kura", &name, bus.clone()));
     let beat = heartbeat.clone();
     let stop = Stop::new();
@@ -340,6 +399,10 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
     tracing::info!(db = %common.db.display(), "kura serve running");
     shutdown.await;
     stop.set();
+    drop(console_stop);
+    if let Some(c) = console {
+        let _ = c.await;
+    }
     tokio::task::spawn_blocking(move || {
         let _ = worker.join();
         if let Ok(h) = std::sync::Arc::try_unwrap(heartbeat) {

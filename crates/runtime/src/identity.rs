@@ -279,7 +279,20 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             vec![s.worker_complete(), inbox],
             false,
         ),
-        Role::Serve => (Vec::new(), vec![s.witness_add_checkpoint(), inbox], true),
+        // Answers witness requests; its console relays people's signed decisions and
+        // listens to the doorbells that make pages live.
+        Role::Serve => (
+            vec![s.approval_decide()],
+            vec![
+                s.witness_add_checkpoint(),
+                s.record_written(),
+                s.worker_complete(),
+                s.session_complete(),
+                s.session_create(),
+                inbox,
+            ],
+            true,
+        ),
         Role::Submit => (
             vec![s.session_create()],
             vec![s.session_complete(), inbox],

@@ -383,6 +383,33 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` of the ledger's records from position `from`, in order (one page of a
+    /// long ledger, read by its primary key without touching the rest).
+    pub fn hydrate_range(&self, ledger_id: Uuid, from: u64, limit: usize) -> Result<Vec<Record>> {
+        read_ledger_in(&self.conn, ledger_id)?;
+        let cols = RECORD_COLUMNS
+            .split(", ")
+            .map(|c| format!("r.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {cols} FROM ledger_records m JOIN records r ON r.record_id = m.record_id
+              WHERE m.ledger_id = ?1 AND m.position >= ?2 ORDER BY m.position LIMIT ?3"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let from = i64::try_from(from).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(
+            rusqlite::params![ledger_id.to_string(), from, limit],
+            record_from_row,
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row??);
+        }
+        Ok(out)
+    }
+
     /// Members with raw columns, for proofs and exports.
     pub fn members(&self, ledger_id: Uuid) -> Result<Vec<MemberRow>> {
         read_ledger_in(&self.conn, ledger_id)?;

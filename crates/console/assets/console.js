@@ -1,0 +1,267 @@
+// Kura console: live pages, a WebCrypto Ed25519 key per browser (non-extractable, kept in
+// IndexedDB), login by signing a challenge, and approvals signed here over the bytes
+// PROTOCOL.md defines, from content this page has re-hashed itself. Nothing from a record
+// is ever put into the page as HTML: it is parsed as JSON and set as text.
+"use strict";
+// Failures a test (or a curious person, in the devtools) can read back.
+window.__errors = [];
+window.addEventListener("error", (e) => window.__errors.push(String(e.message)));
+window.addEventListener("unhandledrejection", (e) => window.__errors.push(String(e.reason)));
+
+const enc = new TextEncoder();
+const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+
+// RFC 8785: keys sorted by UTF-16 code units, ES2015 number and string serialisation.
+function jcs(v) {
+  if (v === null || typeof v !== "object") return JSON.stringify(v);
+  if (Array.isArray(v)) return "[" + v.map(jcs).join(",") + "]";
+  return "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ":" + jcs(v[k])).join(",") + "}";
+}
+
+async function sha256hex(text) {
+  return hex(await crypto.subtle.digest("SHA-256", enc.encode(text)));
+}
+
+// The record hash of PROTOCOL.md: SHA-256 of {author_id, content, record_type}, the content
+// being the record's canonical text exactly as received.
+async function recordHash(recordType, authorId, contentText) {
+  return sha256hex('{"author_id":' + jcs(authorId) + ',"content":' + contentText + ',"record_type":' + jcs(recordType) + "}");
+}
+
+// --- the browser's key -------------------------------------------------------------
+function idb() {
+  return new Promise((resolve, reject) => {
+    const r = indexedDB.open("kura-console", 1);
+    r.onupgradeneeded = () => r.result.createObjectStore("keys");
+    r.onsuccess = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+  });
+}
+async function idbDo(mode, f) {
+  const db = await idb();
+  return new Promise((resolve, reject) => {
+    const tx = db.transaction("keys", mode);
+    const req = f(tx.objectStore("keys"));
+    tx.oncomplete = () => resolve(req.result);
+    tx.onerror = () => reject(tx.error);
+  });
+}
+const loadKey = () => idbDo("readonly", (s) => s.get("device"));
+const saveKey = (k) => idbDo("readwrite", (s) => s.put(k, "device"));
+
+async function makeKey(name) {
+  // Non-extractable: the private key can sign in this browser and can never be read out.
+  const pair = await crypto.subtle.generateKey({ name: "Ed25519" }, false, ["sign", "verify"]);
+  const pub = hex(await crypto.subtle.exportKey("raw", pair.publicKey));
+  const k = { name, publicKey: pub, pair };
+  await saveKey(k);
+  return k;
+}
+async function sign(key, bytes) {
+  return hex(await crypto.subtle.sign({ name: "Ed25519" }, key.pair.privateKey, bytes));
+}
+
+const csrf = () => document.querySelector('meta[name="kura-csrf"]')?.content || "";
+function say(el, text, bad) {
+  if (!el) return;
+  el.textContent = text;
+  el.classList.toggle("fail", !!bad);
+  el.classList.toggle("ok", !bad);
+}
+
+// --- enrol and log in ---------------------------------------------------------------
+function configFor(name, pub) {
+  return "# /etc/kura/serve.toml: who may log in to the console\n[[console.users]]\nname = " + JSON.stringify(name) +
+    "\npublic_key = " + JSON.stringify(pub) + "\n\n# aegis's config: whose signed decisions count\n[[aegis.approvers]]\nname = " +
+    JSON.stringify(name) + "\npublic_key = " + JSON.stringify(pub) + "\n";
+}
+async function initEnrol() {
+  const root = document.getElementById("enrol");
+  if (!root) return;
+  const out = root.querySelector(".outcome");
+  const show = (k) => {
+    document.getElementById("enrol-key").textContent = k.publicKey;
+    document.getElementById("enrol-config").textContent = configFor(k.name, k.publicKey);
+    root.querySelector(".result").hidden = false;
+  };
+  const existing = await loadKey().catch(() => null);
+  if (existing) {
+    document.getElementById("enrol-name").value = existing.name;
+    show(existing);
+    say(out, "This browser already has a key; making a new one replaces it.");
+  }
+  document.getElementById("enrol-button").addEventListener("click", async () => {
+    const name = document.getElementById("enrol-name").value.trim();
+    if (!/^[^\s:]{1,64}$/.test(name)) return say(out, "A name is one word without ':'.", true);
+    try {
+      show(await makeKey(name));
+      say(out, "Key made. It never leaves this browser.");
+    } catch (e) {
+      say(out, "This browser cannot make an Ed25519 key: " + e, true);
+    }
+  });
+}
+async function initLogin() {
+  const root = document.getElementById("login");
+  if (!root) return;
+  const out = root.querySelector(".outcome");
+  document.getElementById("login-button").addEventListener("click", async () => {
+    const key = await loadKey().catch(() => null);
+    if (!key) return say(out, "No key in this browser: enrol it first.", true);
+    const challenge = root.dataset.challenge;
+    const bytes = enc.encode("kura.console.login.v1\n" + challenge + "\n" + location.origin);
+    const r = await fetch("/api/login", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ challenge, public_key: key.publicKey, signature: await sign(key, bytes) }),
+    });
+    const j = await r.json().catch(() => ({}));
+    if (r.ok && j.ok) location.href = "/";
+    else say(out, j.message || "Login refused.", true);
+  });
+}
+
+// --- approvals -----------------------------------------------------------------------
+async function initApproval(article) {
+  const check = article.querySelector(".check");
+  const shown = article.querySelector(".verified");
+  const form = article.querySelector("form.decide");
+  const d = article.dataset;
+  let content;
+  try {
+    content = JSON.parse(d.content);
+    if (jcs(content) !== d.content) throw new Error("not canonical JSON");
+  } catch (e) {
+    return say(check, "Refused: the request's content is unreadable (" + e.message + "). Nothing to sign.", true);
+  }
+  const computed = await recordHash("approval.request", d.author, d.content);
+  if (computed !== d.requestHash) {
+    return say(check, "Refused: the content does not match the request's hash. Someone other than aegis's record is speaking; nothing is shown or signed.", true);
+  }
+  // Only now, and only from the verified content, the page shows what would run.
+  const h = document.createElement("h3");
+  h.textContent = String(content.tool_name) + " (" + String(content.effect) + ")";
+  const pre = document.createElement("pre");
+  pre.className = "arguments";
+  pre.textContent = JSON.stringify(content.arguments, null, 2);
+  shown.replaceChildren(h, pre);
+  shown.hidden = false;
+  say(check, "Verified in this browser: hash " + computed.slice(0, 16) + "… matches.");
+  if (!form) return;
+  form.hidden = false;
+  const args = form.querySelector('textarea[name="arguments"]');
+  args.value = JSON.stringify(content.arguments, null, 2);
+  args.dataset.initial = args.value;
+  const out = form.querySelector(".outcome");
+  for (const b of form.querySelectorAll("button[data-decision]")) {
+    b.addEventListener("click", () => decide(article, form, computed, b.dataset.decision, args, out));
+  }
+}
+
+async function decide(article, form, requestHash, choice, argsField, out) {
+  article.dataset.busy = "1";
+  try {
+    await decideNow(article, form, requestHash, choice, argsField, out);
+  } catch (e) {
+    say(out, "Not sent: " + e, true);
+    article.dataset.decided = "refused";
+  } finally {
+    delete article.dataset.busy;
+  }
+}
+
+async function decideNow(article, form, requestHash, choice, argsField, out) {
+  const key = await loadKey().catch(() => null);
+  if (!key) return say(out, "No key in this browser.", true);
+  const d = article.dataset;
+  const note = form.querySelector('input[name="note"]').value;
+  const decision = {
+    request_id: d.requestId,
+    decision: choice === "deny" ? "deny" : "approve",
+    approver: d.approver,
+    note,
+    signed_at: new Date().toISOString(),
+  };
+  if (choice === "deny" && !note.trim()) return say(out, "Say why you deny it.", true);
+  if (choice === "approve-edited") {
+    let edited;
+    try {
+      edited = JSON.parse(argsField.value);
+    } catch (e) {
+      return say(out, "The edited arguments are not JSON: " + e.message, true);
+    }
+    if (edited === null || typeof edited !== "object" || Array.isArray(edited)) {
+      return say(out, "The edited arguments must be a JSON object.", true);
+    }
+    decision.arguments = edited;
+  }
+  const signing = Object.assign({ kind: "kura.approval.v1", request_hash: requestHash }, decision);
+  decision.signature = await sign(key, enc.encode(jcs(signing)));
+  for (const b of form.querySelectorAll("button")) b.disabled = true;
+  const r = await fetch("/api/decide", {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-kura-csrf": csrf() },
+    body: JSON.stringify(decision),
+  });
+  const j = await r.json().catch(() => ({}));
+  say(out, j.message || (r.ok ? "Sent." : "Refused."), !(r.ok && j.ok));
+  article.dataset.decided = j.ok ? "ok" : "refused";
+  if (!j.ok) for (const b of form.querySelectorAll("button")) b.disabled = false;
+}
+
+function initPage() {
+  document.querySelectorAll("article.approval").forEach((a) => initApproval(a));
+  initEnrol();
+  initLogin();
+}
+
+// --- live ------------------------------------------------------------------------------
+let busy = false, again = false;
+// The page as the server last rendered it: a refresh that renders the same is not applied.
+let served = "";
+// Never throw away what a person is typing or deciding.
+function inUse() {
+  const main = document.getElementById("main");
+  if (!main || main.querySelector("[data-busy]")) return true;
+  for (const f of main.querySelectorAll("input, textarea")) {
+    if (f.value !== f.defaultValue && !(f.tagName === "TEXTAREA" && f.dataset.initial === f.value)) return true;
+  }
+  const a = document.activeElement;
+  return !!(a && a.closest("main") && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName));
+}
+async function refresh() {
+  if (busy) { again = true; return; }
+  busy = true;
+  try {
+    if (inUse()) { setTimeout(refresh, 1000); return; }
+    const r = await fetch(location.href, { credentials: "same-origin" });
+    if (r.redirected) { location.href = r.url; return; }
+    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+    const main = doc.getElementById("main");
+    if (main && main.outerHTML !== served && !inUse()) {
+      served = main.outerHTML;
+      document.getElementById("main").replaceWith(main);
+      const nav = doc.querySelector("header nav");
+      if (nav) document.querySelector("header nav")?.replaceWith(nav);
+      document.querySelectorAll("article.approval").forEach((a) => initApproval(a));
+      document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+    }
+  } finally {
+    busy = false;
+    if (again) { again = false; setTimeout(refresh, 100); }
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  served = document.getElementById("main")?.outerHTML || "";
+  initPage();
+  document.getElementById("logout")?.addEventListener("click", async () => {
+    await fetch("/api/logout", { method: "POST", headers: { "x-kura-csrf": csrf() } });
+    location.href = "/login";
+  });
+  if (document.body.dataset.live) {
+    const es = new EventSource("/events");
+    let t = null;
+    es.addEventListener("change", () => { clearTimeout(t); t = setTimeout(refresh, 100); });
+  }
+});

@@ -1,0 +1,248 @@
+//! Logins without passwords: the browser's enrolled Ed25519 key signs a one-time server
+//! challenge bound to the console's origin; a login is a random cookie that expires. Every
+//! state-changing request also carries the login's CSRF token in a header.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+
+/// The cookie that names a login.
+pub const COOKIE: &str = "kura_session";
+/// The header a state-changing request repeats its login's CSRF token in.
+pub const CSRF_HEADER: &str = "x-kura-csrf";
+/// A challenge must be answered this soon.
+const CHALLENGE_TTL: Duration = Duration::from_secs(120);
+/// At most this many open challenges and logins: an unauthenticated client cannot grow
+/// the server's memory without bound.
+const MAX_OPEN: usize = 1024;
+
+/// The bytes a browser signs to log in.
+pub fn login_bytes(challenge: &str, origin: &str) -> Vec<u8> {
+    format!("kura.console.login.v1\n{challenge}\n{origin}").into_bytes()
+}
+
+/// An Ed25519 public key from 64 hex digits.
+pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, String> {
+    let bytes: [u8; 32] = hex::decode(hex_key.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("a public key is 64 hex digits")?;
+    VerifyingKey::from_bytes(&bytes).map_err(|e| format!("not an Ed25519 public key: {e}"))
+}
+
+/// 32 random bytes as hex; `None` without randomness (then no login is safe to make).
+fn random_hex() -> Option<String> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).ok()?;
+    Some(hex::encode(b))
+}
+
+/// A logged-in person.
+#[derive(Debug, Clone)]
+pub struct Login {
+    /// Their name.
+    pub name: String,
+    /// The token their page sends with every change.
+    pub csrf: String,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    challenges: HashMap<String, Instant>,
+    logins: HashMap<String, Login>,
+}
+
+/// Open challenges and logins.
+pub struct Logins {
+    ttl: Duration,
+    state: Mutex<State>,
+}
+
+impl Logins {
+    /// Logins lasting `ttl`.
+    pub fn new(ttl: Duration) -> Logins {
+        Logins {
+            ttl,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        s.challenges.retain(|_, t| *t > now);
+        s.logins.retain(|_, l| l.expires > now);
+        f(&mut s)
+    }
+
+    /// A fresh challenge, or `None` when too many are open (or there is no randomness).
+    pub fn challenge(&self) -> Option<String> {
+        self.with(|s| {
+            if s.challenges.len() >= MAX_OPEN {
+                return None;
+            }
+            let c = random_hex()?;
+            s.challenges
+                .insert(c.clone(), Instant::now() + CHALLENGE_TTL);
+            Some(c)
+        })
+    }
+
+    /// Checks a signed challenge from one of `users`; the challenge is used up either way.
+    /// Returns the new login's cookie token and the login.
+    pub fn login(
+        &self,
+        users: &[crate::User],
+        challenge: &str,
+        origin: &str,
+        public_key: &str,
+        signature: &str,
+    ) -> Result<(String, Login), String> {
+        self.with(|s| {
+            if s.challenges.remove(challenge).is_none() {
+                return Err("unknown or expired challenge; reload the page".to_owned());
+            }
+            let user = users
+                .iter()
+                .find(|u| u.public_key.eq_ignore_ascii_case(public_key.trim()))
+                .ok_or("this browser's key is not trusted; show its key to the operator")?;
+            let key = parse_key(&user.public_key)?;
+            let sig: [u8; 64] = hex::decode(signature)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or("the signature is not 128 hex digits")?;
+            key.verify(
+                &login_bytes(challenge, origin),
+                &Signature::from_bytes(&sig),
+            )
+            .map_err(|_| "the signature does not verify".to_owned())?;
+            if s.logins.len() >= MAX_OPEN {
+                return Err("too many open logins; try again later".to_owned());
+            }
+            let (Some(csrf), Some(token)) = (random_hex(), random_hex()) else {
+                return Err("no randomness for a login token".to_owned());
+            };
+            let login = Login {
+                name: user.name.clone(),
+                csrf,
+                expires: Instant::now() + self.ttl,
+            };
+            s.logins.insert(token.clone(), login.clone());
+            Ok((token, login))
+        })
+    }
+
+    /// The login a request's cookie names, if it is still valid.
+    pub fn get(&self, headers: &HeaderMap) -> Option<Login> {
+        let token = cookie(headers, COOKIE)?;
+        self.with(|s| s.logins.get(&token).cloned())
+    }
+
+    /// Ends the login a request's cookie names.
+    pub fn logout(&self, headers: &HeaderMap) {
+        if let Some(token) = cookie(headers, COOKIE) {
+            self.with(|s| s.logins.remove(&token));
+        }
+    }
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// The origin a page of this console is served from, as the browser sees it.
+pub fn origin(headers: &HeaderMap, tls: bool) -> String {
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    format!("{}://{host}", if tls { "https" } else { "http" })
+}
+
+/// A change is allowed only from this console's own pages: the login's CSRF token in its
+/// header (which another site cannot set) and, when the browser says, the same origin.
+pub fn check_change(login: &Login, headers: &HeaderMap, tls: bool) -> Result<(), &'static str> {
+    let token = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    if token != Some(login.csrf.as_str()) {
+        return Err("missing or wrong CSRF token");
+    }
+    if let Some(o) = headers
+        .get(axum::http::header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        && o != origin(headers, tls)
+    {
+        return Err("request from another origin");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::{Signer, SigningKey};
+
+    fn user(key: &SigningKey) -> crate::User {
+        crate::User {
+            name: "alice".into(),
+            public_key: hex::encode(key.verifying_key().as_bytes()),
+        }
+    }
+
+    /// Attack: a challenge signed once is replayed, signed for another origin, or signed by
+    /// an enrolled-but-untrusted key. Each is refused; only the fresh, bound one logs in.
+    #[test]
+    fn replayed_misbound_or_untrusted_login_signatures_are_refused() {
+        let alice = SigningKey::from_bytes(&[3u8; 32]);
+        let mallory = SigningKey::from_bytes(&[4u8; 32]);
+        let users = [user(&alice)];
+        let logins = Logins::new(Duration::from_secs(60));
+        let origin = "http://127.0.0.1:8480";
+        let c = logins.challenge().expect("challenge");
+        let sig =
+            |k: &SigningKey, c: &str, o: &str| hex::encode(k.sign(&login_bytes(c, o)).to_bytes());
+        let pk = |k: &SigningKey| hex::encode(k.verifying_key().as_bytes());
+        let e = logins
+            .login(
+                &users,
+                &c,
+                origin,
+                &pk(&alice),
+                &sig(&alice, &c, "http://evil.example"),
+            )
+            .expect_err("another origin");
+        assert!(e.contains("does not verify"), "{e}");
+        let c = logins.challenge().expect("challenge");
+        let e = logins
+            .login(
+                &users,
+                &c,
+                origin,
+                &pk(&mallory),
+                &sig(&mallory, &c, origin),
+            )
+            .expect_err("untrusted");
+        assert!(e.contains("not trusted"), "{e}");
+        let c = logins.challenge().expect("challenge");
+        let good = sig(&alice, &c, origin);
+        let (token, login) = logins
+            .login(&users, &c, origin, &pk(&alice), &good)
+            .expect("login");
+        assert_eq!(login.name, "alice");
+        assert_eq!(token.len(), 64);
+        let e = logins
+            .login(&users, &c, origin, &pk(&alice), &good)
+            .expect_err("replay");
+        assert!(e.contains("unknown or expired challenge"), "{e}");
+    }
+}

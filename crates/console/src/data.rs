@@ -1,0 +1,132 @@
+//! What the pages show, read from the store: sessions with their turns and waiting
+//! approvals, a session's ledgers a page of records at a time, and waiting approvals with
+//! their request records (the browser re-hashes those before anyone signs).
+
+use kura_store::Store;
+use kura_store::store::parse_id;
+use kura_store::work::approvals::{Approval, asked, votes};
+use proto::Record;
+use rusqlite::params;
+use uuid::Uuid;
+
+/// A row of the sessions page.
+pub struct SessionRow {
+    pub id: String,
+    pub label: String,
+    pub status: String,
+    pub created_at: String,
+    pub turns: i64,
+    pub waiting: i64,
+}
+
+/// Sessions, newest first, `limit` from `offset`.
+pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<SessionRow>> {
+    let mut stmt = store.conn().prepare_cached(
+        "SELECT s.session_id, s.label, s.status, s.created_at,
+                (SELECT count(*) FROM turns t WHERE t.session_id = s.session_id),
+                (SELECT count(*) FROM approvals a WHERE a.session_id = s.session_id AND a.state = 'asked')
+           FROM sessions s ORDER BY s.session_id DESC LIMIT ?1 OFFSET ?2",
+    )?;
+    let rows = stmt.query_map(params![limit, offset], |r| {
+        Ok(SessionRow {
+            id: r.get(0)?,
+            label: r.get(1)?,
+            status: r.get(2)?,
+            created_at: r.get(3)?,
+            turns: r.get(4)?,
+            waiting: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// One ledger on a history page, with a page of its records.
+pub struct LedgerView {
+    pub ledger: proto::Ledger,
+    pub sealer: Option<String>,
+    pub records: Vec<Record>,
+    /// Position of the first record shown.
+    pub from: u64,
+}
+
+/// A session's history: the session, its ledgers newest first (`ledgers_per_page` from
+/// `page`), each with up to `per_ledger` records from position `from` (for the ledger named
+/// by `focus`; 0 for the others).
+pub struct History {
+    pub session: kura_store::store::Session,
+    pub ledgers: Vec<LedgerView>,
+    pub total_ledgers: usize,
+}
+
+/// Reads a page of a session's history.
+pub fn history(
+    store: &Store,
+    session: Uuid,
+    page: usize,
+    ledgers_per_page: usize,
+    focus: Option<(Uuid, u64)>,
+    per_ledger: usize,
+) -> anyhow::Result<History> {
+    let s = store.read_session(session)?;
+    let all = store.session_ledgers(session)?;
+    let total_ledgers = all.len();
+    let mut ledgers = Vec::new();
+    for l in all
+        .into_iter()
+        .skip(page * ledgers_per_page)
+        .take(ledgers_per_page)
+    {
+        let from = match focus {
+            Some((id, from)) if id == l.ledger_id => from,
+            _ => 0,
+        };
+        let records = store.hydrate_range(l.ledger_id, from, per_ledger)?;
+        let sealer = kura_store::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?;
+        ledgers.push(LedgerView {
+            ledger: l,
+            sealer,
+            records,
+            from,
+        });
+    }
+    Ok(History {
+        session: s,
+        ledgers,
+        total_ledgers,
+    })
+}
+
+/// A request waiting for people, as the approvals page shows it.
+pub struct Waiting {
+    pub approval: Approval,
+    /// The `approval.request` record's canonical content text, exactly as stored.
+    pub content: String,
+    pub author_id: String,
+    /// Who has voted so far: (author id, vote).
+    pub votes: Vec<(String, String)>,
+}
+
+/// Every request waiting for people, oldest first.
+pub fn waiting(store: &Store) -> anyhow::Result<Vec<Waiting>> {
+    let mut out = Vec::new();
+    for a in asked(store.conn())? {
+        let (content, author_id): (String, String) = store.conn().query_row(
+            "SELECT content, author_id FROM records WHERE record_id = ?1",
+            [a.request_id.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let votes = votes(store.conn(), a.request_id)?;
+        out.push(Waiting {
+            approval: a,
+            content,
+            author_id,
+            votes,
+        });
+    }
+    Ok(out)
+}
+
+/// Parses an id from a URL, as a clear error.
+pub fn id(text: &str) -> anyhow::Result<Uuid> {
+    Ok(parse_id(text)?)
+}

@@ -1,0 +1,339 @@
+//! The console's HTML, rendered on the server with maud (which escapes every value: records
+//! hold model output, which is untrusted). The pages work without JavaScript for reading;
+//! the script adds live updates, login, enrolment and in-browser signing.
+
+use maud::{DOCTYPE, Markup, html};
+use proto::Record;
+
+use crate::auth::Login;
+use crate::data::{History, SessionRow, Waiting};
+
+/// Records' content is shown up to this many characters; the rest is elided.
+const SHOWN_CHARS: usize = 2000;
+
+/// The frame around every page. `login` is `None` on the login and enrol pages.
+pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                @if let Some(l) = login { meta name="kura-csrf" content=(l.csrf); }
+                title { "Kura · " (title) }
+                link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
+            }
+            body data-live=[login.map(|_| "1")] {
+                header {
+                    a.brand href="/" { "倉 Kura" }
+                    @if let Some(l) = login {
+                        nav {
+                            a href="/" { "Sessions" }
+                            a href="/approvals" {
+                                "Approvals"
+                                @if waiting > 0 { " " span.badge { (waiting) } }
+                            }
+                            a href="/verify" { "Verification" }
+                            a href="/status" { "Status" }
+                            a href="/memory" { "Memory" }
+                        }
+                        span.who { (l.name) " · " button.link #logout type="button" { "log out" } }
+                    }
+                }
+                main #main { (body) }
+            }
+        }
+    }
+}
+
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        Some((i, _)) => format!("{}… ({} bytes in all)", &text[..i], text.len()),
+        None => text.to_owned(),
+    }
+}
+
+fn short(id: &str) -> &str {
+    id.get(..13).unwrap_or(id)
+}
+
+/// The sessions list.
+pub fn sessions(rows: &[SessionRow], page: i64, more: bool) -> Markup {
+    html! {
+        h1 { "Sessions" }
+        @if rows.is_empty() { p.empty { "No sessions yet. Submit one with " code { "minato submit" } "." } }
+        table.sessions {
+            thead { tr { th { "Session" } th { "Label" } th { "Status" } th { "Turns" } th { "Waiting" } th { "Created" } } }
+            tbody {
+                @for s in rows {
+                    tr {
+                        td { a href={ "/s/" (s.id) } { code { (short(&s.id)) } } }
+                        td { (s.label) }
+                        td { span class={ "status " (s.status) } { (s.status) } }
+                        td.num { (s.turns) }
+                        td.num { @if s.waiting > 0 { a.badge href="/approvals" { (s.waiting) } } @else { "0" } }
+                        td { time { (s.created_at) } }
+                    }
+                }
+            }
+        }
+        (pager("/?page=", page, more))
+    }
+}
+
+fn pager(base: &str, page: i64, more: bool) -> Markup {
+    html! {
+        nav.pager {
+            @if page > 0 { a href={ (base) (page - 1) } { "← newer" } }
+            @if more { a href={ (base) (page + 1) } { "older →" } }
+        }
+    }
+}
+
+/// One record as a row of a history.
+pub fn record(r: &Record, position: u64) -> Markup {
+    let content = serde_json::to_string_pretty(&r.content).unwrap_or_default();
+    html! {
+        div class={ "record t-" (r.record_type.as_str().replace('.', "-")) } {
+            div.meta {
+                span.pos { "[" (position) "]" }
+                span.type { (r.record_type.as_str()) }
+                span.author { (r.author_id) }
+                time { (r.created_at) }
+                code.hash title=(r.hash) { (short(&r.hash)) }
+            }
+            pre.content { (excerpt(&content)) }
+        }
+    }
+}
+
+/// A session's history, `kura log --records` in a page, with a diff picker.
+pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> Markup {
+    let sid = h.session.session_id.to_string();
+    html! {
+        h1 { "Session " code { (short(&sid)) } }
+        p.sub { (h.session.label) " · " span class={ "status " (h.session.status.as_str()) } { (h.session.status.as_str()) } " · " (h.total_ledgers) " ledgers" }
+        form.diff method="get" action="/diff" {
+            label { "Diff " select name="a" { @for l in &h.ledgers { option value=(l.ledger.ledger_id) { (l.ledger.label) } } } }
+            label { " against " select name="b" { @for l in h.ledgers.iter().rev() { option value=(l.ledger.ledger_id) { (l.ledger.label) } } } }
+            button type="submit" { "Diff" }
+        }
+        @for l in &h.ledgers {
+            section.ledger {
+                h2 {
+                    (l.ledger.label) " "
+                    span class={ "state " (l.ledger.state.as_str()) } { (l.ledger.state.as_str()) }
+                }
+                p.sub {
+                    code { (l.ledger.ledger_id) } " · " (l.ledger.record_count) " records"
+                    @if let Some(hash) = &l.ledger.ledger_hash { " · hash " code title=(hash) { (short(hash)) } }
+                    @if let Some(s) = &l.sealer { " · sealed by " code title=(s) { (short(s)) } }
+                }
+                @for (i, r) in l.records.iter().enumerate() { (record(r, l.from + i as u64)) }
+                @let shown_to = l.from + l.records.len() as u64;
+                nav.pager {
+                    @if l.from > 0 {
+                        a href={ "/s/" (sid) "?page=" (page) "&ledger=" (l.ledger.ledger_id) "&from=" (l.from.saturating_sub(per_ledger as u64)) } { "← earlier records" }
+                    }
+                    @if shown_to < l.ledger.record_count {
+                        a href={ "/s/" (sid) "?page=" (page) "&ledger=" (l.ledger.ledger_id) "&from=" (shown_to) } { "later records →" }
+                    }
+                }
+            }
+        }
+        nav.pager {
+            @if page > 0 { a href={ "/s/" (sid) "?page=" (page - 1) } { "← newer ledgers" } }
+            @if (page + 1) * per_page < h.total_ledgers { a href={ "/s/" (sid) "?page=" (page + 1) } { "older ledgers →" } }
+        }
+    }
+}
+
+/// `kura diff` as a page.
+pub fn diff(d: &kura_store::diff::LedgerDiff) -> Markup {
+    let side = |title: &str, class: &str, rs: &[Record]| {
+        html! {
+            h2 { (title) " (" (rs.len()) ")" }
+            div class=(class) { @for (i, r) in rs.iter().enumerate() { (record(r, i as u64)) } }
+        }
+    };
+    html! {
+        h1 { "Diff" }
+        p.sub { code { (d.ledger_a) } " → " code { (d.ledger_b) } }
+        (side("Only in the first", "only-a", &d.only_a))
+        (side("Only in the second", "only-b", &d.only_b))
+        (side("In both", "both", &d.both))
+    }
+}
+
+/// Requests waiting for people. The request's content is handed to the script as an
+/// attribute, exactly as stored: the page shows the tool and arguments only after the browser
+/// has re-hashed that text and found the request's hash.
+pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
+    html! {
+        h1 { "Approvals" }
+        @if items.is_empty() { p.empty { "Nothing is waiting for a decision." } }
+        @for w in items {
+            @let a = &w.approval;
+            @let mine = w.votes.iter().any(|(who, _)| who == &format!("user:{}", me.name));
+            article.approval
+                data-request-id=(a.request_id)
+                data-request-hash=(a.request_hash)
+                data-author=(w.author_id)
+                data-content=(w.content)
+                data-approver=(me.name) {
+                h2 { "Request " code { (short(&a.request_id.to_string())) } }
+                p.sub {
+                    "rule " code { (a.rule.clone().unwrap_or_default()) }
+                    " · needs " (a.required) " approval" @if a.required != 1 { "s" }
+                    " · session " a href={ "/s/" (a.session_id) } { code { (short(&a.session_id.to_string())) } }
+                    " · filed " time { (a.created_at) }
+                }
+                p.votes {
+                    @if w.votes.is_empty() { "No votes yet." }
+                    @else {
+                        "So far: "
+                        @for (who, vote) in &w.votes { span class={ "vote " (vote) } { (who) " " (vote) "d" } " " }
+                    }
+                    @if let Some(e) = &a.edited_arguments { br; "Bound to edited arguments: " code { (e) } }
+                }
+                div.verified hidden { }
+                p.check { "Checking the request's hash in this browser…" }
+                @if !mine {
+                    form.decide hidden {
+                        label { "Note or reason " input name="note" maxlength="200" autocomplete="off"; }
+                        details.edit {
+                            summary { "Edit the arguments" }
+                            textarea name="arguments" rows="6" spellcheck="false" {}
+                        }
+                        div.buttons {
+                            button.approve type="button" data-decision="approve" { "Approve" }
+                            button.edit-approve type="button" data-decision="approve-edited" { "Approve edited" }
+                            button.deny type="button" data-decision="deny" { "Deny" }
+                        }
+                        p.outcome role="status" {}
+                    }
+                } @else {
+                    p.sub { "You have voted on this request." }
+                }
+            }
+        }
+    }
+}
+
+/// Verification state: the last sweep, the last checkpoint and its witnesses, any alarm.
+pub fn verification(
+    sweep: Option<&kura_store::ops::Sweep>,
+    checkpoint: Option<&str>,
+    trust: &crate::Trust,
+    alarm: Option<&str>,
+) -> Markup {
+    html! {
+        h1 { "Verification" }
+        @if let Some(a) = alarm { p.fail { (a) } }
+        h2 { "Integrity sweep" }
+        @match sweep {
+            Some(s) if s.ok => p.ok { "OK at " time { (s.at) } ": " (s.summary) },
+            Some(s) => p.fail { "FAILED at " time { (s.at) } ": " (s.summary) },
+            None => p.empty { "No sweep has run yet (kura serve runs one soon after it starts)." },
+        }
+        h2 { "Signed checkpoint" }
+        @match checkpoint {
+            Some(c) => pre.checkpoint { (c) },
+            None => p.empty { "No checkpoint signed yet (kura serve signs one when it holds the log key)." },
+        }
+        h2 { "Witnesses" }
+        @if trust.witnesses.is_empty() && trust.peers.is_empty() { p.empty { "None configured." } }
+        ul {
+            @for w in &trust.witnesses { li { "directory " code { (w) } } }
+            @for p in &trust.peers { li { "peer " (p) " (cosigns over the bus)" } }
+        }
+    }
+}
+
+/// `kura status` as a page.
+pub fn status(st: &kura_store::ops::Status) -> Markup {
+    html! {
+        h1 { "Status" }
+        table {
+            thead { tr { th { "Daemon" } th { "Kind" } th { "Up" } th { "Last beat" } th { "NATS" } th { "Detail" } } }
+            tbody {
+                @for d in &st.daemons {
+                    tr class=(if d.up { "up" } else { "down" }) {
+                        td { (d.instance) } td { (d.kind) }
+                        td { @if d.up { "up" } @else { span.fail { "down" } } }
+                        td.num { (d.last_beat_s) " s ago" }
+                        td { @if d.nats_connected { "connected" } @else { "not connected" } }
+                        td { @if let Some(x) = &d.detail {
+                            @if x.starts_with("ALARM") { span.fail { (x) } } @else { (x) }
+                        } }
+                    }
+                }
+            }
+        }
+        h2 { "Work" }
+        ul {
+            li { "queued requests: " (st.backlog.queued_requests) }
+            li { "pending turns: " (st.backlog.pending_turns) }
+            li { "running turns: " (st.backlog.running_turns) }
+            li { "turns waiting for approval: " (st.backlog.waiting_turns) }
+            li { "open approvals: " (st.backlog.open_approvals) }
+        }
+        p.sub { "database " (st.db_bytes / 1024) " KiB, WAL " (st.wal_bytes / 1024) " KiB" }
+    }
+}
+
+/// Memory search.
+pub fn memory(q: &str, hits: &[kura_store::memory::Hit]) -> Markup {
+    html! {
+        h1 { "Memory" }
+        form method="get" action="/memory" {
+            input name="q" value=(q) placeholder="search facts and outputs" autocomplete="off";
+            button type="submit" { "Search" }
+        }
+        @if !q.is_empty() && hits.is_empty() { p.empty { "Nothing found." } }
+        @for h in hits {
+            div.hit {
+                (record(&h.record, 0))
+                p.sub { "score " (format!("{:.3}", h.score)) @if h.superseded { " · superseded" } }
+            }
+        }
+    }
+}
+
+/// The login page: the browser's key signs a challenge.
+pub fn login(challenge: &str) -> Markup {
+    html! {
+        h1 { "Log in" }
+        p { "This browser signs in with the key it keeps for this console (nothing to type)." }
+        div #login data-challenge=(challenge) {
+            button #login-button type="button" { "Log in with this browser's key" }
+            p.outcome role="status" {}
+        }
+        p.sub { "No key in this browser yet? " a href="/enrol" { "Enrol this browser" } "." }
+    }
+}
+
+/// The enrol page: make a key in the browser and show what the operator must trust.
+pub fn enrol() -> Markup {
+    html! {
+        h1 { "Enrol this browser" }
+        p { "The browser makes an Ed25519 key it can use but never reveal (WebCrypto, kept in this browser's storage). Give its public key to the operator." }
+        div #enrol {
+            label { "Your approver name " input #enrol-name autocomplete="off" maxlength="64"; }
+            button #enrol-button type="button" { "Make this browser's key" }
+            div.result hidden {
+                p { "Public key: " code #enrol-key {} }
+                p { "The operator trusts it for the console (" code { "serve.toml" } ") and for approvals (aegis's config), then restarts both:" }
+                pre #enrol-config {}
+                a href="/login" { "Then log in →" }
+            }
+            p.outcome role="status" {}
+        }
+    }
+}
+
+/// A page saying what went wrong, with nothing from the request echoed unescaped.
+pub fn error(message: &str) -> Markup {
+    html! { h1 { "Not available" } p.fail { (message) } p { a href="/" { "Back to the sessions" } } }
+}

@@ -1,0 +1,530 @@
+//! The HTTP side: routes, the login wall, security headers, live updates by server-sent
+//! events, and TLS for anything but loopback.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use maud::Markup;
+use serde::Deserialize;
+
+use crate::auth::{self, Login};
+use crate::relay::{RelayError, relay};
+use crate::{Shared, data, pages};
+
+const JS: &str = include_str!("../assets/console.js");
+const CSS: &str = include_str!("../assets/console.css");
+const LEDGERS_PER_PAGE: usize = 10;
+const SESSIONS_PER_PAGE: i64 = 50;
+
+/// Serves the console until `shutdown` resolves. Also watches the database (and the bus's
+/// doorbells) so live pages hear of every change within a fraction of a second.
+pub async fn run(
+    console: Shared,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let Some(addr) = console.config.listen else {
+        return Ok(());
+    };
+    let acceptor = if console.tls {
+        Some(tls_acceptor(&console.config)?)
+    } else {
+        None
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("console: cannot listen on {addr}: {e}"))?;
+    tracing::info!(%addr, tls = console.tls, "console listening");
+    let watcher = tokio::spawn(watch_changes(console.clone()));
+    let app = router(console.clone());
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, _) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(error = %e, "console: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (app, acceptor) = (app.clone(), acceptor.clone());
+        tokio::spawn(async move {
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let http = hyper::server::conn::http1::Builder::new();
+            let served = match acceptor {
+                Some(acc) => {
+                    match tokio::time::timeout(Duration::from_secs(10), acc.accept(tcp)).await {
+                        Ok(Ok(tls)) => {
+                            http.serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                .await
+                        }
+                        _ => return,
+                    }
+                }
+                None => {
+                    http.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                        .await
+                }
+            };
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "console connection ended");
+            }
+        });
+    }
+    watcher.abort();
+    Ok(())
+}
+
+fn tls_acceptor(config: &crate::ConsoleConfig) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        anyhow::bail!(
+            "console: listening beyond loopback needs TLS: set [console] tls_cert and tls_key \
+             (e.g. the bus's nats-server.pem and nats-server-key.pem)"
+        );
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| anyhow::anyhow!("console: cannot read {}: {e}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("console: cannot read {}: {e}", key.display()))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let server = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
+}
+
+/// Bumps the change counter when another process commits (SQLite's `data_version`, the
+/// fallback that always works) or a doorbell rings (the fast path).
+async fn watch_changes(console: Shared) {
+    let mut doorbells = match &console.bus {
+        Some(bus) => {
+            let s = &bus.subjects;
+            let mut subs = Vec::new();
+            for subject in [
+                s.record_written(),
+                s.worker_complete(),
+                s.session_complete(),
+                s.session_create(),
+            ] {
+                match bus.client.subscribe(subject).await {
+                    Ok(sub) => subs.push(sub),
+                    Err(e) => tracing::warn!(error = %e, "console: no doorbells; polling only"),
+                }
+            }
+            futures::stream::select_all(subs).boxed()
+        }
+        None => futures::stream::pending().boxed(),
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut last = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some(_) = doorbells.next() => {}
+        }
+        let version = console
+            .read(|s| {
+                Ok(s.conn()
+                    .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))?)
+            })
+            .await
+            .ok();
+        if version != last {
+            last = version;
+            console.changes.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+fn router(console: Shared) -> Router {
+    Router::new()
+        .route("/", get(sessions))
+        .route("/s/{id}", get(history))
+        .route("/diff", get(diff))
+        .route("/approvals", get(approvals))
+        .route("/verify", get(verification))
+        .route("/status", get(status))
+        .route("/memory", get(memory))
+        .route("/events", get(events))
+        .route("/login", get(login_page))
+        .route("/enrol", get(enrol_page))
+        .route(
+            "/assets/console.js",
+            get(|| async { asset("text/javascript; charset=utf-8", JS) }),
+        )
+        .route(
+            "/assets/console.css",
+            get(|| async { asset("text/css; charset=utf-8", CSS) }),
+        )
+        .route("/api/login", post(login))
+        .route("/api/logout", post(logout))
+        .route("/api/decide", post(decide))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(console)
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// Every response: no framing (clickjacking), scripts only from this console (an injected
+/// `<script>` would not run even if escaping failed), no sniffing, no referrer, no caching.
+async fn secure_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    let set = |h: &mut HeaderMap, k: &'static str, v: &'static str| {
+        h.insert(k, HeaderValue::from_static(v));
+    };
+    set(
+        h,
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+         connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
+    set(h, "x-frame-options", "DENY");
+    set(h, "x-content-type-options", "nosniff");
+    set(h, "referrer-policy", "no-referrer");
+    set(h, "cache-control", "no-store");
+    set(h, "cross-origin-opener-policy", "same-origin");
+    r
+}
+
+/// A page for a logged-in person, or the way to the login page.
+async fn page(
+    console: &Shared,
+    headers: &HeaderMap,
+    title: &str,
+    body: impl FnOnce(&Login) -> Result<Markup, String>,
+) -> Response {
+    let Some(login) = console.auth.get(headers) else {
+        return Redirect::to("/login").into_response();
+    };
+    let waiting = console
+        .read(|s| {
+            Ok(s.conn().query_row(
+                "SELECT count(*) FROM approvals WHERE state = 'asked'",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+        .unwrap_or(0);
+    match body(&login) {
+        Ok(m) => pages::layout(title, Some(&login), waiting, m).into_response(),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            pages::layout("error", Some(&login), waiting, pages::error(&e)),
+        )
+            .into_response(),
+    }
+}
+
+fn shown<T>(r: anyhow::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{e:#}"))
+}
+
+#[derive(Deserialize)]
+struct Paged {
+    #[serde(default)]
+    page: Option<String>,
+    #[serde(default)]
+    ledger: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+}
+
+/// A number from the query string; anything else is page 0, never an error page.
+fn num<T: std::str::FromStr + Default>(v: &Option<String>) -> T {
+    v.as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_default()
+}
+
+async fn sessions(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<Paged>) -> Response {
+    let page_no: i64 = num(&q.page);
+    let rows = c
+        .read(move |s| data::sessions(s, page_no * SESSIONS_PER_PAGE, SESSIONS_PER_PAGE + 1))
+        .await;
+    page(&c, &headers, "sessions", |_| {
+        let mut rows = shown(rows)?;
+        let more = rows.len() as i64 > SESSIONS_PER_PAGE;
+        rows.truncate(SESSIONS_PER_PAGE as usize);
+        Ok(pages::sessions(&rows, page_no, more))
+    })
+    .await
+}
+
+async fn history(
+    State(c): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<Paged>,
+) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let page_no: usize = num(&q.page);
+    let per_ledger = c.config.page_records.max(1);
+    let focus = q
+        .ledger
+        .as_deref()
+        .and_then(|l| data::id(l).ok())
+        .map(|l| (l, num::<u64>(&q.from)));
+    let h = c
+        .read(move |s| {
+            data::history(
+                s,
+                data::id(&id)?,
+                page_no,
+                LEDGERS_PER_PAGE,
+                focus,
+                per_ledger,
+            )
+        })
+        .await;
+    page(&c, &headers, "session", |_| {
+        Ok(pages::history(
+            &shown(h)?,
+            page_no,
+            LEDGERS_PER_PAGE,
+            per_ledger,
+        ))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+struct DiffQuery {
+    a: String,
+    b: String,
+}
+
+async fn diff(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<DiffQuery>) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let d = c
+        .read(move |s| Ok(kura_store::diff::diff(s, data::id(&q.a)?, data::id(&q.b)?)?))
+        .await;
+    page(&c, &headers, "diff", |_| Ok(pages::diff(&shown(d)?))).await
+}
+
+async fn approvals(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let w = c.read(data::waiting).await;
+    page(&c, &headers, "approvals", |me| {
+        Ok(pages::approvals(&shown(w)?, me))
+    })
+    .await
+}
+
+async fn verification(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let st = c.read(|s| Ok(kura_store::ops::status(s)?)).await;
+    let checkpoint = c
+        .trust
+        .checkpoint_file
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    page(&c, &headers, "verification", |_| {
+        let st = shown(st)?;
+        let alarm = st
+            .daemons
+            .iter()
+            .filter_map(|d| d.detail.as_deref())
+            .find(|d| d.starts_with("ALARM"));
+        Ok(pages::verification(
+            st.last_sweep.as_ref(),
+            checkpoint.as_deref(),
+            &c.trust,
+            alarm,
+        ))
+    })
+    .await
+}
+
+async fn status(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let st = c.read(|s| Ok(kura_store::ops::status(s)?)).await;
+    page(&c, &headers, "status", |_| Ok(pages::status(&shown(st)?))).await
+}
+
+#[derive(Deserialize)]
+struct MemoryQuery {
+    #[serde(default)]
+    q: String,
+}
+
+async fn memory(
+    State(c): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<MemoryQuery>,
+) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let text: String = q.q.chars().take(200).collect();
+    let query = text.clone();
+    let hits = c
+        .read(move |s| {
+            if query.trim().is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(kura_store::memory::search(
+                s.conn(),
+                &kura_store::memory::Search {
+                    query,
+                    record_type: None,
+                    session_id: None,
+                    limit: 20,
+                    query_vector: None,
+                },
+            )?)
+        })
+        .await;
+    page(&c, &headers, "memory", |_| {
+        Ok(pages::memory(&text, &shown(hits)?))
+    })
+    .await
+}
+
+/// Live updates: one event per change; the page re-reads itself.
+async fn events(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let rx = c.changes.subscribe();
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok()?;
+        let n = *rx.borrow_and_update();
+        Some((
+            Ok::<_, std::convert::Infallible>(Event::default().event("change").data(n.to_string())),
+            rx,
+        ))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+async fn login_page(State(c): State<Shared>) -> Response {
+    match c.auth.challenge() {
+        Some(ch) => pages::layout("log in", None, 0, pages::login(&ch)).into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many logins in progress",
+        )
+            .into_response(),
+    }
+}
+
+async fn enrol_page() -> Response {
+    pages::layout("enrol", None, 0, pages::enrol()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginForm {
+    challenge: String,
+    public_key: String,
+    signature: String,
+}
+
+async fn login(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(f) = serde_json::from_slice::<LoginForm>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not a login").into_response();
+    };
+    let origin = auth::origin(&headers, c.tls);
+    match c.auth.login(
+        &c.config.users,
+        &f.challenge,
+        &origin,
+        &f.public_key,
+        &f.signature,
+    ) {
+        Ok((token, l)) => {
+            tracing::info!(user = %l.name, "console login");
+            let secure = if c.tls { "; Secure" } else { "" };
+            let cookie = format!(
+                "{}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
+                auth::COOKIE,
+                c.config.session_ms / 1000
+            );
+            (
+                [(header::SET_COOKIE, cookie)],
+                axum::Json(serde_json::json!({"ok": true, "name": l.name})),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::warn!(reason = %e, "console login refused");
+            (
+                StatusCode::FORBIDDEN,
+                axum::Json(serde_json::json!({"ok": false, "message": e})),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn logout(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(l) = c.auth.get(&headers) {
+        if auth::check_change(&l, &headers, c.tls).is_err() {
+            return StatusCode::FORBIDDEN.into_response();
+        }
+        c.auth.logout(&headers);
+    }
+    let gone = format!(
+        "{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
+        auth::COOKIE
+    );
+    ([(header::SET_COOKIE, gone)], StatusCode::NO_CONTENT).into_response()
+}
+
+async fn decide(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(l) = c.auth.get(&headers) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    if let Err(why) = auth::check_change(&l, &headers, c.tls) {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(serde_json::json!({"ok": false, "message": why})),
+        )
+            .into_response();
+    }
+    match relay(&c, &l, &body).await {
+        Ok(verdict) => axum::Json(verdict).into_response(),
+        Err(RelayError::BadRequest(m)) => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(serde_json::json!({"ok": false, "message": m})),
+        )
+            .into_response(),
+        Err(RelayError::Unavailable(m)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"ok": false, "message": m})),
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,626 @@
+//! The console through a real browser (headless Chromium driven over WebDriver) and raw HTTP,
+//! on the real daemons: enrol a browser key, log in, watch a session live, approve, deny and
+//! edit parked `fs.write` calls from the page; nothing but the login page for strangers;
+//! model output rendered as text; history pages that stay small at 100 000 records.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ed25519_dalek::{Signer, SigningKey};
+use fantoccini::{Client, ClientBuilder, Locator};
+use kura_testkit::free_port;
+use kura_testkit::stack::{Stack, session_records};
+use proto::record::{NewRecord, RecordType};
+use serde_json::{Value, json};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+const POLICY: &str = r#"
+[defaults]
+read = "allow"
+write = "ask"
+external = "ask"
+
+[[rules]]
+name = "no-secrets"
+tool = "fs.write"
+args = { path = "secrets/*" }
+decision = "deny"
+"#;
+
+// Every session's first turn: one write a person must decide, a thought carrying markup.
+const SCRIPT: &str = r#"{"turns": [[
+  {"thought": "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"},
+  {"tool": "fs.write", "args": {"path": "lists/shopping.md", "content": "- rice\n"}},
+  {"deliver": "done"}
+]]}"#;
+
+/// A console on the stack's database at a free loopback port, trusting `users`.
+fn console_env(s: &mut Stack, port: u16, users: &str) {
+    s.extra_env
+        .retain(|(k, _)| !k.starts_with("KURA_CONSOLE__"));
+    let keyring = s.nats.keys_dir().join("identities.toml");
+    s.extra_env.extend([
+        ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
+        ("KURA_CONSOLE__USERS".into(), users.into()),
+        ("KURA_SERVE__KEYRING".into(), keyring.display().to_string()),
+    ]);
+}
+
+fn wait_http(port: u16) {
+    let deadline = Instant::now() + MINUTE;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the console did not come up on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One HTTP/1.1 exchange: status, headers (lowercased names), body.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_lowercase(), body.to_owned())
+}
+
+/// Logs in over raw HTTP with a key made here (as the browser would), returning the cookie.
+fn login(port: u16, key: &SigningKey) -> String {
+    let (_, _, page) = http(port, "GET", "/login", &[], "");
+    let challenge = page
+        .split("data-challenge=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("challenge")
+        .to_owned();
+    let bytes = format!("kura.console.login.v1\n{challenge}\nhttp://127.0.0.1:{port}");
+    let body = json!({
+        "challenge": challenge,
+        "public_key": hex::encode(key.verifying_key().as_bytes()),
+        "signature": hex::encode(key.sign(bytes.as_bytes()).to_bytes()),
+    })
+    .to_string();
+    let (status, head, out) = http(
+        port,
+        "POST",
+        "/api/login",
+        &[("Content-Type", "application/json")],
+        &body,
+    );
+    assert_eq!(status, 200, "{out}");
+    head.lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .expect("cookie")
+        .to_owned()
+}
+
+/// Attack: a stranger on the network opens the console. Every page sends them to the login
+/// page, the event stream and the decision endpoint refuse them, and a logged-in page may
+/// not be framed or run scripts from elsewhere.
+#[test]
+fn an_unauthenticated_client_gets_nothing_but_the_login_page() {
+    let mut s = Stack::new(SCRIPT);
+    let port = free_port();
+    let key = SigningKey::from_bytes(&[5u8; 32]);
+    let users = format!(
+        "[{{ name = \"alice\", public_key = \"{}\" }}]",
+        hex::encode(key.verifying_key().as_bytes())
+    );
+    console_env(&mut s, port, &users);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    for path in [
+        "/",
+        "/approvals",
+        "/verify",
+        "/status",
+        "/memory?q=x",
+        "/s/01a20000-0000-7000-8000-000000000002",
+    ] {
+        let (status, head, body) = http(port, "GET", path, &[], "");
+        assert_eq!(status, 303, "{path}: {head}");
+        assert!(head.contains("location: /login"), "{path}: {head}");
+        assert!(body.is_empty(), "{path} leaked a body: {body}");
+    }
+    assert_eq!(http(port, "GET", "/events", &[], "").0, 401);
+    let (status, _, _) = http(
+        port,
+        "POST",
+        "/api/decide",
+        &[("Content-Type", "application/json")],
+        "{}",
+    );
+    assert_eq!(status, 401);
+    let (status, head, body) = http(port, "GET", "/login", &[], "");
+    assert_eq!(status, 200);
+    assert!(body.contains("Log in with this browser"), "{body}");
+    assert!(
+        head.contains("x-frame-options: deny") && head.contains("frame-ancestors 'none'"),
+        "{head}"
+    );
+    assert!(head.contains("script-src 'self'"), "{head}");
+    // A forged login (a key the console does not trust) and a bad signature are refused.
+    let mallory = SigningKey::from_bytes(&[6u8; 32]);
+    let (_, _, page) = http(port, "GET", "/login", &[], "");
+    let challenge = page
+        .split("data-challenge=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("challenge");
+    let forged = json!({"challenge": challenge, "public_key": hex::encode(mallory.verifying_key().as_bytes()),
+        "signature": hex::encode(mallory.sign(b"anything").to_bytes())}).to_string();
+    assert_eq!(
+        http(
+            port,
+            "POST",
+            "/api/login",
+            &[("Content-Type", "application/json")],
+            &forged
+        )
+        .0,
+        403
+    );
+    // A real login, then a change without the CSRF header is refused.
+    let cookie = login(port, &key);
+    let (status, _, body) = http(port, "GET", "/", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Sessions"), "{body}");
+    let (status, _, _) = http(
+        port,
+        "POST",
+        "/api/decide",
+        &[("Cookie", &cookie), ("Content-Type", "application/json")],
+        "{}",
+    );
+    assert_eq!(status, 403, "a change without the CSRF token");
+    s.shutdown_cleanly();
+}
+
+/// The history of a 100 000-record session is paged: its page holds one page of records
+/// and takes about as long as a 1 000-record session's (measured in the same run).
+#[test]
+fn history_pages_stay_small_and_fast_at_100_000_records() {
+    let mut s = Stack::new(SCRIPT);
+    let mut store = s.store();
+    let mut session_of = |n: usize| {
+        let session = store.create_session("big").expect("session").session_id;
+        let ledger = store
+            .open_ledger(session, "bulk", &[])
+            .expect("ledger")
+            .ledger_id;
+        let batch: Vec<NewRecord> = (0..n)
+            .map(|i| NewRecord {
+                record_type: RecordType::AgentThought,
+                content: json!({"text": format!("step {i}")}),
+                author_id: "agent:bench".into(),
+                metadata: Default::default(),
+            })
+            .collect();
+        for chunk in batch.chunks(10_000) {
+            store.append_batch(ledger, chunk).expect("append");
+        }
+        session
+    };
+    let small = session_of(1_000);
+    let big = session_of(100_000);
+    drop(store);
+    let port = free_port();
+    let key = SigningKey::from_bytes(&[5u8; 32]);
+    let users = format!(
+        "[{{ name = \"alice\", public_key = \"{}\" }}]",
+        hex::encode(key.verifying_key().as_bytes())
+    );
+    console_env(&mut s, port, &users);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let cookie = login(port, &key);
+    let time = |session: uuid::Uuid| {
+        let path = format!("/s/{session}");
+        let _ = http(port, "GET", &path, &[("Cookie", &cookie)], ""); // warm
+        let t = Instant::now();
+        let mut body = String::new();
+        for _ in 0..5 {
+            let (status, _, b) = http(port, "GET", &path, &[("Cookie", &cookie)], "");
+            assert_eq!(status, 200);
+            body = b;
+        }
+        (t.elapsed() / 5, body)
+    };
+    let (t_small, _) = time(small);
+    let (t_big, body) = time(big);
+    let shown = body.matches("class=\"record ").count();
+    println!(
+        "history page: 1 000 records {t_small:?}, 100 000 records {t_big:?}, {} KiB, {shown} records shown",
+        body.len() / 1024
+    );
+    assert_eq!(shown, 200, "one page of records");
+    assert!(body.contains("later records"), "a link to the next page");
+    assert!(body.len() < 512 * 1024, "page is {} bytes", body.len());
+    let ratio = t_big.as_secs_f64() / t_small.as_secs_f64().max(1e-4);
+    assert!(
+        ratio < 3.0,
+        "100k-record page {t_big:?} vs 1k {t_small:?} (ratio {ratio:.2})"
+    );
+    s.shutdown_cleanly();
+}
+
+fn chromedriver(port: u16) -> Child {
+    let bin = ["chromedriver", "/usr/bin/chromedriver"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .expect("chromedriver is missing: run ./scripts/test (or apt-get install chromium chromium-driver)");
+    Command::new(bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver")
+}
+
+async fn browser(port: u16) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"]}),
+    );
+    let deadline = Instant::now() + MINUTE;
+    loop {
+        // chromedriver on loopback speaks plain HTTP: no TLS stack in the test client.
+        let http = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(http)
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+        {
+            Ok(c) => return c,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no browser session: {e}"),
+        }
+    }
+}
+
+async fn text(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .expect(css)
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Waits until `script` (a JS expression) is truthy.
+async fn until(c: &Client, what: &str, script: &str) {
+    let deadline = Instant::now() + MINUTE;
+    loop {
+        let v = c
+            .execute(&format!("return !!({script});"), vec![])
+            .await
+            .expect("execute");
+        if v == Value::Bool(true) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let page = c
+                .execute(
+                    "return document.getElementById('main')?.outerHTML || document.body.outerHTML;",
+                    vec![],
+                )
+                .await
+                .unwrap_or_default();
+            let errors = c
+                .execute("return JSON.stringify(window.__errors || []);", vec![])
+                .await
+                .unwrap_or_default();
+            panic!(
+                "timed out waiting for {what}; errors: {errors}; the page: {}",
+                page.as_str().unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn shot(c: &Client, name: &str) {
+    let Some(dir) = std::env::var_os("KURA_CONSOLE_SCREENSHOTS") else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    for (w, h, size) in [(390, 844, "phone"), (1280, 900, "laptop")] {
+        c.set_window_size(w, h).await.expect("resize");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let png = c.screenshot().await.expect("screenshot");
+        std::fs::write(
+            std::path::Path::new(&dir).join(format!("{name}-{size}.png")),
+            png,
+        )
+        .expect("write png");
+    }
+}
+
+/// Clicks `decision` on the first waiting request the page has verified, after typing `note`
+/// (and, for an edit, the new arguments); returns the outcome line.
+async fn decide_first(
+    c: &Client,
+    decision: &str,
+    note: &str,
+    edited: Option<&str>,
+    screenshot: Option<&str>,
+) -> String {
+    c.goto(&format!("{}/approvals", base(c).await))
+        .await
+        .expect("approvals");
+    until(
+        c,
+        "a verified request",
+        "document.querySelector('article.approval form.decide:not([hidden])')",
+    )
+    .await;
+    let form = c
+        .find(Locator::Css("article.approval form.decide"))
+        .await
+        .expect("form");
+    form.find(Locator::Css("input[name=note]"))
+        .await
+        .expect("note")
+        .send_keys(note)
+        .await
+        .expect("type");
+    if let Some(args) = edited {
+        form.find(Locator::Css("details.edit summary"))
+            .await
+            .expect("edit")
+            .click()
+            .await
+            .expect("open");
+        let area = form
+            .find(Locator::Css("textarea[name=arguments]"))
+            .await
+            .expect("area");
+        area.clear().await.expect("clear");
+        area.send_keys(args).await.expect("type args");
+    }
+    if let Some(name) = screenshot {
+        shot(c, name).await;
+    }
+    form.find(Locator::Css(&format!("button[data-decision={decision}]")))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    until(
+        c,
+        "an outcome",
+        "document.querySelector('article.approval[data-decided]')",
+    )
+    .await;
+    text(c, "article.approval form.decide .outcome").await
+}
+
+async fn base(c: &Client) -> String {
+    let u = c.current_url().await.expect("url");
+    format!(
+        "{}://{}",
+        u.scheme(),
+        u.host_str()
+            .map(|h| format!("{h}:{}", u.port().unwrap_or(80)))
+            .unwrap_or_default()
+    )
+}
+
+/// The whole console in a real browser: enrol, log in, a session seen live, then three parked
+/// `fs.write` calls decided from the page — approved, denied with a reason, approved with
+/// edited arguments — each signed in the browser and checked by aegis; the turns resume and
+/// the ledger shows what ran.
+#[test]
+fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
+    let mut s = Stack::new(SCRIPT);
+    std::fs::write(s.path("policy.toml"), POLICY).expect("policy");
+    let port = free_port();
+    console_env(&mut s, port, "[]");
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let driver_port = free_port();
+    let mut driver = chromedriver(driver_port);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let url = format!("http://127.0.0.1:{port}");
+    let result = rt.block_on(async {
+        let c = browser(driver_port).await;
+        // Enrol: the key is made in the browser; the page shows what the operator trusts.
+        c.goto(&format!("{url}/enrol")).await.expect("enrol");
+        c.find(Locator::Css("#enrol-name")).await.expect("name").send_keys("alice").await.expect("type");
+        c.find(Locator::Css("#enrol-button")).await.expect("button").click().await.expect("click");
+        until(&c, "a public key", "document.getElementById('enrol-key').textContent.length === 64").await;
+        let public_key = text(&c, "#enrol-key").await;
+        let extractable = c
+            .execute_async(
+                "const done = arguments[0]; const r = indexedDB.open('kura-console', 1);
+                 r.onsuccess = () => { const g = r.result.transaction('keys').objectStore('keys').get('device');
+                 g.onsuccess = () => done(g.result.pair.privateKey.extractable); };",
+                vec![],
+            )
+            .await
+            .expect("idb");
+        assert_eq!(extractable, json!(false), "the private key can never leave the browser");
+        shot(&c, "enrol").await;
+        (c, public_key)
+    });
+    let (c, public_key) = result;
+    // The operator trusts the key for the console and for aegis, and (re)starts them.
+    let users = format!("[{{ name = \"alice\", public_key = \"{public_key}\" }}]");
+    console_env(&mut s, port, &users);
+    s.extra_env
+        .push(("KURA_AEGIS__APPROVERS".into(), users.clone()));
+    s.signal("serve", "TERM");
+    s.wait_exit("serve", MINUTE);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+
+    rt.block_on(async {
+        c.goto(&format!("{url}/login")).await.expect("login page");
+        shot(&c, "login").await;
+        c.find(Locator::Css("#login-button"))
+            .await
+            .expect("login")
+            .click()
+            .await
+            .expect("click");
+        until(
+            &c,
+            "the sessions page",
+            "location.pathname === '/' && document.querySelector('table.sessions')",
+        )
+        .await;
+    });
+    // Live: a session submitted now shows up without a reload, waiting for a person.
+    let first = s.submit("make the shopping list");
+    rt.block_on(async {
+        until(&c, "the session, live", "document.querySelectorAll('table.sessions tbody tr').length === 1 && document.body.dataset.refreshed").await;
+        until(&c, "its waiting approval, live", "document.querySelector('table.sessions a.badge')").await;
+        shot(&c, "sessions").await;
+        // Approve it from the page; aegis checks the browser's signature; the turn resumes.
+        let out = decide_first(&c, "approve", "groceries are fine", None, Some("approvals")).await;
+        assert!(out.contains("approved by user:alice"), "{out}");
+    });
+    let st = s.wait_complete(first, MINUTE);
+    let sid = st.session_id.expect("session");
+    assert_eq!(
+        std::fs::read_to_string(s.path(&format!("ws/{sid}/lists/shopping.md"))).expect("written"),
+        "- rice\n"
+    );
+
+    // Deny another, with a reason: the file is never written.
+    let second = s.submit("make another list");
+    let out = rt.block_on(async { decide_first(&c, "deny", "not today", None, None).await });
+    assert!(out.contains("denied by user:alice"), "{out}");
+    let st2 = s.wait_complete(second, MINUTE);
+    let sid2 = st2.session_id.expect("session");
+    assert!(
+        !s.path(&format!("ws/{sid2}/lists/shopping.md")).exists(),
+        "a denied write did not run"
+    );
+
+    // Edit a third: the tool runs with the person's arguments, and the ledger shows both.
+    let third = s.submit("and a third");
+    let edited = r#"{"path": "lists/edited.md", "content": "- miso\n"}"#;
+    let out = rt.block_on(async {
+        decide_first(&c, "approve-edited", "miso instead", Some(edited), None).await
+    });
+    assert!(out.contains("with edited arguments"), "{out}");
+    let st3 = s.wait_complete(third, MINUTE);
+    let sid3 = st3.session_id.expect("session");
+    assert!(
+        !s.path(&format!("ws/{sid3}/lists/shopping.md")).exists(),
+        "the requested call did not run"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.path(&format!("ws/{sid3}/lists/edited.md"))).expect("edited"),
+        "- miso\n"
+    );
+    let store = s.store();
+    let recs = session_records(&store, sid3);
+    let call = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.call")
+        .expect("call");
+    assert_eq!(call.content["arguments"]["path"], "lists/shopping.md");
+    let vote = recs
+        .iter()
+        .find(|r| r.author_id == "user:alice")
+        .expect("vote");
+    assert_eq!(vote.content["arguments"]["path"], "lists/edited.md");
+    let result = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.result")
+        .expect("result");
+    assert_eq!(
+        result.content["arguments_edited"]["path"],
+        "lists/edited.md"
+    );
+
+    // The history page: model markup is text, never markup; and the other pages render.
+    rt.block_on(async {
+        c.goto(&format!("{url}/s/{sid3}")).await.expect("history");
+        until(
+            &c,
+            "the history",
+            "document.querySelector('.t-tool-result')",
+        )
+        .await;
+        let scripts = c
+            .execute("return document.querySelectorAll('script').length;", vec![])
+            .await
+            .expect("count");
+        assert_eq!(scripts, json!(1), "only the console's own script");
+        let imgs = c
+            .execute(
+                "return document.querySelectorAll('main img').length;",
+                vec![],
+            )
+            .await
+            .expect("imgs");
+        assert_eq!(imgs, json!(0));
+        let shown = c
+            .execute(
+                "return document.querySelector('.t-agent-thought pre').textContent;",
+                vec![],
+            )
+            .await
+            .expect("thought");
+        assert!(
+            shown
+                .as_str()
+                .is_some_and(|t| t.contains("<script>document.title")),
+            "{shown}"
+        );
+        assert_ne!(c.title().await.expect("title"), "pwned");
+        shot(&c, "history").await;
+        for page in ["verify", "status", "memory?q=rice"] {
+            c.goto(&format!("{url}/{page}")).await.expect("page");
+            until(&c, page, "document.querySelector('main h1')").await;
+            shot(&c, page.split('?').next().unwrap_or(page)).await;
+        }
+        c.close().await.expect("close");
+    });
+    let _ = driver.kill();
+    let _ = driver.wait();
+    s.verify_all();
+    s.shutdown_cleanly();
+}
