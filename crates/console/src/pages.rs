@@ -26,7 +26,7 @@ pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) ->
             }
             body data-live=[login.map(|_| "1")] {
                 header {
-                    a.brand href="/" { "倉 Kura" }
+                    a.brand href="/" { "Kura" }
                     @if let Some(l) = login {
                         nav {
                             a href="/" { "Sessions" }

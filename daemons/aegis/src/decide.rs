@@ -225,7 +225,7 @@ fn check_edit(
 /// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
 /// stale, wrong-request, replayed, duplicate or late decisions are refused and counted
 /// (the first few per request and approver recorded in full). An approval may edit the
-/// call's arguments (see [`check_edit`]).
+/// call's arguments: only an approval, never past a deny rule, the same for every vote.
 pub fn decide(
     store: &mut Store,
     approvers: &[Approver],
