@@ -259,12 +259,12 @@ fn load_witness(config: &ServeConfig) -> anyhow::Result<Option<Witness>> {
 /// relay decisions, aegis's key from the keyring to check verdicts. Dropping the returned
 /// sender stops it.
 #[allow(clippy::type_complexity)]
-fn start_console(
+async fn start_console(
     config: &ServeConfig,
     bus: Option<Bus>,
 ) -> anyhow::Result<(
     tokio::sync::oneshot::Sender<()>,
-    Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    Option<tokio::task::JoinHandle<()>>,
 )> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     if config.console.listen.is_none() {
@@ -303,7 +303,10 @@ fn start_console(
         peers: m.witness_peers.iter().map(|p| p.name.clone()).collect(),
     };
     let console = kura_console::Console::new(config.console.clone(), store, bus, aegis_key, trust)?;
-    let task = tokio::spawn(kura_console::run(console, async move {
+    let Some(listening) = kura_console::bind(console).await? else {
+        return Ok((tx, None));
+    };
+    let task = tokio::spawn(listening.serve(async move {
         let _ = rx.await;
     }));
     Ok((tx, Some(task)))
@@ -327,7 +330,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
         tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
         witnessing::answer(bus, std::sync::Arc::new(w)).await?;
     }
-    let (console_stop, console) = start_console(&config, bus.clone())?;
+    let (console_stop, console) = start_console(&config, bus.clone()).await?;
     let heartbeat = std::sync::Arc::new(Heartbeat::start(&common, "kura", &name, bus.clone()));
     let beat = heartbeat.clone();
     let stop = Stop::new();

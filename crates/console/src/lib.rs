@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-pub use server::run;
+pub use server::{Listening, bind};
 
 /// `[console]`: where and for whom the console is served.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -25,14 +25,18 @@ const CSS: &str = include_str!("../assets/console.css");
 const LEDGERS_PER_PAGE: usize = 10;
 const SESSIONS_PER_PAGE: i64 = 50;
 
-/// Serves the console until `shutdown` resolves. Also watches the database (and the bus's
-/// doorbells) so live pages hear of every change within a fraction of a second.
-pub async fn run(
+/// The console bound to its address, ready to serve: binding (and loading the TLS
+/// certificate) happens first, so a daemon that cannot serve its console fails at start.
+pub struct Listening {
     console: Shared,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+    listener: tokio::net::TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// Binds the configured address; `None` when no console is configured.
+pub async fn bind(console: Shared) -> anyhow::Result<Option<Listening>> {
     let Some(addr) = console.config.listen else {
-        return Ok(());
+        return Ok(None);
     };
     let acceptor = if console.tls {
         Some(tls_acceptor(&console.config)?)
@@ -43,48 +47,64 @@ pub async fn run(
         .await
         .map_err(|e| anyhow::anyhow!("console: cannot listen on {addr}: {e}"))?;
     tracing::info!(%addr, tls = console.tls, "console listening");
-    let watcher = tokio::spawn(watch_changes(console.clone()));
-    let app = router(console.clone());
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, _) = tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: wait a little rather than spin.
-                    tracing::warn!(error = %e, "console: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let (app, acceptor) = (app.clone(), acceptor.clone());
-        tokio::spawn(async move {
-            let svc = hyper_util::service::TowerToHyperService::new(app);
-            let http = hyper::server::conn::http1::Builder::new();
-            let served = match acceptor {
-                Some(acc) => {
-                    match tokio::time::timeout(Duration::from_secs(10), acc.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
-                            http.serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                                .await
-                        }
-                        _ => return,
+    Ok(Some(Listening {
+        console,
+        listener,
+        acceptor,
+    }))
+}
+
+impl Listening {
+    /// Serves until `shutdown` resolves. Also watches the database (and the bus's
+    /// doorbells) so live pages hear of every change within a fraction of a second.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) {
+        let Listening {
+            console,
+            listener,
+            acceptor,
+        } = self;
+        let watcher = tokio::spawn(watch_changes(console.clone()));
+        let app = router(console.clone());
+        tokio::pin!(shutdown);
+        loop {
+            let (tcp, _) = tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors and the like: wait a little rather than spin.
+                        tracing::warn!(error = %e, "console: accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
                     }
-                }
-                None => {
-                    http.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
-                        .await
-                }
+                },
             };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "console connection ended");
-            }
-        });
+            let (app, acceptor) = (app.clone(), acceptor.clone());
+            tokio::spawn(async move {
+                let svc = hyper_util::service::TowerToHyperService::new(app);
+                let http = hyper::server::conn::http1::Builder::new();
+                let served = match acceptor {
+                    Some(acc) => {
+                        match tokio::time::timeout(Duration::from_secs(10), acc.accept(tcp)).await {
+                            Ok(Ok(tls)) => {
+                                http.serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                    .await
+                            }
+                            _ => return,
+                        }
+                    }
+                    None => {
+                        http.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                            .await
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, "console connection ended");
+                }
+            });
+        }
+        watcher.abort();
     }
-    watcher.abort();
-    Ok(())
 }
 
 fn tls_acceptor(config: &crate::ConsoleConfig) -> anyhow::Result<tokio_rustls::TlsAcceptor> {

@@ -537,8 +537,63 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
         "a denied write did not run"
     );
 
-    // Edit a third: the tool runs with the person's arguments, and the ledger shows both.
+    // Attacks on the third request, from inside the page. A lying server shows other
+    // arguments than the record holds: the browser's own hash check refuses to show them or
+    // offer a decision; a signature over what it showed is refused by aegis; and without
+    // the browser's signature the server cannot approve at all.
     let third = s.submit("and a third");
+    let (shown, signed, unsigned) = rt.block_on(async {
+        c.goto(&format!("{url}/approvals")).await.expect("approvals");
+        until(&c, "a verified request", "document.querySelector('article.approval form.decide:not([hidden])')").await;
+        let shown = c
+            .execute_async(
+                "const done = arguments[0]; const a = document.querySelector('article.approval');
+                 const lie = JSON.parse(a.dataset.content);
+                 lie.arguments = {path: '.ssh/authorized_keys', content: 'ssh-ed25519 AAAA attacker'};
+                 a.dataset.content = jcs(lie);
+                 a.querySelector('form.decide').hidden = true;
+                 a.querySelector('.verified').hidden = true;
+                 initApproval(a).then(() => done(a.querySelector('.check').textContent + '|' +
+                     a.querySelector('form.decide').hidden + '|' + a.querySelector('.verified').hidden));",
+                vec![],
+            )
+            .await
+            .expect("lie");
+        let post = |with_signature: bool| {
+            format!(
+                "const done = arguments[0]; (async () => {{
+                   const a = document.querySelector('article.approval');
+                   const d = {{request_id: a.dataset.requestId, decision: 'approve', approver: 'alice',
+                              note: '', signed_at: new Date().toISOString()}};
+                   if ({with_signature}) {{
+                     const h = await recordHash('approval.request', a.dataset.author, a.dataset.content);
+                     d.signature = await sign(await loadKey(), enc.encode(jcs(Object.assign({{kind: 'kura.approval.v1', request_hash: h}}, d))));
+                   }}
+                   const r = await fetch('/api/decide', {{method: 'POST',
+                     headers: {{'content-type': 'application/json', 'x-kura-csrf': csrf()}}, body: JSON.stringify(d)}});
+                   done(await r.json());
+                 }})();"
+            )
+        };
+        let signed = c.execute_async(&post(true), vec![]).await.expect("signed lie");
+        let unsigned = c.execute_async(&post(false), vec![]).await.expect("unsigned");
+        (shown, signed, unsigned)
+    });
+    let shown = shown.as_str().unwrap_or_default().to_owned();
+    assert!(
+        shown.starts_with("Refused: the content does not match") && shown.ends_with("|true|true"),
+        "{shown}"
+    );
+    assert_eq!(signed["ok"], json!(false), "{signed}");
+    assert!(
+        signed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("signature")),
+        "{signed}"
+    );
+    assert_eq!(unsigned["ok"], json!(false), "{unsigned}");
+
+    // Edit it: the tool runs with the person's arguments, and the ledger shows both.
     let edited = r#"{"path": "lists/edited.md", "content": "- miso\n"}"#;
     let out = rt.block_on(async {
         decide_first(&c, "approve-edited", "miso instead", Some(edited), None).await
@@ -622,5 +677,93 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
     let _ = driver.kill();
     let _ = driver.wait();
     s.verify_all();
+    s.shutdown_cleanly();
+}
+
+/// Beyond loopback the console needs TLS: without a certificate `kura serve` refuses to
+/// start (saying why); with the bus's certificate a client pinning the local CA gets the
+/// login page over HTTPS, with a `Secure` cookie once logged in.
+#[test]
+fn beyond_loopback_the_console_is_tls_only() {
+    let mut s = Stack::new(SCRIPT);
+    let port = free_port();
+    s.extra_env
+        .push(("KURA_CONSOLE__LISTEN".into(), format!("0.0.0.0:{port}")));
+    s.spawn("kura", "serve");
+    let deadline = Instant::now() + MINUTE;
+    let status = loop {
+        if let Some((_, st)) = s.exited().into_iter().find(|(n, _)| n == "serve") {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve still runs: {}",
+            s.log("serve")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    assert!(s.log("serve").contains("needs TLS"), "{}", s.log("serve"));
+
+    let keys = s.nats.keys_dir().to_path_buf();
+    s.extra_env.extend([
+        (
+            "KURA_CONSOLE__TLS_CERT".into(),
+            keys.join("nats-server.pem").display().to_string(),
+        ),
+        (
+            "KURA_CONSOLE__TLS_KEY".into(),
+            keys.join("nats-server-key.pem").display().to_string(),
+        ),
+    ]);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let page = rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in
+            rustls::pki_types::CertificateDer::pem_file_iter(keys.join("nats-ca.pem")).expect("ca")
+        {
+            roots.add(cert.expect("cert")).expect("add");
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("tcp");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let mut tls = connector
+            .connect(name, tcp)
+            .await
+            .expect("a TLS handshake against the pinned CA");
+        tls.write_all(
+            format!("GET /login HTTP/1.1\r\nHost: localhost:{port}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("send");
+        let mut out = Vec::new();
+        let _ = tls.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("Log in with this browser"), "{page}");
+    // Plain HTTP to the TLS port gets no page.
+    let (status, _, body) = http(port, "GET", "/login", &[], "");
+    assert!(
+        status != 200 && !body.contains("Log in"),
+        "plain HTTP answered: {status} {body}"
+    );
     s.shutdown_cleanly();
 }
