@@ -667,6 +667,10 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
         );
         assert_ne!(c.title().await.expect("title"), "pwned");
         shot(&c, "history").await;
+        // The diff picker: the newest ledger against the oldest.
+        c.find(Locator::Css("form.diff button")).await.expect("diff").click().await.expect("click");
+        until(&c, "the diff", "document.querySelector('main h1')?.textContent === 'Diff' && document.querySelector('.only-a .t-tool-result')").await;
+        shot(&c, "diff").await;
         for page in ["verify", "status", "memory?q=rice"] {
             c.goto(&format!("{url}/{page}")).await.expect("page");
             until(&c, page, "document.querySelector('main h1')").await;
