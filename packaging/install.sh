@@ -116,9 +116,10 @@ if [ ! -e "$logkey" ]; then
     else
         vkey=$("${KURA_INIT:-$root/opt/kura/bin/kura}" log-key init --out "$logkey" --name "$name" | tail -n 1)
     fi
-    # [serve] is the file's last table, so the line lands in it.
+    # Right under the [serve] header (other tables, such as [console], follow it). A verifier
+    # key is name+hex+base64: no character sed's `a` text treats specially.
     grep -q '^log_verifier' "$root/etc/kura/serve.toml" \
-        || printf 'log_verifier = "%s"\n' "$vkey" >> "$root/etc/kura/serve.toml"
+        || sed -i "/^\[serve\]\$/a log_verifier = \"$vkey\"" "$root/etc/kura/serve.toml"
 fi
 
 # The database: created once, by the kura user (so kura owns it), mode 0600 (`kura init`
