@@ -56,6 +56,10 @@ pub enum Command {
         /// List each ledger's records too.
         #[arg(long)]
         records: bool,
+        /// Draw the ledgers as a graph, like `git log --graph`: rewinds leave side branches,
+        /// forks name where they grew from and where they went.
+        #[arg(long, conflicts_with = "records")]
+        graph: bool,
     },
     /// Compare two ledgers by record hash.
     Diff {
@@ -349,6 +353,30 @@ pub enum SessionCmd {
     },
     /// List sessions, newest first.
     List,
+    /// Move a session's head back to an earlier sealed ledger of its own history. The ref
+    /// log records the move and the reason; the ledgers after it stay, shown as unreachable.
+    Reset {
+        /// The session.
+        session: String,
+        /// The sealed ledger to move the head back to.
+        ledger: String,
+        /// Why (one line; recorded in the hash-chained ref log).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Start a new session from any sealed ledger (of any session): its first ledger has that
+    /// ledger as parent, so the history is shared, not copied. Prints the new session's id.
+    Fork {
+        /// The sealed ledger to grow from.
+        ledger: String,
+        /// A label for the new session.
+        #[arg(long, default_value = "fork")]
+        label: String,
+        /// An nkey seed (e.g. /etc/kura/keys/operator.nk) that signs the fork's first seal,
+        /// so `kura verify --keyring` knows who sealed it.
+        #[arg(long)]
+        sealer_key: Option<PathBuf>,
+    },
 }
 
 /// `kura ledger ...`

@@ -180,13 +180,39 @@ fn with_store(
                 out.line(l.ledger_id.to_string())?;
             }
         }
-        Command::Ledger(LedgerCmd::Seal { ledger, sealer_key }) => {
-            if let Some(path) = sealer_key {
-                let key = kura_runtime::identity::read_seed(&path)?;
-                store.set_sealer(Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
-                    key,
-                ))?));
+        Command::Session(SessionCmd::Reset {
+            session,
+            ledger,
+            reason,
+        }) => {
+            let e = store.reset_head(id(&session)?, id(&ledger)?, &reason)?;
+            if json {
+                out.json(&e)?;
+            } else {
+                out.line(format!(
+                    "session {} reset: head {} -> {} (ref log entry {})",
+                    e.session_id,
+                    e.old_head.as_deref().unwrap_or("-"),
+                    e.new_head,
+                    e.seq
+                ))?;
             }
+        }
+        Command::Session(SessionCmd::Fork {
+            ledger,
+            label,
+            sealer_key,
+        }) => {
+            use_sealer(store, sealer_key.as_deref())?;
+            let (s, first) = store.fork(id(&ledger)?, &label)?;
+            if json {
+                out.json(&json!({"session": s, "first_ledger": first}))?;
+            } else {
+                out.line(s.session_id.to_string())?;
+            }
+        }
+        Command::Ledger(LedgerCmd::Seal { ledger, sealer_key }) => {
+            use_sealer(store, sealer_key.as_deref())?;
             let (l, newly) = store.seal_ledger(id(&ledger)?)?;
             if json {
                 out.json(&json!({"ledger": l, "newly_sealed": newly}))?;
@@ -249,7 +275,14 @@ fn with_store(
                 out.line(format!("{}{note}", appended.record.record_id))?;
             }
         }
-        Command::Log { session, records } => log(store, out, json, id(&session)?, records)?,
+        Command::Log {
+            session,
+            graph: true,
+            ..
+        } => crate::graph::draw(store, out, json, id(&session)?)?,
+        Command::Log {
+            session, records, ..
+        } => log(store, out, json, id(&session)?, records)?,
         Command::Diff { ledger_a, ledger_b } => {
             let d = kura_store::diff::diff(store, id(&ledger_a)?, id(&ledger_b)?)?;
             if json {
@@ -485,6 +518,17 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
     String::from_utf8(buf).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
 }
 
+/// Seals with the nkey seed at `path`, when given.
+fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        let key = kura_runtime::identity::read_seed(path)?;
+        store.set_sealer(Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
+            key,
+        ))?));
+    }
+    Ok(())
+}
+
 fn log(
     store: &Store,
     out: &mut Out,
@@ -494,6 +538,8 @@ fn log(
 ) -> anyhow::Result<()> {
     let session = store.read_session(session_id)?;
     let ledgers = store.session_ledgers(session_id)?;
+    // Left behind by a reset, like commits only the reflog still names.
+    let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
     // A keyring that cannot be read only costs the names, never the log.
     let ring = crate::tlog::keyring(None).unwrap_or_default();
     if json {
@@ -505,6 +551,7 @@ fn log(
                     "head".into(),
                     json!(session.head_ledger_id == Some(l.ledger_id)),
                 );
+                obj.insert("unreachable".into(), json!(lost.contains(&l.ledger_id)));
                 obj.insert(
                     "sealer".into(),
                     json!(kura_store::sealer::sealer_of(
@@ -540,6 +587,11 @@ fn log(
             session.head_ledger_id == Some(l.ledger_id),
             sealer.as_deref(),
         )?;
+        if lost.contains(&l.ledger_id) {
+            out.line(
+                "Note:    unreachable (the head was reset past it; see `kura show <session>`)",
+            )?;
+        }
         if with_records {
             for (i, r) in store.hydrate(l.ledger_id)?.iter().enumerate() {
                 out.line(output::record_line(i, r))?;
@@ -579,10 +631,17 @@ fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<(
         Some(_) => {
             let s = store.read_session(uid)?;
             let reflog = store.reflog(uid)?;
+            let forks = kura_store::branch::forks_of(store.conn(), uid)?;
             if json {
-                out.json(&json!({"session": s, "reflog": reflog}))?;
+                out.json(&json!({"session": s, "reflog": reflog, "forks": forks}))?;
             } else {
                 output::session_block(out, &s, &reflog)?;
+                for f in &forks {
+                    out.line(format!(
+                        "Fork:    session {} grew from ledger {}",
+                        f.session_id, f.origin
+                    ))?;
+                }
             }
         }
         None => bail!("no record, ledger or session {uid}"),

@@ -90,6 +90,7 @@ record_types! {
     SysError => "sys.error", "An error or failure.";
     ApprovalRequest => "approval.request", "A tool call waiting for a policy or human decision.";
     ApprovalDecision => "approval.decision", "A policy or human decision on an approval request.";
+    SessionFork => "session.fork", "The first record of a session forked from a sealed ledger: names its origin.";
 }
 
 impl RecordType {

@@ -1,4 +1,5 @@
-//! `kura export --format=git`: a session as a real git repository, one commit per sealed ledger.
+//! `kura export --format=git`: a session as a real git repository, one commit per sealed
+//! ledger; sessions forked from it are branches (`fork/<session>`) sharing its commits.
 //!
 //! Built with `git fast-import` from a fully determined stream (fixed author, commit time =
 //! seal time, parents = ledger parents), so exporting the same session twice gives the same
@@ -78,17 +79,44 @@ fn json_pretty<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 /// missing; an existing export there is updated in place).
 pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exported> {
     let session = store.read_session(session_id)?;
-    let mut ledgers: Vec<Ledger> = store
-        .session_ledgers(session_id)?
-        .into_iter()
-        .filter(|l| l.state == LedgerState::Sealed)
-        .collect();
-    ledgers.reverse(); // oldest first: parents before children
     let Some(head) = session.head_ledger_id else {
         return Err(StoreError::Invalid(format!(
             "session {session_id} has no sealed ledger to export"
         )));
     };
+    // The session, every session forked from it (and from those), and all the history they
+    // grow from: a fork is a branch sharing the origin's commits, not a copy.
+    let mut sessions = vec![session_id];
+    let mut branches: Vec<(String, Uuid)> = Vec::new();
+    let mut i = 0;
+    while i < sessions.len() {
+        for f in crate::branch::forks_of(store.conn(), sessions[i])? {
+            if !sessions.contains(&f.session_id) {
+                sessions.push(f.session_id);
+                if let Some(h) = store.read_session(f.session_id)?.head_ledger_id {
+                    branches.push((format!("fork/{}", f.session_id), h));
+                }
+            }
+        }
+        i += 1;
+    }
+    let mut wanted = std::collections::HashSet::new();
+    for s in &sessions {
+        for l in store.session_ledgers(*s)? {
+            if l.state == LedgerState::Sealed {
+                wanted.extend(crate::branch::ancestors(store.conn(), l.ledger_id)?);
+            }
+        }
+    }
+    let mut ledgers: Vec<Ledger> = Vec::new();
+    for id in wanted {
+        let l = store.read_ledger(id)?;
+        if l.state == LedgerState::Sealed {
+            ledgers.push(l);
+        }
+    }
+    // Oldest first (UUIDv7): parents before children, and the same stream every time.
+    ledgers.sort_by_key(|l| l.ledger_id);
     if out.exists() {
         let empty = out
             .read_dir()
@@ -182,9 +210,14 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
             "session head {head} is not a sealed ledger of the session"
         ))
     })?;
-    stream.extend_from_slice(
-        format!("reset refs/heads/main\nfrom :{head_mark}\n\ndone\n").as_bytes(),
-    );
+    stream.extend_from_slice(format!("reset refs/heads/main\nfrom :{head_mark}\n\n").as_bytes());
+    branches.sort();
+    for (name, h) in &branches {
+        if let Some(m) = marks.get(h) {
+            stream.extend_from_slice(format!("reset refs/heads/{name}\nfrom :{m}\n\n").as_bytes());
+        }
+    }
+    stream.extend_from_slice(b"done\n");
 
     let mut cmd = git(out);
     cmd.args(["fast-import", "--quiet", "--force", "--done"])

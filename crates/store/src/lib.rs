@@ -2,6 +2,7 @@
 //! records, ledgers, sessions, work tables, the memory index — and the reports read from it
 //! (verify, diff, proofs, git export). Synchronous by design: no async runtime, no NATS.
 
+pub mod branch;
 pub mod checkpoint;
 pub mod cosign;
 pub mod diff;

@@ -167,8 +167,14 @@ impl Stack {
 
     /// `minato submit` (no wait); returns the request number.
     pub fn submit(&self, instruction: &str) -> i64 {
+        self.submit_with(instruction, &[])
+    }
+
+    /// `minato submit` with more arguments (`--session S`, `--from L`); returns the request
+    /// number.
+    pub fn submit_with(&self, instruction: &str, extra: &[&str]) -> i64 {
         let mut cmd = Command::new(bin("minato"));
-        cmd.args(["submit", instruction, "--json"]);
+        cmd.args(["submit", instruction, "--json"]).args(extra);
         self.env(&mut cmd, "submit");
         let out = cmd.output().expect("submit");
         assert!(

@@ -30,6 +30,9 @@ enum Command {
         /// Continue this session instead of starting a new one.
         #[arg(long)]
         session: Option<String>,
+        /// Fork a new session from this sealed ledger (of any session) and continue there.
+        #[arg(long, conflicts_with = "session")]
+        from: Option<String>,
         /// Follow the session until it completes and print the deliverable.
         #[arg(long)]
         wait: bool,
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Submit {
             instruction,
             session,
+            from,
             wait,
             timeout,
             author,
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
                 config_path.as_deref(),
                 &instruction,
                 session,
+                from,
                 wait,
                 author,
                 json,
@@ -75,6 +80,7 @@ fn submit(
     config_path: Option<&std::path::Path>,
     instruction: &str,
     session: Option<String>,
+    from: Option<String>,
     wait: Option<Duration>,
     author: Option<String>,
     json: bool,
@@ -94,6 +100,18 @@ fn submit(
         Ok(s) => s,
         Err(e) => {
             eprintln!("minato: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // `--from`: the fork is durable before the request that continues it.
+    let session = match from.as_deref().map(|l| {
+        let ledger = kura_store::store::parse_id(l)?;
+        minato::submit::fork(&config.common, ledger)
+    }) {
+        None => session,
+        Some(Ok(forked)) => Some(forked),
+        Some(Err(e)) => {
+            eprintln!("minato: error: {e:#}");
             return ExitCode::from(2);
         }
     };

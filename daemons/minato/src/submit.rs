@@ -22,6 +22,14 @@ pub struct Submitted {
     pub status: Option<RequestStatus>,
 }
 
+/// Forks a new session from the sealed `ledger` (of any session), sealed with this
+/// identity's key, for a submit to continue: `minato submit --from`.
+pub fn fork(common: &Common, ledger: Uuid) -> anyhow::Result<Uuid> {
+    let mut store = Store::open(&common.db, &common.store_options()?)?;
+    let (s, _) = store.fork(ledger, &format!("fork of {ledger}"))?;
+    Ok(s.session_id)
+}
+
 /// Submits `instruction` (optionally continuing `session`) and, if `wait` is set, waits up
 /// to `timeout` for the session to complete.
 pub async fn run(

@@ -10,4 +10,5 @@ mod e2e;
 mod memory;
 mod openai;
 mod supervise;
+mod timetravel;
 mod witness;

@@ -2,6 +2,7 @@
 //! a concern, every test on a real database file through the real binary.
 
 mod bench;
+mod branch;
 mod cli;
 mod concurrency;
 mod export;

@@ -35,6 +35,8 @@ pub use records::{Query, write_record_in};
 pub fn record_from_row_pub(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<proto::Record>> {
     records::record_from_row(row)
 }
+pub(crate) use ledgers::read_ledger_in;
+pub(crate) use sessions::move_head;
 pub use sessions::{RefLogEntry, Session};
 
 /// `PRAGMA application_id` of a Kura database ("KURA" in ASCII), so a stray SQLite file is
