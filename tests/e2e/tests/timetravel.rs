@@ -89,7 +89,7 @@ fn a_rewound_session_continues_from_its_new_head_and_a_fork_continues_elsewhere(
         .expect("turn 3 context");
     assert_eq!(
         ctx3.2,
-        [turn1_out.clone()],
+        std::slice::from_ref(&turn1_out),
         "the next context grows from the reset head"
     );
     let log = kura(&s, &["log", &session]);
@@ -113,12 +113,12 @@ fn a_rewound_session_continues_from_its_new_head_and_a_fork_continues_elsewhere(
     assert_eq!(fl[0].1, "fork");
     assert_eq!(
         fl[0].2,
-        [turn1_out.clone()],
+        std::slice::from_ref(&turn1_out),
         "the fork's first ledger grows from the origin"
     );
     assert_eq!(
         fl[1].2,
-        [fl[0].0.clone()],
+        std::slice::from_ref(&fl[0].0),
         "its first context grows from the fork ledger"
     );
     let show = kura(&s, &["show", &session]);
