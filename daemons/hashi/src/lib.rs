@@ -2,6 +2,7 @@
 //! (model provider + tools), writes each step as its own durable record in the turn's
 //! output ledger, seals it and rings `evt.worker.complete`.
 
+mod replay;
 pub mod sandbox;
 pub mod tools;
 mod worker;

@@ -21,6 +21,7 @@ use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{NewRecord, Record, RecordType, ToolStatus};
 use serde_json::{Map, Value, json};
 
+use crate::replay::Recorded;
 use crate::tools::{Effect, Refusal, Toolbox, excerpt, fit};
 use crate::{Approvals, WorkerConfig};
 
@@ -226,6 +227,10 @@ impl Worker {
         {
             return Ok(End::Parked(request));
         }
+        let mut recorded = match claim.replay {
+            Some(r) => Some(Recorded::load(&self.store, r)?),
+            None => None,
+        };
         let mut delivered = history
             .iter()
             .any(|r| r.record_type == RecordType::TaskDeliverable);
@@ -253,10 +258,17 @@ impl Worker {
                 self.fail(claim, &mut history, &msg)?;
                 break;
             }
-            let steps = match self.ask(&input) {
+            // A replay that is not live takes every step from the record.
+            let asked = match recorded.as_ref().filter(|r| !r.replay.live) {
+                Some(r) => r.step(input.steps_taken()).map(|s| vec![s]),
+                None => self
+                    .ask(&input)
+                    .map_err(|e| format!("model provider failed: {e}")),
+            };
+            let steps = match asked {
                 Ok(s) => s,
                 Err(e) => {
-                    let msg = excerpt(&format!("model provider failed: {e}"), MAX_QUOTE_BYTES);
+                    let msg = excerpt(&e, MAX_QUOTE_BYTES);
                     self.fail(claim, &mut history, &msg)?;
                     break;
                 }
@@ -280,9 +292,13 @@ impl Worker {
                             delivered = true;
                             break;
                         }
-                        if let CallEnd::Parked(request) =
-                            self.call_tool(claim, &mut history, &name, arguments)?
-                        {
+                        if let CallEnd::Parked(request) = self.call_tool(
+                            claim,
+                            &mut history,
+                            &name,
+                            arguments,
+                            recorded.as_mut(),
+                        )? {
                             return Ok(End::Parked(request));
                         }
                     }
@@ -359,11 +375,27 @@ impl Worker {
         history: &mut Vec<Record>,
         name: &str,
         mut arguments: Map<String, Value>,
+        recorded: Option<&mut Recorded>,
     ) -> kura_store::Result<CallEnd> {
-        let call_id = proto::new_id().to_string();
         // Policy, record and tool all see the one normalised spelling of each path.
         let as_given = arguments.clone();
         self.tools.normalize_args(&mut arguments);
+        // In a replay: the recorded call this one replays, if any (its id and result).
+        let replaying = recorded.is_some();
+        let k = tool_calls(history);
+        let matched = recorded.and_then(|r| {
+            let live = r.replay.live;
+            r.match_call(k, name, &arguments).map(|c| {
+                c.used = true;
+                (c.call_id.clone(), c.result.clone(), live)
+            })
+        });
+        // Replaying the recorded steps reuses the recorded call id, so the call record is
+        // the recorded one (same content, same hash).
+        let call_id = match &matched {
+            Some((id, _, false)) if !id.is_empty() => id.clone(),
+            _ => proto::new_id().to_string(),
+        };
         let effect = self
             .tools
             .get(name)
@@ -402,7 +434,42 @@ impl Worker {
             &[("effect", effect.to_owned())],
         );
         self.append(claim, history, call)?;
+        let reads = self
+            .tools
+            .get(name)
+            .is_some_and(|t| t.effect() == Effect::Read);
+        if replaying && !reads {
+            return self.serve_recorded(claim, history, &call_id, matched.and_then(|m| m.1));
+        }
         self.approve_and_run(claim, history, name, &arguments, &call_id)
+    }
+
+    /// A replay's side-effecting call: never run again. The recorded result is served,
+    /// naming the record it replays; a call the recorded turn did not make is refused.
+    fn serve_recorded(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        call_id: &str,
+        recorded: Option<Record>,
+    ) -> kura_store::Result<CallEnd> {
+        let Some(r) = recorded else {
+            let refusal = "a replay never runs a side effect again, and the recorded turn has no \
+                           result for this call; not run";
+            self.record_result(claim, history, call_id, Err(refusal.into()), None)?;
+            return Ok(CallEnd::Done);
+        };
+        let mut content = r.content.as_object().cloned().unwrap_or_default();
+        content.insert("call_id".into(), json!(call_id));
+        content.insert("replayed".into(), json!(r.record_id));
+        let served = self.record(
+            claim,
+            RecordType::ToolResult,
+            Value::Object(content),
+            &[("replays", r.record_id.to_string())],
+        );
+        self.append(claim, history, served)?;
+        Ok(CallEnd::Done)
     }
 
     /// The part of a call after its `tool.call` record: policy, approval, run, result.

@@ -46,6 +46,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Re-run a session's turns into a fork: by default every step comes from the record
+    /// (a deterministic check that the code still reproduces the ledger); with `--live`
+    /// hashi's own model decides anew. Either way a side effect the recorded turn had is
+    /// never run again: its recorded result is served, marked `replayed`.
+    Replay {
+        /// The recorded session.
+        session: String,
+        /// The first turn to replay (the fork grows from the ledger before it).
+        #[arg(long, default_value_t = 1)]
+        from_turn: i64,
+        /// Let hashi's configured provider decide the steps.
+        #[arg(long)]
+        live: bool,
+        /// Give up waiting for a turn after this many seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,6 +73,20 @@ fn main() -> ExitCode {
     let config_path = args.config.path("minato");
     match args.command {
         Command::Daemon(lifecycle) => lifecycle.exec("minato", config_path.as_deref(), minato::run),
+        Command::Replay {
+            session,
+            from_turn,
+            live,
+            timeout,
+            json,
+        } => replay_cmd(
+            config_path.as_deref(),
+            &session,
+            from_turn,
+            live,
+            timeout,
+            json,
+        ),
         Command::Submit {
             instruction,
             session,
@@ -63,7 +97,7 @@ fn main() -> ExitCode {
             json,
         } => {
             let wait = wait.then(|| Duration::from_secs(timeout));
-            submit(
+            submit_cmd(
                 config_path.as_deref(),
                 &instruction,
                 session,
@@ -76,7 +110,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn submit(
+fn submit_cmd(
     config_path: Option<&std::path::Path>,
     instruction: &str,
     session: Option<String>,
@@ -163,6 +197,54 @@ fn print_submitted(out: &minato::submit::Submitted, json: bool) {
                 },
                 None => println!("(the session ended without a deliverable)"),
             }
+        }
+    }
+}
+
+fn replay_cmd(
+    config_path: Option<&std::path::Path>,
+    session: &str,
+    from_turn: i64,
+    live: bool,
+    timeout: u64,
+    json: bool,
+) -> ExitCode {
+    let (config, rt) = match kura_runtime::start_with::<Config>("minato", config_path, "warn") {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("minato: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let session = match kura_store::store::parse_id(session) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("minato: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let run = minato::submit::replay(
+        &config.common,
+        session,
+        from_turn,
+        live,
+        Duration::from_secs(timeout),
+    );
+    match rt.block_on(run) {
+        Ok(r) if json => {
+            println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            println!("replayed into session {}", r.session_id);
+            for (seq, st) in &r.turns {
+                println!("turn {seq}: complete={}", st.complete);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("minato: error: {e:#}");
+            ExitCode::from(2)
         }
     }
 }

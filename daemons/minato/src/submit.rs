@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::{Bus, Common, wake_pair};
 use kura_store::Store;
-use kura_store::work::{RequestStatus, request_status, submit};
+use kura_store::work::{Replay, RequestStatus, request_status, submit_replay};
 use proto::doorbell::{SessionComplete, SessionCreate};
 use uuid::Uuid;
 
@@ -39,9 +39,21 @@ pub async fn run(
     session: Option<Uuid>,
     wait: Option<Duration>,
 ) -> anyhow::Result<Submitted> {
+    run_replaying(common, instruction, author, session, wait, None).await
+}
+
+/// [`run`] for a request that replays a recorded turn.
+pub async fn run_replaying(
+    common: &Common,
+    instruction: &str,
+    author: &str,
+    session: Option<Uuid>,
+    wait: Option<Duration>,
+    replay: Option<Replay>,
+) -> anyhow::Result<Submitted> {
     let options = common.store_options()?;
     let mut store = Store::open(&common.db, &options)?;
-    let request = submit(&mut store, instruction, author, session)?;
+    let request = submit_replay(&mut store, instruction, author, session, replay)?;
     let (waker, rx) = wake_pair();
     let bus = Bus::connect(common, "minato-submit").await?;
     if wait.is_some() {
@@ -98,4 +110,74 @@ pub async fn run(
     }
     bus.close().await;
     Ok(out)
+}
+
+/// What `minato replay` did: the session the turns were replayed into, and each replayed
+/// turn's outcome.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Replayed {
+    /// The fork (or new session) that holds the replay.
+    pub session_id: Uuid,
+    /// (recorded turn number, the replayed request's status).
+    pub turns: Vec<(i64, RequestStatus)>,
+}
+
+/// Re-runs `session`'s turns from `from_turn` on into a fork grown from the ledger before
+/// that turn (a new session when it is the first): each turn with its recorded instruction,
+/// and the worker serving the recorded steps (or, `live`, asking its own model while still
+/// serving recorded side effects). Turns run one after another, each waited for.
+pub async fn replay(
+    common: &Common,
+    session: Uuid,
+    from_turn: i64,
+    live: bool,
+    timeout: Duration,
+) -> anyhow::Result<Replayed> {
+    let mut store = Store::open(&common.db, &common.store_options()?)?;
+    let recorded = kura_store::work::recorded_turns(store.conn(), session)?;
+    let todo: Vec<_> = recorded
+        .into_iter()
+        .filter(|t| t.seq >= from_turn)
+        .collect();
+    let Some(first) = todo.first() else {
+        anyhow::bail!("session {session} has no finished turn {from_turn} or later to replay");
+    };
+    let context = store.read_ledger(first.context_ledger_id)?;
+    let target = match context.parent_ids.first() {
+        Some(origin) => {
+            store
+                .fork(*origin, &format!("replay of {session}"))?
+                .0
+                .session_id
+        }
+        None => {
+            store
+                .create_session(&format!("replay of {session}"))?
+                .session_id
+        }
+    };
+    drop(store);
+    let mut turns = Vec::new();
+    for t in todo {
+        let done = run_replaying(
+            common,
+            &t.instruction,
+            &t.author,
+            Some(target),
+            Some(timeout),
+            Some(Replay {
+                of: t.output_ledger_id,
+                live,
+            }),
+        )
+        .await?;
+        let status = done
+            .status
+            .ok_or_else(|| anyhow::anyhow!("turn {} was not waited for", t.seq))?;
+        turns.push((t.seq, status));
+    }
+    Ok(Replayed {
+        session_id: target,
+        turns,
+    })
 }

@@ -126,3 +126,179 @@ fn a_rewound_session_continues_from_its_new_head_and_a_fork_continues_elsewhere(
     s.verify_all();
     s.shutdown_cleanly();
 }
+
+/// A stack whose shell may run one side-effect program that logs `$KURA_CALL_ID` per run.
+fn sidefx_stack(script: impl Fn(&std::path::Path) -> String) -> (Stack, std::path::PathBuf) {
+    let mut s = Stack::new("{\"turns\": []}");
+    let sidefx = s.path("sidefx");
+    let effects = s.path("effects.log");
+    std::fs::write(
+        &sidefx,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$KURA_CALL_ID\" >> '{}'\n",
+            effects.display()
+        ),
+    )
+    .expect("sidefx");
+    let mut perms = std::fs::metadata(&sidefx).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&sidefx, perms).expect("chmod");
+    std::fs::write(&effects, "").expect("log");
+    std::fs::write(s.path("script.json"), script(&sidefx)).expect("script");
+    s.extra_env = vec![
+        (
+            "KURA_TOOLS__SHELL_ALLOWLIST".into(),
+            format!("[\"{}\"]", sidefx.display()),
+        ),
+        (
+            "KURA_TOOLS__SANDBOX_READ_ONLY".into(),
+            format!("[\"{}\"]", sidefx.display()),
+        ),
+        (
+            "KURA_TOOLS__SANDBOX_READ_WRITE".into(),
+            format!("[\"{}\"]", effects.display()),
+        ),
+    ];
+    (s, effects)
+}
+
+fn three_turns(sidefx: &std::path::Path, word: &str) -> String {
+    let turn = |n: u32| {
+        format!(
+            r#"[{{"thought": "turn {n}: {word}"}},
+                {{"tool": "shell.run", "args": {{"argv": ["{}"]}}}},
+                {{"tool": "fs.list", "args": {{}}}},
+                {{"deliver": "turn {n} done: {{instruction}}"}}]"#,
+            sidefx.display()
+        )
+    };
+    format!(r#"{{"turns": [{}, {}, {}]}}"#, turn(1), turn(2), turn(3))
+}
+
+fn replay(s: &Stack, session: &str, extra: &[&str]) -> Value {
+    let mut cmd = Command::new(bin("minato"));
+    cmd.args(["replay", session, "--json", "--timeout", "60"])
+        .args(extra);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("KURA_DB", &s.db)
+        .env("KURA_NATS_URL", s.nats.url())
+        .env(
+            "KURA_NATS_SEED",
+            s.nats.seed(kura_runtime::identity::Role::Submit),
+        )
+        .env("KURA_NATS_CA", s.nats.ca());
+    let out = cmd.output().expect("replay");
+    assert!(
+        out.status.success(),
+        "replay: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// (type, hash) of every record in `session`'s output ledgers, in order.
+fn outputs(s: &Stack, session: &str) -> Vec<(String, String, Value)> {
+    let store = s.store();
+    let id = kura_store::store::parse_id(session).expect("id");
+    kura_testkit::stack::session_records(&store, id)
+        .into_iter()
+        .map(|r| {
+            (
+                r.record_type.as_str().to_owned(),
+                r.hash.clone(),
+                r.content.clone(),
+            )
+        })
+        .collect()
+}
+
+fn effects_log(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .expect("log")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A recorded three-turn session replayed with its recorded steps reproduces every thought,
+/// call and deliverable record (the same hashes); its side effects are served from the
+/// record and never run again; a live replay with another script cannot repeat them either.
+#[test]
+fn a_replay_reproduces_the_recorded_records_and_never_repeats_a_side_effect() {
+    let (mut s, effects) = sidefx_stack(|p| three_turns(p, "recorded"));
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    s.spawn("aegis", "aegis");
+    let first = s.wait_complete(s.submit("tidy the pantry"), MINUTE);
+    let session = first.session_id.expect("session").to_string();
+    for i in ["buy rice", "cook dinner"] {
+        s.wait_complete(s.submit_with(i, &["--session", &session]), MINUTE);
+    }
+    let ran = effects_log(&effects);
+    assert_eq!(ran.len(), 3, "one side effect per recorded turn: {ran:?}");
+
+    let r = replay(&s, &session, &[]);
+    let replayed = r["session_id"].as_str().expect("session").to_owned();
+    assert_eq!(r["turns"].as_array().map(Vec::len), Some(3));
+    let (a, b) = (outputs(&s, &session), outputs(&s, &replayed));
+    let kinds = |v: &[(String, String, Value)], t: &str| -> Vec<String> {
+        v.iter().filter(|x| x.0 == t).map(|x| x.1.clone()).collect()
+    };
+    for (t, n) in [
+        ("agent.thought", 3),
+        ("tool.call", 6),
+        ("task.deliverable", 3),
+    ] {
+        let (ka, kb) = (kinds(&a, t), kinds(&b, t));
+        assert_eq!(ka.len(), n, "{t}");
+        assert_eq!(ka, kb, "the replay reproduces every {t} record");
+    }
+    // The side effects were served, naming the records they replay; nothing ran again.
+    let served: Vec<&Value> = b
+        .iter()
+        .filter(|x| x.0 == "tool.result" && x.2.get("replayed").is_some())
+        .map(|x| &x.2)
+        .collect();
+    assert_eq!(served.len(), 3, "{b:?}");
+    // Each names the recorded result it serves, which is in the recorded session.
+    for v in &served {
+        let id = v["replayed"].as_str().expect("id");
+        assert!(
+            a.iter()
+                .any(|x| x.0 == "tool.result" && x.2["call_id"] == v["call_id"]),
+            "{id}"
+        );
+    }
+    assert_eq!(effects_log(&effects), ran, "no side effect ran again");
+
+    // A live replay with another script: the model decides, the side effects still do not run.
+    std::fs::write(
+        s.path("script.json"),
+        three_turns(&s.path("sidefx"), "a different path"),
+    )
+    .expect("script");
+    s.signal("hashi", "TERM");
+    s.wait_exit("hashi", MINUTE);
+    s.spawn("hashi", "hashi");
+    let live = replay(&s, &session, &["--live", "--from-turn", "2"]);
+    let live_session = live["session_id"].as_str().expect("session").to_owned();
+    assert_eq!(live["turns"].as_array().map(Vec::len), Some(2));
+    let thoughts: Vec<String> = outputs(&s, &live_session)
+        .into_iter()
+        .filter(|x| x.0 == "agent.thought")
+        .filter_map(|x| x.2["text"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        thoughts.iter().all(|t| t.contains("a different path")),
+        "{thoughts:?}"
+    );
+    assert_eq!(
+        effects_log(&effects),
+        ran,
+        "each call id once: nothing ran again"
+    );
+    s.verify_all();
+    s.shutdown_cleanly();
+}

@@ -39,6 +39,8 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!("../../migrations/009_sealers.sql")),
         // 010: arguments a person approved instead of the requested ones.
         M::up(include_str!("../../migrations/010_edited_arguments.sql")),
+        // 011: requests that replay a recorded turn (its output ledger, recorded or live).
+        M::up(include_str!("../../migrations/011_replay.sql")),
     ]
 }
 

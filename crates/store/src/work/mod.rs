@@ -11,11 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use cursor::{cursor, set_cursor};
 pub use requests::{
-    Queued, Request, RequestStatus, last_deliverable, mark_accepted_in, next_request_after,
-    request_instruction, request_status, submit,
+    Queued, RecordedTurn, Request, RequestStatus, last_deliverable, mark_accepted_in,
+    next_request_after, recorded_turns, request_instruction, request_status, submit, submit_replay,
 };
 pub use turns::{
-    Claim, Turn, TurnState, claim_next, complete_turn, fenced, insert_turn_in,
+    Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, insert_turn_in,
     next_done_turn_after, next_turn_seq, release, release_failed, renew, turn,
 };
 

@@ -38,6 +38,18 @@ pub fn submit(
     author: &str,
     session: Option<Uuid>,
 ) -> Result<Request> {
+    submit_replay(store, instruction, author, session, None)
+}
+
+/// [`submit`] for a turn that replays the recorded turn whose output ledger is
+/// `replay.of` (see [`crate::work::turns::Replay`]).
+pub fn submit_replay(
+    store: &mut Store,
+    instruction: &str,
+    author: &str,
+    session: Option<Uuid>,
+    replay: Option<crate::work::turns::Replay>,
+) -> Result<Request> {
     if instruction.trim().is_empty() {
         return Err(StoreError::Invalid("the instruction is empty".into()));
     }
@@ -52,11 +64,14 @@ pub fn submit(
         }
         let stored = crate::store::write_record_in(tx, &rec)?;
         tx.execute(
-            "INSERT INTO requests (record_id, session_id, created_at) VALUES (?1, ?2, ?3)",
+            "INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
                 stored.record_id.to_string(),
                 session.map(|s| s.to_string()),
-                time::now()
+                time::now(),
+                replay.map(|r| r.of.to_string()),
+                replay.is_some_and(|r| r.live),
             ],
         )?;
         Ok(Request {
@@ -178,4 +193,55 @@ pub fn request_status(conn: &Connection, request_seq: i64) -> Result<RequestStat
         complete,
         deliverable,
     })
+}
+
+/// A finished turn as `minato replay` needs it.
+#[derive(Debug, Clone)]
+pub struct RecordedTurn {
+    /// Its number in the session.
+    pub seq: i64,
+    /// Its sealed context.
+    pub context_ledger_id: Uuid,
+    /// Its sealed output.
+    pub output_ledger_id: Uuid,
+    /// The instruction's text and author (resubmitted as is, it is the same record).
+    pub instruction: String,
+    /// Who gave it.
+    pub author: String,
+}
+
+/// `session_id`'s finished turns, in order.
+pub fn recorded_turns(conn: &Connection, session_id: Uuid) -> Result<Vec<RecordedTurn>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT t.seq, t.context_ledger_id, t.output_ledger_id, i.content, i.author_id
+           FROM turns t JOIN requests q ON q.request_seq = t.request_seq
+           JOIN records i ON i.record_id = q.record_id
+          WHERE t.session_id = ?1 AND t.state = 'done' AND t.output_ledger_id IS NOT NULL
+          ORDER BY t.seq",
+    )?;
+    let rows = stmt.query_map([session_id.to_string()], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, ctx, output, content, author) = row?;
+        let text = serde_json::from_str::<serde_json::Value>(&content)
+            .ok()
+            .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+            .unwrap_or_default();
+        out.push(RecordedTurn {
+            seq,
+            context_ledger_id: parse_id(&ctx)?,
+            output_ledger_id: parse_id(&output)?,
+            instruction: text,
+            author,
+        });
+    }
+    Ok(out)
 }

@@ -62,6 +62,18 @@ pub struct Claim {
     pub attempt: i64,
     /// Why the previous attempt failed, if one did.
     pub last_error: Option<String>,
+    /// The recorded turn this one replays, if it is a replay.
+    pub replay: Option<Replay>,
+}
+
+/// A turn that replays a recorded one (`minato replay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replay {
+    /// The recorded turn's output ledger.
+    pub of: Uuid,
+    /// The model decides anew (another provider or script); only side effects are served
+    /// from the record. Otherwise every step is the recorded one.
+    pub live: bool,
 }
 
 const TURN_COLUMNS: &str = "turn_id, session_id, seq, request_seq, context_ledger_id, output_ledger_id, \
@@ -129,6 +141,21 @@ pub fn claim_next(
         let (attempts, last_error): (i64, Option<String>) = tx
             .prepare_cached("SELECT attempts, last_error FROM turns WHERE turn_id = ?1")?
             .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (replay_of, live): (Option<String>, bool) = tx
+            .prepare_cached(
+                // Only the request's first turn replays: a continuation (a deliverable that
+                // asked for another turn) is not the recorded turn.
+                "SELECT CASE WHEN t.seq = (SELECT min(seq) FROM turns WHERE request_seq = t.request_seq)
+                             THEN r.replay_of END, r.replay_live
+                   FROM turns t JOIN requests r ON r.request_seq = t.request_seq
+                  WHERE t.turn_id = ?1",
+            )?
+            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let replay = replay_of
+            .as_deref()
+            .map(parse_id)
+            .transpose()?
+            .map(|of| Replay { of, live });
         let resumed = t.epoch > 0;
         let output = match t.output_ledger_id {
             Some(o) => o,
@@ -156,6 +183,7 @@ pub fn claim_next(
             resumed,
             attempt: attempts + 1,
             last_error,
+            replay,
         }))
     })
 }

@@ -1,0 +1,140 @@
+//! Replaying a recorded turn (`minato replay`): its steps come back from the record, so a
+//! replay checks that the code reproduces the ledger; and whatever decides the steps, a side
+//! effect the recorded turn had is never run again — its recorded result is served, marked
+//! as a replay and naming the record it replays.
+
+use kura_model::Step;
+use kura_store::Store;
+use kura_store::work::Replay;
+use proto::record::{Record, RecordType};
+use serde_json::{Map, Value};
+
+/// A recorded tool call and, if it got one, its result.
+pub struct RecordedCall {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: Map<String, Value>,
+    pub result: Option<Record>,
+    /// Taken by a live replay's call already (each recorded side effect serves once).
+    pub used: bool,
+}
+
+/// The turn being replayed.
+pub struct Recorded {
+    pub replay: Replay,
+    /// Its thoughts, calls and deliverable, in order.
+    pub steps: Vec<Step>,
+    pub calls: Vec<RecordedCall>,
+}
+
+impl Recorded {
+    /// Reads the recorded turn's output ledger.
+    pub fn load(store: &Store, replay: Replay) -> kura_store::Result<Recorded> {
+        let records = store.hydrate(replay.of)?;
+        let mut steps = Vec::new();
+        let mut calls: Vec<RecordedCall> = Vec::new();
+        for r in &records {
+            let text = || {
+                r.content
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            match r.record_type {
+                RecordType::AgentThought => steps.push(Step::Thought(text())),
+                RecordType::ToolCall => {
+                    let name = r
+                        .content
+                        .get("tool_name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    // What the model asked, as given: the worker normalises it again.
+                    let arguments = r
+                        .content
+                        .get("arguments_as_given")
+                        .or_else(|| r.content.get("arguments"))
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
+                    steps.push(Step::ToolCall {
+                        name: name.clone(),
+                        arguments: arguments.clone(),
+                    });
+                    calls.push(RecordedCall {
+                        call_id: r
+                            .content
+                            .get("call_id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
+                        name,
+                        arguments: r
+                            .content
+                            .get("arguments")
+                            .and_then(Value::as_object)
+                            .cloned()
+                            .unwrap_or_default(),
+                        result: None,
+                        used: false,
+                    });
+                }
+                RecordType::ToolResult => {
+                    let id = r.content.get("call_id").and_then(Value::as_str);
+                    if let Some(c) = calls.iter_mut().find(|c| Some(c.call_id.as_str()) == id) {
+                        c.result = Some(r.clone());
+                    }
+                }
+                RecordType::TaskDeliverable => {
+                    let mut extra = r.content.as_object().cloned().unwrap_or_default();
+                    extra.remove("text");
+                    let is_final = extra
+                        .remove("final")
+                        .and_then(|v| v.as_bool())
+                        .unwrap_or(true);
+                    steps.push(Step::Deliver {
+                        text: text(),
+                        is_final,
+                        extra,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(Recorded {
+            replay,
+            steps,
+            calls,
+        })
+    }
+
+    /// The recorded step after `taken` steps, for a replay that is not live.
+    pub fn step(&self, taken: usize) -> Result<Step, String> {
+        self.steps.get(taken).cloned().ok_or_else(|| {
+            format!(
+                "the recorded turn (ledger {}) has no step {}",
+                self.replay.of,
+                taken + 1
+            )
+        })
+    }
+
+    /// The recorded call the `k`-th call of this turn replays: the `k`-th recorded one when
+    /// the steps are the recorded ones; for a live replay, the first unused recorded call
+    /// of the same tool with the same (normalised) arguments.
+    pub fn match_call(
+        &mut self,
+        k: usize,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> Option<&mut RecordedCall> {
+        if self.replay.live {
+            self.calls
+                .iter_mut()
+                .find(|c| !c.used && c.name == name && &c.arguments == arguments)
+        } else {
+            self.calls.get_mut(k)
+        }
+    }
+}
