@@ -423,9 +423,16 @@ mod tests {
                 .execute_batch(&format!("DROP TABLE {t}"))
                 .expect("drop");
         }
+        // And what later migrations added, so 008 onwards run as on a real older store.
         store
             .conn()
-            .execute_batch("PRAGMA user_version = 7")
+            .execute_batch(
+                "ALTER TABLE approvals DROP COLUMN edited_arguments;
+                 ALTER TABLE requests DROP COLUMN replay_of;
+                 ALTER TABLE requests DROP COLUMN replay_live;
+                 ALTER TABLE requests DROP COLUMN replay_rerun;
+                 PRAGMA user_version = 7",
+            )
             .expect("version");
         drop(store);
         let store = Store::open(dir.path().join("k.db"), &StoreOptions::default()).expect("open");

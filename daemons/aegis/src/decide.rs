@@ -9,7 +9,7 @@ use kura_store::Store;
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
 use kura_store::work::approvals::{
     add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, finalize_in,
-    mark_asked_in, next_pending, record_vote_in, reject_in, request_arguments,
+    mark_asked_in, next_pending, record_vote_in, reject_in, request_content,
     set_edited_arguments_in,
 };
 use kura_store::work::now_ms;
@@ -64,8 +64,15 @@ pub fn evaluate(
         if a.state != ApprovalState::Pending {
             return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None }));
         }
-        let args = request_arguments(tx, a.request_id)?;
-        let ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
+        let content = request_content(tx, a.request_id)?;
+        let args = content.get("arguments").cloned().unwrap_or(Value::Null);
+        let mut ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
+        // A replay asking to repeat a side effect: only a person may say yes (a deny stands).
+        if content.get("rerun_of").is_some() && ruling.verdict != Verdict::Deny {
+            ruling.verdict = Verdict::Ask;
+            ruling.rule = "replay-rerun".into();
+            ruling.approvers = ruling.approvers.max(1);
+        }
         let (state, woke) = match ruling.verdict {
             Verdict::Ask => {
                 mark_asked_in(tx, a.request_id, &ruling.rule, ruling.approvers, now_ms() + ask_timeout_ms)?;

@@ -382,6 +382,7 @@ impl Worker {
         self.tools.normalize_args(&mut arguments);
         // In a replay: the recorded call this one replays, if any (its id and result).
         let replaying = recorded.is_some();
+        let rerun = recorded.as_ref().is_some_and(|r| r.replay.rerun);
         let k = tool_calls(history);
         let matched = recorded.and_then(|r| {
             let live = r.replay.live;
@@ -438,7 +439,8 @@ impl Worker {
             .tools
             .get(name)
             .is_some_and(|t| t.effect() == Effect::Read);
-        if replaying && !reads {
+        // With `--rerun` the call goes to aegis, which asks a person whatever the policy.
+        if replaying && !reads && !rerun {
             return self.serve_recorded(claim, history, &call_id, matched.and_then(|m| m.1));
         }
         self.approve_and_run(claim, history, name, &arguments, &call_id)
@@ -697,7 +699,7 @@ impl Worker {
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default();
-            let approval = approval_for_call(self.store.conn(), &call_id)?;
+            let approval = approval_for_call(self.store.conn(), claim.turn_id, &call_id)?;
             let never_started = match &approval {
                 Some(a) => a.started_epoch.is_none(),
                 None => self.config.approvals != Approvals::Off,

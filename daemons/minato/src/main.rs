@@ -59,6 +59,10 @@ enum Command {
         /// Let hashi's configured provider decide the steps.
         #[arg(long)]
         live: bool,
+        /// Ask again about each side effect instead of serving its recorded result: it runs
+        /// again only if a person approves it through aegis (whatever the policy says).
+        #[arg(long)]
+        rerun: bool,
         /// Give up waiting for a turn after this many seconds.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
@@ -77,13 +81,14 @@ fn main() -> ExitCode {
             session,
             from_turn,
             live,
+            rerun,
             timeout,
             json,
         } => replay_cmd(
             config_path.as_deref(),
             &session,
             from_turn,
-            live,
+            (live, rerun),
             timeout,
             json,
         ),
@@ -205,7 +210,7 @@ fn replay_cmd(
     config_path: Option<&std::path::Path>,
     session: &str,
     from_turn: i64,
-    live: bool,
+    modes: (bool, bool),
     timeout: u64,
     json: bool,
 ) -> ExitCode {
@@ -227,7 +232,7 @@ fn replay_cmd(
         &config.common,
         session,
         from_turn,
-        live,
+        modes,
         Duration::from_secs(timeout),
     );
     match rt.block_on(run) {

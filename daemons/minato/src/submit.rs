@@ -125,12 +125,13 @@ pub struct Replayed {
 /// Re-runs `session`'s turns from `from_turn` on into a fork grown from the ledger before
 /// that turn (a new session when it is the first): each turn with its recorded instruction,
 /// and the worker serving the recorded steps (or, `live`, asking its own model while still
-/// serving recorded side effects). Turns run one after another, each waited for.
+/// serving recorded side effects; `rerun`: side effects go to aegis, and run again only if a
+/// person approves). Turns run one after another, each waited for.
 pub async fn replay(
     common: &Common,
     session: Uuid,
     from_turn: i64,
-    live: bool,
+    (live, rerun): (bool, bool),
     timeout: Duration,
 ) -> anyhow::Result<Replayed> {
     let mut store = Store::open(&common.db, &common.store_options()?)?;
@@ -168,6 +169,7 @@ pub async fn replay(
             Some(Replay {
                 of: t.output_ledger_id,
                 live,
+                rerun,
             }),
         )
         .await?;

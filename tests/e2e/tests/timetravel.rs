@@ -302,3 +302,97 @@ fn a_replay_reproduces_the_recorded_records_and_never_repeats_a_side_effect() {
     s.verify_all();
     s.shutdown_cleanly();
 }
+
+/// `--rerun`: a replay's side effect is asked about again, even though the policy allows it,
+/// and runs again only once a person approves it through aegis.
+#[test]
+fn a_replayed_side_effect_runs_again_only_when_a_person_approves() {
+    let (mut s, effects) = sidefx_stack(|p| three_turns(p, "recorded"));
+    let key = s.path("ana.key");
+    let made = Command::new(bin("aegis"))
+        .args(["keygen", "--name", "ana", "--key"])
+        .arg(&key)
+        .output()
+        .expect("keygen");
+    assert!(made.status.success());
+    s.add_approver("ana", &key);
+    let k: Value =
+        serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    s.extra_env.push((
+        "KURA_AEGIS__APPROVERS".into(),
+        format!(
+            "[{{ name = \"ana\", public_key = \"{}\" }}]",
+            k["public_key"].as_str().expect("pk")
+        ),
+    ));
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    s.spawn("aegis", "aegis");
+    let first = s.wait_complete(s.submit("tidy the pantry"), MINUTE);
+    let session = first.session_id.expect("session").to_string();
+    assert_eq!(effects_log(&effects).len(), 1);
+
+    // The replay waits for a person: nothing runs until then.
+    let replaying = {
+        let mut cmd = Command::new(bin("minato"));
+        cmd.args(["replay", &session, "--rerun", "--json", "--timeout", "60"]);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_")) {
+            cmd.env_remove(k);
+        }
+        cmd.env("KURA_DB", &s.db)
+            .env("KURA_NATS_URL", s.nats.url())
+            .env(
+                "KURA_NATS_SEED",
+                s.nats.seed(kura_runtime::identity::Role::Submit),
+            )
+            .env("KURA_NATS_CA", s.nats.ca())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("replay")
+    };
+    let mut request = String::new();
+    s.wait_until("the rerun asked", MINUTE, |store| {
+        store
+            .conn()
+            .query_row(
+                "SELECT request_id FROM approvals WHERE state = 'asked' AND rule = 'replay-rerun'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .map(|id| request = id)
+            .is_ok()
+    });
+    assert_eq!(
+        effects_log(&effects).len(),
+        1,
+        "not run before a person decides"
+    );
+    let out = Command::new(bin("aegis"))
+        .args(["approve", &request, "--note", "run it again", "--key"])
+        .arg(&key)
+        .env("KURA_NATS_URL", s.nats.url())
+        .env("KURA_NATS_CA", s.nats.ca())
+        .env(
+            "KURA_AEGIS__REPLY_KEY",
+            s.nats.nkey(kura_runtime::identity::Role::Aegis),
+        )
+        .output()
+        .expect("approve");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = replaying.wait_with_output().expect("replay");
+    assert!(done.status.success());
+    let ran = effects_log(&effects);
+    let replayed: Value = serde_json::from_slice(&done.stdout).expect("json");
+    let results: Vec<Value> = outputs(&s, replayed["session_id"].as_str().expect("session"))
+        .into_iter()
+        .filter(|x| x.0 == "tool.result")
+        .map(|x| x.2)
+        .collect();
+    assert_eq!(ran.len(), 2, "approved, it ran again: {ran:?} {results:?}");
+    s.verify_all();
+    s.shutdown_cleanly();
+}

@@ -91,9 +91,18 @@ pub fn approval(conn: &Connection, request_id: Uuid) -> Result<Option<Approval>>
     one(conn, "request_id = ?1", &request_id.to_string())
 }
 
-/// The approval filed for a tool call, if any.
-pub fn approval_for_call(conn: &Connection, call_id: &str) -> Result<Option<Approval>> {
-    one(conn, "call_id = ?1", call_id)
+/// The approval filed for a tool call of `turn_id`, if any. A call id is unique within a
+/// turn, not across turns: a replay reuses the recorded turn's call ids.
+pub fn approval_for_call(
+    conn: &Connection,
+    turn_id: Uuid,
+    call_id: &str,
+) -> Result<Option<Approval>> {
+    let sql = format!("SELECT {COLUMNS} FROM approvals WHERE turn_id = ?1 AND call_id = ?2");
+    conn.prepare_cached(&sql)?
+        .query_row([turn_id.to_string(), call_id.to_owned()], from_row)
+        .optional()?
+        .transpose()
 }
 
 /// Files a request inside a fenced transaction: an `approval.request` record (the call, its
@@ -109,16 +118,22 @@ pub fn request_approval_in(
     author: &str,
     metadata: std::collections::BTreeMap<String, String>,
 ) -> Result<Approval> {
+    let mut content = json!({
+        "call_id": call_id,
+        "tool_name": tool_name,
+        "arguments": arguments,
+        "effect": effect,
+        "turn_id": claim.turn_id,
+        "session_id": claim.session_id,
+    });
+    // A replay's side effect asked about again: aegis sends it to people whatever the
+    // policy, and the person sees which recorded turn it repeats.
+    if let Some(r) = claim.replay.filter(|r| r.rerun && effect != Effect::Read) {
+        content["rerun_of"] = json!(r.of);
+    }
     let rec = NewRecord {
         record_type: RecordType::ApprovalRequest,
-        content: json!({
-            "call_id": call_id,
-            "tool_name": tool_name,
-            "arguments": arguments,
-            "effect": effect,
-            "turn_id": claim.turn_id,
-            "session_id": claim.session_id,
-        }),
+        content,
         author_id: author.to_owned(),
         metadata,
     };
@@ -419,6 +434,14 @@ pub fn reject_in(
 
 /// The arguments of a request (from its record), for `aegis pending`.
 pub fn request_arguments(conn: &Connection, request_id: Uuid) -> Result<Value> {
+    Ok(request_content(conn, request_id)?
+        .get("arguments")
+        .cloned()
+        .unwrap_or(Value::Null))
+}
+
+/// The `approval.request` record's content.
+pub fn request_content(conn: &Connection, request_id: Uuid) -> Result<Value> {
     let content: String = conn.query_row(
         "SELECT content FROM records WHERE record_id = ?1",
         [request_id.to_string()],
@@ -429,5 +452,5 @@ pub fn request_arguments(conn: &Connection, request_id: Uuid) -> Result<Value> {
         id: request_id.to_string(),
         detail: format!("content is not JSON: {e}"),
     })?;
-    Ok(v.get("arguments").cloned().unwrap_or(Value::Null))
+    Ok(v)
 }

@@ -64,14 +64,15 @@ pub fn submit_replay(
         }
         let stored = crate::store::write_record_in(tx, &rec)?;
         tx.execute(
-            "INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 stored.record_id.to_string(),
                 session.map(|s| s.to_string()),
                 time::now(),
                 replay.map(|r| r.of.to_string()),
                 replay.is_some_and(|r| r.live),
+                replay.is_some_and(|r| r.rerun),
             ],
         )?;
         Ok(Request {

@@ -74,6 +74,9 @@ pub struct Replay {
     /// The model decides anew (another provider or script); only side effects are served
     /// from the record. Otherwise every step is the recorded one.
     pub live: bool,
+    /// Side effects are not served but asked about again: each runs only if a person
+    /// approves it through aegis, whatever the policy would allow.
+    pub rerun: bool,
 }
 
 const TURN_COLUMNS: &str = "turn_id, session_id, seq, request_seq, context_ledger_id, output_ledger_id, \
@@ -141,21 +144,21 @@ pub fn claim_next(
         let (attempts, last_error): (i64, Option<String>) = tx
             .prepare_cached("SELECT attempts, last_error FROM turns WHERE turn_id = ?1")?
             .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        let (replay_of, live): (Option<String>, bool) = tx
+        let (replay_of, live, rerun): (Option<String>, bool, bool) = tx
             .prepare_cached(
                 // Only the request's first turn replays: a continuation (a deliverable that
                 // asked for another turn) is not the recorded turn.
                 "SELECT CASE WHEN t.seq = (SELECT min(seq) FROM turns WHERE request_seq = t.request_seq)
-                             THEN r.replay_of END, r.replay_live
+                             THEN r.replay_of END, r.replay_live, r.replay_rerun
                    FROM turns t JOIN requests r ON r.request_seq = t.request_seq
                   WHERE t.turn_id = ?1",
             )?
-            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         let replay = replay_of
             .as_deref()
             .map(parse_id)
             .transpose()?
-            .map(|of| Replay { of, live });
+            .map(|of| Replay { of, live, rerun });
         let resumed = t.epoch > 0;
         let output = match t.output_ledger_id {
             Some(o) => o,
