@@ -30,9 +30,16 @@ impl Out {
         self.w.write_all(b"\n")
     }
 
-    /// A value as pretty JSON.
+    /// A value as pretty JSON. A failed write comes back as the `io::Error` it was (serde_json's
+    /// error hides it from a cause chain), so a closed pipe is recognised as one.
     pub fn json<T: Serialize>(&mut self, value: &T) -> anyhow::Result<()> {
-        serde_json::to_writer_pretty(&mut self.w, value)?;
+        serde_json::to_writer_pretty(&mut self.w, value).map_err(|e| {
+            if e.is_io() {
+                anyhow::Error::from(io::Error::from(e))
+            } else {
+                anyhow::Error::from(e)
+            }
+        })?;
         self.w.write_all(b"\n")?;
         Ok(())
     }

@@ -156,6 +156,17 @@ impl Listeners {
     }
 }
 
+/// How long to wait before connection attempt number `attempts` (counted from 1, and from 1
+/// again after each successful connection). The first try of a start or of a reconnect goes
+/// out at once: a sleep there is paid by every `minato submit` and every daemon start.
+/// Later tries back off 50, 100, 200 ... ms, capped at a second.
+fn reconnect_delay(attempts: usize) -> Duration {
+    match attempts {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_millis((50u64 << (n - 2).min(5)).min(1000)),
+    }
+}
+
 impl Bus {
     /// Connects to `common.nats_url` as `name`. Returns at once even if NATS is down: the
     /// client keeps retrying, and each (re)connect wakes the consumers registered with
@@ -172,9 +183,7 @@ impl Bus {
             .max_reconnects(None)
             .connection_timeout(Duration::from_secs(2))
             .ping_interval(Duration::from_secs(10))
-            .reconnect_delay_callback(|attempts| {
-                Duration::from_millis((50u64 << attempts.min(5)).min(1000))
-            })
+            .reconnect_delay_callback(reconnect_delay)
             .event_callback(move |event| {
                 let (up, heard) = (up.clone(), heard.clone());
                 async move {
@@ -424,5 +433,23 @@ impl Bus {
     pub async fn close(&self) {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush()).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.client.drain()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_connection_attempt_does_not_wait() {
+        // async-nats asks for the delay of attempt 1 before its very first try (and again
+        // after each disconnect); the old curve answered 100 ms there.
+        assert_eq!(reconnect_delay(1), Duration::ZERO);
+        assert_eq!(reconnect_delay(0), Duration::ZERO);
+        // Then it backs off, capped, so an outage does not spin.
+        assert_eq!(reconnect_delay(2), Duration::from_millis(50));
+        assert_eq!(reconnect_delay(3), Duration::from_millis(100));
+        assert!(reconnect_delay(1_000) <= Duration::from_secs(1));
+        assert!((2..64).all(|n| reconnect_delay(n) <= reconnect_delay(n + 1)));
     }
 }

@@ -8,6 +8,7 @@ mod storage;
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use serde::Serialize;
 
 pub use doorbell::{PeerArgs, peer};
@@ -151,9 +152,8 @@ pub struct Report {
 /// Runs every figure in a scratch directory under `args.dir`, which is removed afterwards.
 /// `progress` hears the name of each figure as it starts.
 pub fn run(args: &BenchArgs, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
-    if !args.dir.is_dir() {
-        anyhow::bail!("{} is not a directory", args.dir.display());
-    }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot use {} as a directory", args.dir.display()))?;
     let scratch = args.dir.join(format!("kura-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = run_in(&scratch, args, &mut progress);

@@ -51,11 +51,33 @@ fn quick_bench_reports_every_storage_figure_with_a_baseline_and_cleans_up() {
 }
 
 #[test]
-fn bench_refuses_a_missing_directory_and_an_unknown_figure() {
+fn bench_creates_a_missing_scratch_directory_and_refuses_what_cannot_be_one() {
     let k = Kura::uninit();
-    let (_, err) = k.fails(2, &["bench", "--quick", "--dir", "/no/such/dir"]);
+    // A directory that does not exist yet is created (and only its scratch part removed).
+    let fresh = k.dir.path().join("not").join("yet");
+    let fresh_arg = fresh.display().to_string();
+    let v = k.json(&[
+        "bench",
+        "--quick",
+        "--no-nats",
+        "--only",
+        "durable",
+        "--dir",
+        &fresh_arg,
+    ]);
+    assert!(
+        v["figures"].as_array().is_some_and(|f| !f.is_empty()),
+        "{v}"
+    );
+    assert!(fresh.is_dir(), "--dir was not created");
+    assert_eq!(std::fs::read_dir(&fresh).expect("read dir").count(), 0);
+    // A path under a file cannot be a directory: one line, exit 2, naming it.
+    let file = k.dir.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let under_file = file.join("sub").display().to_string();
+    let (_, err) = k.fails(2, &["bench", "--quick", "--dir", &under_file]);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("/no/such/dir"), "{err}");
+    assert!(err.contains(&under_file), "{err}");
     let dir = k.dir.path().display().to_string();
     let (_, err) = k.fails(2, &["bench", "--quick", "--only", "warp", "--dir", &dir]);
     assert!(err.contains("warp"), "{err}");
