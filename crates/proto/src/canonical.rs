@@ -47,17 +47,50 @@ pub fn record_hash_from_canonical(
     canonical_content: &str,
     author_id: &str,
 ) -> Result<String, serde_json::Error> {
-    let author = canonical_json(&author_id)?;
-    let rtype = canonical_json(&record_type)?;
-    let mut h = Sha256::new();
-    h.update(b"{\"author_id\":");
-    h.update(author.as_bytes());
-    h.update(b",\"content\":");
-    h.update(canonical_content.as_bytes());
-    h.update(b",\"record_type\":");
-    h.update(rtype.as_bytes());
-    h.update(b"}");
-    Ok(to_hex(&h.finalize()))
+    Ok(to_hex(&record_digest_from_canonical(
+        record_type,
+        canonical_content,
+        author_id,
+    )))
+}
+
+/// [`record_hash_from_canonical`] as raw bytes, assembled in a reused buffer: verify computes
+/// it for every record, and a fresh `String` per field showed up beside SHA-256 itself.
+/// serde_json escapes a string exactly as RFC 8785 does (`strings_escape_as_rfc8785` checks).
+pub fn record_digest_from_canonical(
+    record_type: &str,
+    canonical_content: &str,
+    author_id: &str,
+) -> [u8; 32] {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        buf.extend_from_slice(b"{\"author_id\":");
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *buf, author_id);
+        buf.extend_from_slice(b",\"content\":");
+        buf.extend_from_slice(canonical_content.as_bytes());
+        buf.extend_from_slice(b",\"record_type\":");
+        let _ = serde_json::to_writer(&mut *buf, record_type);
+        buf.push(b'}');
+        let digest = Sha256::digest(&buf[..]).into();
+        if buf.capacity() > 1 << 20 {
+            *buf = Vec::new();
+        }
+        digest
+    })
+}
+
+/// True when `hex` is exactly the lowercase hex of `bytes` (compared without allocating).
+pub fn hex_matches(bytes: &[u8], hex: &str) -> bool {
+    let mut buf = [0u8; 64];
+    bytes.len() <= 32
+        && bytes.len() * 2 == hex.len()
+        && hex::encode_to_slice(bytes, &mut buf[..bytes.len() * 2]).is_ok()
+        && buf[..bytes.len() * 2] == *hex.as_bytes()
 }
 
 #[cfg(test)]
@@ -151,6 +184,35 @@ mod tests {
             record_hash_from_canonical("memory.fact", &canonical, "user:\"q\"").expect("hash"),
             record_hash("memory.fact", &content, "user:\"q\"").expect("hash")
         );
+    }
+
+    #[test]
+    fn strings_escape_as_rfc8785() {
+        for text in [
+            "plain",
+            "q\"uote\\back/slash",
+            "\u{0}\u{1}\u{8}\t\n\u{b}\u{c}\r\u{1f}\u{7f}",
+            "é€😀\u{2028}\u{2029}\u{fffd}",
+        ] {
+            let ours = serde_json::to_string(text).expect("json");
+            assert_eq!(ours, canonical_json(&text).expect("canon"), "{text:?}");
+            let content = json!({"t": text});
+            let canonical = canonical_json(&content).expect("canon");
+            assert_eq!(
+                record_hash_from_canonical(text, &canonical, text).expect("hash"),
+                record_hash(text, &content, text).expect("hash")
+            );
+        }
+    }
+
+    #[test]
+    fn hex_matches_only_the_exact_lowercase_hex() {
+        let d = [0xabu8, 0x01, 0xff];
+        assert!(hex_matches(&d, "ab01ff"));
+        assert!(!hex_matches(&d, "AB01FF"));
+        assert!(!hex_matches(&d, "ab01f"));
+        assert!(!hex_matches(&d, "ab01ff00"));
+        assert!(!hex_matches(&[0u8; 33], &"00".repeat(33)));
     }
 
     /// String concatenation would make these two collide; canonical JSON does not.

@@ -436,8 +436,14 @@ impl RecordColumns<'_> {
     /// document assembled around the **raw** content bytes. No JSON is parsed: if the bytes
     /// were altered in any way (whitespace included), the hash no longer matches.
     pub fn hash_matches(&self) -> bool {
-        record_hash_from_canonical(self.record_type, self.content, self.author_id)
-            .is_ok_and(|h| h == self.hash)
+        crate::canonical::hex_matches(
+            &crate::canonical::record_digest_from_canonical(
+                self.record_type,
+                self.content,
+                self.author_id,
+            ),
+            self.hash,
+        )
     }
 
     /// Recomputes the content hash from the raw `record_type`, `content` and `author_id`.

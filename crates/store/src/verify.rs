@@ -98,19 +98,51 @@ fn raw_str<'r>(row: &'r Row<'_>, i: usize) -> rusqlite::Result<Option<Cow<'r, st
     })
 }
 
-/// True when `hex` is exactly the lowercase hex of `bytes`.
-fn hex_eq(bytes: &[u8], hex: &str) -> bool {
-    let mut buf = [0u8; 64];
-    bytes.len() * 2 == hex.len()
-        && bytes.len() <= 32
-        && hex::encode_to_slice(bytes, &mut buf[..bytes.len() * 2]).is_ok()
-        && buf[..bytes.len() * 2] == *hex.as_bytes()
+/// Records already checked. An id in the form Kura writes (lowercase hyphenated UUID, a
+/// one-to-one text form) is kept as its 128 bits under a seeded fast hash; anything else —
+/// itself a reported problem — as text. No heap string and no SipHash per record.
+#[derive(Default)]
+struct Seen {
+    ids: HashSet<u128, foldhash::fast::RandomState>,
+    other: HashSet<String>,
+}
+
+impl Seen {
+    fn key(id: &str) -> Option<u128> {
+        if id.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        proto::ids::parse_id(id).map(|u| u.as_u128())
+    }
+
+    /// True when `id` was not in the set.
+    fn insert(&mut self, id: &str) -> bool {
+        match Self::key(id) {
+            Some(k) => self.ids.insert(k),
+            None => self.other.insert(id.to_owned()),
+        }
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        match Self::key(id) {
+            Some(k) => self.ids.contains(&k),
+            None => self.other.contains(id),
+        }
+    }
+
+    /// Adds `more`; returns how many were new.
+    fn merge(&mut self, more: Seen) -> u64 {
+        let before = self.ids.len() + self.other.len();
+        self.ids.extend(more.ids);
+        self.other.extend(more.other);
+        (self.ids.len() + self.other.len() - before) as u64
+    }
 }
 
 struct Verifier<'c> {
     conn: &'c Connection,
     report: Report,
-    seen_records: HashSet<String>,
+    seen_records: Seen,
 }
 
 impl Verifier<'_> {
@@ -125,7 +157,7 @@ impl Verifier<'_> {
 
     /// Checks one record's own consistency (once per record).
     fn check_record(&mut self, c: &RecordColumns<'_>) {
-        if !self.seen_records.insert(c.record_id.to_owned()) {
+        if !self.seen_records.insert(c.record_id) {
             return;
         }
         self.report.records_checked += 1;
@@ -254,7 +286,10 @@ impl Verifier<'_> {
         while let Some(r) = rows.next()? {
             let expected = members;
             members += 1;
-            let pos: i64 = raw_str(r, 0)?.and_then(|p| p.parse().ok()).unwrap_or(-1);
+            let pos: i64 = match r.get_ref(0)? {
+                ValueRef::Integer(n) => n,
+                _ => raw_str(r, 0)?.and_then(|p| p.parse().ok()).unwrap_or(-1),
+            };
             if pos != expected as i64 && positions_ok {
                 positions_ok = false;
                 self.problem(
@@ -296,7 +331,7 @@ impl Verifier<'_> {
             };
             self.check_record(&c);
             let leaf = c.leaf_hash();
-            if !hex_eq(&leaf, s(7)) {
+            if !proto::canonical::hex_matches(&leaf, s(7)) {
                 self.problem(
                     "record",
                     c.record_id,
@@ -596,7 +631,7 @@ fn reflog_raw(conn: &Connection, session_id: &str) -> Result<Vec<RefLogEntry>> {
 }
 
 /// What one verify thread found: its report, the records it saw, each ledger's parents.
-type ChunkResult = (Report, HashSet<String>, Vec<Vec<String>>);
+type ChunkResult = (Report, Seen, Vec<Vec<String>>);
 
 /// Below this many ledgers in a generation, one thread does them all.
 const PARALLEL_MIN_LEDGERS: usize = 16;
@@ -630,7 +665,7 @@ fn check_ledgers(
                     let mut w = Verifier {
                         conn: &conn,
                         report: Report::default(),
-                        seen_records: HashSet::new(),
+                        seen_records: Seen::default(),
                     };
                     let parents = part
                         .iter()
@@ -661,11 +696,7 @@ fn check_ledgers(
                 v.report.problems.push(p);
             }
         }
-        for id in seen {
-            if v.seen_records.insert(id) {
-                v.report.records_checked += 1;
-            }
-        }
+        v.report.records_checked += v.seen_records.merge(seen);
         all_parents.extend(parents);
     }
     Ok(all_parents)
@@ -684,7 +715,7 @@ pub fn verify(
     let mut v = Verifier {
         conn,
         report: Report::default(),
-        seen_records: HashSet::new(),
+        seen_records: Seen::default(),
     };
     for (kind, name) in store.schema_gaps() {
         v.report.problems.push(Problem {
@@ -801,4 +832,33 @@ pub fn verify(
         }
     }
     Ok(v.report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seen;
+
+    #[test]
+    fn the_seen_set_never_merges_two_different_id_texts() {
+        // Two rows whose ids name the same UUID in different spellings are different
+        // records; treating the second as already checked would skip its hashes.
+        let lower = "01a2052f-b8e8-720b-9465-11358a644734";
+        let mut seen = Seen::default();
+        assert!(seen.insert(lower));
+        assert!(!seen.insert(lower));
+        for other in [
+            "01A2052F-B8E8-720B-9465-11358A644734",
+            "01a2052fb8e8720b946511358a644734",
+            "{01a2052f-b8e8-720b-9465-11358a644734}",
+            "not an id",
+        ] {
+            assert!(!seen.contains(other), "{other}");
+            assert!(seen.insert(other), "{other}");
+            assert!(seen.contains(other), "{other}");
+        }
+        let mut more = Seen::default();
+        more.insert(lower);
+        more.insert("01a2052f-b8e8-720b-9465-11358a644735");
+        assert_eq!(seen.merge(more), 1);
+    }
 }
