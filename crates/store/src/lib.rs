@@ -20,4 +20,6 @@ pub mod witness;
 pub mod work;
 
 pub use error::{ConflictKind, Result, StoreError};
+/// The transaction type of [`Store::write`] and the `*_in` functions, for callers that compose them.
+pub use rusqlite::Transaction;
 pub use store::{Store, StoreOptions, Synchronous};

@@ -431,6 +431,8 @@ mod tests {
                  ALTER TABLE requests DROP COLUMN replay_of;
                  ALTER TABLE requests DROP COLUMN replay_live;
                  ALTER TABLE requests DROP COLUMN replay_rerun;
+                 DROP TABLE policy_current;
+                 DROP TABLE policies;
                  PRAGMA user_version = 7",
             )
             .expect("version");

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod nats;
 pub mod stack;
+pub mod wal;
 
 use std::path::{Path, PathBuf};
 

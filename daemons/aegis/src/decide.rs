@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use kura_store::Store;
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
 use kura_store::work::approvals::{
-    add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, finalize_in,
-    mark_asked_in, next_pending, record_vote_in, reject_in, request_content,
+    add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, decide_by_policy_in,
+    finalize_in, mark_asked_in, next_pending, record_vote_in, reject_in, request_content,
     set_edited_arguments_in,
 };
 use kura_store::work::now_ms;
@@ -67,11 +67,8 @@ pub fn evaluate(
         let content = request_content(tx, a.request_id)?;
         let args = content.get("arguments").cloned().unwrap_or(Value::Null);
         let mut ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
-        // A replay asking to repeat a side effect: only a person may say yes (a deny stands).
-        if content.get("rerun_of").is_some() && ruling.verdict != Verdict::Deny {
-            ruling.verdict = Verdict::Ask;
-            ruling.rule = "replay-rerun".into();
-            ruling.approvers = ruling.approvers.max(1);
+        if content.get("rerun_of").is_some() {
+            ruling = ruling.for_rerun();
         }
         let (state, woke) = match ruling.verdict {
             Verdict::Ask => {
@@ -79,20 +76,10 @@ pub fn evaluate(
                 (ApprovalState::Asked, None)
             }
             v => {
-                let (state, outcome) = if v == Verdict::Allow {
-                    (ApprovalState::Approved, Outcome::Allow)
-                } else {
-                    (ApprovalState::Denied, Outcome::Deny)
-                };
-                let rec = append_to_turn_in(
-                    tx,
-                    a.turn_id,
-                    &decision_record(
-                        AUTHOR,
-                        json!({"request_id": a.request_id, "outcome": outcome, "rule": ruling.rule, "by": "policy"}),
-                    ),
-                )?;
-                (state, finalize_in(tx, &a, state, &ruling.rule, rec.record_id)?)
+                let (hash, _) = policy.canonical()?;
+                let allow = v == Verdict::Allow;
+                let woke = decide_by_policy_in(tx, &a, allow, &ruling.rule, &hash, BTreeMap::new())?;
+                (if allow { ApprovalState::Approved } else { ApprovalState::Denied }, woke)
             }
         };
         tracing::info!(request_id = %a.request_id, tool = %a.tool_name, rule = %ruling.rule, %state, "approval request evaluated");

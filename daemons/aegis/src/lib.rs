@@ -117,7 +117,7 @@ fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
 /// Runs the daemon until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let policy = Arc::new(match &config.aegis.policy {
-        Some(path) => policy::Policy::load(std::path::Path::new(path))?,
+        Some(path) => policy::load(std::path::Path::new(path))?,
         None => policy::Policy::default(),
     });
     let timeout = i64::try_from(config.aegis.ask_timeout_ms).unwrap_or(i64::MAX);
@@ -125,6 +125,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut daemon = Daemon::start("aegis", &config.common).await?;
     let bus = daemon.bus().clone();
     let serve_store = Arc::new(Mutex::new(daemon.open_store()?));
+    // Published before any request is decided, so hashi applies exactly this policy's allow
+    // and deny rules itself (a restart with another file replaces it).
+    let policy_hash = {
+        let mut store = serve_store
+            .lock()
+            .map_err(|_| anyhow::anyhow!("store lock poisoned"))?;
+        store.write(|tx| kura_store::work::policy::publish_in(tx, &policy))?
+    };
 
     // hashi asks: decide by policy now and answer, so allow/deny cost one round trip.
     let (st, p, b) = (serve_store.clone(), policy.clone(), bus.clone());
@@ -232,6 +240,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     })?;
     tracing::info!(
         rules = policy.rules.len(),
+        policy = %policy_hash,
         approvers = approvers.len(),
         "aegis policy loaded"
     );

@@ -124,6 +124,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             retries: config.provider.retries,
             bus: daemon.bus().clone(),
             stop: daemon.stop_signal(),
+            staged: Vec::new(),
+            policy: None,
         };
         wakers.push(daemon.consumer(&owner, config.common.poll_interval(), move || worker.step())?);
     }

@@ -191,6 +191,8 @@ fn worker_on(
         retries: 0,
         bus,
         stop: Stop::new(),
+        staged: Vec::new(),
+        policy: None,
     };
     (rt, worker)
 }

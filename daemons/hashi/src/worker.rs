@@ -11,10 +11,12 @@ use kura_model::{Provider, ProviderError, Step, ToolSpec, TurnInput};
 use kura_runtime::{Bus, Stop};
 use kura_store::store::append_in;
 use kura_store::work::approvals::{
-    ApprovalState, approval, approval_for_call, mark_started_in, park_turn_in, request_approval_in,
+    ApprovalState, approval, approval_for_call, decide_by_policy_in, mark_started_in, park_turn_in,
+    request_approval_in,
 };
+use kura_store::work::policy::{self, Policy, Verdict};
 use kura_store::work::{
-    Claim, claim_next, complete_turn, fenced, now_ms, release, release_failed, renew,
+    Claim, claim_next, complete_turn_in, fenced, now_ms, release, release_failed, renew,
 };
 use kura_store::{Store, StoreError};
 use proto::doorbell::{ToolApprove, WorkerComplete};
@@ -48,6 +50,12 @@ pub struct Worker {
     pub bus: Bus,
     /// Set on shutdown: release the turn and stop.
     pub stop: Stop,
+    /// Records of this turn not yet committed: they become durable together with the next
+    /// commit the turn needs anyway (before a tool runs, before the model is asked again,
+    /// with the seal), instead of one fsync each.
+    pub staged: Vec<NewRecord>,
+    /// The policy aegis published, by hash, parsed once.
+    pub policy: Option<(String, Arc<Policy>)>,
 }
 
 /// How a turn ended for this worker.
@@ -190,21 +198,84 @@ impl Worker {
         }
     }
 
-    /// Appends under the fence and keeps `history` in step.
+    /// Stages a record for the turn's next commit (see [`Worker::commit`]); `history` shows
+    /// it at once, provisionally (no id or hash yet), so the model and the step count see it.
+    /// Nothing waits on a staged record: nobody has been told of it, and a worker lost before
+    /// the commit leaves the turn to be resumed from what was committed.
     fn append(
         &mut self,
-        claim: &Claim,
+        _claim: &Claim,
         history: &mut Vec<Record>,
         rec: NewRecord,
     ) -> kura_store::Result<()> {
-        let a = fenced(&mut self.store, claim, |tx| {
-            append_in(tx, claim.output_ledger_id, &rec)
-        })?;
-        history.push(a.record);
+        history.push(Record {
+            record_id: uuid::Uuid::nil(),
+            hash: String::new(),
+            record_type: rec.record_type,
+            content: rec.content.clone(),
+            author_id: rec.author_id.clone(),
+            metadata: rec.metadata.clone(),
+            created_at: String::new(),
+        });
+        self.staged.push(rec);
         Ok(())
     }
 
+    /// Commits the staged records and `f` in one transaction under the fence, and keeps
+    /// `history` in step. A tool runs only after the commit that holds its call.
+    fn commit<T>(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        f: impl FnOnce(&kura_store::Transaction<'_>) -> kura_store::Result<T>,
+    ) -> kura_store::Result<T> {
+        let staged = std::mem::take(&mut self.staged);
+        let (appended, out) = fenced(&mut self.store, claim, |tx| {
+            let mut records = Vec::with_capacity(staged.len());
+            for rec in &staged {
+                records.push(append_in(tx, claim.output_ledger_id, rec)?.record);
+            }
+            Ok((records, f(tx)?))
+        })?;
+        // The provisional entries make way for the records as stored.
+        history.truncate(history.len().saturating_sub(appended.len()));
+        history.extend(appended);
+        Ok(out)
+    }
+
+    /// Commits what is staged, if anything.
+    fn flush(&mut self, claim: &Claim, history: &mut Vec<Record>) -> kura_store::Result<()> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        self.commit(claim, history, |_| Ok(()))
+    }
+
+    /// The policy aegis published, if any (re-read only when its hash changes).
+    fn published_policy(&mut self) -> kura_store::Result<Option<(String, Arc<Policy>)>> {
+        let Some(hash) = policy::current_hash(self.store.conn())? else {
+            return Ok(None);
+        };
+        if self.policy.as_ref().is_none_or(|(h, _)| *h != hash) {
+            self.policy = policy::load(self.store.conn(), &hash)?.map(|p| (hash, Arc::new(p)));
+        }
+        Ok(self.policy.clone())
+    }
+
+    /// Commits what is staged with the turn's seal and completion: one commit ends a turn.
+    fn complete(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+    ) -> kura_store::Result<uuid::Uuid> {
+        let sealer = self.store.sealer().cloned();
+        self.commit(claim, history, |tx| {
+            complete_turn_in(tx, claim, sealer.as_ref())
+        })
+    }
+
     fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura_store::Result<End> {
+        self.staged.clear();
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
@@ -219,7 +290,7 @@ impl Worker {
                 excerpt(last, MAX_QUOTE_BYTES)
             );
             self.fail(claim, &mut history, &msg)?;
-            let ledger = complete_turn(&mut self.store, claim)?;
+            let ledger = self.complete(claim, &mut history)?;
             return Ok(End::Completed(ledger));
         }
         if claim.resumed
@@ -242,7 +313,18 @@ impl Worker {
                     current_epoch: -1,
                 });
             }
+            // A tool's result is on record before the model is asked again (a model may
+            // take minutes; a lost result would leave the call's outcome unknown). Thoughts
+            // ride along with the next commit the turn needs anyway.
+            if self
+                .staged
+                .iter()
+                .any(|r| r.record_type != RecordType::AgentThought)
+            {
+                self.flush(claim, &mut history)?;
+            }
             if self.stop.is_set() {
+                self.flush(claim, &mut history)?;
                 release(&mut self.store, claim)?;
                 return Ok(End::Released);
             }
@@ -323,7 +405,7 @@ impl Worker {
                 }
             }
         }
-        let ledger = complete_turn(&mut self.store, claim)?;
+        let ledger = self.complete(claim, &mut history)?;
         Ok(End::Completed(ledger))
     }
 
@@ -487,6 +569,7 @@ impl Worker {
             Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
             Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
             Ok(_) if self.config.approvals == Approvals::Off => {
+                self.flush(claim, history)?;
                 self.run_tool(claim, name, arguments, call_id)
             }
             Ok(tool) => {
@@ -495,10 +578,57 @@ impl Worker {
                     .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
                     .metadata;
                 let author = self.config.author.clone();
-                let request = fenced(&mut self.store, claim, |tx| {
-                    request_approval_in(tx, claim, call_id, name, arguments, effect, &author, meta)
+                // A side effect a replay asks to repeat goes to people, whatever the policy.
+                let rerun = claim.replay.is_some_and(|r| r.rerun) && effect != Effect::Read;
+                let published = if rerun {
+                    None
+                } else {
+                    self.published_policy()?
+                };
+                let session = claim.session_id.to_string();
+                // One commit: what the model said, the call, the request — and, when the
+                // published policy allows or denies it, the decision (and for an allowed
+                // call the mark that it is starting). Only `ask` needs aegis and a person.
+                let (request, ruled) = self.commit(claim, history, |tx| {
+                    let a = request_approval_in(
+                        tx,
+                        claim,
+                        call_id,
+                        name,
+                        arguments,
+                        effect,
+                        &author,
+                        meta.clone(),
+                    )?;
+                    let Some((hash, p)) = published else {
+                        return Ok((a, None));
+                    };
+                    // aegis may have published another policy since it was read.
+                    if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
+                        return Ok((a, None));
+                    }
+                    let args = Value::Object(arguments.clone());
+                    let ruling = p.evaluate(name, effect.as_str(), &args, &session);
+                    let allow = match ruling.verdict {
+                        Verdict::Ask => return Ok((a, None)),
+                        v => v == Verdict::Allow,
+                    };
+                    decide_by_policy_in(tx, &a, allow, &ruling.rule, &hash, meta)?;
+                    if allow {
+                        mark_started_in(tx, a.request_id, claim.epoch)?;
+                    }
+                    Ok((a, Some((allow, ruling.rule))))
                 })?;
-                match self.await_decision(request.request_id)? {
+                let decided = match ruled {
+                    Some((true, _)) => {
+                        let outcome = self.run_tool(claim, name, arguments, call_id);
+                        self.record_result(claim, history, call_id, outcome, None)?;
+                        return Ok(CallEnd::Done);
+                    }
+                    Some((false, rule)) => Some((false, rule, None)),
+                    None => self.await_decision(request.request_id)?,
+                };
+                match decided {
                     Some((true, _, edited)) => {
                         return self.run_approved(
                             claim,
@@ -512,7 +642,7 @@ impl Worker {
                     }
                     Some((false, rule, _)) => Err(format!("denied by aegis ({rule})")),
                     None => {
-                        let parked = fenced(&mut self.store, claim, |tx| {
+                        let parked = self.commit(claim, history, |tx| {
                             park_turn_in(tx, claim, request.request_id)
                         })?;
                         if !parked {
@@ -541,7 +671,7 @@ impl Worker {
         call_id: &str,
         edited: Option<&str>,
     ) -> kura_store::Result<CallEnd> {
-        fenced(&mut self.store, claim, |tx| {
+        self.commit(claim, history, |tx| {
             mark_started_in(tx, request_id, claim.epoch)
         })?;
         let (outcome, edit) = match self.edited_arguments(edited) {
@@ -707,7 +837,7 @@ impl Worker {
             match approval.as_ref().map(|a| a.state) {
                 Some(ApprovalState::Pending | ApprovalState::Asked) => {
                     let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
-                    let parked = fenced(&mut self.store, claim, |tx| park_turn_in(tx, claim, id))?;
+                    let parked = self.commit(claim, history, |tx| park_turn_in(tx, claim, id))?;
                     if !parked {
                         tracing::info!(turn_id = %claim.turn_id, request_id = %id,
                             "decided while parking; the turn is claimable again");
@@ -758,6 +888,7 @@ impl Worker {
                 .get(&name)
                 .is_some_and(|t| t.effect() == Effect::Read);
             let (outcome, status) = if read_only {
+                self.flush(claim, history)?;
                 tracing::info!(turn_id = %claim.turn_id, tool = %name, "re-running a read-only call the previous worker left unanswered");
                 (self.run_tool(claim, &name, &args, &call_id), None)
             } else {

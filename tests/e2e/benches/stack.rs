@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use kura_store::work::request_status;
 use kura_testkit::bin;
 use kura_testkit::stack::{self, Stack};
+use kura_testkit::wal;
 
 /// One read tool, then the deliverable: the smallest turn that still runs a tool.
 const SCRIPT: &str = r#"{"turns": [[
@@ -211,14 +212,35 @@ fn main() {
     let idle: Vec<(String, (u64, u64))> =
         pids(&s).into_iter().map(|(n, p)| (n, rss_kib(p))).collect();
     let sequential = scale(200);
+    // Each turn's durable commits, every process's, counted in the WAL (a window in which
+    // the WAL restarted after a checkpoint is left out).
+    let mut commits = Vec::new();
     for i in 0..sequential {
+        let before = wal::mark(&s.db);
         let r = s.submit(&format!("one at a time {i}"));
         wait_all(&s, &[r], Duration::from_secs(60));
+        // minato's completion commit follows the seal by a moment.
+        std::thread::sleep(Duration::from_millis(30));
+        commits.extend(wal::commits_between(before, wal::mark(&s.db)).map(|n| n as f64));
     }
+    let commits_per_turn = pct(&mut commits, 0.5);
     let mut lat = turn_latencies_ms(&s);
     let (p50, p99) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
     let per_turn_records = records_per_turn(&s, sequential);
     let floor = durable_commit_ms(s.dir.path());
+    // Inside dispatch → seal are the worker's commits: all of the turn's but `minato submit`,
+    // minato's acceptance (which dispatches) and its completion (after the seal).
+    let window_commits = (commits_per_turn - 3.0).max(1.0);
+    // What a user waits for: `minato submit --wait`, the process started → the deliverable
+    // printed (connecting to NATS, the commit, the turn, the answer).
+    let mut waited = Vec::new();
+    for i in 0..scale(50) {
+        let t = Instant::now();
+        let (status, _) = s.submit_and_wait(&format!("waited for {i}"));
+        assert!(status.success(), "submit --wait failed\n{}", s.logs());
+        waited.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (w50, w99) = (pct(&mut waited, 0.5), pct(&mut waited, 0.99));
     let burst: usize = scale(1_000);
     let t = Instant::now();
     let requests = submit_many(&s, burst, "burst", true);
@@ -228,15 +250,24 @@ fn main() {
         pids(&s).into_iter().map(|(n, p)| (n, rss_kib(p))).collect();
     s.shutdown_cleanly();
     rows.push(format!(
-        "| turn overhead, one at a time ({sequential} turns; dispatch → output sealed) | p50 {p50:.2} ms · p99 {p99:.2} ms | {per_turn_records:.1} records per turn × one durable commit ({floor:.2} ms) = {:.2} ms | {:.2} | p50 <= 3 ms | {} |",
-        per_turn_records * floor,
-        p50 / (per_turn_records * floor),
-        if p50 <= 3.0 { "yes" } else { "no" }
+        "| durable commits per one-tool turn, whole stack (median, counted in the WAL) | {commits_per_turn:.0} commits | records the turn leaves: {per_turn_records:.1} | {:.2} | hashi's share (all but submit, accept, completion) <= 4 | {} |",
+        commits_per_turn / per_turn_records,
+        if window_commits <= 4.0 { "yes" } else { "no" }
     ));
     rows.push(format!(
-        "| turn throughput, {burst} sessions in flight, 2 hashi workers | {turns_per_s:.0} turns/s | one process doing only the durable commits: {:.0} turns/s | {:.2} | - | - |",
-        1000.0 / (per_turn_records * floor),
-        turns_per_s / (1000.0 / (per_turn_records * floor))
+        "| turn overhead, one at a time ({sequential} turns; dispatch → output sealed) | p50 {p50:.2} ms · p99 {p99:.2} ms | the {window_commits:.0} commits inside it × one durable commit ({floor:.2} ms) = {:.2} ms | {:.2} | <= 1.2 | {} |",
+        window_commits * floor,
+        p50 / (window_commits * floor),
+        if p50 <= 1.2 * window_commits * floor { "yes" } else { "no" }
+    ));
+    rows.push(format!(
+        "| `minato submit --wait`, process start → deliverable printed | p50 {w50:.1} ms · p99 {w99:.1} ms | the turn itself (dispatch → sealed): p50 {p50:.2} ms | {:.2} | - | - |",
+        w50 / p50
+    ));
+    rows.push(format!(
+        "| turn throughput, {burst} sessions in flight, 2 hashi workers | {turns_per_s:.0} turns/s | one process doing only the turn's durable commits one by one: {:.0} turns/s | {:.2} | - | - |",
+        1000.0 / (commits_per_turn * floor),
+        turns_per_s / (1000.0 / (commits_per_turn * floor))
     ));
 
     // The same turns without an fsync per commit (synchronous=normal: survives kill -9, not

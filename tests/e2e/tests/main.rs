@@ -5,6 +5,7 @@ mod approvals;
 mod attacks;
 mod bus;
 mod chaos;
+mod commits;
 mod console;
 mod e2e;
 mod memory;

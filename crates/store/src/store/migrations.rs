@@ -41,6 +41,8 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!("../../migrations/010_edited_arguments.sql")),
         // 011: requests that replay a recorded turn (its output ledger, recorded or live).
         M::up(include_str!("../../migrations/011_replay.sql")),
+        // 012: the policy aegis rules by, so hashi can apply allow and deny rules at once.
+        M::up(include_str!("../../migrations/012_policies.sql")),
     ]
 }
 

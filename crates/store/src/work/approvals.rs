@@ -319,6 +319,36 @@ pub fn set_edited_arguments_in(tx: &Connection, request_id: Uuid, canonical: &st
     Ok(())
 }
 
+/// Who policy decisions are by, whichever daemon applied the published policy (aegis, or
+/// hashi in the transaction that recorded the call; the record's metadata names the worker).
+pub const POLICY_AUTHOR: &str = "sys:aegis";
+
+/// Decides `a` by the policy `policy_hash` in force: an `approval.decision` naming the rule
+/// and the policy, and the request's new state; returns a parked turn this wakes.
+pub fn decide_by_policy_in(
+    tx: &Connection,
+    a: &Approval,
+    allow: bool,
+    rule: &str,
+    policy_hash: &str,
+    metadata: std::collections::BTreeMap<String, String>,
+) -> Result<Option<Uuid>> {
+    let (state, outcome) = if allow {
+        (ApprovalState::Approved, Outcome::Allow)
+    } else {
+        (ApprovalState::Denied, Outcome::Deny)
+    };
+    let rec = NewRecord {
+        record_type: RecordType::ApprovalDecision,
+        content: json!({"request_id": a.request_id, "outcome": outcome, "rule": rule,
+                        "by": "policy", "policy": policy_hash}),
+        author_id: POLICY_AUTHOR.to_owned(),
+        metadata,
+    };
+    let rec = append_to_turn_in(tx, a.turn_id, &rec)?;
+    finalize_in(tx, a, state, rule, rec.record_id)
+}
+
 /// Finalizes a request (`approved` or `denied`; `decision_record` is the record that
 /// decided it, already in the ledger) and makes a turn parked on it claimable again.
 /// Returns the turn id when it was parked (to re-dispatch).

@@ -4,6 +4,7 @@
 
 pub mod approvals;
 mod cursor;
+pub mod policy;
 mod requests;
 mod turns;
 
@@ -15,8 +16,8 @@ pub use requests::{
     next_request_after, recorded_turns, request_instruction, request_status, submit, submit_replay,
 };
 pub use turns::{
-    Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, insert_turn_in,
-    next_done_turn_after, next_turn_seq, release, release_failed, renew, turn,
+    Claim, Replay, Turn, TurnState, claim_next, complete_turn, complete_turn_in, fenced,
+    insert_turn_in, next_done_turn_after, next_turn_seq, release, release_failed, renew, turn,
 };
 
 /// Milliseconds since the Unix epoch, the clock leases are measured on.

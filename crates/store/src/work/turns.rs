@@ -285,16 +285,26 @@ const MAX_ERROR_BYTES: usize = 1000;
 pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
     let sealer = store.sealer().cloned();
     fenced(store, claim, |tx| {
-        seal_in(tx, claim.output_ledger_id, sealer.as_ref())?;
-        tx.prepare_cached(
-            "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
-                    attempts = 0, retry_at_ms = NULL,
-                    done_seq = (SELECT COALESCE(MAX(done_seq), 0) + 1 FROM turns)
-              WHERE turn_id = ?1",
-        )?
-        .execute(params![claim.turn_id.to_string(), claim.owner])?;
-        Ok(claim.output_ledger_id)
+        complete_turn_in(tx, claim, sealer.as_ref())
     })
+}
+
+/// [`complete_turn`] inside a fenced transaction the caller holds (so the last records of a
+/// turn, its seal and its completion are one commit).
+pub fn complete_turn_in(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    sealer: Option<&crate::sealer::Sealer>,
+) -> Result<Uuid> {
+    seal_in(tx, claim.output_ledger_id, sealer)?;
+    tx.prepare_cached(
+        "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
+                attempts = 0, retry_at_ms = NULL,
+                done_seq = (SELECT COALESCE(MAX(done_seq), 0) + 1 FROM turns)
+          WHERE turn_id = ?1",
+    )?
+    .execute(params![claim.turn_id.to_string(), claim.owner])?;
+    Ok(claim.output_ledger_id)
 }
 
 /// The next turn number of a session.
