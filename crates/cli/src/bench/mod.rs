@@ -175,13 +175,14 @@ fn run_in(
 ) -> anyhow::Result<Vec<Figure>> {
     let s = &args.sizes;
     type Run = fn(&Path, &Sizes, Option<&str>) -> anyhow::Result<Vec<Figure>>;
-    let all: [(&str, Run); 6] = [
+    let all: [(&str, Run); 7] = [
         ("durable", |d, s, _| {
             Ok(vec![storage::durable_append(d, s)?])
         }),
         ("group", |d, s, _| storage::group_commit(d, s)),
         ("scaling", |d, s, _| storage::scaling(d, s)),
         ("verify", |d, s, _| Ok(vec![storage::verify_rate(d, s)?])),
+        ("device-writes", |d, s, _| storage::device_writes(d, s)),
         ("seal-log", |d, s, _| seal::figures(d, s)),
         ("doorbell", |d, s, n| Ok(vec![doorbell::latency(d, s, n)?])),
     ];

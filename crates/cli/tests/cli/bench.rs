@@ -17,6 +17,7 @@ fn quick_bench_reports_every_storage_figure_with_a_baseline_and_cleans_up() {
         "group commit",
         "records stored",
         "verify a session",
+        "bytes written to the device",
     ] {
         assert!(
             names.iter().any(|n| n.contains(expected)),
