@@ -10,12 +10,14 @@
 //!    returns, and with NATS never returning (polling alone) — beside the same 1 000 with
 //!    NATS up all along.
 //! 8. Footprint: peak RSS of each daemon idle and after the load, and release binary sizes.
+//! 9. The approval round trip: `aegis approve` started → the parked tool has run.
 //!
 //! Run it with `./scripts/bench` (which builds the release binaries first), or
 //! `cargo build --release --workspace && cargo bench -p kura-e2e --bench stack`.
 
 use std::time::{Duration, Instant};
 
+use kura_runtime::identity::Role;
 use kura_store::work::request_status;
 use kura_testkit::bin;
 use kura_testkit::stack::{self, Stack};
@@ -200,6 +202,106 @@ fn records_per_turn(s: &Stack, turns: usize) -> f64 {
     n as f64 / turns.max(1) as f64
 }
 
+/// A write policy sends to a person; the deliverable follows the write.
+const ASK_SCRIPT: &str = r#"{"turns": [[
+  {"tool": "fs.write", "args": {"path": "notes/plan.md", "content": "approved"}},
+  {"deliver": "wrote the plan"}
+]]}"#;
+
+/// `aegis <args>` as the approver `oles` on a laptop would run it; returns its exit code.
+fn aegis_as(s: &Stack, args: &[&str]) -> i32 {
+    std::process::Command::new(bin("aegis"))
+        .args(args)
+        .env("KURA_NATS_URL", s.nats.url())
+        .env("KURA_NATS_CA", s.nats.ca())
+        .env("KURA_AEGIS__REPLY_KEY", s.nats.nkey(Role::Aegis))
+        .env("KURA_AEGIS_KEY", s.path("oles.key"))
+        .output()
+        .map(|o| o.status.code().unwrap_or(-1))
+        .unwrap_or(-1)
+}
+
+/// Polls SQLite every millisecond until `f` answers.
+fn poll<T>(s: &Stack, mut f: impl FnMut(&rusqlite::Connection) -> Option<T>) -> T {
+    let store = s.store();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = f(store.conn()) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out\n{}", s.logs());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Figure 9, the human-approval round trip: a parked `fs.write`, then `aegis approve`
+/// started → the tool has run (its result committed). Beside it, the same CLI doing only a
+/// round trip (`aegis pending`: process start, TLS, nkey login, one signed reply).
+fn approval_round_trip(turns: usize) -> (f64, f64, f64) {
+    let mut s = Stack::new(ASK_SCRIPT);
+    std::fs::write(
+        s.path("policy.toml"),
+        "[[rules]]\nname = \"a-person-decides\"\ntool = \"fs.write\"\ndecision = \"ask\"\n",
+    )
+    .expect("policy");
+    let key = s.path("oles.key");
+    let made = std::process::Command::new(bin("aegis"))
+        .args(["keygen", "--name", "oles", "--key"])
+        .arg(&key)
+        .output()
+        .expect("keygen");
+    assert!(made.status.success());
+    s.add_approver("oles", &key);
+    let k: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    s.extra_env = vec![
+        (
+            "KURA_AEGIS__APPROVERS".into(),
+            format!(
+                "[{{ name = \"oles\", public_key = \"{}\" }}]",
+                k["public_key"].as_str().expect("public key")
+            ),
+        ),
+        ("KURA_WORKER__LEASE_MS".into(), "30000".into()),
+        ("RUST_LOG".into(), "warn".into()),
+    ];
+    for d in ["aegis", "minato", "hashi"] {
+        s.spawn(stack::binary(d), d);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut approve, mut look) = (Vec::new(), Vec::new());
+    for i in 0..turns {
+        let r = s.submit(&format!("plan {i}"));
+        let (request, call) = poll(&s, |c| {
+            c.query_row(
+                "SELECT request_id, call_id FROM approvals WHERE state = 'asked'",
+                [],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            )
+            .ok()
+        });
+        let t = Instant::now();
+        assert_eq!(aegis_as(&s, &["pending", "--json"]), 0);
+        look.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        assert_eq!(aegis_as(&s, &["approve", &request]), 0, "{}", s.logs());
+        poll(&s, |c| {
+            c.query_row(
+                "SELECT 1 FROM records WHERE record_type = 'tool.result'
+                   AND json_extract(content, '$.call_id') = ?1",
+                [&call],
+                |_| Ok(()),
+            )
+            .ok()
+        });
+        approve.push(t.elapsed().as_secs_f64() * 1000.0);
+        wait_all(&s, &[r], Duration::from_secs(60));
+    }
+    s.shutdown_cleanly();
+    let (a50, a99) = (pct(&mut approve, 0.5), pct(&mut approve, 0.99));
+    (a50, a99, pct(&mut look, 0.5))
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse. KURA_BENCH_QUICK=1: small sizes
     // (to check the harness, not to judge speed).
@@ -285,6 +387,14 @@ fn main() {
         "| turn overhead with synchronous=normal (no fsync per commit; survives kill -9, not power loss) | p50 {n50:.2} ms · p99 {n99:.2} ms | the same turns with synchronous=full: p50 {p50:.2} ms | {:.2} | p50 <= 3 ms | {} |",
         n50 / p50,
         if n50 <= 3.0 { "yes" } else { "no" }
+    ));
+
+    // 9. The approval round trip (before recovery, which leaves NATS restarted).
+    let (a50, a99, look) = approval_round_trip(scale(30).max(5));
+    rows.push(format!(
+        "| approval round trip: `aegis approve` started → the parked tool has run | p50 {a50:.1} ms · p99 {a99:.1} ms | the same CLI doing only `aegis pending` (start, TLS, login, one signed reply): p50 {look:.1} ms | {:.2} | p50 <= 5 ms | {} |",
+        a50 / look,
+        if a50 <= 5.0 { "yes" } else { "no" }
     ));
 
     // 7. Recovery. Healthy baseline first, then NATS down while the work arrives.
