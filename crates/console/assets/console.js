@@ -84,15 +84,13 @@ async function initEnrol() {
     document.getElementById("enrol-config").textContent = configFor(k.name, k.publicKey);
     root.querySelector(".result").hidden = false;
   };
-  const existing = await loadKey().catch(() => null);
-  if (existing) {
-    document.getElementById("enrol-name").value = existing.name;
-    show(existing);
-    say(out, "This browser already has a key; making a new one replaces it.");
-  }
+  // The button works from the first moment: a click while the stored key is still being
+  // read (IndexedDB can take a while on a fresh profile) was lost before.
+  let made = false;
   document.getElementById("enrol-button").addEventListener("click", async () => {
     const name = document.getElementById("enrol-name").value.trim();
     if (!/^[^\s:]{1,64}$/.test(name)) return say(out, "A name is one word without ':'.", true);
+    made = true;
     try {
       show(await makeKey(name));
       say(out, "Key made. It never leaves this browser.");
@@ -100,6 +98,12 @@ async function initEnrol() {
       say(out, "This browser cannot make an Ed25519 key: " + e, true);
     }
   });
+  const existing = await loadKey().catch(() => null);
+  if (existing && !made) {
+    document.getElementById("enrol-name").value = existing.name;
+    show(existing);
+    say(out, "This browser already has a key; making a new one replaces it.");
+  }
 }
 async function initLogin() {
   const root = document.getElementById("login");
