@@ -51,8 +51,8 @@ pub struct Worker {
     /// Set on shutdown: release the turn and stop.
     pub stop: Stop,
     /// Records of this turn not yet committed: they become durable together with the next
-    /// commit the turn needs anyway (before a tool runs, before the model is asked again,
-    /// with the seal), instead of one fsync each.
+    /// commit the turn needs anyway (before a tool runs, before the model is asked again
+    /// after a side effect, with the seal), instead of one fsync each.
     pub staged: Vec<NewRecord>,
     /// The policy aegis published, by hash, parsed once.
     pub policy: Option<(String, Arc<Policy>)>,
@@ -98,6 +98,28 @@ fn tool_calls(history: &[Record]) -> usize {
         .iter()
         .filter(|r| r.record_type == RecordType::ToolCall)
         .count()
+}
+
+/// Whether what is staged must be on record before the model is asked again (a model may
+/// take minutes). A side effect's result must: lost, it would leave the call's outcome
+/// unknown. A read's result need not: a worker lost before the next commit leaves the call
+/// unanswered and the next worker runs the read again (`resolve_dangling_calls`), so it
+/// rides with the next commit the turn needs — the next call, or the end — as thoughts do.
+fn must_be_durable_before_asking(staged: &[NewRecord], history: &[Record]) -> bool {
+    let read_call = |call_id: Option<&str>| {
+        call_id.is_some_and(|id| {
+            history.iter().any(|r| {
+                r.record_type == RecordType::ToolCall
+                    && r.content.get("call_id").and_then(Value::as_str) == Some(id)
+                    && r.metadata.get("effect").map(String::as_str) == Some(Effect::Read.as_str())
+            })
+        })
+    };
+    staged.iter().any(|r| match r.record_type {
+        RecordType::AgentThought => false,
+        RecordType::ToolResult => !read_call(r.content.get("call_id").and_then(Value::as_str)),
+        _ => true,
+    })
 }
 
 impl Worker {
@@ -313,14 +335,7 @@ impl Worker {
                     current_epoch: -1,
                 });
             }
-            // A tool's result is on record before the model is asked again (a model may
-            // take minutes; a lost result would leave the call's outcome unknown). Thoughts
-            // ride along with the next commit the turn needs anyway.
-            if self
-                .staged
-                .iter()
-                .any(|r| r.record_type != RecordType::AgentThought)
-            {
+            if must_be_durable_before_asking(&self.staged, &history) {
                 self.flush(claim, &mut history)?;
             }
             if self.stop.is_set() {

@@ -306,6 +306,83 @@ fn hashi_killed_mid_tool_call_resumes_elsewhere_without_repeating_the_side_effec
     s.verify_all();
 }
 
+/// A read's result rides with the turn's next commit instead of getting one of its own. A
+/// worker killed after the read ran, while the model is thinking, takes that result with
+/// it: the successor finds the call unanswered, runs the read again (reads are the only
+/// calls ever re-run) and the turn ends as it would have.
+#[test]
+fn hashi_killed_after_a_read_before_its_result_was_committed_reads_again_elsewhere() {
+    let script = r#"{"turns": [[
+        {"tool": "fs.list", "args": {}},
+        {"thought": "a slow model", "delay_ms": 3000},
+        {"deliver": "listed after the takeover"}
+    ]]}"#;
+    let mut s = Stack::new(script);
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi-a");
+    s.spawn("hashi", "hashi-b");
+    let r = s.submit("list, then think slowly");
+    let mut holder = String::new();
+    s.wait_until("the read to be called", MINUTE, |store| {
+        let owner: Option<String> = store
+            .conn()
+            .query_row(
+                "SELECT t.lease_owner FROM turns t WHERE t.state = 'running' AND EXISTS
+                   (SELECT 1 FROM records WHERE record_type = 'tool.call')",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+            .flatten();
+        owner.map(|o| holder = o).is_some()
+    });
+    // The read has run and the model is in its three seconds.
+    std::thread::sleep(Duration::from_millis(500));
+    let results_before: i64 = s
+        .store()
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM records WHERE record_type = 'tool.result'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(
+        results_before, 0,
+        "the read's result waits for the next commit"
+    );
+    s.signal(&holder, "KILL");
+    let st = s.wait_complete(r, MINUTE);
+    let survivor = if holder == "hashi-a" {
+        "hashi-b"
+    } else {
+        "hashi-a"
+    };
+    let store = s.store();
+    let recs = session_records(&store, st.session_id.expect("session"));
+    let results: Vec<&proto::Record> = recs
+        .iter()
+        .filter(|r| r.record_type == RecordType::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1, "one result for the one call");
+    assert_eq!(results[0].content["status"], json!("success"));
+    assert_eq!(
+        results[0].metadata.get("resumed").map(String::as_str),
+        Some("true"),
+        "the successor ran the read again"
+    );
+    assert_eq!(
+        results[0].metadata.get("worker").map(String::as_str),
+        Some(survivor)
+    );
+    assert_eq!(
+        st.deliverable.expect("deliverable").content["text"],
+        json!("listed after the takeover")
+    );
+    s.verify_all();
+}
+
 #[test]
 fn nats_killed_mid_session_and_restarted_loses_nothing() {
     let script = r#"{"turns": [
