@@ -51,11 +51,11 @@ pub async fn run_replaying(
     wait: Option<Duration>,
     replay: Option<Replay>,
 ) -> anyhow::Result<Submitted> {
-    let options = common.store_options()?;
-    let mut store = Store::open(&common.db, &options)?;
-    let request = submit_replay(&mut store, instruction, author, session, replay)?;
-    let (waker, rx) = wake_pair();
+    // The connection (TCP, TLS, nkey login) is made in the background while the request is
+    // committed; the doorbell below waits for both. Subscribing before the commit also means
+    // no completion can slip past.
     let bus = Bus::connect(common, "minato-submit").await?;
+    let (waker, rx) = wake_pair();
     if wait.is_some() {
         let w = waker.clone();
         bus.doorbells::<SessionComplete, _>(bus.subjects.session_complete(), None, move |_| {
@@ -63,6 +63,9 @@ pub async fn run_replaying(
         })
         .await?;
     }
+    let options = common.store_options()?;
+    let mut store = Store::open(&common.db, &options)?;
+    let request = submit_replay(&mut store, instruction, author, session, replay)?;
     bus.ring(
         bus.subjects.session_create(),
         &SessionCreate {
