@@ -306,6 +306,20 @@ fn hashi_killed_mid_tool_call_resumes_elsewhere_without_repeating_the_side_effec
     s.verify_all();
 }
 
+/// The worker holding the running turn once `owner_sql` (one row: the lease owner) names one.
+fn running_turn_holder(s: &Stack, what: &str, owner_sql: &str) -> String {
+    let mut holder = String::new();
+    s.wait_until(what, MINUTE, |store| {
+        let owner: Option<String> = store
+            .conn()
+            .query_row(owner_sql, [], |r| r.get(0))
+            .ok()
+            .flatten();
+        owner.map(|o| holder = o).is_some()
+    });
+    holder
+}
+
 /// A read's result rides with the turn's next commit instead of getting one of its own. A
 /// worker killed after the read ran, while the model is thinking, takes that result with
 /// it: the successor finds the call unanswered, runs the read again (reads are the only
@@ -323,20 +337,12 @@ fn hashi_killed_after_a_read_before_its_result_was_committed_reads_again_elsewhe
     s.spawn("hashi", "hashi-a");
     s.spawn("hashi", "hashi-b");
     let r = s.submit("list, then think slowly");
-    let mut holder = String::new();
-    s.wait_until("the read to be called", MINUTE, |store| {
-        let owner: Option<String> = store
-            .conn()
-            .query_row(
-                "SELECT t.lease_owner FROM turns t WHERE t.state = 'running' AND EXISTS
-                   (SELECT 1 FROM records WHERE record_type = 'tool.call')",
-                [],
-                |r| r.get(0),
-            )
-            .ok()
-            .flatten();
-        owner.map(|o| holder = o).is_some()
-    });
+    let holder = running_turn_holder(
+        &s,
+        "the read to be called",
+        "SELECT t.lease_owner FROM turns t WHERE t.state = 'running' AND EXISTS
+           (SELECT 1 FROM records WHERE record_type = 'tool.call')",
+    );
     // The read has run and the model is in its three seconds.
     std::thread::sleep(Duration::from_millis(500));
     let results_before: i64 = s
@@ -465,19 +471,11 @@ fn sigterm_releases_the_turn_to_another_worker_at_once() {
     s.spawn("hashi", "hashi-a");
     s.spawn("hashi", "hashi-b");
     let r = s.submit("a slow task");
-    let mut holder = String::new();
-    s.wait_until("a worker to claim the turn", MINUTE, |store| {
-        let owner: Option<String> = store
-            .conn()
-            .query_row(
-                "SELECT lease_owner FROM turns WHERE state = 'running'",
-                [],
-                |r| r.get(0),
-            )
-            .ok()
-            .flatten();
-        owner.map(|o| holder = o).is_some()
-    });
+    let holder = running_turn_holder(
+        &s,
+        "a worker to claim the turn",
+        "SELECT lease_owner FROM turns WHERE state = 'running'",
+    );
     s.signal(&holder, "TERM");
     let status = s.wait_exit(&holder, Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "{}", s.log(&holder));
