@@ -46,10 +46,7 @@ pub fn remember_in(
     for item in items {
         let new = NewRecord::new(item.kind, Content::text(item.text.clone()), author);
         let hash = new.validate()?.hash;
-        let existed = tx
-            .query_row("SELECT 1 FROM records WHERE hash = ?1", [&hash], |_| Ok(()))
-            .optional()?
-            .is_some();
+        let existed = crate::store::record_id_by_hash(tx, &hash)?.is_some();
         let record = write_record_in(tx, &new)?;
         let id = record.record_id.to_string();
         edge(tx, &id, "extracted_from", &source.record_id.to_string())?;
@@ -96,14 +93,9 @@ fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<Uuid
         author,
     );
     let hash = rec.validate()?.hash;
-    tx.query_row(
-        "SELECT record_id FROM records WHERE hash = ?1",
-        [hash],
-        |r| r.get::<_, String>(0),
-    )
-    .optional()?
-    .map(|s| parse_id(&s))
-    .transpose()
+    crate::store::record_id_by_hash(tx, &hash)?
+        .map(|s| parse_id(&s))
+        .transpose()
 }
 
 /// Stores an embedding for a memory record.

@@ -424,6 +424,7 @@ mod tests {
                 .expect("drop");
         }
         // And what later migrations added, so 008 onwards run as on a real older store.
+        crate::store::back_to_text_hashes(store.conn());
         store
             .conn()
             .execute_batch(

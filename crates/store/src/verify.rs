@@ -299,9 +299,10 @@ impl Verifier<'_> {
                     format!("position {pos} found where {expected} was expected (a member was removed or moved)"),
                 );
             }
+            let mut hash_buf = [0u8; 64];
             let rc = [
                 raw_str(r, 2)?,
-                raw_str(r, 3)?,
+                Some(crate::store::hashcol::render(r.get_ref(3)?, &mut hash_buf)),
                 raw_str(r, 4)?,
                 raw_str(r, 5)?,
                 raw_str(r, 6)?,
@@ -784,7 +785,10 @@ pub fn verify(
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let c: Vec<Option<String>> = (0..7)
-                .map(|i| raw_text(r, i))
+                .map(|i| match i {
+                    1 => r.get_ref(1).map(|v| Some(crate::store::hashcol::to_hex(v))),
+                    _ => raw_text(r, i),
+                })
                 .collect::<rusqlite::Result<_>>()?;
             let s = |i: usize| c[i].as_deref().unwrap_or("");
             if v.seen_records.contains(s(0)) {

@@ -17,8 +17,8 @@ use kura_store::{Store, StoreOptions, Synchronous};
 struct Row {
     /// `record_id`.
     id: String,
-    /// `hash`.
-    hash: String,
+    /// `hash`, its 32 bytes as Kura stores them.
+    hash: [u8; 32],
     /// `content`, canonical JSON.
     content: String,
 }
@@ -43,10 +43,12 @@ fn rows(records: &[NewRecord]) -> Vec<Row> {
     records
         .iter()
         .filter_map(|r| r.validate().ok())
-        .map(|p| Row {
-            id: proto::new_id().to_string(),
-            hash: p.hash,
-            content: p.content,
+        .filter_map(|p| {
+            Some(Row {
+                id: proto::new_id().to_string(),
+                hash: kura_store::store::hashcol::to_column(&p.hash)?,
+                content: p.content,
+            })
         })
         .collect()
 }
@@ -82,7 +84,7 @@ fn bare_db(dir: &Path, name: &str, unique_hash: bool) -> anyhow::Result<Connecti
         -i64::from(StoreOptions::default().cache_kib),
     )?;
     conn.execute_batch(
-        "CREATE TABLE bare (record_id TEXT, hash TEXT, record_type TEXT, content TEXT,
+        "CREATE TABLE bare (record_id TEXT, hash BLOB, record_type TEXT, content TEXT,
                             author_id TEXT, metadata TEXT, created_at TEXT)",
     )?;
     conn.pragma_update(
@@ -107,7 +109,7 @@ pub(super) fn remove_db(path: &Path) {
 
 fn bare_insert(tx: &Connection, r: &Row) -> rusqlite::Result<()> {
     tx.prepare_cached("INSERT INTO bare VALUES (?1, ?2, 'agent.thought', ?3, 'agent:bench', '{}', '2026-01-01T00:00:00.000000Z')")?
-        .execute(params![r.id, r.hash, r.content])?;
+        .execute(params![r.id, &r.hash[..], r.content])?;
     Ok(())
 }
 
@@ -309,7 +311,9 @@ pub fn verify_rate(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
         while let Some(row) = q.next()? {
             let mut h = Sha256::new();
             for i in 0..7 {
-                if let rusqlite::types::ValueRef::Text(t) = row.get_ref(i)? {
+                if let rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) =
+                    row.get_ref(i)?
+                {
                     h.update(t);
                 }
             }

@@ -120,7 +120,7 @@ pub(crate) fn member_rows(conn: &Connection, ledger_id: Uuid) -> Result<Vec<Memb
             position: row.get::<_, i64>(0)?.try_into().unwrap_or(u64::MAX),
             columns: OwnedColumns {
                 record_id: row.get(1)?,
-                hash: row.get(2)?,
+                hash: super::hashcol::to_hex(row.get_ref(2)?),
                 record_type: row.get(3)?,
                 content: row.get(4)?,
                 author_id: row.get(5)?,
@@ -206,6 +206,12 @@ fn add_member(
 /// Appends a new record to an open ledger inside the caller's transaction.
 pub fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
     let count = next_position(conn, ledger_id)?;
+    append_at(conn, ledger_id, count, new)
+}
+
+/// Appends at `count`, the ledger's next position, which the caller has just read (the
+/// append-only trigger refuses any other).
+fn append_at(conn: &Connection, ledger_id: Uuid, count: i64, new: &NewRecord) -> Result<Appended> {
     let stored = insert_record(conn, new)?;
     add_member(conn, ledger_id, count, &stored.columns)?;
     Ok(Appended {
@@ -342,9 +348,13 @@ impl Store {
     /// Appends many records in one transaction (group commit): all or none.
     pub fn append_batch(&mut self, ledger_id: Uuid, batch: &[NewRecord]) -> Result<Vec<Appended>> {
         self.write(|tx| {
+            // The ledger is looked up once: inside this transaction only these appends move
+            // its count.
+            let first = next_position(tx, ledger_id)?;
             batch
                 .iter()
-                .map(|new| append_in(tx, ledger_id, new))
+                .zip(first..)
+                .map(|(new, position)| append_at(tx, ledger_id, position, new))
                 .collect()
         })
     }

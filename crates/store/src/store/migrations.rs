@@ -44,6 +44,8 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!("../../migrations/011_replay.sql")),
         // 012: the policy aegis rules by, so hashi can apply allow and deny rules at once.
         M::up(include_str!("../../migrations/012_policies.sql")),
+        // 013: record hashes stored as 32 bytes; the records table rebuilt (foreign keys off).
+        M::up(include_str!("../../migrations/013_compact_hashes.sql")).foreign_key_check(),
     ]
 }
 
@@ -62,7 +64,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "a1d4d3be849bb6586bc1f78fd478d4a5e650e714e7e609d2c0bd9571e4b3f5c3";
+    "18f836256f9db41ae65655bf3919e1f7e78d6b4c96d4448232e1d18951ecf04f";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -167,14 +169,165 @@ pub fn apply(conn: &mut Connection) -> Result<()> {
         )));
     }
     if version < latest() {
-        Migrations::new(migrations()).to_latest(conn)?;
+        // 013 rebuilds `records`, which other tables reference: SQLite's way to rebuild a
+        // table is with foreign keys off (the pragma is ignored inside a transaction, so it
+        // is set around the migrations), and `foreign_key_check` runs before each commit.
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
+        let migrated = Migrations::new(migrations()).to_latest(conn);
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        migrated?;
     }
     Ok(())
+}
+
+/// Undoes migration 013 on a test database: `records` back to hex TEXT hashes, with the
+/// exact statements of 001, so tests can build the store an older Kura left behind.
+#[cfg(test)]
+pub(crate) fn back_to_text_hashes(conn: &Connection) {
+    let v001 = include_str!("../../migrations/001_records_ledgers.sql");
+    let ours = |stmt: &&str| {
+        let body = stmt
+            .lines()
+            .skip_while(|l| l.trim().is_empty() || l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        [
+            "CREATE TABLE records (",
+            "CREATE INDEX idx_records_",
+            "CREATE TRIGGER records_no_",
+        ]
+        .iter()
+        .any(|p| body.starts_with(p))
+    };
+    let recreate: Vec<String> = v001
+        .split(";\n")
+        .filter(ours)
+        .map(|s| format!("{s};"))
+        .collect();
+    assert_eq!(recreate.len(), 6, "001's records statements");
+    conn.execute_batch(
+        "PRAGMA foreign_keys = OFF; PRAGMA legacy_alter_table = ON;
+         ALTER TABLE records RENAME TO records_blob;",
+    )
+    .expect("rename");
+    conn.execute_batch(&recreate[0]).expect("table");
+    conn.execute_batch(
+        "INSERT INTO records SELECT record_id, lower(hex(hash)), record_type, content,
+                author_id, metadata, created_at FROM records_blob ORDER BY rowid;
+         DROP TABLE records_blob;",
+    )
+    .expect("copy");
+    conn.execute_batch(&recreate[1..].join("\n"))
+        .expect("indexes and triggers");
+    conn.execute_batch("PRAGMA legacy_alter_table = OFF; PRAGMA foreign_keys = ON")
+        .expect("pragmas");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store written before 013 (hex TEXT hashes) opens, is migrated, and every record
+    /// reads and verifies as before: leaves cover the hex form, so nothing sealed changes.
+    #[test]
+    fn migration_013_stores_hashes_as_bytes_and_keeps_every_seal_valid() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("k.db");
+        let mut store =
+            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
+        let session = store.create_session("s").expect("session").session_id;
+        let ledger = store
+            .open_ledger(session, "l", &[])
+            .expect("open")
+            .ledger_id;
+        for i in 0..5 {
+            let r = proto::NewRecord::new(
+                proto::RecordType::AgentThought,
+                proto::Content::text(format!("step {i}")),
+                "agent:test",
+            );
+            store.append(ledger, &r).expect("append");
+        }
+        let sealed = store.seal_ledger(ledger).expect("seal").0;
+        let before = store.hydrate(ledger).expect("read");
+        back_to_text_hashes(store.conn());
+        store
+            .conn()
+            .execute_batch("PRAGMA user_version = 12")
+            .expect("version");
+        let kind: String = store
+            .conn()
+            .query_row("SELECT typeof(hash) FROM records LIMIT 1", [], |r| r.get(0))
+            .expect("type");
+        assert_eq!(kind, "text", "the helper builds a pre-013 store");
+        drop(store);
+
+        let store = crate::Store::open(&path, &crate::StoreOptions::default()).expect("migrate");
+        let (kind, len): (String, i64) = store
+            .conn()
+            .query_row(
+                "SELECT typeof(hash), length(hash) FROM records LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("type");
+        assert_eq!((kind.as_str(), len), ("blob", 32));
+        assert_eq!(store.hydrate(ledger).expect("read"), before);
+        assert_eq!(store.read_ledger(ledger).expect("ledger"), sealed);
+        let report =
+            crate::verify::verify(&store, &crate::verify::Scope::All, None, None).expect("verify");
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        assert_eq!(report.records_checked, 5);
+        assert!(
+            check_schema(store.conn(), &path)
+                .expect("schema")
+                .is_empty()
+        );
+    }
+
+    /// Attack: a TEXT value that spells the right digits where the 32 bytes belong is not
+    /// taken as the hash (only a tampered file can hold one); verify names the record.
+    #[test]
+    fn a_text_hash_in_the_bytes_column_is_reported_by_verify() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("k.db");
+        let mut store =
+            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
+        let session = store.create_session("s").expect("session").session_id;
+        let ledger = store
+            .open_ledger(session, "l", &[])
+            .expect("open")
+            .ledger_id;
+        let r = proto::NewRecord::new(
+            proto::RecordType::AgentThought,
+            proto::Content::text("hello"),
+            "agent:test",
+        );
+        let rec = store.append(ledger, &r).expect("append").record;
+        store.seal_ledger(ledger).expect("seal");
+        store
+            .conn()
+            .execute_batch("DROP TRIGGER records_no_update")
+            .expect("drop trigger");
+        store
+            .conn()
+            .execute(
+                "UPDATE records SET hash = lower(hex(hash)) WHERE record_id = ?1",
+                [rec.record_id.to_string()],
+            )
+            .expect("tamper");
+        let report =
+            crate::verify::verify(&store, &crate::verify::Scope::All, None, None).expect("verify");
+        let id = rec.record_id.to_string();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.id == id && p.check == "record_hash"),
+            "{:?}",
+            report.problems
+        );
+    }
 
     #[test]
     fn migrations_are_valid() {

@@ -1,5 +1,6 @@
 //! The SQLite record/ledger store: opening, pragmas and migrations; operations live in submodules.
 
+pub mod hashcol;
 mod ledgers;
 mod migrations;
 mod records;
@@ -29,7 +30,9 @@ pub fn header_pub(
 ) -> proto::LedgerHeader {
     ledgers::header(ledger, parents, sealed_at)
 }
-pub use records::{Query, write_record_in};
+#[cfg(test)]
+pub(crate) use migrations::back_to_text_hashes;
+pub use records::{Query, record_id_by_hash, write_record_in};
 
 /// Builds a record from a row of the seven record columns in stored order.
 pub fn record_from_row_pub(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<proto::Record>> {

@@ -33,7 +33,7 @@ pub struct Query {
 pub(crate) fn columns_from_row(row: &Row<'_>) -> rusqlite::Result<OwnedColumns> {
     Ok(OwnedColumns {
         record_id: row.get(0)?,
-        hash: row.get(1)?,
+        hash: super::hashcol::to_hex(row.get_ref(1)?),
         record_type: row.get(2)?,
         content: row.get(3)?,
         author_id: row.get(4)?,
@@ -61,6 +61,9 @@ pub(crate) struct Stored {
 /// exists, returns that one instead.
 pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored> {
     let parts = new.validate()?;
+    let hash_column = super::hashcol::to_column(&parts.hash).ok_or_else(|| {
+        StoreError::Invalid(format!("content hash {} is not SHA-256 hex", parts.hash))
+    })?;
     let record_id = proto::new_id();
     let columns = OwnedColumns {
         record_id: record_id.to_string(),
@@ -80,7 +83,7 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
         )?
         .execute(params![
             columns.record_id,
-            columns.hash,
+            &hash_column[..],
             columns.record_type,
             columns.content,
             columns.author_id,
@@ -114,10 +117,13 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
 }
 
 fn columns_by_hash(conn: &Connection, hash: &str) -> Result<Option<OwnedColumns>> {
+    let Some(column) = super::hashcol::to_column(hash) else {
+        return Ok(None);
+    };
     let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE hash = ?1");
     Ok(conn
         .prepare_cached(&sql)?
-        .query_row([hash], columns_from_row)
+        .query_row([&column[..]], columns_from_row)
         .optional()?)
 }
 
@@ -144,6 +150,17 @@ pub(crate) fn record_from_columns(c: &OwnedColumns) -> Result<Record> {
 /// Writes (or finds, by content hash) a record inside the caller's transaction.
 pub fn write_record_in(conn: &Connection, new: &NewRecord) -> Result<Record> {
     insert_record(conn, new).map(|s| s.record)
+}
+
+/// The id of the record with this content hash, if one is stored.
+pub fn record_id_by_hash(conn: &Connection, hash: &str) -> Result<Option<String>> {
+    let Some(column) = super::hashcol::to_column(hash) else {
+        return Ok(None);
+    };
+    Ok(conn
+        .prepare_cached("SELECT record_id FROM records WHERE hash = ?1")?
+        .query_row([&column[..]], |r| r.get(0))
+        .optional()?)
 }
 
 fn by_hash(conn: &Connection, hash: &str) -> Result<Option<Record>> {
