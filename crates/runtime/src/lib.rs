@@ -169,6 +169,26 @@ where
     Ok((config, runtime))
 }
 
+/// [`start_with`] for a person's command that only talks to the bus (`aegis approve`): one
+/// thread drives the connection and the request, so no worker threads are started, no reply
+/// crosses threads and nothing is joined at exit — a fresh process is what the person waits
+/// for. A command that blocks on SQLite while connecting (`minato submit`) keeps
+/// [`start_with`]'s worker threads.
+pub fn start_client<C>(
+    name: &str,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+{
+    logging::init_with(name, "warn");
+    let config: C = load(config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok((config, runtime))
+}
+
 /// The `run` subcommand of every daemon: set up logging, config and a runtime, run until
 /// SIGTERM/SIGINT. Exit 0 on a clean stop, 2 for config errors, 1 if the daemon failed.
 pub fn run_daemon<C, F, Fut>(

@@ -97,11 +97,10 @@ fn main() -> ExitCode {
             Err(e) => fail(format!("{e:#}")),
         };
     }
-    let (config, rt) =
-        match kura_runtime::start_with::<Config>("aegis", config_path.as_deref(), "warn") {
-            Ok(x) => x,
-            Err(e) => return fail(format!("{e:#}")),
-        };
+    let (config, rt) = match kura_runtime::start_client::<Config>("aegis", config_path.as_deref()) {
+        Ok(x) => x,
+        Err(e) => return fail(format!("{e:#}")),
+    };
     let subjects = match config.common.subjects() {
         Ok(s) => s,
         Err(e) => return fail(e),
