@@ -45,7 +45,9 @@ fn migrations() -> Vec<M<'static>> {
         // 012: the policy aegis rules by, so hashi can apply allow and deny rules at once.
         M::up(include_str!("../../migrations/012_policies.sql")),
         // 013: record hashes stored as 32 bytes; the records table rebuilt (foreign keys off).
-        M::up(include_str!("../../migrations/013_compact_hashes.sql")).foreign_key_check(),
+        // Every row is copied, so no reference breaks; no `foreign_key_check`, because a
+        // tampered file that already lacks a referenced record must still open for `verify`.
+        M::up(include_str!("../../migrations/013_compact_hashes.sql")),
     ]
 }
 
@@ -171,7 +173,7 @@ pub fn apply(conn: &mut Connection) -> Result<()> {
     if version < latest() {
         // 013 rebuilds `records`, which other tables reference: SQLite's way to rebuild a
         // table is with foreign keys off (the pragma is ignored inside a transaction, so it
-        // is set around the migrations), and `foreign_key_check` runs before each commit.
+        // is set around the migrations).
         conn.pragma_update(None, "foreign_keys", "OFF")?;
         let migrated = Migrations::new(migrations()).to_latest(conn);
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -282,6 +284,55 @@ mod tests {
             check_schema(store.conn(), &path)
                 .expect("schema")
                 .is_empty()
+        );
+    }
+
+    /// Attack: an older store someone edited outside SQLite's guards (a member's record
+    /// deleted with foreign keys off) still opens after 013, so `verify` can name it.
+    #[test]
+    fn a_pre_013_store_missing_a_referenced_record_still_opens_for_verify() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("k.db");
+        let mut store =
+            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
+        let session = store.create_session("s").expect("session").session_id;
+        let ledger = store
+            .open_ledger(session, "l", &[])
+            .expect("open")
+            .ledger_id;
+        let r = proto::NewRecord::new(
+            proto::RecordType::AgentThought,
+            proto::Content::text("gone"),
+            "agent:test",
+        );
+        let gone = store.append(ledger, &r).expect("append").record.record_id;
+        store.seal_ledger(ledger).expect("seal");
+        back_to_text_hashes(store.conn());
+        store
+            .conn()
+            .execute_batch(
+                "PRAGMA foreign_keys = OFF; DROP TRIGGER records_no_delete;
+                 PRAGMA user_version = 12;",
+            )
+            .expect("tamper");
+        store
+            .conn()
+            .execute(
+                "DELETE FROM records WHERE record_id = ?1",
+                [gone.to_string()],
+            )
+            .expect("delete");
+        drop(store);
+        let store = crate::Store::open(&path, &crate::StoreOptions::default()).expect("opens");
+        let report =
+            crate::verify::verify(&store, &crate::verify::Scope::All, None, None).expect("verify");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.check == "member_missing" && p.detail.contains(&gone.to_string())),
+            "{:?}",
+            report.problems
         );
     }
 
