@@ -5,6 +5,7 @@
 // repeat the names.
 #![allow(missing_docs)]
 pub mod cli;
+pub mod console;
 pub mod nats;
 pub mod stack;
 pub mod wal;

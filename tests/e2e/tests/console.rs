@@ -3,13 +3,12 @@
 //! edit parked `fs.write` calls from the page; nothing but the login page for strangers;
 //! model output rendered as text; history pages that stay small at 100 000 records.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::{Signer, SigningKey};
 use fantoccini::{Client, ClientBuilder, Locator};
+use kura_testkit::console::{http, login, wait_http};
 use kura_testkit::free_port;
 use kura_testkit::stack::{Stack, session_records};
 use proto::record::{NewRecord, RecordType};
@@ -47,79 +46,6 @@ fn console_env(s: &mut Stack, port: u16, users: &str) {
         ("KURA_CONSOLE__USERS".into(), users.into()),
         ("KURA_SERVE__KEYRING".into(), keyring.display().to_string()),
     ]);
-}
-
-fn wait_http(port: u16) {
-    let deadline = Instant::now() + MINUTE;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the console did not come up on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// One HTTP/1.1 exchange: status, headers (lowercased names), body.
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).expect("send");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_lowercase(), body.to_owned())
-}
-
-/// Logs in over raw HTTP with a key made here (as the browser would), returning the cookie.
-fn login(port: u16, key: &SigningKey) -> String {
-    let (_, _, page) = http(port, "GET", "/login", &[], "");
-    let challenge = page
-        .split("data-challenge=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("challenge")
-        .to_owned();
-    let bytes = format!("kura.console.login.v1\n{challenge}\nhttp://127.0.0.1:{port}");
-    let body = json!({
-        "challenge": challenge,
-        "public_key": hex::encode(key.verifying_key().as_bytes()),
-        "signature": hex::encode(key.sign(bytes.as_bytes()).to_bytes()),
-    })
-    .to_string();
-    let (status, head, out) = http(
-        port,
-        "POST",
-        "/api/login",
-        &[("Content-Type", "application/json")],
-        &body,
-    );
-    assert_eq!(status, 200, "{out}");
-    head.lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .and_then(|c| c.split(';').next())
-        .expect("cookie")
-        .to_owned()
 }
 
 /// Attack: a stranger on the network opens the console. Every page sends them to the login

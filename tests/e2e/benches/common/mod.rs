@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::identity::Role;
 use kura_store::work::request_status;
-use kura_testkit::bin;
 use kura_testkit::stack::{self, Stack};
+use kura_testkit::{bin, console};
 
 pub const DAEMONS: [&str; 6] = ["minato", "hashi-1", "hashi-2", "aegis", "mikado", "serve"];
 
@@ -222,10 +222,23 @@ pub fn poll<T>(s: &Stack, mut f: impl FnMut(&rusqlite::Connection) -> Option<T>)
     }
 }
 
+/// Figure 9's results, in milliseconds.
+pub struct Approvals {
+    /// `aegis approve` started → the tool's result committed: p50, p99.
+    pub cli: (f64, f64),
+    /// `aegis pending` alone (process start, TLS, nkey login, one signed reply): p50.
+    pub look: f64,
+    /// A logged-in console page's signed decision posted → the tool's result committed: p50, p99.
+    pub console: (f64, f64),
+}
+
 /// Figure 9, the human-approval round trip: a parked `fs.write`, then `aegis approve`
 /// started → the tool has run (its result committed). Beside it, the same CLI doing only a
-/// round trip (`aegis pending`: process start, TLS, nkey login, one signed reply).
-pub fn approval_round_trip(turns: usize) -> (f64, f64, f64) {
+/// round trip (`aegis pending`: process start, TLS, nkey login, one signed reply), and the
+/// same person deciding from the console they are logged in to (`kura serve`'s page signs
+/// the decision in the browser and posts it; here the bench signs what the page would).
+/// The two ways alternate, turn by turn, on one stack.
+pub fn approval_round_trip(turns: usize) -> Approvals {
     let mut s = Stack::new(ASK_SCRIPT);
     std::fs::write(
         s.path("policy.toml"),
@@ -242,37 +255,59 @@ pub fn approval_round_trip(turns: usize) -> (f64, f64, f64) {
     s.add_approver("oles", &key);
     let k: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    let public = k["public_key"].as_str().expect("public key").to_owned();
+    let secret: [u8; 32] = hex::decode(k["secret_key"].as_str().expect("secret key"))
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .expect("32-byte secret");
+    let signing = ed25519_dalek::SigningKey::from_bytes(&secret);
+    let port = kura_testkit::free_port();
+    let users = format!("[{{ name = \"oles\", public_key = \"{public}\" }}]");
     s.extra_env = vec![
-        (
-            "KURA_AEGIS__APPROVERS".into(),
-            format!(
-                "[{{ name = \"oles\", public_key = \"{}\" }}]",
-                k["public_key"].as_str().expect("public key")
-            ),
-        ),
+        ("KURA_AEGIS__APPROVERS".into(), users.clone()),
         ("KURA_WORKER__LEASE_MS".into(), "30000".into()),
         ("RUST_LOG".into(), "warn".into()),
+        ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
+        ("KURA_CONSOLE__USERS".into(), users),
+        (
+            "KURA_SERVE__KEYRING".into(),
+            s.nats
+                .keys_dir()
+                .join("identities.toml")
+                .display()
+                .to_string(),
+        ),
     ];
     for d in ["aegis", "minato", "hashi"] {
         s.spawn(stack::binary(d), d);
     }
+    s.spawn("kura", "serve");
+    console::wait_http(port);
+    let cookie = console::login(port, &signing);
+    let csrf = console::csrf(port, &cookie);
     std::thread::sleep(Duration::from_secs(2));
-    let (mut approve, mut look) = (Vec::new(), Vec::new());
-    for i in 0..turns {
-        let r = s.submit(&format!("plan {i}"));
-        let (request, call) = poll(&s, |c| {
+    let asked = |s: &Stack| {
+        poll(s, |c| {
             c.query_row(
-                "SELECT request_id, call_id FROM approvals WHERE state = 'asked'",
+                "SELECT request_id, call_id, request_hash FROM approvals WHERE state = 'asked'",
                 [],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                },
             )
             .ok()
-        });
-        let t = Instant::now();
-        assert_eq!(aegis_as(&s, &["pending", "--json"]), 0);
-        look.push(t.elapsed().as_secs_f64() * 1000.0);
-        // The clock stops when the tool's result is committed, watched while the CLI runs
-        // (it may still be closing its connection when the tool has already run).
+        })
+    };
+    let (mut approve, mut look, mut page) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..turns * 2 {
+        let r = s.submit(&format!("plan {i}"));
+        let (request, call, hash) = asked(&s);
+        // The clock stops when the tool's result is committed, watched while the decision
+        // is on its way (the CLI may still be closing its connection when the tool has run).
         let store = s.store();
         let mut seen = store
             .conn()
@@ -281,23 +316,67 @@ pub fn approval_round_trip(turns: usize) -> (f64, f64, f64) {
                    AND json_extract(content, '$.call_id') = ?1",
             )
             .expect("prepare");
-        let t = Instant::now();
-        let mut cli = aegis_cmd(&s, &["approve", &request])
-            .spawn()
-            .expect("aegis approve");
-        while !seen.exists([&call]).expect("query") {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "the tool never ran\n{}",
-                s.logs()
-            );
-            std::thread::sleep(Duration::from_micros(200));
+        let mut wait_for_tool = |t: Instant| {
+            while !seen.exists([&call]).expect("query") {
+                assert!(
+                    t.elapsed() < Duration::from_secs(60),
+                    "the tool never ran\n{}",
+                    s.logs()
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            t.elapsed().as_secs_f64() * 1000.0
+        };
+        if i % 2 == 0 {
+            let t = Instant::now();
+            assert_eq!(aegis_as(&s, &["pending", "--json"]), 0);
+            look.push(t.elapsed().as_secs_f64() * 1000.0);
+            let t = Instant::now();
+            let mut cli = aegis_cmd(&s, &["approve", &request])
+                .spawn()
+                .expect("aegis approve");
+            approve.push(wait_for_tool(t));
+            assert!(cli.wait().expect("wait").success(), "{}", s.logs());
+        } else {
+            // What the page's script does on "approve": sign the request it verified, post.
+            let now = kura_store::time::now();
+            let mut d = proto::doorbell::ApprovalDecision {
+                request_id: request.parse().expect("request id"),
+                decision: "approve".into(),
+                approver: "oles".into(),
+                note: String::new(),
+                signed_at: format!("{}Z", &now[..19]),
+                signature: String::new(),
+                arguments: None,
+            };
+            aegis::keys::sign(&signing, &mut d, &hash);
+            let body = serde_json::to_string(&d).expect("json");
+            let (cookie, csrf) = (cookie.clone(), csrf.clone());
+            let t = Instant::now();
+            let post = std::thread::spawn(move || {
+                console::http(
+                    port,
+                    "POST",
+                    "/api/decide",
+                    &[
+                        ("Content-Type", "application/json"),
+                        ("Cookie", &cookie),
+                        ("x-kura-csrf", &csrf),
+                    ],
+                    &body,
+                )
+            });
+            page.push(wait_for_tool(t));
+            let (status, _, verdict) = post.join().expect("post");
+            assert_eq!(status, 200, "{verdict}\n{}", s.logs());
         }
-        approve.push(t.elapsed().as_secs_f64() * 1000.0);
-        assert!(cli.wait().expect("wait").success(), "{}", s.logs());
+        drop(seen);
         wait_all(&s, &[r], Duration::from_secs(60));
     }
     s.shutdown_cleanly();
-    let (a50, a99) = (pct(&mut approve, 0.5), pct(&mut approve, 0.99));
-    (a50, a99, pct(&mut look, 0.5))
+    Approvals {
+        cli: (pct(&mut approve, 0.5), pct(&mut approve, 0.99)),
+        look: pct(&mut look, 0.5),
+        console: (pct(&mut page, 0.5), pct(&mut page, 0.99)),
+    }
 }
