@@ -36,6 +36,8 @@ struct Run {
     readback_ms: f64,
     readback_all_ms: f64,
     approve_ms: f64,
+    /// From a person already connected: Kura's console page; LangGraph has only its resume.
+    approve_page_ms: f64,
     rss_mib: f64,
     rss_after_read_mib: f64,
 }
@@ -137,7 +139,9 @@ fn kura_run(z: &Sizes) -> Run {
     r.rss_after_read_mib = r.rss_mib;
     s.shutdown_cleanly();
 
-    r.approve_ms = approval_round_trip(z.approvals).cli.0;
+    let approvals = approval_round_trip(z.approvals);
+    r.approve_ms = approvals.cli.0;
+    r.approve_page_ms = approvals.console.0;
     r
 }
 
@@ -172,6 +176,7 @@ fn langgraph_run(python: &str, mode: &str, dir: &Path, z: &Sizes) -> Run {
         turn_ms: med("turn_ms"),
         waited_ms: med("turn_ms"),
         approve_ms: med("approve_ms"),
+        approve_page_ms: med("approve_ms"),
         steps_per_s: f("steps_per_s"),
         bytes_per_step: f("bytes_per_step"),
         history_bytes: f("history_bytes"),
@@ -346,6 +351,14 @@ fn main() {
         None,
     );
     row(
+        "… from a person already connected (Kura: the console page they are logged in to signs the decision, `kura serve` relays it to aegis; LangGraph: the same in-process resume)",
+        &|r| r.approve_page_ms,
+        "ms",
+        true,
+        "Kura <= 5 ms",
+        None,
+    );
+    row(
         "peak RSS while running turns (Kura: the six daemons together; LangGraph: its process)",
         &|r| r.rss_mib,
         "MiB",
@@ -361,12 +374,22 @@ fn main() {
         "-",
         None,
     );
-    let (a, _) = spread(&kura, |r| r.approve_ms);
-    if let Some(last) = rows.iter_mut().find(|r| r.contains("human approval")) {
-        *last = last.replace(
-            "| Kura <= 5 ms | - |",
-            &format!("| Kura <= 5 ms | {} |", if a <= 5.0 { "yes" } else { "no" }),
-        );
+    for (name, figure) in [
+        (
+            "human approval",
+            (|r: &Run| r.approve_ms) as fn(&Run) -> f64,
+        ),
+        ("from a person already connected", |r: &Run| {
+            r.approve_page_ms
+        }),
+    ] {
+        let (a, _) = spread(&kura, figure);
+        if let Some(row) = rows.iter_mut().find(|r| r.contains(name)) {
+            *row = row.replace(
+                "| Kura <= 5 ms | - |",
+                &format!("| Kura <= 5 ms | {} |", if a <= 5.0 { "yes" } else { "no" }),
+            );
+        }
     }
     println!(
         "| figure (median of {reps} interleaved runs, min–max) | Kura | LangGraph, fair (WAL, synchronous=FULL, durability=\"sync\") | LangGraph, defaults (durability=\"async\") | Kura / LangGraph fair | target | met |"
