@@ -159,14 +159,9 @@ pub fn start_with<C>(
 where
     C: Serialize + serde::de::DeserializeOwned + Default,
 {
-    logging::init_with(name, level);
-    let config: C = load(config)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .thread_name(name)
-        .build()?;
-    Ok((config, runtime))
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.worker_threads(2).thread_name(name);
+    start_on(name, config, level, runtime)
 }
 
 /// [`start_with`] for a person's command that only talks to the bus (`aegis approve`): one
@@ -181,12 +176,26 @@ pub fn start_client<C>(
 where
     C: Serialize + serde::de::DeserializeOwned + Default,
 {
-    logging::init_with(name, "warn");
+    start_on(
+        name,
+        config,
+        "warn",
+        tokio::runtime::Builder::new_current_thread(),
+    )
+}
+
+fn start_on<C>(
+    name: &str,
+    config: Option<&std::path::Path>,
+    level: &str,
+    mut runtime: tokio::runtime::Builder,
+) -> anyhow::Result<(C, tokio::runtime::Runtime)>
+where
+    C: Serialize + serde::de::DeserializeOwned + Default,
+{
+    logging::init_with(name, level);
     let config: C = load(config)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    Ok((config, runtime))
+    Ok((config, runtime.enable_all().build()?))
 }
 
 /// The `run` subcommand of every daemon: set up logging, config and a runtime, run until

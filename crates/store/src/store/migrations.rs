@@ -229,28 +229,39 @@ pub(crate) fn back_to_text_hashes(conn: &Connection) {
 mod tests {
     use super::*;
 
+    /// A store at `dir/k.db` with one sealed ledger of thoughts saying `texts`.
+    fn sealed_store(dir: &Path, texts: &[&str]) -> (crate::Store, uuid::Uuid, Vec<proto::Record>) {
+        let mut store = crate::Store::create(dir.join("k.db"), &crate::StoreOptions::default())
+            .expect("create");
+        let session = store.create_session("s").expect("session").session_id;
+        let ledger = store
+            .open_ledger(session, "l", &[])
+            .expect("open")
+            .ledger_id;
+        let records = texts
+            .iter()
+            .map(|t| {
+                let r = proto::NewRecord::new(
+                    proto::RecordType::AgentThought,
+                    proto::Content::text(*t),
+                    "agent:test",
+                );
+                store.append(ledger, &r).expect("append").record
+            })
+            .collect();
+        store.seal_ledger(ledger).expect("seal");
+        (store, ledger, records)
+    }
+
     /// A store written before 013 (hex TEXT hashes) opens, is migrated, and every record
     /// reads and verifies as before: leaves cover the hex form, so nothing sealed changes.
     #[test]
     fn migration_013_stores_hashes_as_bytes_and_keeps_every_seal_valid() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("k.db");
-        let mut store =
-            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
-        let session = store.create_session("s").expect("session").session_id;
-        let ledger = store
-            .open_ledger(session, "l", &[])
-            .expect("open")
-            .ledger_id;
-        for i in 0..5 {
-            let r = proto::NewRecord::new(
-                proto::RecordType::AgentThought,
-                proto::Content::text(format!("step {i}")),
-                "agent:test",
-            );
-            store.append(ledger, &r).expect("append");
-        }
-        let sealed = store.seal_ledger(ledger).expect("seal").0;
+        let steps = ["step 0", "step 1", "step 2", "step 3", "step 4"];
+        let (store, ledger, _) = sealed_store(dir.path(), &steps);
+        let sealed = store.read_ledger(ledger).expect("ledger");
         let before = store.hydrate(ledger).expect("read");
         back_to_text_hashes(store.conn());
         store
@@ -293,20 +304,8 @@ mod tests {
     fn a_pre_013_store_missing_a_referenced_record_still_opens_for_verify() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("k.db");
-        let mut store =
-            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
-        let session = store.create_session("s").expect("session").session_id;
-        let ledger = store
-            .open_ledger(session, "l", &[])
-            .expect("open")
-            .ledger_id;
-        let r = proto::NewRecord::new(
-            proto::RecordType::AgentThought,
-            proto::Content::text("gone"),
-            "agent:test",
-        );
-        let gone = store.append(ledger, &r).expect("append").record.record_id;
-        store.seal_ledger(ledger).expect("seal");
+        let (store, _, records) = sealed_store(dir.path(), &["gone"]);
+        let gone = records[0].record_id;
         back_to_text_hashes(store.conn());
         store
             .conn()
@@ -341,21 +340,8 @@ mod tests {
     #[test]
     fn a_text_hash_in_the_bytes_column_is_reported_by_verify() {
         let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("k.db");
-        let mut store =
-            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
-        let session = store.create_session("s").expect("session").session_id;
-        let ledger = store
-            .open_ledger(session, "l", &[])
-            .expect("open")
-            .ledger_id;
-        let r = proto::NewRecord::new(
-            proto::RecordType::AgentThought,
-            proto::Content::text("hello"),
-            "agent:test",
-        );
-        let rec = store.append(ledger, &r).expect("append").record;
-        store.seal_ledger(ledger).expect("seal");
+        let (store, _, records) = sealed_store(dir.path(), &["hello"]);
+        let rec = &records[0];
         store
             .conn()
             .execute_batch("DROP TRIGGER records_no_update")
