@@ -412,31 +412,7 @@ mod tests {
         let before = leaf_hashes(&store);
         let root = root_in(store.conn(), 9).expect("root");
         // What a version-7 store looks like: no seal log (and none of what came after).
-        for t in [
-            "ledger_seals",
-            "ledger_seals_since",
-            "seal_log_leaves",
-            "seal_log_hashes",
-        ] {
-            store
-                .conn()
-                .execute_batch(&format!("DROP TABLE {t}"))
-                .expect("drop");
-        }
-        // And what later migrations added, so 008 onwards run as on a real older store.
-        crate::store::back_to_text_hashes(store.conn());
-        store
-            .conn()
-            .execute_batch(
-                "ALTER TABLE approvals DROP COLUMN edited_arguments;
-                 ALTER TABLE requests DROP COLUMN replay_of;
-                 ALTER TABLE requests DROP COLUMN replay_live;
-                 ALTER TABLE requests DROP COLUMN replay_rerun;
-                 DROP TABLE policy_current;
-                 DROP TABLE policies;
-                 PRAGMA user_version = 7",
-            )
-            .expect("version");
+        crate::store::back_to_version_7(store.conn());
         drop(store);
         let store = Store::open(dir.path().join("k.db"), &StoreOptions::default()).expect("open");
         assert_eq!(leaf_hashes(&store), before);

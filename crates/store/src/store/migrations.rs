@@ -128,12 +128,19 @@ fn schema_of(conn: &Connection) -> Result<Vec<SchemaRow>> {
 /// attacker who dropped the immutability triggers left the data readable, and `verify`
 /// reports them.
 pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
-    let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    // Version and schema from one snapshot: another process may be migrating the file, and
+    // each of its migrations commits the schema and the version together.
+    let (version, actual) = {
+        let snapshot = conn.unchecked_transaction()?;
+        let version: usize = snapshot.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let actual = schema_of(&snapshot)?;
+        snapshot.commit()?;
+        (version, actual)
+    };
     if version > latest() {
         // `apply` explains that one.
         return Ok(vec![]);
     }
-    let actual = schema_of(conn)?;
     if version == latest() && schema_digest(&actual) == LATEST_SCHEMA_SHA256 {
         return Ok(vec![]);
     }
@@ -161,25 +168,34 @@ pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, Strin
         .collect())
 }
 
-/// Brings the schema up to date; refuses databases written by a newer Kura.
-pub fn apply(conn: &mut Connection) -> Result<()> {
-    let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > latest() {
-        return Err(StoreError::Invalid(format!(
-            "database schema version {version} is newer than this kura understands ({}); upgrade kura",
-            latest()
-        )));
-    }
-    if version < latest() {
+/// Brings the schema up to date; refuses databases written by a newer Kura. Until
+/// `deadline`, a migration that fails because another process applied it first (every daemon
+/// opens the store at once after an upgrade) is not an error: the version is read again and
+/// the rest taken from there. Each failure means the version moved on, so this ends.
+pub fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Result<()> {
+    loop {
+        let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > latest() {
+            return Err(StoreError::Invalid(format!(
+                "database schema version {version} is newer than this kura understands ({}); upgrade kura",
+                latest()
+            )));
+        }
+        if version == latest() {
+            return Ok(());
+        }
         // 013 rebuilds `records`, which other tables reference: SQLite's way to rebuild a
         // table is with foreign keys off (the pragma is ignored inside a transaction, so it
         // is set around the migrations).
         conn.pragma_update(None, "foreign_keys", "OFF")?;
         let migrated = Migrations::new(migrations()).to_latest(conn);
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        migrated?;
+        let Err(e) = migrated else { return Ok(()) };
+        let now: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if now <= version || std::time::Instant::now() >= deadline {
+            return Err(e.into());
+        }
     }
-    Ok(())
 }
 
 /// Undoes migration 013 on a test database: `records` back to hex TEXT hashes, with the
@@ -223,6 +239,24 @@ pub(crate) fn back_to_text_hashes(conn: &Connection) {
         .expect("indexes and triggers");
     conn.execute_batch("PRAGMA legacy_alter_table = OFF; PRAGMA foreign_keys = ON")
         .expect("pragmas");
+}
+
+/// Undoes migrations 008 to 013 on a test database: what a version-7 store looks like, so
+/// 008 onwards run as on a real older store.
+#[cfg(test)]
+pub(crate) fn back_to_version_7(conn: &Connection) {
+    back_to_text_hashes(conn);
+    conn.execute_batch(
+        "DROP TABLE ledger_seals; DROP TABLE ledger_seals_since;
+         DROP TABLE seal_log_leaves; DROP TABLE seal_log_hashes;
+         ALTER TABLE approvals DROP COLUMN edited_arguments;
+         ALTER TABLE requests DROP COLUMN replay_of;
+         ALTER TABLE requests DROP COLUMN replay_live;
+         ALTER TABLE requests DROP COLUMN replay_rerun;
+         DROP TABLE policy_current; DROP TABLE policies;
+         PRAGMA user_version = 7",
+    )
+    .expect("back to version 7");
 }
 
 #[cfg(test)]
@@ -296,6 +330,39 @@ mod tests {
                 .expect("schema")
                 .is_empty()
         );
+    }
+
+    /// Fault: after an upgrade, systemd starts every daemon at once on the older store, and
+    /// they all open it together. Each must come up on the migrated schema; none may fail
+    /// because another applied a migration first ("table seal_log_leaves already exists").
+    #[test]
+    fn daemons_opening_an_older_store_together_all_come_up() {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("dir");
+            let path = dir.path().join("k.db");
+            let (store, _, _) = sealed_store(dir.path(), &["a", "b"]);
+            back_to_version_7(store.conn());
+            drop(store);
+            let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+            let openers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (start, path) = (start.clone(), path.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        crate::Store::open(&path, &crate::StoreOptions::default()).map(drop)
+                    })
+                })
+                .collect();
+            for o in openers {
+                o.join()
+                    .expect("opener thread")
+                    .expect("every opener comes up");
+            }
+            let store = crate::Store::open(&path, &crate::StoreOptions::default()).expect("open");
+            let report = crate::verify::verify(&store, &crate::verify::Scope::All, None, None)
+                .expect("verify");
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+        }
     }
 
     /// Attack: an older store someone edited outside SQLite's guards (a member's record

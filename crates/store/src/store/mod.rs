@@ -31,7 +31,7 @@ pub fn header_pub(
     ledgers::header(ledger, parents, sealed_at)
 }
 #[cfg(test)]
-pub(crate) use migrations::back_to_text_hashes;
+pub(crate) use migrations::back_to_version_7;
 pub use records::{Query, record_id_by_hash, write_record_in};
 
 /// Builds a record from a row of the seven record columns in stored order.
@@ -222,7 +222,7 @@ impl Store {
         conn.pragma_update(None, "cache_size", -i64::from(options.cache_kib))?;
         conn.pragma_update(None, "wal_autocheckpoint", options.wal_autocheckpoint_pages)?;
         let schema_gaps = migrations::check_schema(&conn, &path)?;
-        migrations::apply(&mut conn)?;
+        migrations::apply(&mut conn, deadline)?;
         Ok(Store {
             conn,
             path,
