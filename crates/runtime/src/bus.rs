@@ -56,7 +56,9 @@ impl Credentials {
 
     /// Connect options for a client called `name` with these credentials.
     pub fn options(&self, name: &str) -> anyhow::Result<ConnectOptions> {
-        let mut opts = ConnectOptions::new().name(name);
+        let mut opts = ConnectOptions::new()
+            .name(name)
+            .reconnect_to_server_callback(|servers, _| std::future::ready(next_attempt(&servers)));
         if let Some(key) = &self.key {
             let seed = key
                 .seed()
@@ -165,6 +167,19 @@ fn reconnect_delay(attempts: usize) -> Duration {
         0 | 1 => Duration::ZERO,
         n => Duration::from_millis((50u64 << (n - 2).min(5)).min(1000)),
     }
+}
+
+/// The server and the delay for the next connection attempt: the one that failed least, after
+/// [`reconnect_delay`] of its failures. A delay of zero is said explicitly, because async-nats
+/// then skips its timer altogether; its own path sleeps even for zero, and a zero tokio
+/// sleep still waits for the timer's next millisecond tick — every `aegis approve` and
+/// `minato submit` paid that before its first packet.
+fn next_attempt(servers: &[async_nats::Server]) -> Option<async_nats::ReconnectToServer> {
+    let server = servers.iter().min_by_key(|s| s.failed_attempts)?;
+    Some(async_nats::ReconnectToServer {
+        addr: server.addr.clone(),
+        delay: Some(reconnect_delay(server.failed_attempts.saturating_add(1))),
+    })
 }
 
 impl Bus {
@@ -451,5 +466,29 @@ mod tests {
         assert_eq!(reconnect_delay(3), Duration::from_millis(100));
         assert!(reconnect_delay(1_000) <= Duration::from_secs(1));
         assert!((2..64).all(|n| reconnect_delay(n) <= reconnect_delay(n + 1)));
+    }
+
+    fn server(failed_attempts: usize) -> async_nats::Server {
+        async_nats::Server {
+            addr: "nats://127.0.0.1:4222".parse().expect("address"),
+            failed_attempts,
+            did_connect: false,
+            is_discovered: false,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn the_first_connection_attempt_skips_the_timer() {
+        // A zero sleep still waits for tokio's next timer tick (up to a millisecond on every
+        // fresh CLI connection); async-nats skips the sleep only for an explicit zero from
+        // the server-selection callback.
+        let first = next_attempt(&[server(0)]).expect("a server");
+        assert_eq!(first.delay, Some(Duration::ZERO));
+        // After failures it backs off as before, and prefers the server that failed least.
+        let later = next_attempt(&[server(3)]).expect("a server");
+        assert_eq!(later.delay, Some(reconnect_delay(4)));
+        assert!(later.delay > Some(Duration::ZERO));
+        assert!(next_attempt(&[]).is_none());
     }
 }

@@ -3,6 +3,7 @@
 //! (verify, diff, proofs, git export). Synchronous by design: no async runtime, no NATS.
 
 pub mod branch;
+mod cached;
 pub mod checkpoint;
 pub mod cosign;
 pub mod diff;

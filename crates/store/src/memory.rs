@@ -1,6 +1,7 @@
 //! Memory: facts and decisions (extracted by mikado) linked to their sources, indexed for
 //! search (FTS5 BM25, plus embeddings when configured), newest decisions preferred.
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use proto::record::{Content, NewRecord, Record, RecordType};
@@ -50,12 +51,12 @@ pub fn remember_in(
         let record = write_record_in(tx, &new)?;
         let id = record.record_id.to_string();
         edge(tx, &id, "extracted_from", &source.record_id.to_string())?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT OR IGNORE INTO memory_sessions (record_id, session_id) VALUES (?1, ?2)",
             params![id, session_id.to_string()],
         )?;
         if !existed {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
                 params![item.text, id, item.kind.as_str()],
             )?;
@@ -75,8 +76,8 @@ pub fn remember_in(
 }
 
 fn edge(tx: &Connection, src: &str, rel: &str, dst: &str) -> Result<()> {
-    tx.execute(
-        "INSERT OR IGNORE INTO memory_graph (src_record_id, rel, dst_record_id, created_at) VALUES (?1, ?2, ?3, ?4)",
+    tx.execute_cached(
+"INSERT OR IGNORE INTO memory_graph (src_record_id, rel, dst_record_id, created_at) VALUES (?1, ?2, ?3, ?4)",
         params![src, rel, dst, time::now()],
     )?;
     Ok(())
@@ -106,8 +107,8 @@ pub fn store_vector_in(
     vector: &[f32],
 ) -> Result<()> {
     let blob: Vec<u8> = vector.iter().flat_map(|f| f.to_le_bytes()).collect();
-    tx.execute(
-        "INSERT OR REPLACE INTO kb_vectors (record_id, model, dims, vector) VALUES (?1, ?2, ?3, ?4)",
+    tx.execute_cached(
+"INSERT OR REPLACE INTO kb_vectors (record_id, model, dims, vector) VALUES (?1, ?2, ?3, ?4)",
         params![record_id.to_string(), model, vector.len() as i64, blob],
     )?;
     Ok(())

@@ -1,6 +1,7 @@
 //! Operations on the store: integrity sweeps, online backups, and the status a Pi owner
 //! reads first (daemons' heartbeats, backlog, last sweep, sizes).
 
+use crate::cached::Cached;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -26,8 +27,8 @@ pub fn heartbeat(
     detail: Option<&str>,
 ) -> Result<()> {
     store.write(|tx| {
-        tx.execute(
-            "INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail)
+        tx.execute_cached(
+"INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (instance) DO UPDATE SET kind = excluded.kind, pid = excluded.pid,
                started_at = excluded.started_at, heartbeat_ms = excluded.heartbeat_ms,
@@ -41,7 +42,7 @@ pub fn heartbeat(
 
 fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str) -> Result<()> {
     store.write(|tx| {
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO sweeps (kind, at, ok, duration_ms, summary) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![kind, crate::time::now(), ok, ms as i64, summary],
         )?;
@@ -207,7 +208,7 @@ pub fn status(store: &Store) -> Result<Status> {
         )?,
     };
     let last = |kind: &str| -> Result<Option<Sweep>> {
-        Ok(c.query_row(
+        Ok(c.query_row_cached(
             "SELECT at, ok, summary FROM sweeps WHERE kind = ?1 ORDER BY seq DESC LIMIT 1",
             [kind],
             |r| {

@@ -8,6 +8,7 @@
 //! leaf; a rewind (the head moved back to an older ledger) adds no leaf — it names one the
 //! log already holds, and the ref log's own chain records the move.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, params};
 use tlog_tiles::{Hash, HashReader};
 use uuid::Uuid;
@@ -83,7 +84,7 @@ const MAX_LEAVES: i64 = 1 << 40;
 /// Leaves in the log.
 pub fn size_in(conn: &Connection) -> Result<u64> {
     let max: Option<i64> =
-        conn.query_row("SELECT max(leaf_index) FROM seal_log_leaves", [], |r| {
+        conn.query_row_cached("SELECT max(leaf_index) FROM seal_log_leaves", [], |r| {
             r.get(0)
         })?;
     // A database someone crafted may claim any index; the tlog arithmetic must never see
@@ -105,7 +106,7 @@ pub fn append_in(
     let n = size_in(conn)?;
     let data = leaf_data(ledger_id, session_id, ledger_hash);
     let hashes = tlog_tiles::stored_hashes(n, data.as_bytes(), &Stored(conn)).map_err(corrupt)?;
-    conn.execute(
+    conn.execute_cached(
         "INSERT INTO seal_log_leaves (leaf_index, ledger_id, leaf_data) VALUES (?1, ?2, ?3)",
         params![n as i64, ledger_id.to_string(), data],
     )?;
@@ -271,7 +272,8 @@ pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>
         ));
     }
     // The stored hashes are exactly what the leaves make.
-    let stored: i64 = conn.query_row("SELECT count(*) FROM seal_log_hashes", [], |r| r.get(0))?;
+    let stored: i64 =
+        conn.query_row_cached("SELECT count(*) FROM seal_log_hashes", [], |r| r.get(0))?;
     if usize::try_from(stored).ok() != Some(computed.len()) {
         problems.push((
             "seal_log".into(),

@@ -88,13 +88,14 @@ fn request_record(
     request_id: Uuid,
 ) -> kura_store::Result<Option<(String, String, String)>> {
     Ok(conn
-        .query_row(
+        .prepare_cached(
             "SELECT r.record_type, r.author_id, r.content FROM records r
                JOIN approvals a ON a.request_id = r.record_id
               WHERE a.request_id = ?1",
-            [request_id.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
+        )?
+        .query_row([request_id.to_string()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?)
 }
 
@@ -106,12 +107,12 @@ fn item(
     let Some((record_type, author_id, content)) = request_record(conn, a.request_id)? else {
         return Ok(None);
     };
-    let approvals: i64 = conn.query_row(
-        "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
-          WHERE request_id = ?1 AND decision = 'approve'",
-        [a.request_id.to_string()],
-        |r| r.get(0),
-    )?;
+    let approvals: i64 = conn
+        .prepare_cached(
+            "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
+              WHERE request_id = ?1 AND decision = 'approve'",
+        )?
+        .query_row([a.request_id.to_string()], |r| r.get(0))?;
     let age_s = humantime::parse_rfc3339(&a.created_at)
         .ok()
         .and_then(|t| now.duration_since(t).ok())

@@ -47,11 +47,9 @@ pub enum Decision {
 }
 
 fn instruction_text(tx: &Connection, record_id: Uuid) -> Result<String> {
-    let text: String = tx.query_row(
-        "SELECT content FROM records WHERE record_id = ?1",
-        [record_id.to_string()],
-        |r| r.get(0),
-    )?;
+    let text: String = tx
+        .prepare_cached("SELECT content FROM records WHERE record_id = ?1")?
+        .query_row([record_id.to_string()], |r| r.get(0))?;
     Ok(serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))

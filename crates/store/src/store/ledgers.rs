@@ -1,5 +1,6 @@
 //! Ledgers: open, append (one row per record, never a rewrite), seal into the hash chain, read, hydrate.
 
+use crate::cached::Cached;
 use proto::ledger::{Ledger, LedgerHeader, LedgerState, ParentRef};
 use proto::merkle;
 use proto::record::{NewRecord, OwnedColumns, Record};
@@ -266,7 +267,7 @@ pub fn open_ledger_in(
         sealed_at: None,
     };
     let parent_ids: Vec<String> = parents.iter().map(Uuid::to_string).collect();
-    conn.execute(
+    conn.execute_cached(
         "INSERT INTO ledgers (ledger_id, session_id, label, parent_ids, state, created_at)
          VALUES (?1, ?2, ?3, ?4, 'open', ?5)",
         params![
@@ -312,7 +313,7 @@ pub fn seal_in(
     let parents = parent_refs(conn, &ledger.parent_ids)?;
     let sealed_at = time::now();
     let hash = header(&ledger, parents, &sealed_at).ledger_hash(ledger.record_count, &root);
-    conn.execute(
+    conn.execute_cached(
         "UPDATE ledgers SET state = 'sealed', root_hash = ?2, ledger_hash = ?3, sealed_at = ?4
           WHERE ledger_id = ?1",
         params![ledger_id.to_string(), root, hash, sealed_at],

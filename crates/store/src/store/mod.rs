@@ -221,6 +221,9 @@ impl Store {
         // Negative: KiB rather than pages.
         conn.pragma_update(None, "cache_size", -i64::from(options.cache_kib))?;
         conn.pragma_update(None, "wal_autocheckpoint", options.wal_autocheckpoint_pages)?;
+        // A turn runs a few dozen distinct statements; rusqlite keeps 16 by default, so each
+        // turn evicted and re-parsed (and re-compiled triggers for) most of them.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let schema_gaps = migrations::check_schema(&conn, &path)?;
         migrations::apply(&mut conn, deadline)?;
         Ok(Store {
@@ -291,24 +294,43 @@ impl Store {
     }
 }
 
+/// Prepared statements kept per connection: more than every daemon's hot path uses.
+const STATEMENT_CACHE: usize = 256;
+
 /// One round of [`busy_wait`]. SQLite busy handlers are plain function pointers and cannot
 /// carry a per-store timeout, so the handler waits at most one short round and
 /// [`Store::write`] repeats rounds until that store's own `busy_timeout` has passed. Readers
 /// get one round: in WAL mode they wait only while another connection recovers the WAL.
 const BUSY_ROUND: Duration = Duration::from_millis(200);
 
-/// Step of [`busy_wait`]: short, so a waiting writer gets the lock within a fraction of a
-/// millisecond of it being released (SQLite's default handler backs off to 100 ms sleeps and
-/// lets one busy writer starve the others).
+/// Step of [`busy_wait`] once a wait has gone on for a while: short, so a waiting writer gets
+/// the lock within a fraction of a millisecond of it being released (SQLite's default handler
+/// backs off to 100 ms sleeps and lets one busy writer starve the others).
 const BUSY_STEP: Duration = Duration::from_micros(250);
 
-/// Busy handler: retry every [`BUSY_STEP`] for one [`BUSY_ROUND`].
+/// Step of the first [`BUSY_QUICK_STEPS`] retries. A Kura transaction holds the write lock
+/// for a few hundred microseconds (its work and one fsync), so most waits end within the first
+/// millisecond; a 250 µs step there cost the next writer of a turn (a worker's claim right
+/// after minato's dispatch) up to 250 µs of idle lock each time.
+const BUSY_QUICK_STEP: Duration = Duration::from_micros(40);
+
+/// Retries at [`BUSY_QUICK_STEP`] before the wait settles into [`BUSY_STEP`]s (2 ms).
+const BUSY_QUICK_STEPS: u32 = 50;
+
+/// Busy handler: retry at short steps, then every [`BUSY_STEP`], for one [`BUSY_ROUND`].
 fn busy_wait(attempt: i32) -> bool {
-    let spent = BUSY_STEP.saturating_mul(u32::try_from(attempt).unwrap_or(u32::MAX));
+    let attempt = u32::try_from(attempt).unwrap_or(u32::MAX);
+    let quick = attempt.min(BUSY_QUICK_STEPS);
+    let spent = BUSY_QUICK_STEP.saturating_mul(quick)
+        + BUSY_STEP.saturating_mul(attempt.saturating_sub(BUSY_QUICK_STEPS));
     if spent >= BUSY_ROUND {
         return false;
     }
-    std::thread::sleep(BUSY_STEP);
+    std::thread::sleep(if attempt < BUSY_QUICK_STEPS {
+        BUSY_QUICK_STEP
+    } else {
+        BUSY_STEP
+    });
     true
 }
 

@@ -1,5 +1,6 @@
 //! Sessions: branches of ledgers with a head pointer that moves only through a hash-chained ref log.
 
+use crate::cached::Cached;
 use proto::SessionStatus;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -183,7 +184,7 @@ pub(crate) fn move_head(
 
 /// Sets a session's status inside the caller's transaction.
 pub fn set_session_status_in(conn: &Connection, id: Uuid, status: SessionStatus) -> Result<()> {
-    conn.execute(
+    conn.execute_cached(
         "UPDATE sessions SET status = ?2 WHERE session_id = ?1",
         params![id.to_string(), status],
     )?;
@@ -200,8 +201,8 @@ pub fn create_session_in(conn: &Connection, label: &str) -> Result<Session> {
         status: SessionStatus::Active,
         created_at: time::now(),
     };
-    conn.execute(
-        "INSERT INTO sessions (session_id, label, status, created_at) VALUES (?1, ?2, 'active', ?3)",
+    conn.execute_cached(
+"INSERT INTO sessions (session_id, label, status, created_at) VALUES (?1, ?2, 'active', ?3)",
         params![session.session_id.to_string(), session.label, session.created_at],
     )?;
     Ok(session)

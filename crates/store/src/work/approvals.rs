@@ -2,6 +2,7 @@
 //! or people), and a turn that must wait for people is parked (`waiting`) without holding a
 //! worker, then made claimable again when the decision lands.
 
+use crate::cached::Cached;
 use proto::record::{NewRecord, RecordType};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -138,8 +139,8 @@ pub fn request_approval_in(
         metadata,
     };
     let a = append_in(tx, claim.output_ledger_id, &rec)?;
-    tx.execute(
-        "INSERT INTO approvals (request_id, request_hash, turn_id, session_id, call_id, tool_name, effect, state, created_at)
+    tx.execute_cached(
+"INSERT INTO approvals (request_id, request_hash, turn_id, session_id, call_id, tool_name, effect, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
             a.record.record_id.to_string(),
@@ -227,8 +228,8 @@ pub fn mark_asked_in(
     required: i64,
     deadline_ms: i64,
 ) -> Result<()> {
-    tx.execute(
-        "UPDATE approvals SET state = 'asked', rule = ?2, required = ?3, deadline_ms = ?4 WHERE request_id = ?1 AND state = 'pending'",
+    tx.execute_cached(
+"UPDATE approvals SET state = 'asked', rule = ?2, required = ?3, deadline_ms = ?4 WHERE request_id = ?1 AND state = 'pending'",
         params![request_id.to_string(), rule, required, deadline_ms],
     )?;
     Ok(())
@@ -236,7 +237,7 @@ pub fn mark_asked_in(
 
 /// Output ledger of a turn.
 fn output_ledger(conn: &Connection, turn_id: Uuid) -> Result<Uuid> {
-    let out: Option<String> = conn.query_row(
+    let out: Option<String> = conn.query_row_cached(
         "SELECT output_ledger_id FROM turns WHERE turn_id = ?1",
         [turn_id.to_string()],
         |r| r.get(0),
@@ -276,13 +277,13 @@ pub fn record_vote_in(
         });
     }
     let rec = append_to_turn_in(tx, a.turn_id, record)?;
-    tx.execute(
-        "INSERT INTO approval_votes (request_id, approver, decision, record_id, signature, public_key)
+    tx.execute_cached(
+"INSERT INTO approval_votes (request_id, approver, decision, record_id, signature, public_key)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![a.request_id.to_string(), approver, decision, rec.record_id.to_string(), signature, public_key],
     )?;
     // M of N counts distinct keys.
-    let n = tx.query_row(
+    let n = tx.query_row_cached(
         "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
           WHERE request_id = ?1 AND decision = ?2",
         params![a.request_id.to_string(), decision],
@@ -293,7 +294,7 @@ pub fn record_vote_in(
 
 /// How many distinct keys have approved `request_id` so far.
 pub fn approvals_so_far(conn: &Connection, request_id: Uuid) -> Result<i64> {
-    Ok(conn.query_row(
+    Ok(conn.query_row_cached(
         "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
           WHERE request_id = ?1 AND decision = 'approve'",
         [request_id.to_string()],
@@ -312,7 +313,7 @@ pub fn votes(conn: &Connection, request_id: Uuid) -> Result<Vec<(String, String)
 
 /// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
 pub fn set_edited_arguments_in(tx: &Connection, request_id: Uuid, canonical: &str) -> Result<()> {
-    tx.execute(
+    tx.execute_cached(
         "UPDATE approvals SET edited_arguments = ?2 WHERE request_id = ?1 AND state = 'asked'",
         params![request_id.to_string(), canonical],
     )?;
@@ -359,8 +360,8 @@ pub fn finalize_in(
     rule: &str,
     decision_record: Uuid,
 ) -> Result<Option<Uuid>> {
-    let changed = tx.execute(
-        "UPDATE approvals SET state = ?2, rule = COALESCE(rule, ?3), decision_record_id = ?4, decided_at = ?5
+    let changed = tx.execute_cached(
+"UPDATE approvals SET state = ?2, rule = COALESCE(rule, ?3), decision_record_id = ?4, decided_at = ?5
           WHERE request_id = ?1 AND state IN ('pending', 'asked')",
         params![a.request_id.to_string(), state, rule, decision_record.to_string(), time::now()],
     )?;
@@ -370,8 +371,8 @@ pub fn finalize_in(
             id: a.request_id.to_string(),
         });
     }
-    let woke = tx.execute(
-        "UPDATE turns SET state = 'pending', waiting_on = NULL WHERE turn_id = ?1 AND state = 'waiting' AND waiting_on = ?2",
+    let woke = tx.execute_cached(
+"UPDATE turns SET state = 'pending', waiting_on = NULL WHERE turn_id = ?1 AND state = 'waiting' AND waiting_on = ?2",
         params![a.turn_id.to_string(), a.request_id.to_string()],
     )?;
     Ok((woke > 0).then_some(a.turn_id))
@@ -382,7 +383,7 @@ pub fn finalize_in(
 /// Adds `n` refusals (counted elsewhere first, e.g. by a rate limit) for `request_id` (""
 /// for unknown requests) and `approver`.
 pub fn add_refusals_in(tx: &Connection, request_id: &str, approver: &str, n: i64) -> Result<()> {
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO approval_rejection_counts (request_id, approver, refused) VALUES (?1, ?2, ?3)
          ON CONFLICT (request_id, approver) DO UPDATE SET refused = refused + excluded.refused",
         params![request_id, approver, n],
@@ -416,12 +417,12 @@ pub fn reject_in(
     let who: String = approver.unwrap_or("").chars().take(200).collect();
     add_refusals_in(tx, &key, &who, 1)?;
     let recorded: i64 = match request {
-        Some(a) => tx.query_row(
+        Some(a) => tx.query_row_cached(
             "SELECT count(*) FROM approval_rejections WHERE request_id = ?1 AND approver IS ?2",
             params![a.request_id.to_string(), approver],
             |r| r.get(0),
         )?,
-        None => tx.query_row(
+        None => tx.query_row_cached(
             "SELECT count(*) FROM approval_rejections WHERE request_id IS NULL",
             [],
             |r| r.get(0),
@@ -435,8 +436,8 @@ pub fn reject_in(
     if recorded >= limit {
         return Ok(false);
     }
-    tx.execute(
-        "INSERT INTO approval_rejections (request_id, approver, reason, message, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    tx.execute_cached(
+"INSERT INTO approval_rejections (request_id, approver, reason, message, at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![request.map(|a| a.request_id.to_string()), approver, reason, message, time::now()],
     )?;
     if let Some(a) = request {
@@ -472,7 +473,7 @@ pub fn request_arguments(conn: &Connection, request_id: Uuid) -> Result<Value> {
 
 /// The `approval.request` record's content.
 pub fn request_content(conn: &Connection, request_id: Uuid) -> Result<Value> {
-    let content: String = conn.query_row(
+    let content: String = conn.query_row_cached(
         "SELECT content FROM records WHERE record_id = ?1",
         [request_id.to_string()],
         |r| r.get(0),

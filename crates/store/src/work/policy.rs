@@ -4,6 +4,7 @@
 //! publishes the policy it rules by in the store; hashi applies its allow and deny rules at
 //! once, in the transaction that records the call.
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -195,11 +196,11 @@ impl Policy {
 /// changes nothing.
 pub fn publish_in(tx: &Connection, policy: &Policy) -> Result<String> {
     let (hash, body) = policy.canonical()?;
-    tx.execute(
+    tx.execute_cached(
         "INSERT OR IGNORE INTO policies (policy_hash, body, published_at) VALUES (?1, ?2, ?3)",
         params![hash, body, crate::time::now()],
     )?;
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO policy_current (id, policy_hash) VALUES (1, ?1)
          ON CONFLICT (id) DO UPDATE SET policy_hash = excluded.policy_hash",
         [&hash],

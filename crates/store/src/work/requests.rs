@@ -1,5 +1,6 @@
 //! Session requests: the queue people submit instructions to, and where each request stands.
 
+use crate::cached::Cached;
 use proto::record::{Content, NewRecord, Record, RecordType};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -63,8 +64,8 @@ pub fn submit_replay(
             read_session_in(tx, s)?;
         }
         let stored = crate::store::write_record_in(tx, &rec)?;
-        tx.execute(
-            "INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun)
+        tx.execute_cached(
+"INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 stored.record_id.to_string(),
@@ -104,7 +105,7 @@ pub fn next_request_after(conn: &Connection, position: i64) -> Result<Option<Que
 
 /// Marks a request accepted into `session_id`.
 pub fn mark_accepted_in(conn: &Connection, request_seq: i64, session_id: Uuid) -> Result<()> {
-    conn.execute(
+    conn.execute_cached(
         "UPDATE requests SET session_id = ?2, accepted_at = ?3 WHERE request_seq = ?1",
         params![request_seq, session_id.to_string(), time::now()],
     )?;
@@ -113,7 +114,7 @@ pub fn mark_accepted_in(conn: &Connection, request_seq: i64, session_id: Uuid) -
 
 /// The instruction record of a request.
 pub fn request_instruction(conn: &Connection, request_seq: i64) -> Result<Uuid> {
-    let id: String = conn.query_row(
+    let id: String = conn.query_row_cached(
         "SELECT record_id FROM requests WHERE request_seq = ?1",
         [request_seq],
         |r| r.get(0),
@@ -166,12 +167,12 @@ pub fn request_status(conn: &Connection, request_seq: i64) -> Result<RequestStat
             deliverable: None,
         });
     };
-    let status: String = conn.query_row(
+    let status: String = conn.query_row_cached(
         "SELECT status FROM sessions WHERE session_id = ?1",
         [session.to_string()],
         |r| r.get(0),
     )?;
-    let open_turns: i64 = conn.query_row(
+    let open_turns: i64 = conn.query_row_cached(
         "SELECT count(*) FROM turns WHERE request_seq = ?1 AND state != 'done'",
         [request_seq],
         |r| r.get(0),

@@ -2,6 +2,7 @@
 //! epoch, and every write a worker makes checks it, so a worker whose lease was taken over
 //! can no longer write to the turn.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 use uuid::Uuid;
@@ -309,7 +310,7 @@ pub fn complete_turn_in(
 
 /// The next turn number of a session.
 pub fn next_turn_seq(conn: &Connection, session_id: Uuid) -> Result<i64> {
-    Ok(conn.query_row(
+    Ok(conn.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1",
         [session_id.to_string()],
         |r| r.get(0),
@@ -325,8 +326,8 @@ pub fn insert_turn_in(
     context_ledger_id: Uuid,
 ) -> Result<Uuid> {
     let turn_id = proto::new_id();
-    conn.execute(
-        "INSERT INTO turns (turn_id, session_id, seq, request_seq, context_ledger_id, state, created_at)
+    conn.execute_cached(
+"INSERT INTO turns (turn_id, session_id, seq, request_seq, context_ledger_id, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
             turn_id.to_string(),
