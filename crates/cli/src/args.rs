@@ -300,7 +300,7 @@ pub enum KeysCmd {
         #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
         dir: PathBuf,
     },
-    /// Let an approver onto the bus with the nkey `aegis keygen` printed for them.
+    /// Let an approver onto the bus with the bus nkey `aegis keygen` printed for them.
     AddApprover {
         /// The keys directory.
         #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
@@ -320,7 +320,7 @@ pub enum KeysCmd {
         /// A name for it (e.g. its host name).
         #[arg(long)]
         name: String,
-        /// Its `serve` identity's public nkey (U…), from `kura keys list` on that machine.
+        /// Its `serve` identity's bus nkey (U…), from `kura keys list` on that machine.
         #[arg(long)]
         nkey: String,
     },
@@ -339,6 +339,13 @@ pub enum KeysCmd {
         dir: PathBuf,
         /// The service: minato, hashi, aegis, mikado, serve, submit or operator.
         name: String,
+    },
+    /// Split an older list's keys: each service logs in with a key derived from its seed and
+    /// signs with the seed's own (one key, one purpose). Approvers and peers re-add theirs.
+    Upgrade {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
     },
 }
 

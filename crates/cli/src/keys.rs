@@ -7,7 +7,16 @@ use crate::args::{KeysCmd, Outcome};
 use crate::output::Out;
 
 fn show(out: &mut Out, id: &Identity) -> std::io::Result<()> {
-    out.line(format!("{:<10} {:<9} {}", id.name, id.role.name(), id.nkey))
+    out.line(format!(
+        "{:<10} {:<9} bus {}{}",
+        id.name,
+        id.role.name(),
+        id.nkey,
+        id.signer
+            .as_ref()
+            .map(|s| format!("  signs {s}"))
+            .unwrap_or_default()
+    ))
 }
 
 /// Runs one `kura keys` subcommand.
@@ -55,8 +64,11 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
                     id.name,
                     dir.join(identity::CA_FILE).display()
                 ))?;
-                if let Some(aegis) = Identities::load(&dir)?.get("aegis") {
-                    out.line(format!("  reply_key = \"{}\"", aegis.nkey))?;
+                if let Some(signer) = Identities::load(&dir)?
+                    .get("aegis")
+                    .and_then(|a| a.signer.clone())
+                {
+                    out.line(format!("  reply_key = \"{signer}\""))?;
                 }
             }
         }
@@ -91,8 +103,29 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
                 out.json(&id)?;
             } else {
                 out.line(format!(
-                    "{} has a new key {}; restart mikado, then the service",
+                    "{} has a new key (bus {}); restart mikado, then the service",
                     id.name, id.nkey
+                ))?;
+            }
+        }
+        KeysCmd::Upgrade { dir } => {
+            let listed = identity::upgrade(&dir)?;
+            if json {
+                out.json(&json!({"dir": dir, "relist": listed}))?;
+                return Ok(Outcome::Ok);
+            }
+            out.line(format!(
+                "{}: services now log in with keys derived from their seeds; restart mikado, \
+                 then every service",
+                dir.display()
+            ))?;
+            for id in &listed {
+                out.line(format!(
+                    "{} ({}) must be listed again with the bus key their side now shows: \
+                     `kura keys remove {}`, then add it again",
+                    id.name,
+                    id.role.name(),
+                    id.name
                 ))?;
             }
         }

@@ -279,7 +279,7 @@ async fn start_console(
                 .list
                 .into_iter()
                 .find(|i| i.name == "aegis")
-                .map(|i| i.nkey),
+                .and_then(|i| i.signer),
             None => None,
         },
     };

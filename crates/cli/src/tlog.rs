@@ -180,7 +180,7 @@ pub fn log_verifier(given: Option<String>) -> anyhow::Result<String> {
 }
 
 /// The keyring `kura verify` checks sealers against: the file given, else `[serve] keyring`;
-/// every identity in it (services, approvers, peers) by public nkey.
+/// every service in it by its statement key (`signer`; a bus key never seals).
 pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::sealer::Keyring>> {
     let file = match file {
         Some(f) => Some(f),
@@ -191,7 +191,10 @@ pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::seale
     };
     let ids = kura_runtime::identity::Identities::load_file(&file)?;
     Ok(Some(
-        ids.list.into_iter().map(|i| (i.nkey, i.name)).collect(),
+        ids.list
+            .into_iter()
+            .filter_map(|i| Some((i.signer?, i.name)))
+            .collect(),
     ))
 }
 

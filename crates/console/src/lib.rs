@@ -30,8 +30,9 @@ pub struct ConsoleConfig {
     pub listen: Option<SocketAddr>,
     /// People who may log in (their browser keys); approving also needs aegis to trust them.
     pub users: Vec<User>,
-    /// TLS certificate (PEM), required for a non-loopback address: e.g. the bus's server
-    /// certificate (`nats-server.pem`), which browsers then trust through the local CA.
+    /// TLS certificate (PEM), required for a non-loopback address: the console's own
+    /// (`console.pem` from `kura keys init`, never the bus server's), which browsers trust
+    /// through the local CA.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
     /// Its private key (PEM).

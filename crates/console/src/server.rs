@@ -113,12 +113,25 @@ fn tls_acceptor(config: &crate::ConsoleConfig) -> anyhow::Result<tokio_rustls::T
     let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
         anyhow::bail!(
             "console: listening beyond loopback needs TLS: set [console] tls_cert and tls_key \
-             (e.g. the bus's nats-server.pem and nats-server-key.pem)"
+             (console.pem and console-key.pem from `kura keys init`)"
         );
     };
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
         .map_err(|e| anyhow::anyhow!("console: cannot read {}: {e}", cert.display()))?;
+    // One trust domain, one place: whoever holds the bus server's key can play the bus
+    // server (and pick the nonces clients sign). `kura keys init` names that certificate's
+    // subject "Kura nats-server"; the console has its own.
+    if certs
+        .first()
+        .is_some_and(|c| c.windows(16).any(|w| w == b"Kura nats-server"))
+    {
+        anyhow::bail!(
+            "console: {} is the bus server's certificate; give the console its own \
+             (tls_cert = console.pem, tls_key = console-key.pem from `kura keys init`)",
+            cert.display()
+        );
+    }
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| anyhow::anyhow!("console: cannot read {}: {e}", key.display()))?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());

@@ -56,17 +56,22 @@ impl Credentials {
 
     /// Connect options for a client called `name` with these credentials.
     pub fn options(&self, name: &str) -> anyhow::Result<ConnectOptions> {
-        let mut opts = ConnectOptions::new()
-            .name(name)
-            .reconnect_to_server_callback(|servers, _| std::future::ready(next_attempt(&servers)));
-        if let Some(key) = &self.key {
-            let seed = key
-                .seed()
-                .map_err(|e| anyhow::anyhow!("bad nkey seed: {e}"))?;
-            opts = opts
-                .nkey(seed)
-                .custom_inbox_prefix(identity::inbox_prefix(&key.public_key()));
+        let mut opts = match &self.key {
+            Some(key) => {
+                // The bus key is derived from the identity's seed and signs nothing but
+                // nonces that look like nonces (never the seed's own key: it signs
+                // statements, and whoever plays the server picks the nonce's bytes).
+                let login = Arc::new(identity::bus_key(key)?);
+                let inbox = identity::inbox_prefix(&login.public_key());
+                ConnectOptions::with_auth_callback(move |nonce| {
+                    std::future::ready(sign_nonce(&login, &nonce))
+                })
+                .custom_inbox_prefix(inbox)
+            }
+            None => ConnectOptions::new(),
         }
+        .name(name)
+        .reconnect_to_server_callback(|servers, _| std::future::ready(next_attempt(&servers)));
         if let Some(ca) = &self.ca {
             anyhow::ensure!(ca.exists(), "the bus CA {} does not exist", ca.display());
             opts = opts.add_root_certificates(ca.clone()).require_tls(true);
@@ -82,6 +87,25 @@ impl Credentials {
             .await
             .with_context(|| format!("cannot connect to NATS at {url}"))
     }
+}
+
+/// The CONNECT credentials for `nonce`: the bus key's public key and its signature, or a
+/// refusal when the server's nonce is not a nonce (see [`identity::check_nonce`]).
+fn sign_nonce(
+    login: &nkeys::KeyPair,
+    nonce: &[u8],
+) -> Result<async_nats::Auth, async_nats::AuthError> {
+    identity::check_nonce(nonce).map_err(|e| {
+        tracing::error!(error = %e, "NATS login refused by this client");
+        async_nats::AuthError::new(e)
+    })?;
+    let signature = login
+        .sign(nonce)
+        .map_err(|e| async_nats::AuthError::new(format!("cannot sign the nonce: {e}")))?;
+    let mut auth = async_nats::Auth::new();
+    auth.nkey = Some(login.public_key());
+    auth.signature = Some(signature);
+    Ok(auth)
 }
 
 /// Checks that `msg` (a reply) is signed by `signer` (a pinned public nkey).
@@ -490,5 +514,89 @@ mod tests {
         assert_eq!(later.delay, Some(reconnect_delay(4)));
         assert!(later.delay > Some(Duration::ZERO));
         assert!(next_attempt(&[]).is_none());
+    }
+}
+
+/// The attack of issue 24 item 1: whoever plays the bus server picks the nonce a client signs.
+#[cfg(test)]
+mod nonce_attack {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+    /// Plays a NATS server that sends `nonce` and returns the CONNECT line it got, if any.
+    async fn rogue_server(nonce: String) -> (String, tokio::task::JoinHandle<Option<String>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("nats://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.ok()?;
+            let (read, mut write) = sock.into_split();
+            let info = serde_json::json!({"server_id": "rogue", "version": "2.12.0",
+                "proto": 1, "headers": true, "max_payload": 65536, "nonce": nonce});
+            write
+                .write_all(format!("INFO {info}\r\n").as_bytes())
+                .await
+                .ok()?;
+            let mut line = String::new();
+            BufReader::new(read).read_line(&mut line).await.ok()?;
+            line.starts_with("CONNECT ").then_some(line)
+        });
+        (url, task)
+    }
+
+    async fn login(root: &Arc<nkeys::KeyPair>, nonce: &str) -> Option<serde_json::Value> {
+        let (url, server) = rogue_server(nonce.to_owned()).await;
+        let creds = Credentials {
+            key: Some(root.clone()),
+            ca: None,
+        };
+        // The rogue never answers PING: the connect fails either way; what matters is what
+        // the client sent.
+        let _ = tokio::time::timeout(Duration::from_secs(5), creds.connect_once("t", &url)).await;
+        let line = server.await.expect("server task")?;
+        serde_json::from_str(line.trim_start_matches("CONNECT ").trim()).ok()
+    }
+
+    #[tokio::test]
+    async fn a_bus_server_cannot_get_a_statement_signed_as_a_nonce() {
+        let root = Arc::new(nkeys::KeyPair::new_user());
+        // The bytes a seal signature covers, and an approval decision's: sent as the nonce.
+        let seal = "kura.seal.v1\nsha256:00ff";
+        let approval = r#"{"approver":"oles","decision":"approve","kind":"kura.approval.v1"}"#;
+        for statement in [seal, approval] {
+            let connect = login(&root, statement).await;
+            let signed = connect
+                .as_ref()
+                .and_then(|c| c["sig"].as_str())
+                .and_then(|s| {
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(s)
+                        .ok()
+                });
+            if let Some(sig) = signed {
+                assert!(
+                    root.verify(statement.as_bytes(), &sig).is_err(),
+                    "the statement key signed {statement:?} as a login nonce"
+                );
+            }
+            assert!(
+                connect.is_none(),
+                "a nonce that is not a nonce must not be answered: {connect:?}"
+            );
+        }
+        // A real nonce is signed, by the derived bus key only.
+        let nonce = "Xk3_a-Zq09PmWtY";
+        let connect = login(&root, nonce)
+            .await
+            .expect("a CONNECT for a real nonce");
+        let bus = identity::bus_key(&root).expect("bus key");
+        assert_eq!(connect["nkey"].as_str(), Some(bus.public_key().as_str()));
+        assert_ne!(bus.public_key(), root.public_key());
+        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(connect["sig"].as_str().expect("sig"))
+            .expect("base64");
+        assert!(bus.verify(nonce.as_bytes(), &sig).is_ok());
+        assert!(root.verify(nonce.as_bytes(), &sig).is_err());
     }
 }

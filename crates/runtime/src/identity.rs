@@ -18,6 +18,12 @@ pub const CA_FILE: &str = "nats-ca.pem";
 pub const SERVER_CERT_FILE: &str = "nats-server.pem";
 /// The server certificate's private key (0600).
 pub const SERVER_KEY_FILE: &str = "nats-server-key.pem";
+/// The console's own HTTPS certificate, signed by the same local CA (so browsers that trust
+/// the CA trust it), for the same hosts. The HTTP-facing process never holds the bus
+/// server's key: whoever holds that can play the bus server.
+pub const CONSOLE_CERT_FILE: &str = "console.pem";
+/// The console certificate's private key (0600).
+pub const CONSOLE_KEY_FILE: &str = "console-key.pem";
 /// A service's seed is `<name>.nk` (0600); under systemd it arrives as this credential.
 pub const SEED_CREDENTIAL: &str = "nats.nk";
 /// The CA under systemd's credentials directory.
@@ -90,8 +96,14 @@ pub struct Identity {
     pub name: String,
     /// What it may do.
     pub role: Role,
-    /// Its public NATS user nkey (`U…`, 56 characters).
+    /// Its public NATS user nkey (`U…`, 56 characters): what logs in to the bus, and
+    /// nothing else. A service's is derived from its seed under [`BUS_LABEL`].
     pub nkey: String,
+    /// A service's statement key (`U…`): the public key of its seed, which signs seals and
+    /// replies and never logs in to the bus. Unset for approvers and peers, whose statement
+    /// keys live elsewhere (aegis's approvers, a witness's verifier key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
 }
 
 /// Why the keys directory could not be read or changed.
@@ -190,11 +202,28 @@ impl Identities {
             if !names.insert(&id.name) {
                 return Err(format!("the name {:?} is listed twice", id.name));
             }
-            if !keys.insert(&id.nkey) {
-                return Err(format!(
-                    "the key of {:?} is listed twice (one key, one identity)",
-                    id.name
-                ));
+            // One key, one purpose: no key logs in for one identity and signs for another
+            // (or for itself).
+            for key in std::iter::once(&id.nkey).chain(id.signer.as_ref()) {
+                if !keys.insert(key) {
+                    return Err(format!(
+                        "a key of {:?} is listed twice (one key, one identity, one purpose)",
+                        id.name
+                    ));
+                }
+            }
+            match (&id.signer, id.role.is_listed()) {
+                (Some(signer), _) => {
+                    check_user_nkey(signer)?;
+                }
+                (None, false) => {
+                    return Err(format!(
+                        "the service {:?} has no `signer`: this list was made before bus and \
+                         statement keys were split; run `kura keys upgrade --dir DIR`",
+                        id.name
+                    ));
+                }
+                (None, true) => {}
             }
             if !id.role.is_listed() && id.name != id.role.name() {
                 return Err(format!(
@@ -412,14 +441,25 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), IdentityError> 
     f.sync_all().map_err(io(path))
 }
 
-/// A fresh user seed written to `dir/<name>.nk` (0600); returns its public nkey.
-fn new_seed(dir: &Path, name: &str) -> Result<String, IdentityError> {
+/// A fresh user seed written to `dir/<name>.nk` (0600); returns the service's identity:
+/// the bus key derived from it and the seed's own (statement) key.
+fn new_seed(dir: &Path, role: Role) -> Result<Identity, IdentityError> {
     let kp = nkeys::KeyPair::new_user();
     let seed = kp
         .seed()
         .map_err(|e| IdentityError::Refused(format!("cannot encode a seed: {e}")))?;
-    write_new(&dir.join(format!("{name}.nk")), seed.as_bytes(), 0o600)?;
-    Ok(kp.public_key())
+    write_new(&seed_path(dir, role), seed.as_bytes(), 0o600)?;
+    service_identity(role, &kp)
+}
+
+/// A service's list entry for its seed `root`.
+fn service_identity(role: Role, root: &nkeys::KeyPair) -> Result<Identity, IdentityError> {
+    Ok(Identity {
+        name: role.name().into(),
+        role,
+        nkey: bus_key(root)?.public_key(),
+        signer: Some(root.public_key()),
+    })
 }
 
 /// What `kura keys init` made.
@@ -449,12 +489,7 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> 
         .map_err(io(dir))?;
     let mut ids = Identities::default();
     for role in Role::SERVICES {
-        let nkey = new_seed(dir, role.name())?;
-        ids.list.push(Identity {
-            name: role.name().into(),
-            role,
-            nkey,
-        });
+        ids.list.push(new_seed(dir, role)?);
     }
     let mut all_hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     for h in hosts {
@@ -462,10 +497,20 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> 
             all_hosts.push(h.clone());
         }
     }
-    let (ca, cert, key) = certificates(&all_hosts)?;
-    write_new(&dir.join(CA_FILE), ca.as_bytes(), 0o644)?;
-    write_new(&dir.join(SERVER_CERT_FILE), cert.as_bytes(), 0o644)?;
-    write_new(&dir.join(SERVER_KEY_FILE), key.as_bytes(), 0o600)?;
+    let made = certificates(&all_hosts)?;
+    write_new(&dir.join(CA_FILE), made.ca.as_bytes(), 0o644)?;
+    for (name, (cert, key)) in [
+        (SERVER_CERT_FILE, &made.server),
+        (CONSOLE_CERT_FILE, &made.console),
+    ] {
+        let key_file = if name == SERVER_CERT_FILE {
+            SERVER_KEY_FILE
+        } else {
+            CONSOLE_KEY_FILE
+        };
+        write_new(&dir.join(name), cert.as_bytes(), 0o644)?;
+        write_new(&dir.join(key_file), key.as_bytes(), 0o600)?;
+    }
     ids.save(dir)?;
     Ok(Initialized {
         identities: ids,
@@ -473,8 +518,17 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> 
     })
 }
 
-/// (CA certificate, server certificate, server key), all PEM.
-fn certificates(hosts: &[String]) -> Result<(String, String, String), IdentityError> {
+/// A local CA's certificate and two leaves it signed, all PEM.
+struct Certificates {
+    ca: String,
+    /// The bus server's (certificate, key).
+    server: (String, String),
+    /// The console's (certificate, key).
+    console: (String, String),
+}
+
+/// A fresh CA and its two leaves for `hosts`; the CA's key is dropped here.
+fn certificates(hosts: &[String]) -> Result<Certificates, IdentityError> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
@@ -489,26 +543,33 @@ fn certificates(hosts: &[String]) -> Result<(String, String, String), IdentityEr
     let ca_key = KeyPair::generate().map_err(fail)?;
     let ca = ca_params.self_signed(&ca_key).map_err(fail)?;
     let issuer = Issuer::new(ca_params, ca_key);
-    let mut params = CertificateParams::new(hosts.to_vec()).map_err(fail)?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Kura nats-server");
-    params.use_authority_key_identifier_extension = true;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key = KeyPair::generate().map_err(fail)?;
-    let cert = params.signed_by(&key, &issuer).map_err(fail)?;
-    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
+    let leaf = |common_name: &str| -> Result<(String, String), IdentityError> {
+        let mut params = CertificateParams::new(hosts.to_vec()).map_err(fail)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().map_err(fail)?;
+        let cert = params.signed_by(&key, &issuer).map_err(fail)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    Ok(Certificates {
+        ca: ca.pem(),
+        server: leaf("Kura nats-server")?,
+        console: leaf("Kura console")?,
+    })
 }
 
-/// Lists an approver: `nkey` is their public key (`aegis keygen` prints it); their Ed25519
-/// key file is their bus credential too.
+/// Lists an approver: `nkey` is their bus key, derived from their key file under
+/// [`BUS_LABEL`] (`aegis keygen` prints it); the file's own key signs decisions only.
 pub fn add_approver(dir: &Path, name: &str, nkey: &str) -> Result<Identity, IdentityError> {
     add_listed(dir, name, Role::Approver, nkey)
 }
 
 /// Lists another Kura whose seal log this one witnesses: `nkey` is that Kura's `serve`
-/// identity (its `kura keys list` shows it); it may only ask for cosignatures.
+/// identity's bus key (its `kura keys list` shows it); it may only ask for cosignatures.
 pub fn add_peer(dir: &Path, name: &str, nkey: &str) -> Result<Identity, IdentityError> {
     add_listed(dir, name, Role::Peer, nkey)
 }
@@ -526,6 +587,7 @@ fn add_listed(dir: &Path, name: &str, role: Role, nkey: &str) -> Result<Identity
         name: name.into(),
         role,
         nkey: nkey.into(),
+        signer: None,
     };
     ids.list.push(id.clone());
     ids.save(dir)?;
@@ -564,10 +626,10 @@ pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
              `kura keys remove {name}` and add it again"
         )));
     }
-    let seed_path = dir.join(format!("{name}.nk"));
+    let seed_path = seed_path(dir, id.role);
     let old = dir.join(format!("{name}.nk.old"));
     std::fs::rename(&seed_path, &old).map_err(io(&seed_path))?;
-    let nkey = match new_seed(dir, name) {
+    let fresh = match new_seed(dir, id.role) {
         Ok(k) => k,
         Err(e) => {
             let _ = std::fs::rename(&old, &seed_path);
@@ -575,15 +637,98 @@ pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
         }
     };
     let _ = std::fs::remove_file(&old);
-    id.nkey = nkey;
+    id.nkey = fresh.nkey;
+    id.signer = fresh.signer;
     let id = id.clone();
     ids.save(dir)?;
     Ok(id)
 }
 
-/// A person's bus key is their approver key: the same Ed25519 secret as a user nkey.
-pub fn user_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, String> {
+/// The label a bus key is derived under. One key, one purpose: the key that logs in to NATS
+/// signs whatever nonce the server sends, so whoever plays the server chooses its bytes. It
+/// must never be a key that signs Kura statements (seals, replies, decisions, checkpoints).
+pub const BUS_LABEL: &str = "nats-login";
+
+/// The 32-byte secret for `label` derived from an identity's root secret:
+/// SHA-256("kura.key.v1" ‖ 0x00 ‖ label ‖ 0x00 ‖ root). A person keeps one file; each purpose
+/// gets a key no other purpose's signature can stand in for.
+pub fn derive_secret(root: &[u8; 32], label: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(b"kura.key.v1\0");
+    h.update(label.as_bytes());
+    h.update(b"\0");
+    h.update(root);
+    h.finalize().into()
+}
+
+/// An identity's root key from its 32-byte secret (an approver's key file): it signs
+/// statements; [`Credentials`](crate::bus::Credentials) derive the bus key from it.
+pub fn root_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, String> {
     nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, secret).map_err(|e| e.to_string())
+}
+
+/// The bus (NATS login) key of the identity whose root secret is `secret` — a service's seed
+/// or an approver's key file.
+pub fn bus_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, String> {
+    nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, derive_secret(&secret, BUS_LABEL))
+        .map_err(|e| e.to_string())
+}
+
+/// The bus key of the identity whose root key (its seed) is `root`.
+pub fn bus_key(root: &nkeys::KeyPair) -> Result<nkeys::KeyPair, IdentityError> {
+    let bad = |e: String| IdentityError::Refused(format!("cannot derive the bus key: {e}"));
+    let seed = root.seed().map_err(|e| bad(e.to_string()))?;
+    let (_, raw) = nkeys::decode_seed(&seed).map_err(|e| bad(e.to_string()))?;
+    bus_key_from_secret(raw).map_err(bad)
+}
+
+/// The longest nonce signed. nats-server sends 11 random bytes as 15 base64url characters;
+/// anything longer, or with a byte outside that alphabet, is not a nonce.
+pub const MAX_NONCE: usize = 64;
+
+/// Whether `nonce` looks like a server nonce (1–64 base64url characters) and nothing else: a
+/// Kura statement always carries a `.`, a newline or JSON punctuation, so it never passes.
+pub fn check_nonce(nonce: &[u8]) -> Result<(), String> {
+    let ok = !nonce.is_empty()
+        && nonce.len() <= MAX_NONCE
+        && nonce
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "the server sent a {}-byte nonce that is not 1–{MAX_NONCE} base64url characters; \
+             refusing to sign it (is something other than Kura's nats-server on this port?)",
+            nonce.len()
+        ))
+    }
+}
+
+/// Rewrites an `identities.toml` made before bus and statement keys were split: each service
+/// whose seed is in `dir` gets its derived bus key as `nkey` and its seed's key as `signer`.
+/// Returns the approvers and peers, whose bus keys only their owners can derive: each must
+/// be listed again with the key their `aegis keygen` / `kura keys list` now shows.
+pub fn upgrade(dir: &Path) -> Result<Vec<Identity>, IdentityError> {
+    let path = dir.join(IDENTITIES_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let mut ids: Identities = toml::from_str(&text).map_err(|e| IdentityError::Invalid {
+        path: path.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    for id in ids.list.iter_mut().filter(|i| !i.role.is_listed()) {
+        if id.signer.is_none() {
+            let root = read_seed(&seed_path(dir, id.role))?;
+            *id = service_identity(id.role, &root)?;
+        }
+    }
+    ids.save(dir)?;
+    Ok(ids
+        .list
+        .into_iter()
+        .filter(|i| i.role.is_listed())
+        .collect())
 }
 
 /// Reads a seed file, refusing one others can read (like ssh does with private keys).
@@ -659,11 +804,24 @@ mod tests {
             let mode = std::fs::metadata(&path).expect("seed").permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{}", path.display());
             let kp = read_seed(&path).expect("seed");
-            assert_eq!(
-                ids.get(role.name()).map(|i| i.nkey.clone()),
-                Some(kp.public_key())
-            );
+            let id = ids.get(role.name()).expect("listed");
+            // One key, one purpose: the seed's key signs, a key derived from it logs in.
+            assert_eq!(id.signer, Some(kp.public_key()));
+            assert_eq!(id.nkey, bus_key(&kp).expect("bus").public_key());
+            assert_ne!(id.nkey, kp.public_key());
         }
+        for f in [CONSOLE_KEY_FILE, SERVER_KEY_FILE] {
+            let mode = std::fs::metadata(dir.join(f))
+                .expect("key")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        assert_ne!(
+            std::fs::read(dir.join(CONSOLE_KEY_FILE)).expect("console key"),
+            std::fs::read(dir.join(SERVER_KEY_FILE)).expect("server key"),
+            "the console has a key of its own"
+        );
         let key_mode = std::fs::metadata(dir.join(SERVER_KEY_FILE))
             .expect("key")
             .permissions()
@@ -707,7 +865,8 @@ mod tests {
         let after = rotate(tmp.path(), "hashi").expect("rotate");
         assert_ne!(before.get("hashi").map(|i| &i.nkey), Some(&after.nkey));
         let seed = read_seed(&seed_path(tmp.path(), Role::Hashi)).expect("seed");
-        assert_eq!(seed.public_key(), after.nkey);
+        assert_eq!(Some(seed.public_key()), after.signer);
+        assert_eq!(bus_key(&seed).expect("bus").public_key(), after.nkey);
         assert_eq!(
             Identities::load(tmp.path()).expect("load").get("hashi"),
             Some(&after)
@@ -754,5 +913,61 @@ mod tests {
         assert!(verify_reply(&kp.public_key(), "_INBOX.a.1", b"{ }", &b64).is_err());
         let other = nkeys::KeyPair::new_user().public_key();
         assert!(verify_reply(&other, "_INBOX.a.1", b"{}", &b64).is_err());
+    }
+
+    #[test]
+    fn an_older_list_is_refused_until_upgraded_and_upgrade_splits_the_keys() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        init(tmp.path(), &[]).expect("init");
+        add_approver(tmp.path(), "ana", &nkeys::KeyPair::new_user().public_key()).expect("add");
+        // What an older Kura wrote: each service's seed key as its bus key, no signer.
+        let mut old = Identities::load(tmp.path()).expect("load");
+        for id in old.list.iter_mut().filter(|i| !i.role.is_listed()) {
+            let seed = read_seed(&seed_path(tmp.path(), id.role)).expect("seed");
+            id.nkey = seed.public_key();
+            id.signer = None;
+        }
+        let text = toml::to_string(&old).expect("toml");
+        std::fs::write(tmp.path().join(IDENTITIES_FILE), text).expect("write");
+        let err = Identities::load(tmp.path())
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("kura keys upgrade"), "{err}");
+        let relist = upgrade(tmp.path()).expect("upgrade");
+        assert_eq!(
+            relist.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+            ["ana"]
+        );
+        let ids = Identities::load(tmp.path()).expect("load");
+        let hashi = ids.get("hashi").expect("hashi");
+        let seed = read_seed(&seed_path(tmp.path(), Role::Hashi)).expect("seed");
+        assert_eq!(hashi.signer, Some(seed.public_key()));
+        assert_eq!(hashi.nkey, bus_key(&seed).expect("bus").public_key());
+    }
+
+    #[test]
+    fn a_key_that_signs_for_one_identity_cannot_log_in_for_another() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        init(tmp.path(), &[]).expect("init");
+        let aegis_signer = Identities::load(tmp.path())
+            .expect("load")
+            .get("aegis")
+            .and_then(|a| a.signer.clone())
+            .expect("signer");
+        let err = add_approver(tmp.path(), "mallory", &aegis_signer).expect_err("refused");
+        assert!(err.to_string().contains("listed twice"), "{err}");
+    }
+
+    #[test]
+    fn only_a_nonce_is_signed_as_one() {
+        assert!(check_nonce(b"Xk3_a-Zq09PmWtY").is_ok());
+        for bad in [
+            &b""[..],
+            b"kura.seal.v1\nsha256:00",
+            b"{\"kind\":\"kura.approval.v1\"}",
+            &[b'a'; 65][..],
+        ] {
+            assert!(check_nonce(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -132,11 +132,19 @@ impl NatsServer {
         self.keys.path().join(identity::CA_FILE)
     }
 
-    /// The public nkey of service `role`.
+    /// The public bus nkey of service `role` (what logs in).
     pub fn nkey(&self, role: Role) -> String {
         identity::Identities::load(self.keys.path())
             .ok()
             .and_then(|ids| ids.get(role.name()).map(|i| i.nkey.clone()))
+            .unwrap_or_default()
+    }
+
+    /// The statement key of service `role` (what signs its seals and replies).
+    pub fn signer(&self, role: Role) -> String {
+        identity::Identities::load(self.keys.path())
+            .ok()
+            .and_then(|ids| ids.get(role.name()).and_then(|i| i.signer.clone()))
             .unwrap_or_default()
     }
 
@@ -157,9 +165,11 @@ impl NatsServer {
             .map_err(|e| format!("{e:#}"))
     }
 
-    /// Lists an approver and reloads the server; returns once `key` can connect.
+    /// Lists an approver by the bus key derived from their root `key` and reloads the
+    /// server; returns once they can connect.
     pub fn add_approver(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
-        identity::add_approver(self.keys.path(), name, &key.public_key())
+        let bus = identity::bus_key(key).map_err(|e| e.to_string())?;
+        identity::add_approver(self.keys.path(), name, &bus.public_key())
             .map_err(|e| e.to_string())?;
         self.reloaded_for(name, key)
     }
@@ -167,7 +177,8 @@ impl NatsServer {
     /// Lists another Kura (its `serve` key) as a peer that may ask for cosignatures, and
     /// reloads the server; returns once `key` can connect.
     pub fn add_peer(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
-        identity::add_peer(self.keys.path(), name, &key.public_key()).map_err(|e| e.to_string())?;
+        let bus = identity::bus_key(key).map_err(|e| e.to_string())?;
+        identity::add_peer(self.keys.path(), name, &bus.public_key()).map_err(|e| e.to_string())?;
         self.reloaded_for(name, key)
     }
 

@@ -36,7 +36,8 @@ pub fn role(instance: &str) -> Role {
     }
 }
 
-/// The nkey of an `aegis keygen` key file (the same Ed25519 secret).
+/// The root key of an `aegis keygen` key file (the same Ed25519 secret; it signs decisions,
+/// and the bus key is derived from it).
 pub fn approver_key(key_file: &std::path::Path) -> nkeys::KeyPair {
     let text = std::fs::read_to_string(key_file).expect("key file");
     let v: serde_json::Value = serde_json::from_str(&text).expect("key json");
@@ -44,7 +45,7 @@ pub fn approver_key(key_file: &std::path::Path) -> nkeys::KeyPair {
         .expect("hex")
         .try_into()
         .expect("32 bytes");
-    kura_runtime::identity::user_key_from_secret(secret).expect("nkey")
+    kura_runtime::identity::root_key_from_secret(secret).expect("nkey")
 }
 
 /// A running stack.
@@ -94,7 +95,7 @@ impl Stack {
             .env("KURA_NATS_SEED", self.nats.seed(role(instance)))
             .env("KURA_NATS_CA", self.nats.ca())
             .env("KURA_NATS__KEYS_DIR", self.nats.keys_dir())
-            .env("KURA_AEGIS__REPLY_KEY", self.nats.nkey(Role::Aegis))
+            .env("KURA_AEGIS__REPLY_KEY", self.nats.signer(Role::Aegis))
             .env("KURA_POLL_INTERVAL_MS", "200")
             .env("KURA_INSTANCE", instance)
             .env("KURA_PROVIDER__SCRIPT", self.path("script.json"))

@@ -76,7 +76,8 @@ impl Conn {
         kura_runtime::identity::check_user_nkey(&at.reply_key)
             .map_err(|e| anyhow::anyhow!("[aegis] reply_key: {e}"))?;
         let (name, key) = keys::load(&at.key_path)?;
-        let nkey = kura_runtime::identity::user_key_from_secret(key.to_bytes())
+        // The file's key signs decisions; the bus key is derived from it by `Credentials`.
+        let nkey = kura_runtime::identity::root_key_from_secret(key.to_bytes())
             .map_err(anyhow::Error::msg)?;
         let credentials = kura_runtime::bus::Credentials {
             key: Some(std::sync::Arc::new(nkey)),

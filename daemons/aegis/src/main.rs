@@ -84,7 +84,7 @@ fn main() -> ExitCode {
                 let nkey = hex::decode(&k.secret_key)
                     .ok()
                     .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                    .and_then(|b| kura_runtime::identity::user_key_from_secret(b).ok())
+                    .and_then(|b| kura_runtime::identity::bus_key_from_secret(b).ok())
                     .map(|kp| kp.public_key())
                     .unwrap_or_default();
                 println!(

@@ -51,7 +51,7 @@ fn aegis_cli(s: &Stack, args: &[&str]) -> (i32, String, String) {
         .args(args)
         .env("KURA_NATS_URL", s.nats.url())
         .env("KURA_NATS_CA", s.nats.ca())
-        .env("KURA_AEGIS__REPLY_KEY", s.nats.nkey(Role::Aegis))
+        .env("KURA_AEGIS__REPLY_KEY", s.nats.signer(Role::Aegis))
         .env("KURA_AEGIS_KEY", s.path("watcher.key"))
         .output()
         .expect("aegis cli");

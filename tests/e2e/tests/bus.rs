@@ -213,7 +213,7 @@ fn request_content_does_not_cross_the_bus_to_other_keys() {
         .arg(&key)
         .env("KURA_NATS_URL", s.nats.url())
         .env("KURA_NATS_CA", s.nats.ca())
-        .env("KURA_AEGIS__REPLY_KEY", s.nats.nkey(Role::Aegis))
+        .env("KURA_AEGIS__REPLY_KEY", s.nats.signer(Role::Aegis))
         .output()
         .expect("aegis pending");
     let shown = String::from_utf8_lossy(&out.stdout);

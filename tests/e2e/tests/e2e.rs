@@ -56,7 +56,7 @@ fn a_full_session_under_mikados_bundled_nats_then_clean_shutdown() {
         } else {
             kura_runtime::identity::Role::Hashi
         };
-        assert_eq!(sealer, Some(s.nats.nkey(role)), "{}", l.label);
+        assert_eq!(sealer, Some(s.nats.signer(role)), "{}", l.label);
     }
     let recs = session_records(&store, session.session_id);
     let types: Vec<&str> = recs.iter().map(|r| r.record_type.as_str()).collect();

@@ -374,7 +374,7 @@ fn a_replayed_side_effect_runs_again_only_when_a_person_approves() {
         .env("KURA_NATS_CA", s.nats.ca())
         .env(
             "KURA_AEGIS__REPLY_KEY",
-            s.nats.nkey(kura_runtime::identity::Role::Aegis),
+            s.nats.signer(kura_runtime::identity::Role::Aegis),
         )
         .output()
         .expect("approve");

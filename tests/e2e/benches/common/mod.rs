@@ -203,7 +203,7 @@ fn aegis_cmd(s: &Stack, args: &[&str]) -> std::process::Command {
     c.args(args)
         .env("KURA_NATS_URL", s.nats.url())
         .env("KURA_NATS_CA", s.nats.ca())
-        .env("KURA_AEGIS__REPLY_KEY", s.nats.nkey(Role::Aegis))
+        .env("KURA_AEGIS__REPLY_KEY", s.nats.signer(Role::Aegis))
         .env("KURA_AEGIS_KEY", s.path("oles.key"))
         .stdout(std::process::Stdio::null());
     c
