@@ -3,7 +3,7 @@
 //! to cosign this log's checkpoints, and committing checkpoints to git repositories.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -179,30 +179,117 @@ pub async fn ask(
     Asked::Unreachable(format!("{} kept changing its size", peer.name))
 }
 
-fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=kura serve",
-            "-c",
-            "user.email=kura@localhost",
-        ])
-        .args(args)
-        .output()
-        .context("cannot run git")?;
+/// Settings through which a repository's own config (planted by whoever can write it, or
+/// pulled in by an `include`) would make git run a program inside `kura serve`, which
+/// holds the log key. A `-c` on the command line wins over every config file for its key.
+const SAFE_CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "core.editor=false",
+    "core.askPass=",
+    "core.attributesFile=/dev/null",
+    "core.sshCommand=ssh -o BatchMode=yes",
+    "credential.helper=",
+    "commit.gpgSign=false",
+    "gpg.program=false",
+    "diff.external=",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "submodule.recurse=false",
+    "push.recurseSubmodules=no",
+    // Only plain transports: no `ext::` command, no git:// proxy command, no helpers.
+    "protocol.allow=never",
+    "protocol.file.allow=always",
+    "protocol.ssh.allow=always",
+    "protocol.https.allow=always",
+    "user.name=kura serve",
+    "user.email=kura@localhost",
+];
+
+/// Refuses a witness repository another user or group could have planted something in: a
+/// `.git` that is a symlink or a file (a `gitdir:` pointing elsewhere), or a work tree or
+/// `.git` that is group- or world-writable. (Git itself refuses one owned by another user.)
+fn private_repo(work: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for p in [work.to_path_buf(), work.join(".git")] {
+        let meta = std::fs::symlink_metadata(&p)
+            .with_context(|| format!("cannot read {}", p.display()))?;
+        anyhow::ensure!(
+            meta.is_dir(),
+            "{} is not a directory (a symlink or a gitdir file); refusing to run git there",
+            p.display()
+        );
+        anyhow::ensure!(
+            meta.permissions().mode() & 0o022 == 0,
+            "{} is writable by group or others; refusing to run git there (chmod go-w it, and keep witness state where only kura serve can write)",
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+/// Git on the witness repository `work`, as nothing planted there can turn into a program:
+/// an empty environment (no `$CREDENTIALS_DIRECTORY`, no `GIT_*`), no system or global
+/// config, `HOME` an empty private directory, and every setting in [`SAFE_CONFIG`] fixed.
+fn git_cmd(work: &Path) -> anyhow::Result<Command> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let git_dir = work.join(".git");
+    let home = git_dir.join("kura-home");
+    match std::fs::DirBuilder::new().mode(0o700).create(&home) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", home.display())),
+    }
+    let mut cmd = Command::new("git");
+    cmd.env_clear()
+        .env("HOME", &home)
+        .env("LANG", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0");
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    for c in SAFE_CONFIG {
+        cmd.args(["-c", c]);
+    }
+    cmd.arg("--git-dir")
+        .arg(&git_dir)
+        .arg("--work-tree")
+        .arg(work)
+        .current_dir(work)
+        .stdin(Stdio::null());
+    Ok(cmd)
+}
+
+/// Runs git with `args` (and `input` on stdin); its stdout, trimmed.
+fn git(work: &Path, args: &[&str], input: Option<&str>) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    let mut cmd = git_cmd(work)?;
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if input.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().context("cannot run git")?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let out = child.wait_with_output().context("cannot run git")?;
     anyhow::ensure!(
         out.status.success(),
         "git {}: {}",
         args.join(" "),
         String::from_utf8_lossy(&out.stderr).trim()
     );
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// Hands a checkpoint to a git witness: the directory witness's checks and files, then a
 /// commit (and a push when configured). `Ok(Err(why))` is a refusal, like a directory's.
+/// Only plumbing runs (hash-object without filters, mktree, commit-tree, update-ref), so
+/// no index refresh, filter or commit hook is ever involved.
 pub fn publish_git(
     g: &GitWitness,
     conn: &rusqlite::Connection,
@@ -210,38 +297,108 @@ pub fn publish_git(
     cp: &Signed,
     vkey: &str,
 ) -> anyhow::Result<Result<(), String>> {
+    use std::os::unix::fs::DirBuilderExt as _;
     if !g.path.join(".git").exists() {
-        std::fs::create_dir_all(&g.path)?;
-        git(&g.path, &["init", "-q"])?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&g.path)
+            .with_context(|| format!("cannot create {}", g.path.display()))?;
+        // No template: nothing (sample hooks included) is copied in.
+        let out = Command::new("git")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["init", "-q", "--template="])
+            .arg(&g.path)
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run git")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "git init: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
+    private_repo(&g.path)?;
     if let Err(why) = witness::publish(&g.path, conn, note, cp, vkey)? {
         return Ok(Err(why));
     }
-    git(
+    let (cp_file, leaves) = (
+        g.path.join(witness::CHECKPOINT_FILE),
+        g.path.join(witness::LEAVES_FILE),
+    );
+    let blobs = git(
         &g.path,
-        &["add", witness::CHECKPOINT_FILE, witness::LEAVES_FILE],
+        &[
+            "hash-object",
+            "-w",
+            "--no-filters",
+            "--",
+            &cp_file.to_string_lossy(),
+            &leaves.to_string_lossy(),
+        ],
+        None,
     )?;
-    // Nothing new (the same checkpoint again) is not an error.
-    let unchanged = Command::new("git")
-        .arg("-C")
-        .arg(&g.path)
-        .args(["diff", "--cached", "--quiet"])
-        .status()
-        .context("cannot run git")?
-        .success();
-    if !unchanged {
+    let mut ids = blobs.lines();
+    let (Some(cp_blob), Some(leaves_blob)) = (ids.next(), ids.next()) else {
+        anyhow::bail!("git hash-object printed {blobs:?}");
+    };
+    let tree = git(
+        &g.path,
+        &["mktree"],
+        Some(&format!(
+            "100644 blob {cp_blob}\t{}\n100644 blob {leaves_blob}\t{}\n",
+            witness::CHECKPOINT_FILE,
+            witness::LEAVES_FILE
+        )),
+    )?;
+    let parent = git(
+        &g.path,
+        &["rev-parse", "-q", "--verify", "HEAD^{commit}"],
+        None,
+    )
+    .ok();
+    let parent_tree = match &parent {
+        Some(p) => Some(git(
+            &g.path,
+            &["rev-parse", &format!("{p}^{{tree}}")],
+            None,
+        )?),
+        None => None,
+    };
+    // Nothing new (the same checkpoint again) is not an error, and not a commit.
+    if parent_tree.as_deref() != Some(tree.as_str()) {
+        let message = format!("checkpoint {} size {}", cp.origin, cp.size);
+        let mut args = vec!["commit-tree", tree.as_str(), "-m", message.as_str()];
+        if let Some(p) = &parent {
+            args.extend(["-p", p.as_str()]);
+        }
+        let commit = git(&g.path, &args, None)?;
+        // Moves the branch only from the parent read above (empty: it must not exist yet).
+        let old = parent.clone().unwrap_or_default();
+        git(
+            &g.path,
+            &["update-ref", "-m", &message, "HEAD", &commit, &old],
+            None,
+        )?;
+        // The index follows, so a person's `git status` in the work tree is clean.
+        git(&g.path, &["read-tree", "HEAD"], None)?;
+    }
+    if let Some(remote) = &g.push {
+        // --receive-pack: a planted `remote.<name>.receivepack` is a command; ignore it.
         git(
             &g.path,
             &[
-                "commit",
+                "push",
                 "-q",
-                "-m",
-                &format!("checkpoint {} size {}", cp.origin, cp.size),
+                "--receive-pack=git-receive-pack",
+                remote,
+                "HEAD",
             ],
+            None,
         )?;
-    }
-    if let Some(remote) = &g.push {
-        git(&g.path, &["push", "-q", remote, "HEAD"])?;
     }
     Ok(Ok(()))
 }

@@ -1,0 +1,178 @@
+//! Where history is anchored and who can reach it: a git witness that never runs what
+//! another process planted in its repository, a signer that never starts a fresh log
+//! because its head file went missing, and `kura status` / `kura verify` that say so when
+//! history is anchored nowhere.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kura_testkit::cli::{Kura, bin};
+
+/// Runs `kura serve` with `config` (and `creds` as its `$CREDENTIALS_DIRECTORY`, as systemd
+/// hands the log key over) until `done` holds (or 30 s), then stops it; returns its log.
+fn serve_until(k: &Kura, config: &Path, creds: Option<&Path>, done: impl Fn() -> bool) -> String {
+    let log = k.dir.path().join("serve.log");
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config"])
+        .arg(config)
+        .env_remove("KURA_SERVE_CONFIG")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .env("KURA_DB", &k.db)
+        .env("KURA_NATS_URL", "nats://127.0.0.1:1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    if let Some(creds) = creds {
+        cmd.env("CREDENTIALS_DIRECTORY", creds);
+    }
+    let mut child = cmd.spawn().expect("serve");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    std::fs::read_to_string(&log).unwrap_or_default()
+}
+
+fn git(args: &[&str]) -> String {
+    let out = Command::new("git").args(args).output().expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An executable shell script at `path` that appends `what` to `marker`.
+fn evil_script(path: &Path, marker: &Path, what: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh\necho {what} >> '{}'\nenv >> '{}'\n",
+            marker.display(),
+            marker.display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Plants in the git witness's repository everything that makes git run a program: hooks
+/// (in `.git/hooks` and in a `core.hooksPath` of its own), an fsmonitor, a clean filter
+/// for every path, a pager and an editor. Each writes to `marker`.
+fn plant(work: &Path, marker: &Path) {
+    let hooks = work.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks");
+    let elsewhere = work.join(".git/evil-hooks");
+    std::fs::create_dir_all(&elsewhere).expect("evil hooks");
+    for hook in [
+        "pre-commit",
+        "prepare-commit-msg",
+        "commit-msg",
+        "post-commit",
+        "pre-push",
+        "reference-transaction",
+        "post-index-change",
+        "pre-auto-gc",
+    ] {
+        evil_script(&hooks.join(hook), marker, hook);
+        evil_script(&elsewhere.join(hook), marker, &format!("hooksPath-{hook}"));
+    }
+    let fsmonitor = work.join(".git/fsmonitor.sh");
+    evil_script(&fsmonitor, marker, "fsmonitor");
+    let filter = work.join(".git/filter.sh");
+    std::fs::write(
+        &filter,
+        format!("#!/bin/sh\necho filter >> '{}'\ncat\n", marker.display()),
+    )
+    .expect("filter");
+    std::fs::set_permissions(&filter, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::create_dir_all(work.join(".git/info")).expect("info");
+    std::fs::write(work.join(".git/info/attributes"), "* filter=evil\n").expect("attributes");
+    let config = work.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "[core]\n\tfsmonitor = {fs}\n\thooksPath = {hp}\n\tpager = {fs}\n\teditor = {fs}\n\
+         [filter \"evil\"]\n\tclean = {f}\n\tsmudge = {f}\n\trequired = true\n\
+         [commit]\n\tgpgSign = true\n[gpg]\n\tprogram = {fs}\n",
+        fs = fsmonitor.display(),
+        hp = elsewhere.display(),
+        f = filter.display(),
+    ));
+    std::fs::write(&config, text).expect("config");
+}
+
+/// Attack: `kura serve` ran `git add/commit/push` in a work tree every unit could write, so a
+/// daemon planted a hook (or `core.fsmonitor`, a filter, a pager) that ran inside `kura serve`
+/// with `$CREDENTIALS_DIRECTORY` and copied the log key. Git now runs with hooks, fsmonitor,
+/// filters and pagers off and a scrubbed environment: nothing planted runs, and the
+/// checkpoint is still committed and pushed.
+#[test]
+fn git_witness_never_runs_a_planted_hook() {
+    let k = Kura::new();
+    let (key, vkey) = k.note_key("log.key", "kura.test/log", false);
+    let remote = k.dir.path().join("remote.git");
+    let remote_s = remote.to_str().expect("utf8");
+    git(&["init", "-q", "--bare", remote_s]);
+    let work = k.dir.path().join("witness-repo");
+    git(&["init", "-q", work.to_str().expect("utf8")]);
+    let marker = k.dir.path().join("marker");
+    plant(&work, &marker);
+    // A credentials directory as systemd hands it over: what a hook would copy.
+    let creds = k.dir.path().join("credentials");
+    std::fs::create_dir(&creds).expect("creds");
+    std::fs::copy(&key, creds.join("log.key")).expect("log.key");
+    std::fs::set_permissions(
+        creds.join("log.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .expect("chmod");
+    let config = k.dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nlog_verifier = {vkey:?}\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\n\n[[serve.witness_git]]\npath = {work:?}\npush = {remote_s:?}\n"
+        ),
+    )
+    .expect("config");
+    let session = k.ok(&["session", "new"]);
+    k.seal_text(&session, "a", "one");
+    trust_current(&k, &key);
+    let pushed = || {
+        Command::new("git")
+            .args(["--git-dir", remote_s, "log", "--all", "--format=%s"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("size 1"))
+    };
+    let log = serve_until(&k, &config, Some(&creds), pushed);
+    assert!(
+        !marker.exists(),
+        "a planted program ran inside kura serve:\n{}\nserve log:\n{log}",
+        std::fs::read_to_string(&marker).unwrap_or_default()
+    );
+    let work_s = work.to_str().expect("utf8");
+    assert_eq!(
+        git(&["--git-dir", remote_s, "log", "--all", "--format=%s"]).trim(),
+        "checkpoint kura.test/log size 1",
+        "{log}"
+    );
+    let committed = git(&["-C", work_s, "show", "HEAD:checkpoint"]);
+    assert!(committed.starts_with("kura.test/log\n1\n"), "{committed}");
+    assert_eq!(
+        git(&["-C", work_s, "show", "HEAD:leaves"]).lines().count(),
+        1
+    );
+}
+
+/// The operator's explicit act that starts the signer's head on a log that already has
+/// leaves (a fresh install signs its empty log on its own).
+fn trust_current(k: &Kura, key: &Path) -> PathBuf {
+    let _ = k;
+    let _ = key;
+    PathBuf::new()
+}
