@@ -9,8 +9,8 @@ use kura_store::Store;
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
 use kura_store::work::approvals::{
     add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, decide_by_policy_in,
-    finalize_in, mark_asked_in, next_pending, record_vote_in, reject_in, request_content,
-    set_edited_arguments_in,
+    finalize_in, mark_asked_in, next_pending, raise_requirement_in, record_vote_in, reject_in,
+    request_content, set_edited_arguments_in,
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
@@ -167,43 +167,69 @@ fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), 
     Ok(())
 }
 
-/// An edit's arguments as canonical JSON, if `d` edits and the edit may stand: only an
-/// approval edits, policy must not deny the new arguments, and every approving vote of a
-/// request binds the same arguments (the first approval decides whether it was edited).
+/// An approval's edit that may stand: the arguments (canonical JSON) and, when policy rules
+/// on them by a different rule, that rule and its quorum.
+#[derive(Debug, Clone, PartialEq)]
+struct Edit {
+    canonical: String,
+    /// Set when the edited call falls under another rule: the request then needs the higher
+    /// of the two quorums, and records the new rule.
+    stricter: Option<(String, i64)>,
+}
+
+/// What policy says of an edit, ruled on the arguments exactly as hashi will run them: they
+/// must be in normal form (the person signed them; nobody respells a signature), not denied,
+/// and a rule that needs more people raises the request's quorum.
+fn rule_on_edit(
+    args: &serde_json::Map<String, Value>,
+    a: &kura_store::work::approvals::Approval,
+    policy: &Policy,
+) -> Result<Edit, String> {
+    proto::path::check_normal_args(args).map_err(|e| format!("the edited arguments: {e}"))?;
+    let args = Value::Object(args.clone());
+    let ruling = policy.evaluate(
+        &a.tool_name,
+        a.effect.as_str(),
+        &args,
+        &a.session_id.to_string(),
+    );
+    if ruling.verdict == Verdict::Deny {
+        return Err(format!(
+            "the edited arguments are denied by policy ({})",
+            ruling.rule
+        ));
+    }
+    let canonical = proto::canonical::canonical_json(&args).map_err(|e| e.to_string())?;
+    let stricter = (a.rule.as_deref() != Some(ruling.rule.as_str()))
+        .then(|| (ruling.rule, ruling.approvers.max(a.required)));
+    Ok(Edit {
+        canonical,
+        stricter,
+    })
+}
+
+/// An edit, if `d` edits and the edit may stand: only an approval edits, policy rules on
+/// the new arguments ([`rule_on_edit`]), and every approving vote of a request binds the
+/// same arguments (the first approval decides whether it was edited).
 fn check_edit(
     d: &ApprovalDecision,
     vote: Vote,
     a: &kura_store::work::approvals::Approval,
     approved_so_far: i64,
     policy: &Policy,
-) -> Result<Option<String>, String> {
+) -> Result<Option<Edit>, String> {
     let edit = match &d.arguments {
         None => None,
         Some(_) if vote != Vote::Approve => {
             return Err("only an approval can edit the arguments".into());
         }
-        Some(args) => {
-            let args = Value::Object(args.clone());
-            let ruling = policy.evaluate(
-                &a.tool_name,
-                a.effect.as_str(),
-                &args,
-                &a.session_id.to_string(),
-            );
-            if ruling.verdict == Verdict::Deny {
-                return Err(format!(
-                    "the edited arguments are denied by policy ({})",
-                    ruling.rule
-                ));
-            }
-            Some(proto::canonical::canonical_json(&args).map_err(|e| e.to_string())?)
-        }
+        Some(args) => Some(rule_on_edit(args, a, policy)?),
     };
     if vote != Vote::Approve {
         return Ok(None);
     }
     match (&a.edited_arguments, &edit) {
-        (Some(bound), Some(e)) if bound != e => {
+        (Some(bound), Some(e)) if *bound != e.canonical => {
             Err("another approver approved other edited arguments; approve those or deny".into())
         }
         (Some(_), None) => {
@@ -234,7 +260,7 @@ pub fn decide(
             return Ok(Err((None, format!("no approval request {}", d.request_id))));
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
-        let check = (|| -> Result<(&Approver, Vote, Option<String>), String> {
+        let check = (|| -> Result<(&Approver, Vote, Option<Edit>), String> {
             let vote: Vote = d
                 .decision
                 .parse()
@@ -258,6 +284,16 @@ pub fn decide(
             Ok(w) => w,
             Err(reason) => return Ok(Err((Some(a), reason))),
         };
+        // An edit that falls under a stricter rule: the request now needs that rule's quorum
+        // and says so, before this vote is counted against it.
+        let mut a = a;
+        if let Some((rule, required)) = edit.as_ref().and_then(|e| e.stricter.clone())
+            && a.edited_arguments.is_none()
+        {
+            raise_requirement_in(tx, a.request_id, &rule, required)?;
+            a.rule = Some(rule);
+            a.required = required;
+        }
         let author = format!("user:{}", who.name);
         let mut content = json!({
             "request_id": a.request_id, "request_hash": a.request_hash, "outcome": d.decision,
@@ -292,7 +328,7 @@ pub fn decide(
         if let Some(edit) = &edit
             && a.edited_arguments.is_none()
         {
-            set_edited_arguments_in(tx, a.request_id, edit)?;
+            set_edited_arguments_in(tx, a.request_id, &edit.canonical)?;
         }
         let rule = a.rule.clone().unwrap_or_default();
         let (state, woke) = if decision == Vote::Deny {

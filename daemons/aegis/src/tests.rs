@@ -507,15 +507,18 @@ fn protocol_md_test_vectors_match_the_code() {
     };
     let signing = String::from_utf8(d.signing_bytes(&hash)).expect("utf8");
     keys::sign(&key, &mut d, &hash);
-    // The bus side: the same secret as the approver's nkey, aegis's reply signature.
+    // The bus side: the approver's bus key derived from their secret, aegis's reply signed
+    // by its statement key (its seed's own).
     use base64::Engine as _;
-    use kura_runtime::identity::{inbox_prefix, reply_signing_bytes, user_key_from_secret};
-    let approver_nkey = user_key_from_secret(secret).expect("nkey").public_key();
+    use kura_runtime::identity::{
+        bus_key_from_secret, inbox_prefix, reply_signing_bytes, root_key_from_secret,
+    };
+    let approver_nkey = bus_key_from_secret(secret).expect("nkey").public_key();
     let aegis_secret: [u8; 32] = hex::decode(value("aegis_secret_key"))
         .expect("hex")
         .try_into()
         .expect("32 bytes");
-    let aegis = user_key_from_secret(aegis_secret).expect("nkey");
+    let aegis = root_key_from_secret(aegis_secret).expect("nkey");
     let reply_to = format!("{}.r1", inbox_prefix(&approver_nkey));
     let payload = value("reply_payload");
     let reply_sig = base64::engine::general_purpose::STANDARD.encode(
@@ -681,5 +684,69 @@ decision = "deny""#,
         "{v:?}"
     );
     let v = run(&edit(&bob, "bob", request_id, &hash, "lists/a.md"));
+    assert!(v.ok && v.state == "approved", "{v:?}");
+}
+
+/// Attack (issue 24 item 2): "approve edited" around a two-person rule. A write filed under
+/// `default:write` (one approver) is approved-edited by one person to a path a stricter rule
+/// covers; it must then need that rule's two people, and the request must say which rule.
+/// An edit in a spelling hashi would respell (or refuse) is refused, not approved.
+#[test]
+fn approve_edited_cannot_get_around_a_two_person_rule() {
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let (alice, bob) = (
+        SigningKey::from_bytes(&[10u8; 32]),
+        SigningKey::from_bytes(&[11u8; 32]),
+    );
+    let approvers = [approver("alice", &alice), approver("bob", &bob)];
+    let before = approval(store.conn(), request_id)
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        (before.rule.as_deref(), before.required),
+        (Some("default:write"), 1)
+    );
+    let policy: Policy = toml::from_str(
+        r#"[[rules]]
+name = "secrets-need-two-people"
+tool = "fs.*"
+args = { path = "secrets/*" }
+decision = "ask"
+approvers = 2"#,
+    )
+    .expect("policy");
+    let mut limiter = Limiter::default();
+    let mut run = |store: &mut Store, d: &ApprovalDecision| {
+        decide::decide(store, &approvers, WINDOW, &mut limiter, d, &policy).expect("decide")
+    };
+    for respelled in ["./secrets/x", "a/../secrets/x", "../secrets/x"] {
+        let v = run(
+            &mut store,
+            &edit(&alice, "alice", request_id, &hash, respelled),
+        );
+        assert!(
+            !v.ok && v.message.contains("the edited arguments"),
+            "{respelled}: {v:?}"
+        );
+    }
+    let v = run(
+        &mut store,
+        &edit(&alice, "alice", request_id, &hash, "secrets/x"),
+    );
+    assert!(
+        v.ok && v.state == "asked" && v.message.contains("1 of 2"),
+        "{v:?}"
+    );
+    let a = approval(store.conn(), request_id)
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        (a.state, a.rule.as_deref(), a.required),
+        (ApprovalState::Asked, Some("secrets-need-two-people"), 2)
+    );
+    let v = run(
+        &mut store,
+        &edit(&bob, "bob", request_id, &hash, "secrets/x"),
+    );
     assert!(v.ok && v.state == "approved", "{v:?}");
 }

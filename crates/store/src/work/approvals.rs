@@ -311,6 +311,22 @@ pub fn votes(conn: &Connection, request_id: Uuid) -> Result<Vec<(String, String)
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Puts an asked request under `rule` with `required` approvals: an approval edited the
+/// call into a stricter rule's reach. Never lowers the quorum.
+pub fn raise_requirement_in(
+    tx: &Connection,
+    request_id: Uuid,
+    rule: &str,
+    required: i64,
+) -> Result<()> {
+    tx.execute_cached(
+        "UPDATE approvals SET rule = ?2, required = MAX(required, ?3) \
+         WHERE request_id = ?1 AND state = 'asked'",
+        params![request_id.to_string(), rule, required],
+    )?;
+    Ok(())
+}
+
 /// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
 pub fn set_edited_arguments_in(tx: &Connection, request_id: Uuid, canonical: &str) -> Result<()> {
     tx.execute_cached(

@@ -177,11 +177,7 @@ impl Toolbox {
     /// so a policy rule, the record and the tool all see the same path. A path that cannot
     /// be normalised is left as given (the tool refuses it).
     pub fn normalize_args(&self, arguments: &mut Map<String, Value>) {
-        if let Some(Value::String(p)) = arguments.get_mut("path")
-            && let Ok(n) = normalize(p)
-        {
-            *p = n;
-        }
+        proto::path::normalize_args(arguments);
     }
 
     /// Every tool.

@@ -39,39 +39,10 @@ pub fn kind_name(t: FileType) -> &'static str {
     }
 }
 
-/// The one spelling of a workspace path that policy rules, records and the tool all use:
-/// `./a//b/../c/` becomes `a/c`; the workspace itself is `.`. Absolute paths, paths that
-/// climb out (`..` past the top) and NUL bytes are refused. Names are taken literally (no
-/// case folding or Unicode normalisation: Linux does not do either).
+/// The one spelling of a workspace path that policy rules, records and the tool all use
+/// (shared with aegis, which rules on edits: see [`proto::path`]).
 pub fn normalize(rel: &str) -> Result<String, String> {
-    if rel.is_empty() {
-        return Err("path is empty".into());
-    }
-    if rel.contains('\0') {
-        return Err("path contains a NUL byte".into());
-    }
-    if rel.starts_with('/') {
-        return Err(format!(
-            "path {rel:?} is absolute; paths are relative to the workspace"
-        ));
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in rel.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err(format!("path {rel:?} leaves the workspace (..)"));
-                }
-            }
-            name => parts.push(name),
-        }
-    }
-    Ok(if parts.is_empty() {
-        ".".into()
-    } else {
-        parts.join("/")
-    })
+    proto::path::normalize(rel).map_err(|e| e.to_string())
 }
 
 /// Why opening beneath the workspace failed, in words about the path.
