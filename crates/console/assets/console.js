@@ -125,6 +125,38 @@ async function initLogin() {
   });
 }
 
+// --- what a person reads ----------------------------------------------------------------
+// The characters the CLI's escape_controls escapes (proto::text::is_hidden): controls but tab
+// and newline, bidi controls, zero-width and invisible characters, tag characters. Shown as
+// \u{..}, they can neither reorder nor hide what a person is asked to sign.
+const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u{e0000}-\u{e007f}]/gu;
+function escapeControls(text) {
+  return String(text).replace(HIDDEN, (c) => (c === "\r" ? "\\r" : "\\u{" + c.codePointAt(0).toString(16) + "}"));
+}
+// The distinct hidden characters in `text`, as U+XXXX.
+function hiddenIn(text) {
+  const found = new Set();
+  for (const m of String(text).matchAll(HIDDEN)) found.add("U+" + m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, "0"));
+  return [...found];
+}
+// JSON for editing: hidden characters as \uXXXX escapes, which parse back to the same value.
+function editableJson(v) {
+  return JSON.stringify(v, null, 2).replace(HIDDEN, (c) =>
+    Array.from({ length: c.length }, (_, i) => "\\u" + c.charCodeAt(i).toString(16).padStart(4, "0")).join(""));
+}
+// Timestamps in the viewer's local time, short; the exact RFC 3339 stays in the title.
+function localTimes(root) {
+  const now = new Date();
+  for (const t of root.querySelectorAll("time[datetime]")) {
+    const d = new Date(t.getAttribute("datetime"));
+    if (isNaN(d)) continue;
+    const sameDay = d.toDateString() === now.toDateString();
+    t.textContent = sameDay
+      ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })
+      : d.toLocaleString([], { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  }
+}
+
 // --- approvals -----------------------------------------------------------------------
 async function initApproval(article) {
   const check = article.querySelector(".check");
@@ -144,19 +176,37 @@ async function initApproval(article) {
   }
   // Only now, and only from the verified content, the page shows what would run.
   const h = document.createElement("h3");
-  h.textContent = String(content.tool_name) + " (" + String(content.effect) + ")";
+  h.textContent = escapeControls(String(content.tool_name) + " (" + String(content.effect) + ")");
   const pre = document.createElement("pre");
   pre.className = "arguments";
-  pre.textContent = JSON.stringify(content.arguments, null, 2);
+  pre.textContent = escapeControls(JSON.stringify(content.arguments, null, 2));
   shown.replaceChildren(h, pre);
   shown.hidden = false;
+  const hidden = hiddenIn(d.content);
+  const flag = article.querySelector(".hidden-chars");
+  if (flag && hidden.length) {
+    flag.textContent = "\u26a0 This request holds hidden or direction-changing characters (" + hidden.join(", ") +
+      "), shown escaped as \\u{202e} and the like: it may not do what it seems to at a glance.";
+    flag.hidden = false;
+  }
   say(check, "Verified in this browser: hash " + computed.slice(0, 16) + "… matches.");
   if (!form) return;
   form.hidden = false;
   const args = form.querySelector('textarea[name="arguments"]');
-  args.value = JSON.stringify(content.arguments, null, 2);
+  args.value = editableJson(content.arguments);
   args.dataset.initial = args.value;
   const out = form.querySelector(".outcome");
+  // "Approve edited" only once the arguments say something else than the request.
+  const editButton = form.querySelector("button.edit-approve");
+  const edited = () => {
+    try {
+      return jcs(JSON.parse(args.value)) !== jcs(content.arguments);
+    } catch {
+      return true;
+    }
+  };
+  editButton.hidden = true;
+  args.addEventListener("input", () => { editButton.hidden = !edited(); });
   for (const b of form.querySelectorAll("button[data-decision]")) {
     b.addEventListener("click", () => decide(article, form, computed, b.dataset.decision, args, out));
   }
@@ -214,6 +264,7 @@ async function decideNow(article, form, requestHash, choice, argsField, out) {
 }
 
 function initPage() {
+  localTimes(document);
   document.querySelectorAll("article.approval").forEach((a) => initApproval(a));
   initEnrol();
   initLogin();
@@ -247,6 +298,7 @@ async function refresh() {
       document.getElementById("main").replaceWith(main);
       const nav = doc.querySelector("header nav");
       if (nav) document.querySelector("header nav")?.replaceWith(nav);
+      localTimes(main);
       document.querySelectorAll("article.approval").forEach((a) => initApproval(a));
       document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
     }

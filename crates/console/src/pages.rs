@@ -4,6 +4,7 @@
 
 use maud::{DOCTYPE, Markup, html};
 use proto::Record;
+use proto::text::{escape_controls, is_hidden};
 
 use crate::auth::Login;
 use crate::data::{History, SessionRow, Waiting};
@@ -54,6 +55,22 @@ fn excerpt(text: &str) -> String {
     }
 }
 
+/// Text from a model, a tool or the bus as a person should read it: maud escapes the HTML,
+/// this the characters that would hide or reorder it (bidi overrides, zero-width), as the
+/// CLI prints them.
+fn t(text: &str) -> String {
+    escape_controls(text).into_owned()
+}
+
+/// A visible mark on anything that held such characters.
+fn flag(text: &str) -> Markup {
+    html! {
+        @if text.chars().any(is_hidden) {
+            span.hidden-chars title="hidden or direction-changing characters, shown escaped as \\u{..}" { "⚠ hidden characters" }
+        }
+    }
+}
+
 fn short(id: &str) -> &str {
     id.get(..13).unwrap_or(id)
 }
@@ -69,7 +86,7 @@ pub fn sessions(rows: &[SessionRow], page: i64, more: bool) -> Markup {
                 @for s in rows {
                     tr {
                         td { a href={ "/s/" (s.id) } { code { (short(&s.id)) } } }
-                        td { (s.label) }
+                        td { (t(&s.label)) (flag(&s.label)) }
                         td { span class={ "status " (s.status) } { (s.status) } }
                         td.num { (s.turns) }
                         td.num { @if s.waiting > 0 { a.badge href="/approvals" { (s.waiting) } } @else { "0" } }
@@ -99,11 +116,12 @@ pub fn record(r: &Record, position: u64) -> Markup {
             div.meta {
                 span.pos { "[" (position) "]" }
                 span.type { (r.record_type.as_str()) }
-                span.author { (r.author_id) }
+                span.author { (t(&r.author_id)) }
                 time { (r.created_at) }
                 code.hash title=(r.hash) { (short(&r.hash)) }
             }
-            pre.content { (excerpt(&content)) }
+            (flag(&content))
+            pre.content { (t(&excerpt(&content))) }
         }
     }
 }
@@ -113,16 +131,16 @@ pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> 
     let sid = h.session.session_id.to_string();
     html! {
         h1 { "Session " code { (short(&sid)) } }
-        p.sub { (h.session.label) " · " span class={ "status " (h.session.status.as_str()) } { (h.session.status.as_str()) } " · " (h.total_ledgers) " ledgers" }
+        p.sub { (t(&h.session.label)) " · " span class={ "status " (h.session.status.as_str()) } { (h.session.status.as_str()) } " · " (h.total_ledgers) " ledgers" }
         form.diff method="get" action="/diff" {
-            label { "Diff " select name="a" { @for l in &h.ledgers { option value=(l.ledger.ledger_id) { (l.ledger.label) } } } }
-            label { " against " select name="b" { @for l in h.ledgers.iter().rev() { option value=(l.ledger.ledger_id) { (l.ledger.label) } } } }
+            label { "Diff " select name="a" { @for l in &h.ledgers { option value=(l.ledger.ledger_id) { (t(&l.ledger.label)) } } } }
+            label { " against " select name="b" { @for l in h.ledgers.iter().rev() { option value=(l.ledger.ledger_id) { (t(&l.ledger.label)) } } } }
             button type="submit" { "Diff" }
         }
         @for l in &h.ledgers {
             section.ledger {
                 h2 {
-                    (l.ledger.label) " "
+                    (t(&l.ledger.label)) " "
                     span class={ "state " (l.ledger.state.as_str()) } { (l.ledger.state.as_str()) }
                 }
                 p.sub {
@@ -181,10 +199,11 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
                 data-request-hash=(a.request_hash)
                 data-author=(w.author_id)
                 data-content=(w.content)
-                data-approver=(me.name) {
+                data-approver=(me.name)
+                data-session=(a.session_id) {
                 h2 { "Request " code { (short(&a.request_id.to_string())) } }
                 p.sub {
-                    "rule " code { (a.rule.clone().unwrap_or_default()) }
+                    "rule " code { (t(a.rule.as_deref().unwrap_or_default())) }
                     " · needs " (a.required) " approval" @if a.required != 1 { "s" }
                     " · session " a href={ "/s/" (a.session_id) } { code { (short(&a.session_id.to_string())) } }
                     " · filed " time { (a.created_at) }
@@ -193,10 +212,11 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
                     @if w.votes.is_empty() { "No votes yet." }
                     @else {
                         "So far: "
-                        @for (who, vote) in &w.votes { span class={ "vote " (vote) } { (who) " " (vote) "d" } " " }
+                        @for (who, vote) in &w.votes { span class={ "vote " (vote) } { (t(who)) " " (t(vote)) "d" } " " }
                     }
-                    @if let Some(e) = &a.edited_arguments { br; "Bound to edited arguments: " code { (e) } }
+                    @if let Some(e) = &a.edited_arguments { br; "Bound to edited arguments: " code { (t(e)) } }
                 }
+                p.hidden-chars hidden { }
                 div.verified hidden { }
                 p.check { "Checking the request's hash in this browser…" }
                 @if !mine {
@@ -230,16 +250,16 @@ pub fn verification(
 ) -> Markup {
     html! {
         h1 { "Verification" }
-        @if let Some(a) = alarm { p.fail { (a) } }
+        @if let Some(a) = alarm { p.fail { (t(a)) } }
         h2 { "Integrity sweep" }
         @match sweep {
-            Some(s) if s.ok => p.ok { "OK at " time { (s.at) } ": " (s.summary) },
-            Some(s) => p.fail { "FAILED at " time { (s.at) } ": " (s.summary) },
+            Some(s) if s.ok => p.ok { "OK at " time { (s.at) } ": " (t(&s.summary)) },
+            Some(s) => p.fail { "FAILED at " time { (s.at) } ": " (t(&s.summary)) },
             None => p.empty { "No sweep has run yet (kura serve runs one soon after it starts)." },
         }
         h2 { "Signed checkpoint" }
         @match checkpoint {
-            Some(c) => pre.checkpoint { (c) },
+            Some(c) => pre.checkpoint { (t(c)) },
             None => p.empty { "No checkpoint signed yet (kura serve signs one when it holds the log key)." },
         }
         h2 { "Witnesses" }
@@ -260,12 +280,12 @@ pub fn status(st: &kura_store::ops::Status) -> Markup {
             tbody {
                 @for d in &st.daemons {
                     tr class=(if d.up { "up" } else { "down" }) {
-                        td { (d.instance) } td { (d.kind) }
+                        td { (t(&d.instance)) } td { (t(&d.kind)) }
                         td { @if d.up { "up" } @else { span.fail { "down" } } }
                         td.num { (d.last_beat_s) " s ago" }
                         td { @if d.nats_connected { "connected" } @else { "not connected" } }
                         td { @if let Some(x) = &d.detail {
-                            @if x.starts_with("ALARM") { span.fail { (x) } } @else { (x) }
+                            @if x.starts_with("ALARM") { span.fail { (t(x)) } } @else { (t(x)) }
                         } }
                     }
                 }
@@ -335,5 +355,5 @@ pub fn enrol() -> Markup {
 
 /// A page saying what went wrong, with nothing from the request echoed unescaped.
 pub fn error(message: &str) -> Markup {
-    html! { h1 { "Not available" } p.fail { (message) } p { a href="/" { "Back to the sessions" } } }
+    html! { h1 { "Not available" } p.fail { (t(message)) } p { a href="/" { "Back to the sessions" } } }
 }

@@ -13,22 +13,30 @@ pub fn excerpt(text: &str, max: usize) -> String {
     format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 
-/// `text` with terminal control characters (C0 but tab and newline, DEL, C1) and
-/// bidirectional overrides written as `\u{..}` escapes (carriage return as `\r`). Newlines
-/// stay: multi-line output (a table, a record's text split into lines) is printed as such.
+/// Characters that hide or reorder text: terminal controls (C0 but tab and newline, DEL,
+/// C1), bidirectional controls (U+202A–202E, U+2066–2069, U+200E/F, U+061C), zero-width and
+/// invisible characters (U+200B–200D, U+2060–2064, U+FEFF, U+180E, U+00AD) and tag characters
+/// (U+E0000–E007F, which smuggle invisible ASCII). The console's script escapes the same set.
+pub fn is_hidden(c: char) -> bool {
+    (c.is_control() && c != '\t' && c != '\n')
+        || matches!(c,
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+            | '\u{200b}'..='\u{200d}' | '\u{2060}'..='\u{2064}' | '\u{feff}' | '\u{180e}' | '\u{ad}'
+            | '\u{e0000}'..='\u{e007f}')
+}
+
+/// `text` with every [`is_hidden`] character written as a `\u{..}` escape (carriage return
+/// as `\r`), so what a person reads is what the bytes say. Newlines stay: multi-line output
+/// (a table, a record's text split into lines) is printed as such.
 pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    let bad = |c: char| {
-        (c.is_control() && c != '\t' && c != '\n')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
-    };
-    if !text.chars().any(bad) {
+    if !text.chars().any(is_hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         match c {
             '\r' => out.push_str("\\r"),
-            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if is_hidden(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
@@ -54,6 +62,11 @@ mod tests {
         assert_eq!(
             escape_controls("a\u{1b}]0;pwned\u{7}b\r\nc\u{9b}d\u{202e}e"),
             "a\\u{1b}]0;pwned\\u{7}b\\r\nc\\u{9b}d\\u{202e}e"
+        );
+        // Zero-width, Arabic letter mark and tag characters hide text too.
+        assert_eq!(
+            escape_controls("a\u{200b}b\u{61c}c\u{feff}d\u{e0041}"),
+            "a\\u{200b}b\\u{61c}c\\u{feff}d\\u{e0041}"
         );
     }
 }

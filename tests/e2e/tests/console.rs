@@ -3,16 +3,19 @@
 //! edit parked `fs.write` calls from the page; nothing but the login page for strangers;
 //! model output rendered as text; history pages that stay small at 100 000 records.
 
-use std::process::{Child, Command, Stdio};
+mod browser;
+mod hidden;
+
 use std::time::{Duration, Instant};
 
+use browser::{base, enrolled, shot, text, until};
 use ed25519_dalek::{Signer, SigningKey};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use kura_testkit::console::{http, login, wait_http};
 use kura_testkit::free_port;
 use kura_testkit::stack::{Stack, session_records};
 use proto::record::{NewRecord, RecordType};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -198,102 +201,6 @@ fn history_pages_stay_small_and_fast_at_100_000_records() {
     s.shutdown_cleanly();
 }
 
-fn chromedriver(port: u16) -> Child {
-    let bin = ["chromedriver", "/usr/bin/chromedriver"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
-        .expect("chromedriver is missing: run ./scripts/test (or apt-get install chromium chromium-driver)");
-    Command::new(bin)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver")
-}
-
-async fn browser(port: u16) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"]}),
-    );
-    let deadline = Instant::now() + MINUTE;
-    loop {
-        // chromedriver on loopback speaks plain HTTP: no TLS stack in the test client.
-        let http = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(http)
-            .capabilities(caps.clone())
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-        {
-            Ok(c) => return c,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("no browser session: {e}"),
-        }
-    }
-}
-
-async fn text(c: &Client, css: &str) -> String {
-    c.find(Locator::Css(css))
-        .await
-        .expect(css)
-        .text()
-        .await
-        .expect("text")
-}
-
-/// Waits until `script` (a JS expression) is truthy.
-async fn until(c: &Client, what: &str, script: &str) {
-    let deadline = Instant::now() + MINUTE;
-    loop {
-        let v = c
-            .execute(&format!("return !!({script});"), vec![])
-            .await
-            .expect("execute");
-        if v == Value::Bool(true) {
-            return;
-        }
-        if Instant::now() >= deadline {
-            let page = c
-                .execute(
-                    "return document.getElementById('main')?.outerHTML || document.body.outerHTML;",
-                    vec![],
-                )
-                .await
-                .unwrap_or_default();
-            let errors = c
-                .execute("return JSON.stringify(window.__errors || []);", vec![])
-                .await
-                .unwrap_or_default();
-            panic!(
-                "timed out waiting for {what}; errors: {errors}; the page: {}",
-                page.as_str().unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn shot(c: &Client, name: &str) {
-    let Some(dir) = std::env::var_os("KURA_CONSOLE_SCREENSHOTS") else {
-        return;
-    };
-    std::fs::create_dir_all(&dir).expect("screenshot dir");
-    for (w, h, size) in [(390, 844, "phone"), (1280, 900, "laptop")] {
-        c.set_window_size(w, h).await.expect("resize");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let png = c.screenshot().await.expect("screenshot");
-        std::fs::write(
-            std::path::Path::new(&dir).join(format!("{name}-{size}.png")),
-            png,
-        )
-        .expect("write png");
-    }
-}
-
 /// Clicks `decision` on the first waiting request the page has verified, after typing `note`
 /// (and, for an edit, the new arguments); returns the outcome line.
 async fn decide_first(
@@ -354,17 +261,6 @@ async fn decide_first(
     text(c, "article.approval form.decide .outcome").await
 }
 
-async fn base(c: &Client) -> String {
-    let u = c.current_url().await.expect("url");
-    format!(
-        "{}://{}",
-        u.scheme(),
-        u.host_str()
-            .map(|h| format!("{h}:{}", u.port().unwrap_or(80)))
-            .unwrap_or_default()
-    )
-}
-
 /// The whole console in a real browser: enrol, log in, a session seen live, then three parked
 /// `fs.write` calls decided from the page — approved, denied with a reason, approved with
 /// edited arguments — each signed in the browser and checked by aegis; the turns resume and
@@ -374,75 +270,16 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
     let mut s = Stack::new(SCRIPT);
     std::fs::write(s.path("policy.toml"), POLICY).expect("policy");
     let port = free_port();
-    console_env(&mut s, port, "[]");
-    s.spawn("kura", "serve");
-    wait_http(port);
-    let driver_port = free_port();
-    let mut driver = chromedriver(driver_port);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    let url = format!("http://127.0.0.1:{port}");
-    let result = rt.block_on(async {
-        let c = browser(driver_port).await;
-        // Enrol: the key is made in the browser; the page shows what the operator trusts.
-        c.goto(&format!("{url}/enrol")).await.expect("enrol");
-        c.find(Locator::Css("#enrol-name")).await.expect("name").send_keys("alice").await.expect("type");
-        c.find(Locator::Css("#enrol-button")).await.expect("button").click().await.expect("click");
-        until(&c, "a public key", "document.getElementById('enrol-key').textContent.length === 64").await;
-        let public_key = text(&c, "#enrol-key").await;
-        let extractable = c
-            .execute_async(
-                "const done = arguments[0]; const r = indexedDB.open('kura-console', 1);
-                 r.onsuccess = () => { const g = r.result.transaction('keys').objectStore('keys').get('device');
-                 g.onsuccess = () => done(g.result.pair.privateKey.extractable); };",
-                vec![],
-            )
-            .await
-            .expect("idb");
-        assert_eq!(extractable, json!(false), "the private key can never leave the browser");
-        shot(&c, "enrol").await;
-        (c, public_key)
-    });
-    let (c, public_key) = result;
-    // The operator trusts the key for the console and for aegis, and (re)starts them.
-    let users = format!("[{{ name = \"alice\", public_key = \"{public_key}\" }}]");
-    console_env(&mut s, port, &users);
-    s.extra_env
-        .push(("KURA_AEGIS__APPROVERS".into(), users.clone()));
-    s.signal("serve", "TERM");
-    s.wait_exit("serve", MINUTE);
-    s.spawn("kura", "serve");
-    wait_http(port);
-    s.spawn("aegis", "aegis");
-    s.spawn("minato", "minato");
-    s.spawn("hashi", "hashi");
-
-    rt.block_on(async {
-        c.goto(&format!("{url}/login")).await.expect("login page");
-        shot(&c, "login").await;
-        c.find(Locator::Css("#login-button"))
-            .await
-            .expect("login")
-            .click()
-            .await
-            .expect("click");
-        until(
-            &c,
-            "the sessions page",
-            "location.pathname === '/' && document.querySelector('table.sessions')",
-        )
-        .await;
-    });
+    let b = enrolled(&mut s, port);
+    let (rt, c, url) = (&b.rt, &b.c, b.url.clone());
     // Live: a session submitted now shows up without a reload, waiting for a person.
     let first = s.submit("make the shopping list");
     rt.block_on(async {
-        until(&c, "the session, live", "document.querySelectorAll('table.sessions tbody tr').length === 1 && document.body.dataset.refreshed").await;
-        until(&c, "its waiting approval, live", "document.querySelector('table.sessions a.badge')").await;
-        shot(&c, "sessions").await;
+        until(c, "the session, live", "document.querySelectorAll('table.sessions tbody tr').length === 1 && document.body.dataset.refreshed").await;
+        until(c, "its waiting approval, live", "document.querySelector('table.sessions a.badge')").await;
+        shot(c, "sessions").await;
         // Approve it from the page; aegis checks the browser's signature; the turn resumes.
-        let out = decide_first(&c, "approve", "groceries are fine", None, Some("approvals")).await;
+        let out = decide_first(c, "approve", "groceries are fine", None, Some("approvals")).await;
         assert!(out.contains("approved by user:alice"), "{out}");
     });
     let st = s.wait_complete(first, MINUTE);
@@ -454,7 +291,7 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
 
     // Deny another, with a reason: the file is never written.
     let second = s.submit("make another list");
-    let out = rt.block_on(async { decide_first(&c, "deny", "not today", None, None).await });
+    let out = rt.block_on(async { decide_first(c, "deny", "not today", None, None).await });
     assert!(out.contains("denied by user:alice"), "{out}");
     let st2 = s.wait_complete(second, MINUTE);
     let sid2 = st2.session_id.expect("session");
@@ -470,7 +307,7 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
     let third = s.submit("and a third");
     let (shown, signed, unsigned) = rt.block_on(async {
         c.goto(&format!("{url}/approvals")).await.expect("approvals");
-        until(&c, "a verified request", "document.querySelector('article.approval form.decide:not([hidden])')").await;
+        until(c, "a verified request", "document.querySelector('article.approval form.decide:not([hidden])')").await;
         let shown = c
             .execute_async(
                 "const done = arguments[0]; const a = document.querySelector('article.approval');
@@ -522,7 +359,7 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
     // Edit it: the tool runs with the person's arguments, and the ledger shows both.
     let edited = r#"{"path": "lists/edited.md", "content": "- miso\n"}"#;
     let out = rt.block_on(async {
-        decide_first(&c, "approve-edited", "miso instead", Some(edited), None).await
+        decide_first(c, "approve-edited", "miso instead", Some(edited), None).await
     });
     assert!(out.contains("with edited arguments"), "{out}");
     let st3 = s.wait_complete(third, MINUTE);
@@ -560,7 +397,7 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
     rt.block_on(async {
         c.goto(&format!("{url}/s/{sid3}")).await.expect("history");
         until(
-            &c,
+            c,
             "the history",
             "document.querySelector('.t-tool-result')",
         )
@@ -592,20 +429,19 @@ fn a_person_enrols_logs_in_and_approves_denies_and_edits_from_the_browser() {
             "{shown}"
         );
         assert_ne!(c.title().await.expect("title"), "pwned");
-        shot(&c, "history").await;
+        shot(c, "history").await;
         // The diff picker: the newest ledger against the oldest.
         c.find(Locator::Css("form.diff button")).await.expect("diff").click().await.expect("click");
-        until(&c, "the diff", "document.querySelector('main h1')?.textContent === 'Diff' && document.querySelector('.only-a .t-tool-result')").await;
-        shot(&c, "diff").await;
+        until(c, "the diff", "document.querySelector('main h1')?.textContent === 'Diff' && document.querySelector('.only-a .t-tool-result')").await;
+        shot(c, "diff").await;
         for page in ["verify", "status", "memory?q=rice"] {
             c.goto(&format!("{url}/{page}")).await.expect("page");
-            until(&c, page, "document.querySelector('main h1')").await;
-            shot(&c, page.split('?').next().unwrap_or(page)).await;
+            until(c, page, "document.querySelector('main h1')").await;
+            shot(c, page.split('?').next().unwrap_or(page)).await;
         }
-        c.close().await.expect("close");
+        c.clone().close().await.expect("close");
     });
-    let _ = driver.kill();
-    let _ = driver.wait();
+    drop(b);
     s.verify_all();
     s.shutdown_cleanly();
 }
