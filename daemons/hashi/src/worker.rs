@@ -522,7 +522,7 @@ impl Worker {
             let refusal = format!(
                 "the call is {size} bytes, more than a record holds ({MAX_CALL_BYTES}); it was not run"
             );
-            self.record_result(claim, history, &call_id, Err(refusal), None)?;
+            self.record_result(claim, history, &call_id, Err(refusal), Map::new())?;
             return Ok(CallEnd::Done);
         }
         let call = self.record(
@@ -555,7 +555,7 @@ impl Worker {
         let Some(r) = recorded else {
             let refusal = "a replay never runs a side effect again, and the recorded turn has no \
                            result for this call; not run";
-            self.record_result(claim, history, call_id, Err(refusal.into()), None)?;
+            self.record_result(claim, history, call_id, Err(refusal.into()), Map::new())?;
             return Ok(CallEnd::Done);
         };
         let mut content = r.content.as_object().cloned().unwrap_or_default();
@@ -583,6 +583,17 @@ impl Worker {
         let outcome = match self.tools.check(name) {
             Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
             Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
+            Ok(tool)
+                if self.config.approvals == Approvals::Off
+                    && claim.replay.is_some_and(|r| r.rerun)
+                    && tool.effect() != Effect::Read =>
+            {
+                Err(
+                    "a re-run of a side effect needs a person, and this worker has approvals \
+                     off ([worker] approvals); not run"
+                        .into(),
+                )
+            }
             Ok(_) if self.config.approvals == Approvals::Off => {
                 self.flush(claim, history)?;
                 self.run_tool(claim, name, arguments, call_id)
@@ -637,7 +648,7 @@ impl Worker {
                 let decided = match ruled {
                     Some((true, _)) => {
                         let outcome = self.run_tool(claim, name, arguments, call_id);
-                        self.record_result(claim, history, call_id, outcome, None)?;
+                        self.record_result(claim, history, call_id, outcome, Map::new())?;
                         return Ok(CallEnd::Done);
                     }
                     Some((false, rule)) => Some((false, rule, None)),
@@ -669,7 +680,7 @@ impl Worker {
                 }
             }
         };
-        self.record_result(claim, history, call_id, outcome, None)?;
+        self.record_result(claim, history, call_id, outcome, Map::new())?;
         Ok(CallEnd::Done)
     }
 
@@ -694,7 +705,17 @@ impl Worker {
             Ok(None) => (self.run_tool(claim, name, arguments, call_id), None),
             Err(why) => (Err(why), None),
         };
-        self.record_result(claim, history, call_id, outcome, edit.as_ref())?;
+        let mut how = Map::new();
+        if let Some(args) = edit {
+            // What ran, beside the call the model asked for: the ledger shows both.
+            how.insert("arguments_edited".into(), Value::Object(args));
+        }
+        if claim.replay.is_some_and(|r| r.rerun) {
+            // A re-run is a new run: its result names the approval it ran under, so it is a
+            // record of its own, never the recorded run's (identical records are stored once).
+            how.insert("rerun".into(), json!({"approval_request": request_id}));
+        }
+        self.record_result(claim, history, call_id, outcome, how)?;
         Ok(CallEnd::Done)
     }
 
@@ -775,7 +796,7 @@ impl Worker {
         history: &mut Vec<Record>,
         call_id: &str,
         outcome: Result<Value, String>,
-        edited: Option<&Map<String, Value>>,
+        how: Map<String, Value>,
     ) -> kura_store::Result<()> {
         // Whatever a tool returned, the record fits: a result too big to store would fail
         // this turn on every attempt.
@@ -787,9 +808,9 @@ impl Worker {
                 json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id})
             }
         };
-        if let Some(args) = edited {
-            // What ran, beside the call the model asked for: the ledger shows both.
-            content["arguments_edited"] = Value::Object(args.clone());
+        // How it ran (edited arguments, a replay's re-run) beside what it returned.
+        if let Value::Object(c) = &mut content {
+            c.extend(how);
         }
         let result = self.record(claim, RecordType::ToolResult, content, &[]);
         self.append(claim, history, result)
@@ -869,7 +890,7 @@ impl Worker {
                         history,
                         &call_id,
                         Err(format!("denied by aegis ({rule})")),
-                        None,
+                        Map::new(),
                     )?;
                     continue;
                 }

@@ -10,7 +10,7 @@ use kura_store::store::{
 };
 use kura_store::work::{
     cursor, insert_turn_in, last_deliverable, mark_accepted_in, next_done_turn_after,
-    next_request_after, next_turn_seq, request_instruction, set_cursor,
+    next_request_after, next_turn_seq, request_instruction, request_replays, set_cursor,
 };
 use kura_store::{Store, memory};
 use proto::SessionStatus;
@@ -171,7 +171,10 @@ pub fn decide_next_completion(
         let is_final = deliverable
             .as_ref()
             .is_none_or(|d| d.content.get("final").and_then(|f| f.as_bool()) != Some(false));
-        let decision = if is_final || t.seq >= max_turns {
+        // A replayed turn is one recorded turn: the next one (if any) is its own replay
+        // request. Continuing here would run a live turn, side effects and all, in the fork.
+        let replays = request_replays(tx, t.request_seq)?;
+        let decision = if is_final || replays || t.seq >= max_turns {
             set_session_status_in(tx, t.session_id, SessionStatus::Complete)?;
             Decision::Complete {
                 session_id: t.session_id,

@@ -393,6 +393,103 @@ fn a_replayed_side_effect_runs_again_only_when_a_person_approves() {
         .map(|x| x.2)
         .collect();
     assert_eq!(ran.len(), 2, "approved, it ran again: {ran:?} {results:?}");
+    // The re-run's result is a record of its own: it names the approval it ran under, so it
+    // is never the recorded run's record (identical records are stored once).
+    let rerun: Vec<&Value> = results
+        .iter()
+        .filter(|v| v.get("rerun").is_some())
+        .collect();
+    assert_eq!(rerun.len(), 1, "{results:?}");
+    assert_eq!(rerun[0]["rerun"]["approval_request"], request.as_str());
+    s.verify_all();
+    s.shutdown_cleanly();
+}
+
+/// The number of turns `session` has.
+fn turn_count(s: &Stack, session: &str) -> i64 {
+    s.store()
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM turns WHERE session_id = ?1",
+            [session],
+            |r| r.get(0),
+        )
+        .expect("turns")
+}
+
+/// The session a recorded request ran in, waited for.
+fn recorded_session(s: &Stack, script: &str) -> String {
+    std::fs::write(s.path("script.json"), script).expect("script");
+    let first = s.wait_complete(s.submit("write x"), MINUTE);
+    first.session_id.expect("session").to_string()
+}
+
+/// Attack (issue 24 item 6): a replay of turns whose deliverables say `"final": false` let
+/// minato's completion rule add live turns between the replayed ones, and a live `fs.write`
+/// ran for real in the fork. A replay has exactly the recorded turns, each served.
+#[test]
+fn a_replay_of_unfinished_turns_adds_no_live_turn_and_runs_no_side_effect() {
+    let mut s = Stack::new("{\"turns\": []}");
+    s.extra_env
+        .push(("KURA_WORKER__APPROVALS".into(), "off".into()));
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let session = recorded_session(
+        &s,
+        r#"{"turns": [[{"deliver": "one", "final": false}],
+            [{"tool": "fs.write", "args": {"path": "x.txt", "content": "x"}},
+             {"deliver": "two", "final": true}]]}"#,
+    );
+    assert_eq!(turn_count(&s, &session), 2);
+    let r = replay(&s, &session, &[]);
+    let fork = r["session_id"].as_str().expect("session").to_owned();
+    assert_eq!(r["turns"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        turn_count(&s, &fork),
+        2,
+        "a replay has exactly the recorded turns"
+    );
+    let results: Vec<Value> = outputs(&s, &fork)
+        .into_iter()
+        .filter(|x| x.0 == "tool.result")
+        .map(|x| x.2)
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results.iter().all(|v| v.get("replayed").is_some()),
+        "every side effect in the fork is served from the record, none ran: {results:?}"
+    );
+    s.verify_all();
+    s.shutdown_cleanly();
+}
+
+/// Attack (issue 24 item 6): with `worker.approvals = off`, `--rerun` re-ran a write with no
+/// approval at all. A re-run always needs a person: without aegis it is refused, not run.
+#[test]
+fn a_rerun_with_approvals_off_is_refused_and_never_runs() {
+    let (mut s, effects) = sidefx_stack(|p| three_turns(p, "recorded"));
+    s.extra_env
+        .push(("KURA_WORKER__APPROVALS".into(), "off".into()));
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let first = s.wait_complete(s.submit("tidy the pantry"), MINUTE);
+    let session = first.session_id.expect("session").to_string();
+    let ran = effects_log(&effects);
+    assert_eq!(ran.len(), 1);
+    let r = replay(&s, &session, &["--rerun"]);
+    let fork = r["session_id"].as_str().expect("session").to_owned();
+    let refused: Vec<Value> = outputs(&s, &fork)
+        .into_iter()
+        .filter(|x| x.0 == "tool.result" && x.2["status"] == "error")
+        .map(|x| x.2)
+        .collect();
+    assert!(
+        refused.iter().any(|v| v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("needs a person"))),
+        "{refused:?}"
+    );
+    assert_eq!(effects_log(&effects), ran, "nothing ran again");
     s.verify_all();
     s.shutdown_cleanly();
 }

@@ -13,7 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use cursor::{cursor, set_cursor};
 pub use requests::{
     Queued, RecordedTurn, Request, RequestStatus, last_deliverable, mark_accepted_in,
-    next_request_after, recorded_turns, request_instruction, request_status, submit, submit_replay,
+    next_request_after, recorded_turns, request_instruction, request_replays, request_status,
+    submit, submit_replay,
 };
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, complete_turn_in, fenced,

@@ -122,6 +122,16 @@ pub fn request_instruction(conn: &Connection, request_seq: i64) -> Result<Uuid> 
     parse_id(&id)
 }
 
+/// Whether request `request_seq` replays a recorded turn: a replay has exactly the recorded
+/// turns, so its session never grows a live turn after it, whatever its deliverable says.
+pub fn request_replays(conn: &Connection, request_seq: i64) -> Result<bool> {
+    Ok(conn.query_row_cached(
+        "SELECT replay_of IS NOT NULL FROM requests WHERE request_seq = ?1",
+        [request_seq],
+        |r| r.get(0),
+    )?)
+}
+
 /// The last `task.deliverable` in a ledger, if any.
 pub fn last_deliverable(conn: &Connection, ledger_id: Uuid) -> Result<Option<Record>> {
     let sql = "SELECT r.record_id, r.hash, r.record_type, r.content, r.author_id, r.metadata, r.created_at
