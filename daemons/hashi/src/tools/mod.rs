@@ -2,6 +2,7 @@
 
 mod fs;
 mod output;
+mod quota;
 mod shell;
 mod workspace;
 

@@ -5,11 +5,12 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
 use super::output::{KEEP_BYTES, capture};
+use super::quota::{CHECK_EVERY, Guard};
 use super::{Effect, Tool, Workspace};
 use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
 
@@ -85,8 +86,9 @@ impl Tool for Run {
             ));
         }
         self.refuse_unconfined()?;
+        let (guard, left) = Guard::before_run(ws)?;
         let limits = Limits {
-            file_bytes: self.limits.file_bytes.min(ws.quota()),
+            file_bytes: self.limits.file_bytes.min(left),
             ..self.limits
         };
         let mut cmd = sandbox::command(
@@ -147,12 +149,24 @@ impl Tool for Run {
                 let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
             }
         };
-        let status = match exited.recv_timeout(self.timeout) {
-            Ok(s) => Some(s.map_err(|e| e.to_string())?),
-            Err(_) => {
-                kill_group();
-                let _ = exited.recv();
-                None
+        // Wait for the program, measuring the workspace as it runs: past the quota (or the
+        // timeout) the whole group is stopped.
+        let deadline = Instant::now() + self.timeout;
+        let mut passed_quota = false;
+        let status = loop {
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(CHECK_EVERY);
+            match exited.recv_timeout(wait) {
+                Ok(s) => break Some(s.map_err(|e| e.to_string())?),
+                Err(mpsc::RecvTimeoutError::Timeout)
+                    if Instant::now() < deadline && !guard.passed(ws) => {}
+                Err(_) => {
+                    passed_quota = Instant::now() < deadline;
+                    kill_group();
+                    let _ = exited.recv();
+                    break None;
+                }
             }
         };
         // Background descendants do not outlive the call.
@@ -163,6 +177,10 @@ impl Tool for Run {
                 .and_then(Result::ok)
                 .unwrap_or_default()
         });
+        // A run can pass the quota between two checks, or just before it exits.
+        if passed_quota || guard.passed(ws) {
+            return Err(guard.roll_back(ws));
+        }
         let Some(status) = status else {
             return Err(format!("timed out after {} ms", self.timeout.as_millis()));
         };

@@ -179,8 +179,28 @@ impl Workspace {
     /// Bytes held by regular files in the workspace (walked by descriptor; symlinks are
     /// not followed).
     pub fn usage(&self) -> Result<u64, String> {
+        let mut total = 0u64;
+        self.walk(&mut |_, size| total = total.saturating_add(size))?;
+        Ok(total)
+    }
+
+    /// Calls `visit` with the normal-form path and size of every regular file in the
+    /// workspace (walked by descriptor; symlinks are not followed).
+    pub fn walk(&self, visit: &mut dyn FnMut(&str, u64)) -> Result<(), String> {
         let top = self.open_beneath(".", OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
-        usage_of(top, 0)
+        walk_files(top, "", 0, visit)
+    }
+
+    /// Removes the regular file at normal-form `rel` (nothing else: a directory, a symlink
+    /// or a file that is gone is left alone).
+    pub fn remove_file(&self, rel: &str) -> Result<(), String> {
+        let (dir, name) = self.parent_for_write(rel)?;
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                rustix::fs::unlinkat(&dir, name, AtFlags::empty()).map_err(|e| open_error(rel, e))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -219,14 +239,18 @@ fn walk_beneath(
     )
 }
 
-/// Deepest directory nesting [`usage_of`] walks; deeper trees count as over quota.
+/// Deepest directory nesting [`walk_files`] walks; deeper trees count as over quota.
 const MAX_DEPTH: usize = 64;
 
-fn usage_of(dir: OwnedFd, depth: usize) -> Result<u64, String> {
+fn walk_files(
+    dir: OwnedFd,
+    prefix: &str,
+    depth: usize,
+    visit: &mut dyn FnMut(&str, u64),
+) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err("the workspace nests directories too deeply to measure".into());
     }
-    let mut total = 0u64;
     let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| e.to_string())?;
     for entry in entries {
         let entry = entry.map_err(|e| e.to_string())?;
@@ -240,8 +264,9 @@ fn usage_of(dir: OwnedFd, depth: usize) -> Result<u64, String> {
             Err(Errno::NOENT) => continue,
             Err(e) => return Err(e.to_string()),
         };
+        let rel = format!("{prefix}{}", name.to_string_lossy());
         match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => total += u64::try_from(st.st_size).unwrap_or(0),
+            FileType::RegularFile => visit(&rel, u64::try_from(st.st_size).unwrap_or(0)),
             FileType::Directory => {
                 let sub = rustix::fs::openat(
                     &dir,
@@ -250,12 +275,12 @@ fn usage_of(dir: OwnedFd, depth: usize) -> Result<u64, String> {
                     Mode::empty(),
                 )
                 .map_err(|e| e.to_string())?;
-                total += usage_of(sub, depth + 1)?;
+                walk_files(sub, &format!("{rel}/"), depth + 1, visit)?;
             }
             _ => {}
         }
     }
-    Ok(total)
+    Ok(())
 }
 
 #[cfg(test)]

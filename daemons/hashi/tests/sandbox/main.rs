@@ -270,6 +270,39 @@ fn shell_file_size_limited_to_the_quota() {
     );
 }
 
+/// Attack (issue 24 item 7): the quota bounded each file, not the sum — one `shell.run`
+/// wrote eight 4 MiB files into a 4 MiB workspace. The total is bounded now: the program is
+/// stopped once the workspace passes its quota, the files it made are removed, the call says
+/// so, and a full workspace runs nothing more until something is removed.
+#[test]
+fn shell_cannot_fill_the_workspace_past_its_quota_with_many_files() {
+    let s = setup(|c| c.workspace_quota_mib = 4);
+    let quota = 4u64 << 20;
+    let err = s
+        .run(
+            "s1",
+            &[
+                "sh",
+                "-c",
+                "for i in 1 2 3 4 5 6 7 8; do head -c 4194304 /dev/zero > f$i; done; echo done",
+            ],
+        )
+        .expect_err("stopped at the quota");
+    assert!(err.contains("quota"), "{err}");
+    let used = s.ws("s1").usage().expect("usage");
+    assert!(used <= quota, "{used} bytes in a {quota}-byte workspace");
+    // Filled exactly to its quota, the workspace takes no more.
+    let r = s
+        .run("s1", &["sh", "-c", "head -c 4194304 /dev/zero > full"])
+        .expect("exactly the quota");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let again = s
+        .run("s1", &["sh", "-c", "echo more > g"])
+        .expect_err("a full workspace takes no more");
+    assert!(again.contains("quota is used up"), "{again}");
+    assert!(!s.ws("s1").root().join("g").exists());
+}
+
 /// Output beyond what a record holds is cut, with the full size and digest.
 #[test]
 fn shell_huge_output_is_bounded() {
