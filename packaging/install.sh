@@ -42,11 +42,11 @@ if [ $uninstall = 1 ]; then
         [ -L "$root/usr/local/bin/$b" ] && rm -f "$root/usr/local/bin/$b"
     done
     if [ $purge = 1 ]; then
-        rm -rf "$root/var/lib/kura" "$root/etc/kura"
+        rm -rf "$root/var/lib/kura" "$root/var/lib/kura-serve" "$root/etc/kura"
         if [ $live = 1 ] && id kura >/dev/null 2>&1; then userdel kura || true; fi
         echo "Kura removed, data and configs purged."
     else
-        echo "Kura removed. Data kept in /var/lib/kura, configs in /etc/kura (--purge removes them)."
+        echo "Kura removed. Data kept in /var/lib/kura and /var/lib/kura-serve, configs in /etc/kura (--purge removes them)."
     fi
     exit 0
 fi
@@ -64,7 +64,7 @@ owner() { if [ $live = 1 ]; then chown "$@"; fi; }
 # Never follow a symlink this script did not make: the kura user owns /var/lib/kura and
 # everything in it, so on an upgrade root touches nothing there (a kura.db that had become a
 # symlink to /etc/shadow would otherwise be chown'd to kura).
-for d in "$root/var/lib/kura" "$root/etc/kura" "$root/opt/kura"; do
+for d in "$root/var/lib/kura" "$root/var/lib/kura-serve" "$root/etc/kura" "$root/opt/kura"; do
     if [ -L "$d" ]; then echo "install.sh: $d is a symlink; refusing to install through it" >&2; exit 1; fi
 done
 install -d -m 0755 "$root/opt/kura/bin" "$root/etc/kura" "$root/etc/systemd/system" "$root/usr/local/bin"
@@ -133,6 +133,35 @@ if [ ! -e "$db" ] && [ ! -L "$db" ]; then
         "${KURA_INIT:-$root/opt/kura/bin/kura}" --db "$db" init
     fi
 fi
+
+# kura serve's own state: the signer's last checkpoint and a witness directory, where no
+# other unit can write (systemd's StateDirectory= makes it too; made here so a --root install
+# and `kura verify` see it before the first start). Made once, never through a symlink.
+state="$root/var/lib/kura-serve"
+if [ -L "$state" ]; then echo "install.sh: $state is a symlink; refusing to install through it" >&2; exit 1; fi
+if [ ! -d "$state" ]; then
+    install -d -m 0700 "$state"
+    owner -h kura:kura "$state"
+fi
+# An older install kept the signer's last checkpoint beside the database, where every unit
+# could delete it. Its copy moves here once, made by the kura user (root never reads through
+# what kura may have put at that path); missing, kura serve raises an ALARM and signs nothing
+# until a person runs `kura checkpoint --key /etc/kura/log.key --trust-current`.
+old_head="$root/var/lib/kura/kura.db.checkpoint"
+if [ -f "$old_head" ] && [ ! -L "$old_head" ] && [ ! -e "$state/checkpoint" ]; then
+    if [ $live = 1 ]; then
+        runuser -u kura -- cp "/var/lib/kura/kura.db.checkpoint" "/var/lib/kura-serve/checkpoint"
+    else
+        cp "$old_head" "$state/checkpoint"
+    fi
+fi
+# An upgrade keeps the owner's serve.toml; the paths above are added under [serve] when it
+# names none (a verifier key or path has no character sed's `a` text treats specially).
+conf="$root/etc/kura/serve.toml"
+add_serve_key() { grep -q "^$1 *=" "$conf" || sed -i "/^\[serve\]\$/a $1 = $2" "$conf"; }
+add_serve_key checkpoint_file '"/var/lib/kura-serve/checkpoint"'
+add_serve_key witness_state '"/var/lib/kura-serve/witnessed"'
+add_serve_key witness_dirs '["/var/lib/kura-serve/witness"]'
 
 systemctl_ daemon-reload
 for u in $units; do systemctl_ enable "$u.service"; done

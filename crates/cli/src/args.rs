@@ -111,6 +111,11 @@ pub enum Command {
         /// The signer's last checkpoint. Default: `[serve] checkpoint_file`, else `DB.checkpoint`.
         #[arg(long)]
         state: Option<PathBuf>,
+        /// With --key, when the last checkpoint is missing but the log has leaves: trust the
+        /// log as it is now and start the signed history here (compare it with your
+        /// witnesses first; a rewrite made before now is accepted).
+        #[arg(long, requires = "key")]
+        trust_current: bool,
     },
     /// An RFC 6962 consistency proof from an old checkpoint to a newer one (default: the
     /// store's log now), as JSON; exit 2 if the store does not extend it.

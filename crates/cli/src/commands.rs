@@ -115,9 +115,18 @@ fn with_store(
     command: Command,
 ) -> anyhow::Result<Outcome> {
     match command {
-        Command::Checkpoint { key, state } => {
+        Command::Checkpoint {
+            key,
+            state,
+            trust_current,
+        } => {
             let db = store.path().to_path_buf();
-            crate::tlog::checkpoint(out, store, &db, key.as_deref(), state.as_deref())?;
+            let signing = crate::tlog::Signing {
+                key: key.as_deref(),
+                state: state.as_deref(),
+                trust_current,
+            };
+            crate::tlog::checkpoint(out, store, &db, &signing)?;
         }
         Command::ProveConsistency { old, new } => {
             crate::tlog::prove_consistency(out, store, &old, new.as_deref())?;
@@ -128,6 +137,7 @@ fn with_store(
                 out.json(&st)?;
             } else {
                 print_status(out, &st)?;
+                out.line(crate::tlog::anchoring(store.path()))?;
             }
         }
         Command::Init
@@ -354,12 +364,14 @@ fn with_store(
                 trusted_head.as_deref(),
                 keyring.as_ref(),
             )?;
-            if let Some(used) = trust.check(store, &mut report)?
+            let used = trust.check(store, &mut report)?;
+            print_report(out, json, &report)?;
+            // After the verdict: which checkpoint held the store, or that nothing did.
+            if let Some(used) = used
                 && !json
             {
                 out.line(used)?;
             }
-            print_report(out, json, &report)?;
             return Ok(if report.ok() {
                 Outcome::Ok
             } else {

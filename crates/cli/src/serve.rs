@@ -105,7 +105,11 @@ impl Default for Maintenance {
 /// The checkpoint signer: the log key, where its last checkpoint lives, its witnesses.
 struct Signer {
     key: LogKey,
+    /// The key's file when configured (a person signs with it by hand).
+    key_path: Option<PathBuf>,
     state: PathBuf,
+    /// Rounds refused since start (an ALARM each).
+    refused: std::sync::atomic::AtomicU64,
     witnesses: Vec<PathBuf>,
     git: Vec<GitWitness>,
     peers: Vec<WitnessPeer>,
@@ -138,6 +142,8 @@ impl Signer {
         }
         Ok(Some(Signer {
             key,
+            key_path: config.serve.log_key.clone(),
+            refused: std::sync::atomic::AtomicU64::new(0),
             state: crate::tlog::state_file(
                 config.serve.checkpoint_file.as_deref(),
                 &config.common.db,
@@ -155,21 +161,36 @@ impl Signer {
         }))
     }
 
+    /// Logs and counts a refusal to sign; what `kura status` shows until it is resolved.
+    fn alarm(&self, why: String) -> String {
+        let n = self
+            .refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        tracing::error!(%why, refused_rounds = n, "ALARM: not signing a checkpoint");
+        format!("ALARM: {why} ({n} rounds refused since start)")
+    }
+
     /// Signs the log as it is now unless it does not extend the last checkpoint, has peers
     /// cosign it, then hands it to every witness. Returns what `kura status` should show.
     fn round(&self, store: &Store) -> String {
-        let last = std::fs::read_to_string(&self.state).ok();
-        let (mut note, cp) = match witness::sign_next(store.conn(), &self.key, last.as_deref()) {
-            Ok(Ok(signed)) => signed,
-            Ok(Err(why)) => {
-                tracing::error!(%why, "ALARM: the seal log was rewritten; not signing");
-                return format!("ALARM: {why}");
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot sign a checkpoint");
-                return format!("checkpoint failed: {e}");
-            }
+        let last = match crate::tlog::read_head(&self.state) {
+            Ok(last) => last,
+            Err(e) => return self.alarm(format!("{e:#}; not signing")),
         };
+        let (mut note, cp) =
+            match witness::sign_next(store.conn(), &self.key, last.as_deref(), false) {
+                Ok(Ok(signed)) => signed,
+                Ok(Err(why @ witness::Refusal::NoHead { .. })) => {
+                    let help = crate::tlog::no_head_help(&self.state, self.key_path.as_deref());
+                    return self.alarm(format!("{why}: {help}"));
+                }
+                Ok(Err(why)) => return self.alarm(why.to_string()),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot sign a checkpoint");
+                    return format!("checkpoint failed: {e}");
+                }
+            };
         let mut alarms = Vec::new();
         let mut cosigned = Vec::new();
         for peer in &self.peers {
@@ -336,6 +357,9 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
     let stop = Stop::new();
     let s = stop.clone();
     let m = config.serve.clone();
+    // The sweep checks who sealed each ledger too, against the keyring (retired keys
+    // included, each up to where its successor began).
+    let keyring = crate::tlog::keyring(config.serve.keyring.clone())?;
     let worker = std::thread::Builder::new()
         .name("kura-serve".into())
         .spawn(move || {
@@ -368,7 +392,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
                     next_ckpt = now + ms(m.checkpoint_interval_ms);
                 }
                 if now >= next_sweep {
-                    match sweep(&mut store) {
+                    match sweep(&mut store, keyring.as_ref()) {
                         Ok((true, summary)) => tracing::info!(%summary, "integrity sweep ok"),
                         Ok((false, summary)) => {
                             tracing::error!(%summary, "integrity sweep found problems")

@@ -84,24 +84,60 @@ pub fn state_file(configured: Option<&Path>, db: &Path) -> PathBuf {
     })
 }
 
+/// Reads the signer's head: `None` when there is none; any other failure is an error (an
+/// unreadable head is not a missing one).
+pub fn read_head(path: &Path) -> anyhow::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => {
+            Err(e).with_context(|| format!("cannot read the signer's head {}", path.display()))
+        }
+    }
+}
+
+/// What a person does after a `NoHead` refusal, as one sentence.
+pub fn no_head_help(state: &Path, key: Option<&Path>) -> String {
+    let key = key.map_or_else(
+        || "/etc/kura/log.key".to_owned(),
+        |k| k.display().to_string(),
+    );
+    format!(
+        "{} is gone; compare the store with your witnesses (kura verify --all) and, if it is \
+         the history you expect, accept it with: kura checkpoint --key {key} --trust-current",
+        state.display()
+    )
+}
+
+/// `kura checkpoint`'s options.
+#[derive(Debug, Default)]
+pub struct Signing<'a> {
+    /// The log key: sign with it (else print the last checkpoint).
+    pub key: Option<&'a Path>,
+    /// The signer's head, when not the configured one.
+    pub state: Option<&'a Path>,
+    /// Start the signed history at the log as it is now when the head is missing.
+    pub trust_current: bool,
+}
+
 /// `kura checkpoint`: with a key, sign the log as it is now (refusing a tree that does not
-/// extend the last one signed) and print it; without, print the last one signed.
+/// extend the last one signed, or a non-empty log with no last one unless the person says
+/// `--trust-current`) and print it; without, print the last one signed.
 pub fn checkpoint(
     out: &mut Out,
     store: &Store,
     db: &Path,
-    key: Option<&Path>,
-    state: Option<&Path>,
+    signing: &Signing<'_>,
 ) -> anyhow::Result<()> {
     let config = serve_config()?;
     let state = state_file(
-        state.or(config
+        signing.state.or(config
             .as_ref()
             .and_then(|c| c.serve.checkpoint_file.as_deref())),
         db,
     );
-    let last = std::fs::read_to_string(&state).ok();
-    let Some(key) = key else {
+    let last = read_head(&state)?;
+    let Some(key_path) = signing.key else {
         let note = last.with_context(|| {
             format!(
                 "no checkpoint signed yet ({} is missing); sign one with --key or run kura serve",
@@ -111,12 +147,21 @@ pub fn checkpoint(
         out.line(note.trim_end())?;
         return Ok(());
     };
-    let key = LogKey::load(key)?;
-    match witness::sign_next(store.conn(), &key, last.as_deref())? {
-        Ok((note, _)) => {
+    let key = LogKey::load(key_path)?;
+    match witness::sign_next(store.conn(), &key, last.as_deref(), signing.trust_current)? {
+        Ok((note, cp)) => {
+            if last.is_none() && cp.size > 0 {
+                eprintln!(
+                    "trusting the seal log as it is now ({} leaves): the signed history starts here",
+                    cp.size
+                );
+            }
             witness::save_last(&state, &note)?;
             out.line(note.trim_end())?;
             Ok(())
+        }
+        Err(why @ witness::Refusal::NoHead { .. }) => {
+            bail!("{why}: {}", no_head_help(&state, Some(key_path)))
         }
         Err(why) => bail!("{why}"),
     }
@@ -190,12 +235,55 @@ pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::seale
         return Ok(None);
     };
     let ids = kura_runtime::identity::Identities::load_file(&file)?;
-    Ok(Some(
-        ids.list
-            .into_iter()
-            .filter_map(|i| Some((i.signer?, i.name)))
-            .collect(),
-    ))
+    let mut ring = kura_store::sealer::Keyring::default();
+    for id in ids.list {
+        if let Some(signer) = id.signer {
+            ring.add(signer, id.name.clone(), 0);
+        }
+        for (n, key) in id.retired.into_iter().enumerate() {
+            ring.add(key, id.name.clone(), n + 1);
+        }
+    }
+    Ok(Some(ring))
+}
+
+/// Said when no log key is configured: nothing outside the file holds its history.
+const NO_LOG_KEY: &str = "WARNING: history is anchored nowhere: no log key signs checkpoints \
+     ([serve] log_verifier, or --log-key), so a consistent rewrite of the database would pass; \
+     set up a log key and a witness (README: The seal log, checkpoints and witnesses)";
+
+/// Said when a checkpoint is found but no witness keeps one.
+const NO_WITNESS: &str = "; WARNING: no witness keeps a copy (only the signer's own head \
+     does): add witness_dirs, witness_git or witness_peers to serve.toml";
+
+/// `kura status`'s line on where history is anchored: the newest signed checkpoint the
+/// serve config leads to and who keeps it, or a warning that nothing does.
+pub fn anchoring(db: &Path) -> String {
+    let trust = match Trust::resolve(None, Vec::new(), Vec::new(), db) {
+        Ok(t) => t,
+        Err(e) => return format!("history: cannot read the serve config: {e:#}"),
+    };
+    let Some(vkey) = &trust.vkey else {
+        return NO_LOG_KEY.to_owned();
+    };
+    let Some(found) = witness::newest(&trust.files, &trust.dirs, vkey).0 else {
+        return trust.nowhere();
+    };
+    let mut line = format!(
+        "history: anchored by checkpoint size {} from {}",
+        found.checkpoint.size,
+        found.source.display()
+    );
+    if trust.dirs.is_empty() && trust.cosigners.is_empty() {
+        line.push_str(NO_WITNESS);
+    } else {
+        line.push_str(&format!(
+            "; witnesses: {} directories, {} peers",
+            trust.dirs.len(),
+            trust.cosigners.len()
+        ));
+    }
+    line
 }
 
 /// What `kura verify` holds the store to: the log's verifier key, checkpoint files and
@@ -253,6 +341,27 @@ impl Trust {
         Ok(t)
     }
 
+    /// The loud line for "no signed checkpoint found", naming where it looked.
+    fn nowhere(&self) -> String {
+        let looked: Vec<String> = self
+            .files
+            .iter()
+            .cloned()
+            .chain(self.dirs.iter().map(|d| d.join(witness::CHECKPOINT_FILE)))
+            .map(|p| p.display().to_string())
+            .collect();
+        format!(
+            "WARNING: history is anchored nowhere: no signed checkpoint found to check against \
+             (looked in {}); a consistent rewrite of the database would pass. If kura serve \
+             signs with a log key, `kura status` says why it has not",
+            if looked.is_empty() {
+                "nothing".to_owned()
+            } else {
+                looked.join(", ")
+            }
+        )
+    }
+
     /// Checks the store against the newest checkpoint found; adds problems to `report` and
     /// returns a line saying which checkpoint was used (or why none).
     pub fn check(&self, store: &Store, report: &mut Report) -> anyhow::Result<Option<String>> {
@@ -260,7 +369,7 @@ impl Trust {
             if !self.files.is_empty() || !self.dirs.is_empty() {
                 bail!("checking a checkpoint needs the log's verifier key (--log-key)");
             }
-            return Ok(None);
+            return Ok(Some(NO_LOG_KEY.into()));
         };
         let (found, refused) = witness::newest(&self.files, &self.dirs, vkey);
         for r in refused {
@@ -272,7 +381,7 @@ impl Trust {
             });
         }
         let Some(found) = found else {
-            return Ok(Some("no signed checkpoint found to check against".into()));
+            return Ok(Some(self.nowhere()));
         };
         let cp = &found.checkpoint;
         let mut used = format!(
@@ -302,6 +411,9 @@ impl Trust {
                     detail: format!("{}: {e}", found.source.display()),
                 }),
             }
+        }
+        if self.dirs.is_empty() && self.cosigners.is_empty() {
+            used.push_str(NO_WITNESS);
         }
         if let Err(why) = checkpoint::extends(store.conn(), cp)? {
             let first = witness::first_difference(store.conn(), &self.dirs, cp.size)?;

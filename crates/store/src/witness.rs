@@ -22,10 +22,24 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
+/// Hands a new file to the owner of the directory it is made in, when they differ: root
+/// writing the signer's head by hand must leave a file the signer can read. Only root can
+/// do this; for anyone else the file is theirs already, so a failure changes nothing.
+fn give_to_owner_of(dir: &Path, file: &std::fs::File) {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Ok(d), Ok(f)) = (std::fs::metadata(dir), file.metadata()) else {
+        return;
+    };
+    if (d.uid(), d.gid()) != (f.uid(), f.gid()) {
+        let _ = std::os::unix::fs::fchown(file, Some(d.uid()), Some(d.gid()));
+    }
+}
+
 /// Replaces `path` with `text` atomically (write beside it, fsync, rename).
 fn replace(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+    give_to_owner_of(dir, tmp.as_file());
     tmp.write_all(text.as_bytes()).map_err(io(path))?;
     tmp.as_file().sync_all().map_err(io(path))?;
     tmp.persist(path).map_err(|e| StoreError::Io {
@@ -35,24 +49,71 @@ fn replace(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Why the signer will not sign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The last checkpoint (the signer's head) does not open under this key.
+    HeadUnopenable(String),
+    /// The log does not extend the head: it was rewritten or truncated.
+    NotExtended {
+        /// The head's size.
+        size: u64,
+        /// How the log fails to extend it.
+        why: checkpoint::Inconsistency,
+    },
+    /// There is no head, yet the log has leaves: the head may have been deleted to hide a
+    /// rewrite, so a fresh log is started only when a person says so.
+    NoHead {
+        /// Leaves in the log now.
+        leaves: u64,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::HeadUnopenable(e) => write!(f, "the last checkpoint does not open: {e}"),
+            Refusal::NotExtended { size, why } => write!(
+                f,
+                "refusing to sign: the log does not extend the last signed checkpoint (size {size}): {why}"
+            ),
+            Refusal::NoHead { leaves } => write!(
+                f,
+                "refusing to sign: the signer's last checkpoint is missing but the seal log has {leaves} leaves (was it deleted to hide a rewrite?)"
+            ),
+        }
+    }
+}
+
 /// Signs a checkpoint of the log as it is now, unless it does not extend `last` (the last
-/// checkpoint this key signed, kept outside the database): then the answer is `Err` with
-/// why, and nothing is signed. A `last` that is not this key's is refused the same way.
+/// checkpoint this key signed, kept outside the database): then the answer is the refusal,
+/// and nothing is signed. A `last` that is not this key's is refused the same way. Without
+/// a `last`, only an empty log is signed, unless `trust_current` (a person's explicit act).
 pub fn sign_next(
     conn: &rusqlite::Connection,
     key: &LogKey,
     last: Option<&str>,
-) -> Result<std::result::Result<(String, Signed), String>> {
-    if let Some(last) = last {
-        let prev = match checkpoint::open(last, key.verifier()) {
-            Ok(cp) => cp,
-            Err(e) => return Ok(Err(format!("the last checkpoint does not open: {e}"))),
-        };
-        if let Err(why) = checkpoint::extends(conn, &prev)? {
-            return Ok(Err(format!(
-                "refusing to sign: the log does not extend the last signed checkpoint (size {}): {why}",
-                prev.size
-            )));
+    trust_current: bool,
+) -> Result<std::result::Result<(String, Signed), Refusal>> {
+    match last {
+        Some(last) => {
+            let prev = match checkpoint::open(last, key.verifier()) {
+                Ok(cp) => cp,
+                Err(e) => return Ok(Err(Refusal::HeadUnopenable(e.to_string()))),
+            };
+            if let Err(why) = checkpoint::extends(conn, &prev)? {
+                return Ok(Err(Refusal::NotExtended {
+                    size: prev.size,
+                    why,
+                }));
+            }
+        }
+        None => {
+            let leaves = seallog::size_in(conn)?;
+            if leaves > 0 && !trust_current {
+                return Ok(Err(Refusal::NoHead { leaves }));
+            }
         }
     }
     let size = seallog::size_in(conn)?;
@@ -68,7 +129,8 @@ pub fn sign_next(
     )))
 }
 
-/// Writes the signer's state file (its last signed checkpoint).
+/// Writes the signer's state file (its last signed checkpoint). Written by root (a person
+/// trusting the log by hand), it is given to the directory's owner, the signer.
 pub fn save_last(path: &Path, note: &str) -> Result<()> {
     replace(path, note)
 }

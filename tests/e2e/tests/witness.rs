@@ -35,6 +35,13 @@ impl Pi {
         let session = k.ok(&["session", "new"]);
         k.seal_text(&session, "one", &format!("{name}: first"));
         k.seal_text(&session, "two", &format!("{name}: second"));
+        // The signed history starts here (a log with leaves needs a person to say so).
+        k.ok(&[
+            "checkpoint",
+            "--key",
+            log_key.to_str().expect("utf8"),
+            "--trust-current",
+        ]);
         Pi {
             name,
             k,
@@ -242,6 +249,8 @@ fn a_witness_refuses_to_cosign_a_fork_of_a_log_it_has_seen() {
             a.log_key.to_str().expect("utf8"),
             "--state",
             state.to_str().expect("utf8"),
+            // The attacker holds the key: a fresh head for the copy is theirs to make.
+            "--trust-current",
         ]) + "\n"
     };
     let forged = sign(&fork);

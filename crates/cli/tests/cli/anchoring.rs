@@ -4,7 +4,7 @@
 //! history is anchored nowhere.
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -171,8 +171,89 @@ fn git_witness_never_runs_a_planted_hook() {
 
 /// The operator's explicit act that starts the signer's head on a log that already has
 /// leaves (a fresh install signs its empty log on its own).
-fn trust_current(k: &Kura, key: &Path) -> PathBuf {
-    let _ = k;
-    let _ = key;
-    PathBuf::new()
+fn trust_current(k: &Kura, key: &Path) {
+    k.ok(&[
+        "checkpoint",
+        "--key",
+        key.to_str().expect("utf8"),
+        "--trust-current",
+    ]);
+}
+
+/// `kura verify --all` and `kura status` as the installed config has them.
+fn with_config(k: &Kura, config: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = k
+        .cmd(args)
+        .env("KURA_SERVE_CONFIG", config)
+        .output()
+        .expect("kura");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// Attack: on the default install (no witness) the signer's head sat beside the database,
+/// writable by every daemon. A compromised daemon rewrote history consistently, deleted the
+/// head, and within one sign interval the signer signed the rewritten log as a fresh one —
+/// no alarm, and `kura verify --all` said every hash matched. A missing head with a
+/// non-empty log is now an ALARM: nothing is signed until a person trusts the log as it is,
+/// and `kura status` / `kura verify` say history is anchored nowhere.
+#[test]
+fn deleting_the_checkpoint_file_does_not_hide_a_rewrite() {
+    let k = Kura::new();
+    let (key, vkey) = k.note_key("log.key", "kura.test/log", false);
+    let config = k.dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nlog_key = {key:?}\nlog_verifier = {vkey:?}\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\n"
+        ),
+    )
+    .expect("config");
+    let head = k.dir.path().join("kura.db.checkpoint");
+    let signed = |size: u64| {
+        let head = head.clone();
+        move || std::fs::read_to_string(&head).is_ok_and(|t| t.contains(&format!("\n{size}\n")))
+    };
+    // A fresh install: the signer starts its head on the empty log by itself.
+    serve_until(&k, &config, None, signed(0));
+    let session = k.ok(&["session", "new", "--label", "payments"]);
+    k.seal_text(&session, "groceries", "bought rice");
+    let early = k.dir.path().join("early.db");
+    std::fs::copy(&k.db, &early).expect("copy");
+    k.seal_text(&session, "payment", "paid 10 EUR to alice");
+    serve_until(&k, &config, None, signed(2));
+
+    // The rewrite, consistent by construction, and the head deleted.
+    std::fs::copy(&early, &k.db).expect("rewrite");
+    let _ = std::fs::remove_file(k.dir.path().join("kura.db-wal"));
+    k.seal_text(&session, "payment", "paid 9000 EUR to mallory");
+    std::fs::remove_file(&head).expect("delete the head");
+
+    // The signer refuses, loudly, says what to do, and signs nothing.
+    let log = serve_until(&k, &config, None, || {
+        std::fs::read_to_string(k.dir.path().join("serve.log"))
+            .is_ok_and(|l| l.matches("ALARM").count() >= 2)
+    });
+    assert!(log.contains("ALARM"), "{log}");
+    assert!(log.contains("--trust-current"), "says what to do: {log}");
+    assert!(!head.exists(), "nothing signed:\n{log}");
+    let (_, status) = with_config(&k, &config, &["status"]);
+    assert!(status.contains("ALARM"), "{status}");
+    assert!(status.contains("anchored nowhere"), "{status}");
+    let (code, verify) = with_config(&k, &config, &["verify", "--all"]);
+    assert!(verify.contains("anchored nowhere"), "{verify}");
+    assert_eq!(code, Some(0), "every hash does match: {verify}");
+
+    // Signing on demand is refused the same way, until a person says to trust the log.
+    let (_, err) = k.fails(2, &["checkpoint", "--key", key.to_str().expect("utf8")]);
+    assert!(err.contains("--trust-current"), "{err}");
+    assert!(!head.exists());
+    trust_current(&k, &key);
+    assert!(std::fs::read_to_string(&head).is_ok_and(|t| t.contains("\n2\n")));
+    let log = serve_until(&k, &config, None, || {
+        std::fs::read_to_string(k.dir.path().join("serve.log"))
+            .is_ok_and(|l| l.contains("checkpoint signed"))
+    });
+    assert!(!log.contains("ALARM"), "{log}");
 }
