@@ -104,6 +104,10 @@ pub struct Identity {
     /// keys live elsewhere (aegis's approvers, a witness's verifier key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
+    /// A service's earlier statement keys, newest first (`kura keys rotate` keeps them): each
+    /// still verifies the seals it made before its successor's first seal, and nothing after.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
 }
 
 /// Why the keys directory could not be read or changed.
@@ -204,13 +208,19 @@ impl Identities {
             }
             // One key, one purpose: no key logs in for one identity and signs for another
             // (or for itself).
-            for key in std::iter::once(&id.nkey).chain(id.signer.as_ref()) {
+            for key in std::iter::once(&id.nkey)
+                .chain(id.signer.as_ref())
+                .chain(&id.retired)
+            {
                 if !keys.insert(key) {
                     return Err(format!(
                         "a key of {:?} is listed twice (one key, one identity, one purpose)",
                         id.name
                     ));
                 }
+            }
+            for key in &id.retired {
+                check_user_nkey(key)?;
             }
             match (&id.signer, id.role.is_listed()) {
                 (Some(signer), _) => {
@@ -459,6 +469,7 @@ fn service_identity(role: Role, root: &nkeys::KeyPair) -> Result<Identity, Ident
         role,
         nkey: bus_key(root)?.public_key(),
         signer: Some(root.public_key()),
+        retired: Vec::new(),
     })
 }
 
@@ -588,6 +599,7 @@ fn add_listed(dir: &Path, name: &str, role: Role, nkey: &str) -> Result<Identity
         role,
         nkey: nkey.into(),
         signer: None,
+        retired: Vec::new(),
     };
     ids.list.push(id.clone());
     ids.save(dir)?;
@@ -638,6 +650,10 @@ pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
     };
     let _ = std::fs::remove_file(&old);
     id.nkey = fresh.nkey;
+    // The old statement key keeps verifying what it sealed before its successor began.
+    if let Some(old) = id.signer.take() {
+        id.retired.insert(0, old);
+    }
     id.signer = fresh.signer;
     let id = id.clone();
     ids.save(dir)?;

@@ -52,9 +52,12 @@ fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str
 
 /// Verifies everything and runs SQLite's integrity check; records the outcome and returns
 /// whether it passed, with a one-line summary.
-pub fn sweep(store: &mut Store) -> Result<(bool, String)> {
+pub fn sweep(
+    store: &mut Store,
+    keyring: Option<&crate::sealer::Keyring>,
+) -> Result<(bool, String)> {
     let t = Instant::now();
-    let report = verify(store, &Scope::All, None, None)?;
+    let report = verify(store, &Scope::All, None, keyring)?;
     let integrity = store.integrity_check()?;
     let ok = report.ok() && integrity == ["ok"];
     let mut summary = format!(

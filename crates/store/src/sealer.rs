@@ -69,8 +69,69 @@ impl Sealer {
     }
 }
 
-/// The install's trusted sealers: public nkey → name (from `identities.toml`).
-pub type Keyring = BTreeMap<String, String>;
+/// The install's trusted sealers (from `identities.toml`): each service's statement key and
+/// the keys it signed with before a rotation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keyring {
+    keys: BTreeMap<String, KeyEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeyEntry {
+    name: String,
+    /// 0: the key in use; n: the key retired n rotations ago.
+    generation: usize,
+}
+
+impl Keyring {
+    /// `key` is `name`'s statement key, retired `generation` rotations ago (0: in use).
+    pub fn add(&mut self, key: String, name: String, generation: usize) {
+        self.keys.insert(key, KeyEntry { name, generation });
+    }
+
+    /// The name `key` belongs to.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.keys.get(key).map(|e| e.name.as_str())
+    }
+
+    /// Whether `key` is in the keyring (in use or retired).
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// Where each retired key stopped: the first seal-log position sealed by any newer key
+    /// of the same name. A retired key verifies only seals below that position.
+    fn stops(&self, first_leaf: &BTreeMap<String, u64>) -> BTreeMap<&str, u64> {
+        let mut stops = BTreeMap::new();
+        for (key, e) in self.keys.iter().filter(|(_, e)| e.generation > 0) {
+            let stop = self
+                .keys
+                .iter()
+                .filter(|(_, n)| n.name == e.name && n.generation < e.generation)
+                .filter_map(|(k, _)| first_leaf.get(k).copied())
+                .min();
+            if let Some(stop) = stop {
+                stops.insert(key.as_str(), stop);
+            }
+        }
+        stops
+    }
+}
+
+/// The first seal-log position each key sealed.
+fn first_leaves(conn: &Connection) -> Result<BTreeMap<String, u64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT s.sealer, MIN(g.leaf_index) FROM ledger_seals s
+           JOIN seal_log_leaves g ON g.ledger_id = s.ledger_id GROUP BY s.sealer",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let (key, leaf) = row?;
+        out.insert(key, u64::try_from(leaf).unwrap_or(0));
+    }
+    Ok(out)
+}
 
 /// Who sealed `ledger_id`, if anyone signed: their public nkey.
 pub fn sealer_of(conn: &Connection, ledger_id: &str) -> Result<Option<String>> {
@@ -97,14 +158,19 @@ fn signing_since(conn: &Connection) -> Result<u64> {
 
 /// Checks the seal of each sealed ledger in `ledgers`: (ledger id, check, detail) for every
 /// failure — a signature that does not verify (`sealer_signature`), and with a keyring a
-/// key not in it (`sealer_unknown`) or a ledger sealed after signing began without one
-/// (`sealer_missing`).
+/// key not in it (`sealer_unknown`), a retired key sealing after its successor began
+/// (`sealer_retired`), or a ledger sealed after signing began without one (`sealer_missing`).
 pub fn check_in<'a>(
     conn: &Connection,
     ledgers: impl IntoIterator<Item = &'a String>,
     keyring: Option<&Keyring>,
 ) -> Result<Vec<(String, &'static str, String)>> {
     let since = signing_since(conn)?;
+    let firsts = match keyring {
+        Some(_) => first_leaves(conn)?,
+        None => BTreeMap::new(),
+    };
+    let stops = keyring.map(|k| k.stops(&firsts)).unwrap_or_default();
     let mut stmt = conn.prepare_cached(
         "SELECT l.ledger_hash, s.sealer, s.signature, g.leaf_index
            FROM ledgers l
@@ -152,6 +218,20 @@ pub fn check_in<'a>(
                         id.clone(),
                         "sealer_unknown",
                         format!("sealed by {sealer}, a key not in the keyring"),
+                    ));
+                } else if let (Some(stop), Some(leaf)) = (
+                    stops.get(sealer.as_str()),
+                    leaf.and_then(|l| u64::try_from(l).ok()),
+                ) && leaf >= *stop
+                {
+                    problems.push((
+                        id.clone(),
+                        "sealer_retired",
+                        format!(
+                            "sealed at seal-log position {leaf} by {sealer}, a retired key of {} \
+                             whose successor began sealing at position {stop}",
+                            keyring.and_then(|k| k.get(&sealer)).unwrap_or("?")
+                        ),
                     ));
                 }
             }
