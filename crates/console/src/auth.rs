@@ -1,13 +1,18 @@
 //! Logins without passwords: the browser's enrolled Ed25519 key signs a one-time server
 //! challenge bound to the console's origin; a login is a random cookie that expires. Every
 //! state-changing request also carries the login's CSRF token in a header.
+//!
+//! Challenges are stateless — a time and a nonce signed by a key this process made for
+//! nothing else — so handing them out costs no memory: a cross-site page that loads the
+//! login page a thousand times locks nobody out. Only challenges that logged someone in are
+//! remembered (until they expire), so none is accepted twice.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 
 /// The cookie that names a login.
 pub const COOKIE: &str = "kura_session";
@@ -15,9 +20,10 @@ pub const COOKIE: &str = "kura_session";
 pub const CSRF_HEADER: &str = "x-kura-csrf";
 /// A challenge must be answered this soon.
 const CHALLENGE_TTL: Duration = Duration::from_secs(120);
-/// At most this many open challenges and logins: an unauthenticated client cannot grow
-/// the server's memory without bound.
+/// At most this many open logins (each needs a trusted key's signature).
 const MAX_OPEN: usize = 1024;
+/// What the console's own challenge key signs: a challenge's time and nonce.
+const CHALLENGE_KIND: &[u8] = b"kura.console.challenge.v1\n";
 
 /// The bytes a browser signs to log in.
 pub fn login_bytes(challenge: &str, origin: &str) -> Vec<u8> {
@@ -35,9 +41,13 @@ pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, String> {
 
 /// 32 random bytes as hex; `None` without randomness (then no login is safe to make).
 fn random_hex() -> Option<String> {
-    let mut b = [0u8; 32];
+    Some(hex::encode(random::<32>()?))
+}
+
+fn random<const N: usize>() -> Option<[u8; N]> {
+    let mut b = [0u8; N];
     getrandom::fill(&mut b).ok()?;
-    Some(hex::encode(b))
+    Some(b)
 }
 
 /// A logged-in person.
@@ -50,16 +60,28 @@ pub struct Login {
     expires: Instant,
 }
 
+impl Login {
+    /// When this login ends (unless its person logs out first).
+    pub fn expires(&self) -> Instant {
+        self.expires
+    }
+}
+
 #[derive(Default)]
 struct State {
-    challenges: HashMap<String, Instant>,
+    /// Challenges that logged someone in, until they would have expired anyway.
+    used: HashMap<String, Instant>,
     logins: HashMap<String, Login>,
 }
 
-/// Open challenges and logins.
+/// Logins, and the key that makes challenges.
 pub struct Logins {
     ttl: Duration,
     state: Mutex<State>,
+    challenge_key: Option<SigningKey>,
+    started: Instant,
+    /// Bumped at every logout, so open event streams look again whether their login lasts.
+    ended: tokio::sync::watch::Sender<u64>,
 }
 
 impl Logins {
@@ -68,28 +90,63 @@ impl Logins {
         Logins {
             ttl,
             state: Mutex::new(State::default()),
+            challenge_key: random::<32>().map(|b| SigningKey::from_bytes(&b)),
+            started: Instant::now(),
+            ended: tokio::sync::watch::channel(0).0,
         }
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        s.challenges.retain(|_, t| *t > now);
+        s.used.retain(|_, t| *t > now);
         s.logins.retain(|_, l| l.expires > now);
         f(&mut s)
     }
 
-    /// A fresh challenge, or `None` when too many are open (or there is no randomness).
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A fresh challenge: hex of the time it was made (ms since this process started), a
+    /// nonce, and this process's signature over both. `None` without randomness.
     pub fn challenge(&self) -> Option<String> {
-        self.with(|s| {
-            if s.challenges.len() >= MAX_OPEN {
-                return None;
-            }
-            let c = random_hex()?;
-            s.challenges
-                .insert(c.clone(), Instant::now() + CHALLENGE_TTL);
-            Some(c)
-        })
+        let key = self.challenge_key.as_ref()?;
+        let mut body = self.now_ms().to_be_bytes().to_vec();
+        body.extend_from_slice(&random::<16>()?);
+        let sig = key.sign(&[CHALLENGE_KIND, &body].concat());
+        body.extend_from_slice(&sig.to_bytes());
+        Some(hex::encode(body))
+    }
+
+    /// Whether `challenge` is one of ours, made less than [`CHALLENGE_TTL`] ago.
+    fn fresh(&self, challenge: &str) -> bool {
+        let Some(key) = &self.challenge_key else {
+            return false;
+        };
+        let Some(bytes) = hex::decode(challenge)
+            .ok()
+            .filter(|b| b.len() == 8 + 16 + 64)
+        else {
+            return false;
+        };
+        let (body, sig) = bytes.split_at(24);
+        let Ok(sig) = <[u8; 64]>::try_from(sig) else {
+            return false;
+        };
+        let signed = key
+            .verifying_key()
+            .verify(
+                &[CHALLENGE_KIND, body].concat(),
+                &Signature::from_bytes(&sig),
+            )
+            .is_ok();
+        let made = body
+            .first_chunk::<8>()
+            .map(|t| u64::from_be_bytes(*t))
+            .unwrap_or(u64::MAX);
+        let age = self.now_ms().checked_sub(made);
+        signed && age.is_some_and(|a| u128::from(a) < CHALLENGE_TTL.as_millis())
     }
 
     /// Checks a signed challenge from one of `users`; the challenge is used up either way.
@@ -102,9 +159,13 @@ impl Logins {
         public_key: &str,
         signature: &str,
     ) -> Result<(String, Login), String> {
+        let stale = || "unknown or expired challenge; reload the page".to_owned();
+        if !self.fresh(challenge) {
+            return Err(stale());
+        }
         self.with(|s| {
-            if s.challenges.remove(challenge).is_none() {
-                return Err("unknown or expired challenge; reload the page".to_owned());
+            if s.used.contains_key(challenge) {
+                return Err(stale());
             }
             let user = users
                 .iter()
@@ -123,6 +184,9 @@ impl Logins {
             if s.logins.len() >= MAX_OPEN {
                 return Err("too many open logins; try again later".to_owned());
             }
+            // Only a verified signature reaches here: strangers cannot fill this set.
+            s.used
+                .insert(challenge.to_owned(), Instant::now() + CHALLENGE_TTL);
             let (Some(csrf), Some(token)) = (random_hex(), random_hex()) else {
                 return Err("no randomness for a login token".to_owned());
             };
@@ -138,16 +202,31 @@ impl Logins {
 
     /// The login a request's cookie names, if it is still valid.
     pub fn get(&self, headers: &HeaderMap) -> Option<Login> {
-        let token = cookie(headers, COOKIE)?;
-        self.with(|s| s.logins.get(&token).cloned())
+        self.by_token(&token(headers)?)
+    }
+
+    /// The login a cookie token names, if it is still valid.
+    pub fn by_token(&self, token: &str) -> Option<Login> {
+        self.with(|s| s.logins.get(token).cloned())
     }
 
     /// Ends the login a request's cookie names.
     pub fn logout(&self, headers: &HeaderMap) {
-        if let Some(token) = cookie(headers, COOKIE) {
+        if let Some(token) = token(headers) {
             self.with(|s| s.logins.remove(&token));
+            self.ended.send_modify(|n| *n += 1);
         }
     }
+
+    /// Hears of every logout.
+    pub fn logouts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.ended.subscribe()
+    }
+}
+
+/// The login token a request's cookie carries.
+pub fn token(headers: &HeaderMap) -> Option<String> {
+    cookie(headers, COOKIE)
 }
 
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -244,5 +323,26 @@ mod tests {
             .login(&users, &c, origin, &pk(&alice), &good)
             .expect_err("replay");
         assert!(e.contains("unknown or expired challenge"), "{e}");
+    }
+
+    /// Attack: blind loads of the login page, and challenges made up or altered by a client.
+    /// Handing one out stores nothing; only this process's own, unaltered ones are accepted.
+    #[test]
+    fn challenges_cost_nothing_and_cannot_be_forged() {
+        let logins = Logins::new(Duration::from_secs(60));
+        for _ in 0..5_000 {
+            assert!(logins.challenge().is_some());
+        }
+        assert!(logins.with(|s| s.used.is_empty() && s.logins.is_empty()));
+        let c = logins.challenge().expect("challenge");
+        assert!(logins.fresh(&c));
+        let mut altered = c.clone().into_bytes();
+        altered[3] = if altered[3] == b'0' { b'1' } else { b'0' };
+        assert!(!logins.fresh(&String::from_utf8(altered).expect("hex")));
+        assert!(!logins.fresh(&hex::encode([7u8; 88])));
+        assert!(
+            !Logins::new(Duration::from_secs(60)).fresh(&c),
+            "another process's"
+        );
     }
 }

@@ -5,7 +5,6 @@
 use kura_store::Store;
 use kura_store::store::parse_id;
 use kura_store::work::approvals::{Approval, asked, votes};
-use proto::Record;
 use rusqlite::params;
 use uuid::Uuid;
 
@@ -44,7 +43,7 @@ pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<Se
 pub struct LedgerView {
     pub ledger: proto::Ledger,
     pub sealer: Option<String>,
-    pub records: Vec<Record>,
+    pub records: Vec<crate::records::RecordView>,
     /// Position of the first record shown.
     pub from: u64,
 }
@@ -80,7 +79,7 @@ pub fn history(
             Some((id, from)) if id == l.ledger_id => from,
             _ => 0,
         };
-        let records = store.hydrate_range(l.ledger_id, from, per_ledger)?;
+        let records = crate::records::ledger_page(store, l.ledger_id, from, per_ledger)?;
         let sealer = kura_store::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?;
         ledgers.push(LedgerView {
             ledger: l,

@@ -8,10 +8,13 @@
 //! CLI's. Viewing needs a login — the same browser key signs a server challenge.
 
 mod auth;
+mod conn;
 mod data;
 mod pages;
+mod records;
 mod relay;
 mod server;
+mod views;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

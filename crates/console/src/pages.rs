@@ -3,14 +3,12 @@
 //! the script adds live updates, login, enrolment and in-browser signing.
 
 use maud::{DOCTYPE, Markup, html};
-use proto::Record;
 use proto::text::{escape_controls, is_hidden};
 
 use crate::auth::Login;
 use crate::data::{History, SessionRow, Waiting};
-
-/// Records' content is shown up to this many characters; the rest is elided.
-const SHOWN_CHARS: usize = 2000;
+use crate::records::RecordView;
+use crate::views::record;
 
 /// The frame around every page. `login` is `None` on the login and enrol pages.
 pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) -> Markup {
@@ -48,22 +46,15 @@ pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) ->
     }
 }
 
-fn excerpt(text: &str) -> String {
-    match text.char_indices().nth(SHOWN_CHARS) {
-        Some((i, _)) => format!("{}… ({} bytes in all)", &text[..i], text.len()),
-        None => text.to_owned(),
-    }
-}
-
 /// Text from a model, a tool or the bus as a person should read it: maud escapes the HTML,
 /// this the characters that would hide or reorder it (bidi overrides, zero-width), as the
 /// CLI prints them.
-fn t(text: &str) -> String {
+pub fn t(text: &str) -> String {
     escape_controls(text).into_owned()
 }
 
 /// A visible mark on anything that held such characters.
-fn flag(text: &str) -> Markup {
+pub fn flag(text: &str) -> Markup {
     html! {
         @if text.chars().any(is_hidden) {
             span.hidden-chars title="hidden or direction-changing characters, shown escaped as \\u{..}" { "⚠ hidden characters" }
@@ -71,7 +62,13 @@ fn flag(text: &str) -> Markup {
     }
 }
 
-fn short(id: &str) -> &str {
+/// A stored RFC 3339 time: the script shows it short in the viewer's local time; the exact
+/// value stays in the title.
+pub fn when(at: &str) -> Markup {
+    html! { time datetime=(at) title=(at) { (at.get(..16).unwrap_or(at).replace('T', " ")) } }
+}
+
+pub fn short(id: &str) -> &str {
     id.get(..13).unwrap_or(id)
 }
 
@@ -108,24 +105,6 @@ fn pager(base: &str, page: i64, more: bool) -> Markup {
     }
 }
 
-/// One record as a row of a history.
-pub fn record(r: &Record, position: u64) -> Markup {
-    let content = serde_json::to_string_pretty(&r.content).unwrap_or_default();
-    html! {
-        div class={ "record t-" (r.record_type.as_str().replace('.', "-")) } {
-            div.meta {
-                span.pos { "[" (position) "]" }
-                span.type { (r.record_type.as_str()) }
-                span.author { (t(&r.author_id)) }
-                time { (r.created_at) }
-                code.hash title=(r.hash) { (short(&r.hash)) }
-            }
-            (flag(&content))
-            pre.content { (t(&excerpt(&content))) }
-        }
-    }
-}
-
 /// A session's history, `kura log --records` in a page, with a diff picker.
 pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> Markup {
     let sid = h.session.session_id.to_string();
@@ -148,7 +127,7 @@ pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> 
                     @if let Some(hash) = &l.ledger.ledger_hash { " · hash " code title=(hash) { (short(hash)) } }
                     @if let Some(s) = &l.sealer { " · sealed by " code title=(s) { (short(s)) } }
                 }
-                @for (i, r) in l.records.iter().enumerate() { (record(r, l.from + i as u64)) }
+                @for r in &l.records { (record(r)) }
                 @let shown_to = l.from + l.records.len() as u64;
                 nav.pager {
                     @if l.from > 0 {
@@ -164,23 +143,6 @@ pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> 
             @if page > 0 { a href={ "/s/" (sid) "?page=" (page - 1) } { "← newer ledgers" } }
             @if (page + 1) * per_page < h.total_ledgers { a href={ "/s/" (sid) "?page=" (page + 1) } { "older ledgers →" } }
         }
-    }
-}
-
-/// `kura diff` as a page.
-pub fn diff(d: &kura_store::diff::LedgerDiff) -> Markup {
-    let side = |title: &str, class: &str, rs: &[Record]| {
-        html! {
-            h2 { (title) " (" (rs.len()) ")" }
-            div class=(class) { @for (i, r) in rs.iter().enumerate() { (record(r, i as u64)) } }
-        }
-    };
-    html! {
-        h1 { "Diff" }
-        p.sub { code { (d.ledger_a) } " → " code { (d.ledger_b) } }
-        (side("Only in the first", "only-a", &d.only_a))
-        (side("Only in the second", "only-b", &d.only_b))
-        (side("In both", "both", &d.both))
     }
 }
 
@@ -314,7 +276,7 @@ pub fn memory(q: &str, hits: &[kura_store::memory::Hit]) -> Markup {
         @if !q.is_empty() && hits.is_empty() { p.empty { "Nothing found." } }
         @for h in hits {
             div.hit {
-                (record(&h.record, 0))
+                (record(&RecordView::of(&h.record, 0)))
                 p.sub { "score " (format!("{:.3}", h.score)) @if h.superseded { " · superseded" } }
             }
         }

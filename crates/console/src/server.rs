@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::auth::{self, Login};
 use crate::relay::{RelayError, relay};
-use crate::{Shared, data, pages};
+use crate::{Shared, conn, data, pages, records, views};
 
 const JS: &str = include_str!("../assets/console.js");
 const CSS: &str = include_str!("../assets/console.css");
@@ -65,6 +65,7 @@ impl Listening {
         } = self;
         let watcher = tokio::spawn(watch_changes(console.clone()));
         let app = router(console.clone());
+        let slots = Arc::new(conn::Slots::default());
         tokio::pin!(shutdown);
         loop {
             let (tcp, _) = tokio::select! {
@@ -79,31 +80,52 @@ impl Listening {
                     }
                 },
             };
+            let Some(slot) = slots.admit() else {
+                continue; // every connection is busy with a request: this one waits its turn
+            };
             let (app, acceptor) = (app.clone(), acceptor.clone());
             tokio::spawn(async move {
-                let svc = hyper_util::service::TowerToHyperService::new(app);
-                let http = hyper::server::conn::http1::Builder::new();
-                let served = match acceptor {
-                    Some(acc) => {
-                        match tokio::time::timeout(Duration::from_secs(10), acc.accept(tcp)).await {
-                            Ok(Ok(tls)) => {
-                                http.serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                                    .await
-                            }
-                            _ => return,
-                        }
-                    }
-                    None => {
-                        http.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
-                            .await
-                    }
-                };
-                if let Err(e) = served {
-                    tracing::debug!(error = %e, "console connection ended");
+                tokio::select! {
+                    _ = serve_connection(tcp, acceptor, app, &slot) => {}
+                    _ = slot.displaced() => {}
                 }
             });
         }
         watcher.abort();
+    }
+}
+
+/// One connection, TLS first when configured; the request headers must arrive within
+/// [`conn::HEADER_TIMEOUT`], and the slot is marked as serving once a request came.
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    app: Router,
+    slot: &conn::Slot,
+) {
+    let served = slot.served.clone();
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        served.store(true, std::sync::atomic::Ordering::Relaxed);
+        tower::Service::call(&mut app.clone(), req)
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(conn::HEADER_TIMEOUT);
+    let served = match acceptor {
+        Some(acc) => match tokio::time::timeout(conn::HEADER_TIMEOUT, acc.accept(tcp)).await {
+            Ok(Ok(tls)) => {
+                http.serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await
+            }
+            _ => return,
+        },
+        None => {
+            http.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                .await
+        }
+    };
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "console connection ended");
     }
 }
 
@@ -190,6 +212,7 @@ fn router(console: Shared) -> Router {
         .route("/", get(sessions))
         .route("/s/{id}", get(history))
         .route("/diff", get(diff))
+        .route("/r/{id}", get(whole_record))
         .route("/approvals", get(approvals))
         .route("/verify", get(verification))
         .route("/status", get(status))
@@ -346,16 +369,36 @@ async fn history(
 struct DiffQuery {
     a: String,
     b: String,
+    #[serde(default)]
+    page: Option<String>,
 }
 
 async fn diff(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<DiffQuery>) -> Response {
     if c.auth.get(&headers).is_none() {
         return Redirect::to("/login").into_response();
     }
+    let page_no: usize = num(&q.page);
     let d = c
-        .read(move |s| Ok(kura_store::diff::diff(s, data::id(&q.a)?, data::id(&q.b)?)?))
+        .read(move |s| records::diff(s, data::id(&q.a)?, data::id(&q.b)?, page_no))
         .await;
-    page(&c, &headers, "diff", |_| Ok(pages::diff(&shown(d)?))).await
+    page(&c, &headers, "diff", |_| Ok(views::diff(&shown(d)?))).await
+}
+
+/// One record, a chunk at a time: what a page cut is read here, never all at once.
+async fn whole_record(
+    State(c): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<Paged>,
+) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let from: u64 = num(&q.from);
+    let r = c
+        .read(move |s| records::record_chunk(s, data::id(&id)?, from))
+        .await;
+    page(&c, &headers, "record", |_| Ok(views::chunk(&shown(r)?))).await
 }
 
 async fn approvals(State(c): State<Shared>, headers: HeaderMap) -> Response {
@@ -443,23 +486,53 @@ async fn memory(
     .await
 }
 
-/// Live updates: one event per change; the page re-reads itself.
+/// Live updates: one event per change; the page re-reads itself. The stream ends when its
+/// login does — at logout or expiry — so a forgotten tab stops hearing of changes.
 async fn events(State(c): State<Shared>, headers: HeaderMap) -> Response {
-    if c.auth.get(&headers).is_none() {
+    let (Some(token), Some(login)) = (auth::token(&headers), c.auth.get(&headers)) else {
         return StatusCode::UNAUTHORIZED.into_response();
-    }
-    let rx = c.changes.subscribe();
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.changed().await.ok()?;
-        let n = *rx.borrow_and_update();
-        Some((
-            Ok::<_, std::convert::Infallible>(Event::default().event("change").data(n.to_string())),
-            rx,
-        ))
+    };
+    let live = Live {
+        changes: c.changes.subscribe(),
+        logouts: c.auth.logouts(),
+        expires: tokio::time::Instant::from_std(login.expires()),
+        console: c,
+        token,
+    };
+    let stream = futures::stream::unfold(live, |mut live| async move {
+        let n = live.next().await?;
+        let event = Event::default().event("change").data(n.to_string());
+        Some((Ok::<_, std::convert::Infallible>(event), live))
     });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// An event stream's state: what it tells of, and the login it lasts as long as.
+struct Live {
+    console: Shared,
+    token: String,
+    changes: tokio::sync::watch::Receiver<u64>,
+    logouts: tokio::sync::watch::Receiver<u64>,
+    expires: tokio::time::Instant,
+}
+
+impl Live {
+    /// The next change to tell of; `None` once the login has ended.
+    async fn next(&mut self) -> Option<u64> {
+        loop {
+            let changed = tokio::select! {
+                r = self.changes.changed() => { r.ok()?; true }
+                r = self.logouts.changed() => { r.ok()?; false }
+                _ = tokio::time::sleep_until(self.expires) => return None,
+            };
+            self.console.auth.by_token(&self.token)?;
+            if changed {
+                return Some(*self.changes.borrow_and_update());
+            }
+        }
+    }
 }
 
 async fn login_page(State(c): State<Shared>) -> Response {
@@ -467,7 +540,7 @@ async fn login_page(State(c): State<Shared>) -> Response {
         Some(ch) => pages::layout("log in", None, 0, pages::login(&ch)).into_response(),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "too many logins in progress",
+            "no randomness for a login challenge",
         )
             .into_response(),
     }

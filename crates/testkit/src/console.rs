@@ -92,3 +92,44 @@ pub fn csrf(port: u16, cookie: &str) -> String {
         .expect("csrf meta")
         .to_owned()
 }
+
+/// Sends a request on a fresh connection and returns it with the response head read (for
+/// streams: the body is left to the caller).
+pub fn open(port: u16, path: &str, headers: &[(&str, &str)]) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    (s, String::from_utf8_lossy(&head).to_lowercase())
+}
+
+/// Whether the server ends the stream (closes the connection) within `within`.
+pub fn ends_within(s: &mut TcpStream, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .expect("timeout");
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+    false
+}

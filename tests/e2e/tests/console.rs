@@ -5,6 +5,7 @@
 
 mod browser;
 mod hidden;
+mod limits;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,90 @@
+//! Records on a page: one record (its content cut to what a page shows, with the way to read
+//! the rest), a record read a chunk at a time, and a diff a page of each section at a time.
+
+use maud::{Markup, html};
+
+use crate::pages::{flag, short, t, when};
+use crate::records::{CHUNK_BYTES, Chunk, DIFF_PER_PAGE, DiffView, RecordView, Section};
+
+/// One record as a row of a history.
+pub fn record(r: &RecordView) -> Markup {
+    // Whole small records are pretty-printed; a cut one is shown as stored, up to the cut.
+    let text = if r.complete() {
+        serde_json::from_str::<serde_json::Value>(&r.content)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .unwrap_or_else(|_| r.content.clone())
+    } else {
+        r.content.clone()
+    };
+    html! {
+        div class={ "record t-" (r.record_type.replace('.', "-")) } {
+            div.meta {
+                span.pos { "[" (r.position) "]" }
+                span.type { (t(&r.record_type)) }
+                span.author { (t(&r.author_id)) }
+                (when(&r.created_at))
+                code.hash title=(r.hash) { (short(&r.hash)) }
+            }
+            (flag(&text))
+            pre.content { (t(&text)) }
+            @if !r.complete() {
+                p.cut {
+                    (r.bytes) " bytes, shown first " (r.content.len()) " · "
+                    a href={ "/r/" (r.record_id) "?from=0" } { "read it all, " (CHUNK_BYTES / 1024) " KiB at a time" }
+                }
+            }
+        }
+    }
+}
+
+/// A record read a chunk at a time.
+pub fn chunk(c: &Chunk) -> Markup {
+    let r = &c.record;
+    let to = c.from + r.content.len() as u64;
+    html! {
+        h1 { "Record " code { (short(&r.record_id)) } }
+        p.sub {
+            (t(&r.record_type)) " by " (t(&r.author_id)) " · " (when(&r.created_at))
+            " · hash " code title=(r.hash) { (short(&r.hash)) }
+        }
+        p.sub { "bytes " (c.from) "–" (to) " of " (r.bytes) " (the content as stored, RFC 8785 JSON)" }
+        (flag(&r.content))
+        pre.content { (t(&r.content)) }
+        nav.pager {
+            @if c.from > 0 {
+                a href={ "/r/" (r.record_id) "?from=" (c.from.saturating_sub(CHUNK_BYTES as u64)) } { "← previous chunk" }
+            }
+            @if to < r.bytes {
+                a href={ "/r/" (r.record_id) "?from=" (to) } { "next chunk →" }
+            }
+        }
+    }
+}
+
+/// `kura diff` as a page: each section a page at a time.
+pub fn diff(d: &DiffView) -> Markup {
+    let (a, b) = (d.a.ledger_id, d.b.ledger_id);
+    let side = |title: &str, class: &str, s: &Section| {
+        html! {
+            h2 { (title) " (" (s.total) ")" }
+            div class=(class) { @for r in &s.records { (record(r)) } }
+        }
+    };
+    let more = [&d.only_a, &d.only_b, &d.both]
+        .iter()
+        .any(|s| s.total > (d.page + 1) * DIFF_PER_PAGE);
+    html! {
+        h1 { "Diff" }
+        p.sub {
+            (t(&d.a.label)) " " code title=(a) { (short(&a.to_string())) }
+            " → " (t(&d.b.label)) " " code title=(b) { (short(&b.to_string())) }
+        }
+        (side(&format!("Only in {}", t(&d.a.label)), "only-a", &d.only_a))
+        (side(&format!("Only in {}", t(&d.b.label)), "only-b", &d.only_b))
+        (side("In both", "both", &d.both))
+        nav.pager {
+            @if d.page > 0 { a href={ "/diff?a=" (a) "&b=" (b) "&page=" (d.page - 1) } { "← previous" } }
+            @if more { a href={ "/diff?a=" (a) "&b=" (b) "&page=" (d.page + 1) } { "more →" } }
+        }
+    }
+}
