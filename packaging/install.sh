@@ -110,7 +110,10 @@ fi
 # `kura verify` and the witnesses read it. Made once; an upgrade keeps it.
 logkey="$root/etc/kura/log.key"
 if [ ! -e "$logkey" ]; then
-    name="kura.$(hostname 2>/dev/null || echo pi)/log"
+    # The origin names this log to every witness; two Pis left at hostname `raspberrypi`
+    # must not share one (a witness would refuse the second), so it carries a random id.
+    id=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+    name="kura.$(hostname 2>/dev/null || echo pi)/log/$id"
     if [ $live = 1 ]; then
         vkey=$(/opt/kura/bin/kura log-key init --out /etc/kura/log.key --name "$name" | tail -n 1)
     else

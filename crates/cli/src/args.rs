@@ -267,8 +267,8 @@ pub enum LogKeyCmd {
         /// Where to write it.
         #[arg(long)]
         out: PathBuf,
-        /// The log's name: every checkpoint's origin (e.g. `kura.HOST/log`); for a witness
-        /// key, the witness's name (e.g. `HOST.witness`).
+        /// The log's name: every checkpoint's origin, unique as witnesses know a log by it
+        /// (e.g. `kura.HOST/log/RANDOM`); for a witness key, its name (e.g. `HOST.witness`).
         #[arg(long)]
         name: String,
         /// A witness key: print its cosignature (c2sp.org/tlog-cosignature) verifier key.

@@ -98,6 +98,18 @@ pub enum Asked {
     Unreachable(String),
 }
 
+/// Why a witness answered 403, and what to do: it does not know this log under its origin —
+/// it was never given this log's verifier key, or another log already uses the origin there
+/// (two Pis left at hostname `raspberrypi` both default to `kura.raspberrypi/…`).
+fn forbidden(peer: &WitnessPeer, note: &str, said: &str) -> String {
+    let origin = note.lines().next().unwrap_or_default();
+    format!(
+        "witness {} refuses log {origin:?} (403): it was not given this log's verifier key, or another log already uses the origin {origin:?} there (two machines with one hostname?); give this log a distinct origin (a new log key: kura log-key init --name) or list this log's verifier key in that witness's witness_logs. The witness said: {}",
+        peer.name,
+        said.trim()
+    )
+}
+
 /// Asks `peer` to cosign `note` (this log's newest checkpoint), proving consistency from
 /// whatever size the peer last saw; checks the cosignature before keeping it.
 pub async fn ask(
@@ -166,6 +178,8 @@ pub async fn ask(
             Some(422) => {
                 return Asked::Refused(format!("witness {} refused: {}", peer.name, text.trim()));
             }
+            // Not a network problem: the witness will never cosign until someone acts.
+            Some(403) => return Asked::Refused(forbidden(peer, note, &text)),
             other => {
                 return Asked::Unreachable(format!(
                     "{} answered {:?}: {}",

@@ -262,8 +262,8 @@ impl Witness {
         self.dir.join(name)
     }
 
-    /// Handles one `add-checkpoint` request at time `now` (Unix seconds). The new checkpoint
-    /// is kept (durably) before it is cosigned.
+    /// Handles one `add-checkpoint` request at time `now` (Unix seconds). A new checkpoint
+    /// is kept (durably) before it is cosigned; the one already kept is not written again.
     pub fn add_checkpoint(&self, request: &str, now: u64) -> Reply {
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         match self.add(request, now) {
@@ -308,12 +308,25 @@ impl Witness {
         else {
             return Ok(Reply::new(
                 403,
-                format!("this witness does not witness log {:?}", body.origin()),
+                format!(
+                    "this witness does not witness log {:?}; add its verifier key to the witness's witness_logs",
+                    body.origin()
+                ),
             ));
         };
         let cp = match checkpoint::open(note, vkey) {
             Ok(cp) => cp,
-            Err(e) => return Ok(Reply::new(403, e.to_string())),
+            // The origin is one this witness knows, the key is not: most likely two logs
+            // share one origin (two Pis left at hostname `raspberrypi`), else a forgery.
+            Err(e) => {
+                return Ok(Reply::new(
+                    403,
+                    format!(
+                        "log {:?} is known to this witness under another key ({e}): two logs share that origin, or the checkpoint is forged; give each log a distinct origin (a new log key with kura log-key init --name) and list its verifier key in the witness's witness_logs",
+                        body.origin()
+                    ),
+                ));
+            }
         };
         if old > cp.size {
             return Ok(Reply::new(400, "old is larger than the checkpoint"));
@@ -346,7 +359,11 @@ impl Witness {
         } else if !proof.is_empty() {
             return Ok(Reply::new(400, "a proof from size 0 is empty"));
         }
-        crate::witness::save_last(&path, note)?;
+        // The very checkpoint already kept (a peer asking again): answer from what is
+        // stored, without another durable write.
+        if known.as_ref() != Some(&cp) {
+            crate::witness::save_last(&path, note)?;
+        }
         let mut signed = Note::from_bytes(note.as_bytes())
             .map_err(|e| invalid(format!("not a signed note: {e}")))?;
         let cosigner = Cosigner {
@@ -467,5 +484,62 @@ mod tests {
         );
         assert_eq!(w.add_checkpoint("garbage", 7).status, 400);
         assert_eq!(w.add_checkpoint("old x\n\nnote", 7).status, 400);
+    }
+
+    /// Attack (cost): a peer sent the same checkpoint again and again, and each request was
+    /// a durable write (300 requests, 982 writes on the SD card). A checkpoint identical to
+    /// the last one cosigned is answered from what is stored: the state file and its
+    /// directory are untouched.
+    #[test]
+    fn a_repeated_checkpoint_is_cosigned_without_a_write() {
+        use std::os::unix::fs::MetadataExt as _;
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (skey, vkey) = checkpoint::generate("pi-a").expect("generate");
+        let log = LogKey::from_text(&skey).expect("key");
+        let w = witness(tmp.path(), &vkey);
+        let note = log.sign(3, Hash([5; 32])).expect("sign");
+        let request = format!("old 0\n\n{note}");
+        assert_eq!(w.add_checkpoint(&request, 1).status, 200);
+        let state = w.state_path("pi-a");
+        let stamp = |p: &Path| {
+            let m = std::fs::metadata(p).expect("metadata");
+            (m.ino(), m.mtime(), m.mtime_nsec(), m.ctime_nsec(), m.len())
+        };
+        let (file, dir) = (stamp(&state), stamp(tmp.path()));
+        let again = format!("old 3\n\n{note}");
+        for t in 0..300 {
+            let reply = w.add_checkpoint(&again, 2 + t);
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let by = cosigned_by(&format!("{note}{}", reply.body), &[w.verifier()])
+                .expect("cosignature");
+            assert_eq!(by.len(), 1);
+        }
+        assert_eq!(stamp(&state), file, "the state file was rewritten");
+        assert_eq!(
+            stamp(tmp.path()),
+            dir,
+            "a file was made in the state directory"
+        );
+        // A new checkpoint is still kept before it is cosigned.
+        let bigger = log.sign(3, Hash([5; 32])).expect("sign");
+        assert_eq!(bigger, note, "Ed25519 signs the same text the same way");
+    }
+
+    /// Two Pis left at one hostname sign under one origin with different keys: the witness
+    /// that knows the first refuses the second with a 403 that says why and what to do.
+    #[test]
+    fn a_second_log_under_a_known_origin_is_refused_naming_the_clash() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (_, vkey) = checkpoint::generate("kura.raspberrypi/log").expect("generate");
+        let w = witness(tmp.path(), &vkey);
+        let (other, _) = checkpoint::generate("kura.raspberrypi/log").expect("generate");
+        let note = LogKey::from_text(&other)
+            .expect("key")
+            .sign(1, Hash([6; 32]))
+            .expect("sign");
+        let reply = w.add_checkpoint(&format!("old 0\n\n{note}"), 1);
+        assert_eq!(reply.status, 403, "{}", reply.body);
+        assert!(reply.body.contains("another key"), "{}", reply.body);
+        assert!(reply.body.contains("distinct origin"), "{}", reply.body);
     }
 }

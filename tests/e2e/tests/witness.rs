@@ -282,3 +282,32 @@ fn a_witness_refuses_to_cosign_a_fork_of_a_log_it_has_seen() {
     assert_eq!(status, 200, "{line}");
     assert!(line.starts_with("— pi-b.witness "), "{line}");
 }
+
+/// Two Pis left at hostname `raspberrypi` sign under one origin with different keys. The
+/// witness that knows the first refuses the second with 403; that was reported as "witness
+/// not reachable" (a warning) on every round. It is an ALARM naming the cause and the fix.
+#[test]
+fn two_pis_at_one_hostname_are_an_alarm_not_unreachable() {
+    let (a, b) = (Pi::new("pi-a"), Pi::new("pi-b"));
+    let twin = Pi::new("pi-a");
+    b.witness_each_other(&a);
+    twin.witness_each_other(&b);
+    let _sb = b.serve();
+    let _st = twin.serve();
+    let log_path = twin.k.dir.path().join("serve.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if log.contains("ALARM") || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        log.contains("ALARM: a witness refused the checkpoint"),
+        "{log}"
+    );
+    assert!(log.contains("refuses log \"pi-a\" (403)"), "{log}");
+    assert!(log.contains("distinct origin"), "{log}");
+    assert!(!log.contains("witness not reachable"), "{log}");
+}
