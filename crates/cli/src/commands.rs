@@ -530,14 +530,24 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
     String::from_utf8(buf).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
 }
 
-/// Seals with the nkey seed at `path`, when given.
+/// Seals with the nkey seed at `path`, when given. On an install whose serve config names a
+/// keyring, `verify` checks who sealed every ledger: an unsigned seal would exit 0 here and
+/// fail there, so it is refused before anything is written.
 fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
-    if let Some(path) = path {
-        let key = kura_runtime::identity::read_seed(path)?;
-        store.set_sealer(Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
-            key,
-        ))?));
-    }
+    let Some(path) = path else {
+        if let Some(ring) = crate::tlog::serve_config()?.and_then(|c| c.serve.keyring) {
+            bail!(
+                "this install checks who seals ([serve] keyring = {}): give --sealer-key with a \
+                 service seed, e.g. /etc/kura/keys/operator.nk",
+                ring.display()
+            );
+        }
+        return Ok(());
+    };
+    let key = kura_runtime::identity::read_seed(path)?;
+    store.set_sealer(Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
+        key,
+    ))?));
     Ok(())
 }
 

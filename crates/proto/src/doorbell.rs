@@ -13,9 +13,14 @@ pub const MAX_DOORBELL_BYTES: usize = 1024;
 /// Why a doorbell payload was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum DoorbellError {
-    /// Larger than [`MAX_DOORBELL_BYTES`].
-    #[error("doorbell is {0} bytes, over the {MAX_DOORBELL_BYTES}-byte cap")]
-    Oversized(usize),
+    /// Larger than its cap ([`MAX_DOORBELL_BYTES`], or the cap a subject was served with).
+    #[error("the message is {bytes} bytes, over the {cap}-byte cap")]
+    Oversized {
+        /// Its size.
+        bytes: usize,
+        /// The cap it passed.
+        cap: usize,
+    },
     /// Not JSON, wrong shape, or a field this version does not know.
     #[error("malformed doorbell: {0}")]
     Malformed(#[from] serde_json::Error),
@@ -30,19 +35,45 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DoorbellError> {
 /// decision that edits a call's arguments, capped at [`MAX_DECISION_BYTES`]).
 pub fn parse_capped<T: DeserializeOwned>(bytes: &[u8], cap: usize) -> Result<T, DoorbellError> {
     if bytes.len() > cap {
-        return Err(DoorbellError::Oversized(bytes.len()));
+        return Err(DoorbellError::Oversized {
+            bytes: bytes.len(),
+            cap,
+        });
     }
     Ok(serde_json::from_slice(bytes)?)
 }
 
-/// A decision message's cap: room for edited arguments, well inside a NATS message.
+/// A decision message's cap when it edits the call: room for edited arguments, well inside
+/// a NATS message. A plain approve or deny is a doorbell: at most [`MAX_DOORBELL_BYTES`].
 pub const MAX_DECISION_BYTES: usize = 48 * 1024;
+
+/// A decision's note: at most this many characters (Unicode scalar values), and the plain
+/// decision that carries it at most [`MAX_DOORBELL_BYTES`] (so a note of four-byte
+/// characters is shorter).
+pub const MAX_NOTE_CHARS: usize = 200;
+
+/// A decision over PROTOCOL.md's limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionLimit {
+    /// The note is too long.
+    #[error("the note is {0} characters; at most {MAX_NOTE_CHARS} (Unicode scalar values)")]
+    Note(usize),
+    /// A decision that edits nothing is larger than a doorbell.
+    #[error(
+        "a decision without edited arguments is {0} bytes; at most {MAX_DOORBELL_BYTES} (shorten the note)"
+    )]
+    Plain(usize),
+}
 
 /// Serializes a doorbell, refusing to produce one over the cap.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, DoorbellError> {
     let bytes = serde_json::to_vec(message)?;
     if bytes.len() > MAX_DOORBELL_BYTES {
-        return Err(DoorbellError::Oversized(bytes.len()));
+        return Err(DoorbellError::Oversized {
+            bytes: bytes.len(),
+            cap: MAX_DOORBELL_BYTES,
+        });
     }
     Ok(bytes)
 }
@@ -149,6 +180,22 @@ pub struct ApprovalDecision {
 }
 
 impl ApprovalDecision {
+    /// Checks PROTOCOL.md's limits: the note's length, and a plain decision's size as JSON
+    /// (an edit may use up to [`MAX_DECISION_BYTES`], which the subject's cap enforces).
+    pub fn check_limits(&self) -> Result<(), DecisionLimit> {
+        let chars = self.note.chars().count();
+        if chars > MAX_NOTE_CHARS {
+            return Err(DecisionLimit::Note(chars));
+        }
+        if self.arguments.is_none() {
+            let bytes = serde_json::to_vec(self).map_or(usize::MAX, |b| b.len());
+            if bytes > MAX_DOORBELL_BYTES {
+                return Err(DecisionLimit::Plain(bytes));
+            }
+        }
+        Ok(())
+    }
+
     /// The bytes an approver signs: RFC 8785 JSON binding the decision to this exact
     /// request (its id *and* its content hash) and, for an edit, to the new arguments.
     pub fn signing_bytes(&self, request_hash: &str) -> Vec<u8> {
@@ -230,7 +277,7 @@ mod tests {
         let text = format!(r#"{{"turn_id":"{id}"}}{}"#, " ".repeat(MAX_DOORBELL_BYTES));
         assert!(matches!(
             parse::<WorkerDispatch>(text.as_bytes()),
-            Err(DoorbellError::Oversized(n)) if n == text.len()
+            Err(DoorbellError::Oversized { bytes: n, .. }) if n == text.len()
         ));
     }
 

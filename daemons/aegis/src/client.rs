@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
+use futures::StreamExt as _;
 use proto::doorbell::{ApprovalDecision, PendingQuery, RecordFetch};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,6 +19,8 @@ use crate::pending::{Chunk, PendingItem, PendingPage};
 
 /// Most pages read (each at most 32 KiB): far more requests than anyone reviews at once.
 const MAX_PAGES: usize = 1000;
+/// Most replies read for one question before giving up on a signed one.
+const MAX_REPLIES: usize = 64;
 
 /// A request as a person sees it: checked against its hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,28 +97,46 @@ impl Conn {
         })
     }
 
+    /// Asks aegis and waits for *its* answer: replies not signed by the pinned key (anyone
+    /// allowed to answer can race aegis) are skipped, so a rogue reply delays nothing and
+    /// decides nothing; if only such replies come, the error says so.
     async fn ask<T: serde::de::DeserializeOwned>(
         &self,
         subject: String,
         body: Vec<u8>,
     ) -> anyhow::Result<T> {
-        let reply = tokio::time::timeout(
-            Duration::from_secs(5),
-            self.client.request(subject, body.into()),
-        )
-        .await
-        .context("aegis did not answer in 5 s")?
-        .map_err(|e| match e.kind() {
-            async_nats::RequestErrorKind::NoResponders => {
-                anyhow::anyhow!("no aegis daemon is listening")
+        let inbox = self.client.new_inbox();
+        let mut replies = self.client.subscribe(inbox.clone()).await?;
+        self.client
+            .publish_with_reply(subject, inbox, body.into())
+            .await?;
+        self.client.flush().await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut skipped: Option<anyhow::Error> = None;
+        // At most this many replies are read: a flood cannot keep the person waiting past
+        // the deadline or fill memory.
+        for _ in 0..MAX_REPLIES {
+            let reply = match tokio::time::timeout_at(deadline, replies.next()).await {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(_) => break,
+            };
+            if reply.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                anyhow::bail!("no aegis daemon is listening (is kura-aegis running on the Pi?)");
             }
-            _ => anyhow::anyhow!("request failed: {e}"),
-        })?;
-        // Before a byte of it is read: only the pinned aegis may answer.
-        kura_runtime::bus::verify_signed_reply(&reply, &self.reply_key)?;
-        serde_json::from_slice(&reply.payload).with_context(|| {
-            let text = String::from_utf8_lossy(&reply.payload);
-            format!("unexpected answer: {}", proto::text::excerpt(&text, 300))
+            // Before a byte of it is read: only the pinned aegis may answer.
+            if let Err(e) = kura_runtime::bus::verify_signed_reply(&reply, &self.reply_key) {
+                skipped = Some(e);
+                continue;
+            }
+            return serde_json::from_slice(&reply.payload).with_context(|| {
+                let text = String::from_utf8_lossy(&reply.payload);
+                format!("unexpected answer: {}", proto::text::excerpt(&text, 300))
+            });
+        }
+        Err(match skipped {
+            Some(e) => e.context("aegis did not answer in 5 s; only replies not signed by it came"),
+            None => anyhow::anyhow!("aegis did not answer in 5 s (is kura-aegis running?)"),
         })
     }
 }
@@ -251,11 +272,14 @@ pub async fn decide(
         request_id,
         decision: if approve { "approve" } else { "deny" }.into(),
         approver: name,
-        note: note.chars().take(200).collect(),
+        note: note.to_owned(),
         signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         signature: String::new(),
         arguments: None,
     };
+    // Refused here rather than cut: a person signs exactly the note they wrote.
+    d.check_limits()
+        .map_err(|e| anyhow::anyhow!("{e}; give a shorter --note"))?;
     // The hash recomputed from what was verified, never the one a responder claimed.
     keys::sign(&key, &mut d, &item.request_hash);
     conn.ask(subjects.approval_decide(), proto::doorbell::encode(&d)?)

@@ -261,6 +261,7 @@ pub fn decide(
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
         let check = (|| -> Result<(&Approver, Vote, Option<Edit>), String> {
+            d.check_limits().map_err(|e| e.to_string())?;
             let vote: Vote = d
                 .decision
                 .parse()

@@ -750,3 +750,62 @@ approvers = 2"#,
     );
     assert!(v.ok && v.state == "approved", "{v:?}");
 }
+
+/// Broke (issue 24 item 10): a plain decision could be 10 KB though PROTOCOL.md says 1,024
+/// bytes, and a note 10,000 characters though it says 200. Both limits are kept now, each
+/// refusal says which, and nothing is recorded as a vote.
+#[test]
+fn a_plain_decision_over_1024_bytes_or_a_note_over_200_characters_is_refused() {
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let alice = SigningKey::from_bytes(&[12u8; 32]);
+    let approvers = [approver("alice", &alice)];
+    let mut limiter = Limiter::default();
+    for (note, says) in [
+        ("x".repeat(10_000), "at most 200"),
+        ("x".repeat(201), "201 characters"),
+        // 200 characters, but 800 bytes of them: the plain message passes 1,024 bytes.
+        ("\u{1F600}".repeat(200), "at most 1024"),
+    ] {
+        let mut d = signed(&alice, "alice", request_id, &hash);
+        d.note = note;
+        keys::sign(&alice, &mut d, &hash);
+        let v = decide::decide(
+            &mut store,
+            &approvers,
+            WINDOW,
+            &mut limiter,
+            &d,
+            &Policy::default(),
+        )
+        .expect("decide");
+        assert!(!v.ok && v.message.contains(says), "{says}: {v:?}");
+    }
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM approval_votes"),
+        0,
+        "no vote recorded"
+    );
+    // At the limit it counts.
+    let mut d = signed(&alice, "alice", request_id, &hash);
+    d.note = "x".repeat(200);
+    keys::sign(&alice, &mut d, &hash);
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut limiter,
+        &d,
+        &Policy::default(),
+    )
+    .expect("decide");
+    assert!(v.ok, "{v:?}");
+    // A 50 KB message is refused at the subject's cap, and the refusal names that cap.
+    let big = vec![b' '; 50 * 1024];
+    let err = proto::doorbell::parse_capped::<ApprovalDecision>(
+        &big,
+        proto::doorbell::MAX_DECISION_BYTES,
+    )
+    .expect_err("oversized")
+    .to_string();
+    assert!(err.contains("49152-byte cap"), "{err}");
+}

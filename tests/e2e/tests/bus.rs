@@ -238,3 +238,84 @@ fn request_content_does_not_cross_the_bus_to_other_keys() {
         );
     }
 }
+
+/// Broke (issue 24 item 10): `aegis pending` failed on the first unsigned reply instead of
+/// waiting for aegis's signed one, so anyone allowed to answer (here the operator identity)
+/// could keep a person from ever seeing the list. Unsigned replies are skipped now.
+#[test]
+fn a_rogue_unsigned_reply_does_not_stop_aegis_pending() {
+    let mut s = Stack::new(r#"{"turns": []}"#);
+    let key = s.path("ana.key");
+    let out = std::process::Command::new(kura_testkit::bin("aegis"))
+        .args(["keygen", "--name", "ana", "--key"])
+        .arg(&key)
+        .output()
+        .expect("keygen");
+    assert!(out.status.success());
+    s.add_approver("ana", &key);
+    s.spawn("aegis", "aegis");
+    let (url, ca, reply_key) = (s.nats.url(), s.nats.ca(), s.nats.signer(Role::Aegis));
+    let pending = || {
+        std::process::Command::new(kura_testkit::bin("aegis"))
+            .args(["pending", "--json", "--key"])
+            .arg(&key)
+            .env("KURA_NATS_URL", &url)
+            .env("KURA_NATS_CA", &ca)
+            .env("KURA_AEGIS__REPLY_KEY", &reply_key)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("aegis pending")
+    };
+    // aegis answers before the rogue joins.
+    let ready = std::time::Instant::now() + Duration::from_secs(60);
+    while !pending().wait().expect("pending").success() {
+        assert!(std::time::Instant::now() < ready, "{}", s.log("aegis"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rt = rt();
+    let rogue = rt
+        .block_on(s.nats.client(Role::Operator))
+        .expect("operator");
+    let subject = proto::subjects::Subjects::default().approval_pending();
+    let mut asked = rt.block_on(rogue.subscribe(subject)).expect("sub");
+    rt.block_on(rogue.flush()).expect("flush");
+    // The rogue answers every question at once, unsigned, and counts its answers.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answering = rt.spawn({
+        let (rogue, answered) = (rogue.clone(), answered.clone());
+        async move {
+            while let Some(m) = asked.next().await {
+                if let Some(to) = m.reply {
+                    let _ = rogue
+                        .publish(to, r#"{"items":[],"next":null}"#.into())
+                        .await;
+                    let _ = rogue.flush().await;
+                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    // aegis is held still while the question is asked, so the rogue's answer comes first.
+    s.signal("aegis", "STOP");
+    let asking = pending();
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while answered.load(std::sync::atomic::Ordering::SeqCst) == 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.signal("aegis", "CONT");
+    let out = asking.wait_with_output().expect("aegis pending");
+    assert!(
+        out.status.success(),
+        "aegis's signed answer is waited for: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The control: the rogue did answer, unsigned.
+    assert!(
+        answered.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the rogue never answered"
+    );
+    answering.abort();
+}

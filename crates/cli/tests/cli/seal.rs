@@ -525,3 +525,63 @@ fn a_rotated_key_verifies_what_it_sealed_before_and_nothing_after() {
     );
     assert!(!out.contains(&before) && !out.contains(&after), "{out}");
 }
+
+/// Broke (issue 24 item 10): `kura session fork` without `--sealer-key` on an install with a
+/// keyring exited 0 and left a ledger that fails `verify`. It is refused (exit 2, saying
+/// which flag), and nothing is written.
+#[test]
+fn an_unsigned_fork_on_an_install_that_checks_sealers_is_refused_unwritten() {
+    let k = Kura::new();
+    let keys = k.dir.path().join("keys");
+    k.ok(&["keys", "init", "--dir", keys.to_str().expect("utf8")]);
+    let operator = keys.join("operator.nk");
+    let session = k.ok(&["session", "new"]);
+    let ledger = k.ok(&["ledger", "open", "--session", &session, "--label", "one"]);
+    k.ok(&[
+        "ledger",
+        "seal",
+        &ledger,
+        "--sealer-key",
+        operator.to_str().expect("utf8"),
+    ]);
+    let config = k.dir.path().join("serve.toml");
+    let ring = keys.join("identities.toml");
+    std::fs::write(&config, format!("[serve]\nkeyring = {ring:?}\n")).expect("config");
+    let count = |t: &str| -> i64 {
+        k.raw()
+            .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+            .expect("count")
+    };
+    let (sessions, ledgers) = (count("sessions"), count("ledgers"));
+    let out = k
+        .cmd(&["session", "fork", &ledger])
+        .env("KURA_SERVE_CONFIG", &config)
+        .output()
+        .expect("fork");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sealer-key"), "{err}");
+    assert_eq!((count("sessions"), count("ledgers")), (sessions, ledgers));
+    let forked = k
+        .cmd(&[
+            "session",
+            "fork",
+            &ledger,
+            "--sealer-key",
+            operator.to_str().expect("utf8"),
+        ])
+        .env("KURA_SERVE_CONFIG", &config)
+        .output()
+        .expect("fork");
+    assert!(forked.status.success());
+    let verified = k
+        .cmd(&["verify", "--all"])
+        .env("KURA_SERVE_CONFIG", &config)
+        .output()
+        .expect("verify");
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+}
