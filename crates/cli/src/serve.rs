@@ -215,7 +215,10 @@ impl Signer {
                 }
             }
         }
-        if let Err(e) = witness::save_last(&self.state, &note) {
+        // Unchanged (the log did not grow and no peer cosigned anew): no write.
+        if last.as_deref() != Some(note.as_str())
+            && let Err(e) = witness::save_last(&self.state, &note)
+        {
             tracing::error!(error = %e, "cannot keep the checkpoint");
         }
         let vkey = self.key.verifier();

@@ -181,6 +181,10 @@ pub fn publish(
             dir.display()
         )));
     }
+    // The same checkpoint again (the log did not grow): nothing to write on the SD card.
+    if have >= cp.size && std::fs::read_to_string(&cp_path).is_ok_and(|t| t == note) {
+        return Ok(Ok(()));
+    }
     let mut stmt = conn.prepare(
         "SELECT leaf_data FROM seal_log_leaves WHERE leaf_index >= ?1 AND leaf_index < ?2 ORDER BY leaf_index",
     )?;

@@ -257,3 +257,57 @@ fn deleting_the_checkpoint_file_does_not_hide_a_rewrite() {
     });
     assert!(!log.contains("ALARM"), "{log}");
 }
+
+/// Cost: with a witness directory on by default, every sign round rewrote the signer's head
+/// and the witness's checkpoint (and fsynced its leaves) though the log had not grown — a
+/// durable write a minute on an SD card for nothing. An unchanged log writes nothing.
+#[test]
+fn an_unchanged_log_is_not_written_again_every_round() {
+    use std::os::unix::fs::MetadataExt as _;
+    let k = Kura::new();
+    let (key, vkey) = k.note_key("log.key", "kura.test/log", false);
+    let witness = k.dir.path().join("witness");
+    let config = k.dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nlog_key = {key:?}\nlog_verifier = {vkey:?}\nwitness_dirs = [{witness:?}]\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\n"
+        ),
+    )
+    .expect("config");
+    let head = k.dir.path().join("kura.db.checkpoint");
+    let files = [
+        head.clone(),
+        witness.join("checkpoint"),
+        witness.join("leaves"),
+    ];
+    serve_until(&k, &config, None, || files.iter().all(|f| f.exists()));
+    let stamp = || -> Vec<(u64, i64, i64)> {
+        files
+            .iter()
+            .chain([&witness])
+            .map(|f| {
+                let m = std::fs::metadata(f).expect("metadata");
+                (m.ino(), m.mtime(), m.mtime_nsec())
+            })
+            .collect()
+    };
+    let before = stamp();
+    let log = serve_until(&k, &config, None, || {
+        std::fs::read_to_string(k.dir.path().join("serve.log"))
+            .is_ok_and(|l| l.matches("checkpoint signed").count() >= 3)
+    });
+    assert!(log.matches("checkpoint signed").count() >= 3, "{log}");
+    assert_eq!(
+        stamp(),
+        before,
+        "an unchanged log was written again:\n{log}"
+    );
+    // A log that grows is still signed and witnessed.
+    let session = k.ok(&["session", "new"]);
+    k.seal_text(&session, "a", "one");
+    serve_until(&k, &config, None, || {
+        std::fs::read_to_string(witness.join("checkpoint")).is_ok_and(|t| t.contains("\n1\n"))
+    });
+    assert!(std::fs::read_to_string(&head).is_ok_and(|t| t.contains("\n1\n")));
+}
