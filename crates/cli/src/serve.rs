@@ -325,6 +325,11 @@ async fn start_console(
             .map(|p| p.display().to_string())
             .collect(),
         peers: m.witness_peers.iter().map(|p| p.name.clone()).collect(),
+        log_verifier: m.log_verifier.clone(),
+        sealers: match &m.keyring {
+            Some(ring) => crate::tlog::keyring(Some(ring.clone()))?,
+            None => None,
+        },
     };
     let console = kura_console::Console::new(config.console.clone(), store, bus, aegis_key, trust)?;
     let Some(listening) = kura_console::bind(console).await? else {

@@ -42,6 +42,7 @@ pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<Se
 /// One ledger on a history page, with a page of its records.
 pub struct LedgerView {
     pub ledger: proto::Ledger,
+    /// Who sealed it: the keyring's name when the key is known, else the key.
     pub sealer: Option<String>,
     pub records: Vec<crate::records::RecordView>,
     /// Position of the first record shown.
@@ -65,6 +66,7 @@ pub fn history(
     ledgers_per_page: usize,
     focus: Option<(Uuid, u64)>,
     per_ledger: usize,
+    keyring: Option<&kura_store::sealer::Keyring>,
 ) -> anyhow::Result<History> {
     let s = store.read_session(session)?;
     let all = store.session_ledgers(session)?;
@@ -80,7 +82,13 @@ pub fn history(
             _ => 0,
         };
         let records = crate::records::ledger_page(store, l.ledger_id, from, per_ledger)?;
-        let sealer = kura_store::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?;
+        let sealer =
+            kura_store::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?.map(|key| {
+                match keyring.and_then(|k| k.get(&key)) {
+                    Some(name) => name.to_owned(),
+                    None => key,
+                }
+            });
         ledgers.push(LedgerView {
             ledger: l,
             sealer,
@@ -103,6 +111,38 @@ pub struct Waiting {
     pub author_id: String,
     /// Who has voted so far: (author id, vote).
     pub votes: Vec<(String, String)>,
+    /// The label of the session it belongs to.
+    pub session_label: String,
+    /// What the person asked for in the turn that made the request (its start).
+    pub instruction: String,
+}
+
+/// The instruction text is shown up to this many bytes on an approval card.
+const INSTRUCTION_BYTES: i64 = 600;
+
+/// A session's label and the instruction of the turn `turn`, read only as far as shown.
+fn task(store: &Store, a: &Approval) -> anyhow::Result<(String, String)> {
+    let (label, raw): (String, Option<Vec<u8>>) = store.conn().query_row(
+        "SELECT s.label,
+                (SELECT substr(CAST(r.content AS BLOB), 1, ?3) FROM turns t
+                   JOIN requests q ON q.request_seq = t.request_seq
+                   JOIN records r ON r.record_id = q.record_id
+                  WHERE t.turn_id = ?2)
+           FROM sessions s WHERE s.session_id = ?1",
+        params![
+            a.session_id.to_string(),
+            a.turn_id.to_string(),
+            INSTRUCTION_BYTES
+        ],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let raw = String::from_utf8_lossy(&raw.unwrap_or_default()).into_owned();
+    // A whole instruction is {"text": ...}; a cut one is shown as stored.
+    let text = serde_json::from_str::<serde_json::Value>(&raw)
+        .ok()
+        .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or(raw);
+    Ok((label, text))
 }
 
 /// Every request waiting for people, oldest first.
@@ -115,11 +155,14 @@ pub fn waiting(store: &Store) -> anyhow::Result<Vec<Waiting>> {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let votes = votes(store.conn(), a.request_id)?;
+        let (session_label, instruction) = task(store, &a)?;
         out.push(Waiting {
             approval: a,
             content,
             author_id,
             votes,
+            session_label,
+            instruction,
         });
     }
     Ok(out)

@@ -84,6 +84,10 @@ pub struct Trust {
     pub witnesses: Vec<String>,
     /// Peer witnesses by name.
     pub peers: Vec<String>,
+    /// The pinned log verifier key (`[serve] log_verifier`) the checkpoint is checked against.
+    pub log_verifier: Option<String>,
+    /// Names for sealing keys (`[serve] keyring`), so a page says "sealed by hashi".
+    pub sealers: Option<kura_store::sealer::Keyring>,
 }
 
 /// Everything a request handler needs.

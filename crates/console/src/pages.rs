@@ -78,16 +78,16 @@ pub fn sessions(rows: &[SessionRow], page: i64, more: bool) -> Markup {
         h1 { "Sessions" }
         @if rows.is_empty() { p.empty { "No sessions yet. Submit one with " code { "minato submit" } "." } }
         table.sessions {
-            thead { tr { th { "Session" } th { "Label" } th { "Status" } th { "Turns" } th { "Waiting" } th { "Created" } } }
+            thead { tr { th { "Label" } th { "Status" } th { "Turns" } th { "Waiting" } th { "Created" } th { "Session" } } }
             tbody {
                 @for s in rows {
                     tr {
-                        td { a href={ "/s/" (s.id) } { code { (short(&s.id)) } } }
-                        td { (t(&s.label)) (flag(&s.label)) }
+                        td.label { a href={ "/s/" (s.id) } { (t(&s.label)) } (flag(&s.label)) }
                         td { span class={ "status " (s.status) } { (s.status) } }
                         td.num { (s.turns) }
                         td.num { @if s.waiting > 0 { a.badge href="/approvals" { (s.waiting) } } @else { "0" } }
-                        td { time { (s.created_at) } }
+                        td { (when(&s.created_at)) }
+                        td { a href={ "/s/" (s.id) } { code { (short(&s.id)) } } }
                     }
                 }
             }
@@ -125,7 +125,7 @@ pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> 
                 p.sub {
                     code { (l.ledger.ledger_id) } " · " (l.ledger.record_count) " records"
                     @if let Some(hash) = &l.ledger.ledger_hash { " · hash " code title=(hash) { (short(hash)) } }
-                    @if let Some(s) = &l.sealer { " · sealed by " code title=(s) { (short(s)) } }
+                    @if let Some(s) = &l.sealer { " · sealed by " strong.sealer { (t(s)) } }
                 }
                 @for r in &l.records { (record(r)) }
                 @let shown_to = l.from + l.records.len() as u64;
@@ -163,12 +163,13 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
                 data-content=(w.content)
                 data-approver=(me.name)
                 data-session=(a.session_id) {
-                h2 { "Request " code { (short(&a.request_id.to_string())) } }
+                h2 { (t(&a.tool_name)) " for " a href={ "/s/" (a.session_id) } { (t(&w.session_label)) } }
+                p.task { "Task: " q { (t(&w.instruction)) } (flag(&w.instruction)) }
                 p.sub {
                     "rule " code { (t(a.rule.as_deref().unwrap_or_default())) }
                     " · needs " (a.required) " approval" @if a.required != 1 { "s" }
-                    " · session " a href={ "/s/" (a.session_id) } { code { (short(&a.session_id.to_string())) } }
-                    " · filed " time { (a.created_at) }
+                    " · filed " (when(&a.created_at))
+                    " · request " code title=(a.request_id) { (short(&a.request_id.to_string())) }
                 }
                 p.votes {
                     @if w.votes.is_empty() { "No votes yet." }
@@ -203,10 +204,40 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
     }
 }
 
-/// Verification state: the last sweep, the last checkpoint and its witnesses, any alarm.
+/// Checks the signer's last checkpoint against the pinned log key and the store: what a
+/// person may trust, said in words (`Err` says why not).
+pub fn check_checkpoint(
+    store: &kura_store::Store,
+    note: Option<&str>,
+    vkey: Option<&str>,
+) -> Result<String, String> {
+    use kura_store::checkpoint::{extends, open};
+    let note = note.ok_or(
+        "No checkpoint signed yet (kura serve signs one when it holds the log key): nothing to \
+         check against the pinned log key.",
+    )?;
+    let Some(vkey) = vkey else {
+        return Err("not checked: no log key is pinned ([serve] log_verifier)".into());
+    };
+    let name = vkey.split('+').next().unwrap_or_default();
+    let cp = open(note, vkey).map_err(|e| format!("REFUSED: {e}"))?;
+    match extends(store.conn(), &cp) {
+        Ok(Ok(())) => Ok(format!(
+            "Checked by this console against the pinned log key {name}: signed, {} seals, \
+             and this database's seal log still extends it.",
+            cp.size
+        )),
+        Ok(Err(why)) => Err(format!("ALARM: signed by {name}, but {why}")),
+        Err(e) => Err(format!("cannot compare with this database: {e}")),
+    }
+}
+
+/// Verification state: the last sweep, the last checkpoint (checked here against the pinned
+/// log key) and its witnesses, any alarm.
 pub fn verification(
     sweep: Option<&kura_store::ops::Sweep>,
     checkpoint: Option<&str>,
+    checked: &Result<String, String>,
     trust: &crate::Trust,
     alarm: Option<&str>,
 ) -> Markup {
@@ -215,20 +246,23 @@ pub fn verification(
         @if let Some(a) = alarm { p.fail { (t(a)) } }
         h2 { "Integrity sweep" }
         @match sweep {
-            Some(s) if s.ok => p.ok { "OK at " time { (s.at) } ": " (t(&s.summary)) },
-            Some(s) => p.fail { "FAILED at " time { (s.at) } ": " (t(&s.summary)) },
+            Some(s) if s.ok => p.ok { "OK, " (when(&s.at)) ": " (t(&s.summary)) },
+            Some(s) => p.fail { "FAILED, " (when(&s.at)) ": " (t(&s.summary)) },
             None => p.empty { "No sweep has run yet (kura serve runs one soon after it starts)." },
         }
         h2 { "Signed checkpoint" }
-        @match checkpoint {
-            Some(c) => pre.checkpoint { (t(c)) },
-            None => p.empty { "No checkpoint signed yet (kura serve signs one when it holds the log key)." },
+        @match checked {
+            Ok(m) => p.ok.checked { (t(m)) },
+            Err(m) => p.fail.checked { (t(m)) },
+        }
+        @if let Some(c) = checkpoint {
+            details { summary { "The signed note" } pre.checkpoint { (t(c)) } }
         }
         h2 { "Witnesses" }
         @if trust.witnesses.is_empty() && trust.peers.is_empty() { p.empty { "None configured." } }
         ul {
-            @for w in &trust.witnesses { li { "directory " code { (w) } } }
-            @for p in &trust.peers { li { "peer " (p) " (cosigns over the bus)" } }
+            @for w in &trust.witnesses { li { "directory " code { (t(w)) } } }
+            @for p in &trust.peers { li { "peer " (t(p)) " (cosigns over the bus)" } }
         }
     }
 }

@@ -342,16 +342,12 @@ async fn history(
         .as_deref()
         .and_then(|l| data::id(l).ok())
         .map(|l| (l, num::<u64>(&q.from)));
+    let me = c.clone();
     let h = c
         .read(move |s| {
-            data::history(
-                s,
-                data::id(&id)?,
-                page_no,
-                LEDGERS_PER_PAGE,
-                focus,
-                per_ledger,
-            )
+            let keyring = me.trust.sealers.as_ref();
+            let id = data::id(&id)?;
+            data::history(s, id, page_no, LEDGERS_PER_PAGE, focus, per_ledger, keyring)
         })
         .await;
     page(&c, &headers, "session", |_| {
@@ -422,6 +418,12 @@ async fn verification(State(c): State<Shared>, headers: HeaderMap) -> Response {
         .checkpoint_file
         .as_ref()
         .and_then(|p| std::fs::read_to_string(p).ok());
+    let vkey = c.trust.log_verifier.clone();
+    let note = checkpoint.clone();
+    let checked = c
+        .read(move |s| Ok(pages::check_checkpoint(s, note.as_deref(), vkey.as_deref())))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
     page(&c, &headers, "verification", |_| {
         let st = shown(st)?;
         let alarm = st
@@ -432,6 +434,7 @@ async fn verification(State(c): State<Shared>, headers: HeaderMap) -> Response {
         Ok(pages::verification(
             st.last_sweep.as_ref(),
             checkpoint.as_deref(),
+            &checked,
             &c.trust,
             alarm,
         ))

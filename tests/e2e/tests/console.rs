@@ -6,6 +6,7 @@
 mod browser;
 mod hidden;
 mod limits;
+mod people;
 
 use std::time::{Duration, Instant};
 
