@@ -55,12 +55,6 @@ pub fn remember_in(
             "INSERT OR IGNORE INTO memory_sessions (record_id, session_id) VALUES (?1, ?2)",
             params![id, session_id.to_string()],
         )?;
-        if !existed {
-            tx.execute_cached(
-                "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
-                params![item.text, id, item.kind.as_str()],
-            )?;
-        }
         if let Some(old) = &item.supersedes
             && let Some(old_id) = find_decision(tx, author, old)?
             && old_id != record.record_id
@@ -73,6 +67,25 @@ pub fn remember_in(
         });
     }
     Ok(out)
+}
+
+/// Indexes a newly stored memory record (`memory.fact`, `memory.decision`) for search; any
+/// other record is left alone. Called in the transaction that stores it.
+pub(crate) fn index_new_in(tx: &Connection, record_id: &Uuid, new: &NewRecord) -> Result<()> {
+    if !matches!(
+        new.record_type,
+        RecordType::MemoryFact | RecordType::MemoryDecision
+    ) {
+        return Ok(());
+    }
+    let Some(text) = new.content.get("text").and_then(serde_json::Value::as_str) else {
+        return Ok(());
+    };
+    tx.execute_cached(
+        "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
+        params![text, record_id.to_string(), new.record_type.as_str()],
+    )?;
+    Ok(())
 }
 
 fn edge(tx: &Connection, src: &str, rel: &str, dst: &str) -> Result<()> {

@@ -632,3 +632,41 @@ fn model_text_cannot_drive_the_terminal() {
         );
     }
 }
+
+/// Broke (issue 24 item 14): a `memory.fact` added with `kura record add` was never found by
+/// `kura search` — only mikado's extraction indexed memory. Every writer's memory is found.
+#[test]
+fn a_fact_added_by_hand_is_found_by_search() {
+    let k = Kura::new();
+    let session = k.ok(&["session", "new"]);
+    let ledger = k.ok(&["ledger", "open", "--session", &session, "--label", "notes"]);
+    k.ok(&[
+        "record",
+        "add",
+        "--ledger",
+        &ledger,
+        "--type",
+        "memory.fact",
+        "--author",
+        "user:oles",
+        "--text",
+        "the shopping list lives in lists/shopping.md",
+    ]);
+    let found = k.ok(&["search", "shopping", "--json"]);
+    assert!(found.contains("lists/shopping.md"), "{found}");
+    // A thought is not memory: not indexed.
+    k.ok(&[
+        "record",
+        "add",
+        "--ledger",
+        &ledger,
+        "--type",
+        "agent.thought",
+        "--author",
+        "agent:x",
+        "--text",
+        "walrus thoughts",
+    ]);
+    let none = k.ok(&["search", "walrus", "--json"]);
+    assert!(!none.contains("walrus thoughts"), "{none}");
+}

@@ -48,6 +48,10 @@ fn migrations() -> Vec<M<'static>> {
         // Every row is copied, so no reference breaks; no `foreign_key_check`, because a
         // tampered file that already lacks a referenced record must still open for `verify`.
         M::up(include_str!("../../migrations/013_compact_hashes.sql")),
+        // 014: memory records stored before every writer indexed them, indexed for search.
+        M::up(include_str!(
+            "../../migrations/014_memory_from_anywhere.sql"
+        )),
     ]
 }
 
@@ -430,6 +434,47 @@ mod tests {
                 .any(|p| p.id == id && p.check == "record_hash"),
             "{:?}",
             report.problems
+        );
+    }
+
+    /// A memory fact stored before every writer indexed memory (a person's `kura record add`)
+    /// is indexed by migration 014, once; other records are not.
+    #[test]
+    fn migration_014_indexes_memory_stored_before_it() {
+        use proto::record::{Content, NewRecord, RecordType};
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("m.db");
+        let mut store =
+            crate::Store::create(&path, &crate::StoreOptions::default()).expect("create");
+        let fact = NewRecord::new(
+            RecordType::MemoryFact,
+            Content::text("the spare key is under the blue pot"),
+            "user:oles",
+        );
+        let thought = NewRecord::new(RecordType::AgentThought, Content::text("pot"), "agent:x");
+        store.write_record(&fact).expect("fact");
+        store.write_record(&thought).expect("thought");
+        // What a version-13 store looked like: the fact never indexed.
+        store
+            .conn()
+            .execute_batch("DELETE FROM kb; PRAGMA user_version = 13")
+            .expect("unindex");
+        drop(store);
+        let store = crate::Store::open(&path, &crate::StoreOptions::default()).expect("migrate");
+        let rows: Vec<(String, String)> = store
+            .conn()
+            .prepare("SELECT text, record_type FROM kb")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows");
+        assert_eq!(
+            rows,
+            [(
+                "the spare key is under the blue pot".to_owned(),
+                "memory.fact".to_owned()
+            )]
         );
     }
 

@@ -101,6 +101,9 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
             deduplicated: true,
         });
     }
+    // Memory is found by search whoever wrote it: mikado's extraction, a person's `kura record
+    // add`, an outside agent.
+    crate::memory::index_new_in(conn, &record_id, new)?;
     Ok(Stored {
         record: Record {
             record_id,
