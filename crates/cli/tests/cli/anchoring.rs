@@ -10,9 +10,14 @@ use std::time::{Duration, Instant};
 
 use kura_testkit::cli::{Kura, bin};
 
-/// Runs `kura serve` with `config` (and `creds` as its `$CREDENTIALS_DIRECTORY`, as systemd
-/// hands the log key over) until `done` holds (or 30 s), then stops it; returns its log.
-fn serve_until(k: &Kura, config: &Path, creds: Option<&Path>, done: impl Fn() -> bool) -> String {
+/// Runs `kura serve` with `config` (and `env`, e.g. `$CREDENTIALS_DIRECTORY` as systemd hands
+/// the log key over) until `done` holds (or 30 s), then stops it; returns its log.
+fn serve_until(
+    k: &Kura,
+    config: &Path,
+    env: &[(&str, std::ffi::OsString)],
+    done: impl Fn() -> bool,
+) -> String {
     let log = k.dir.path().join("serve.log");
     let mut cmd = Command::new(bin());
     cmd.args(["serve", "--config"])
@@ -23,9 +28,7 @@ fn serve_until(k: &Kura, config: &Path, creds: Option<&Path>, done: impl Fn() ->
         .env("KURA_NATS_URL", "nats://127.0.0.1:1")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"));
-    if let Some(creds) = creds {
-        cmd.env("CREDENTIALS_DIRECTORY", creds);
-    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let mut child = cmd.spawn().expect("serve");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() && Instant::now() < deadline {
@@ -149,7 +152,46 @@ fn git_witness_never_runs_a_planted_hook() {
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("size 1"))
     };
-    let log = serve_until(&k, &config, Some(&creds), pushed);
+    // Every git kura serve runs goes through a wrapper that records its environment.
+    let bin_dir = k.dir.path().join("bin");
+    std::fs::create_dir(&bin_dir).expect("bin");
+    let env_log = k.dir.path().join("git-env");
+    let real_git = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v git"])
+            .output()
+            .expect("sh")
+            .stdout,
+    )
+    .expect("utf8");
+    std::fs::write(
+        bin_dir.join("git"),
+        format!(
+            "#!/bin/sh
+env >> '{}'
+exec '{}' \"$@\"\n",
+            env_log.display(),
+            real_git.trim()
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(bin_dir.join("git"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let env = [
+        ("CREDENTIALS_DIRECTORY", creds.clone().into_os_string()),
+        ("PATH", path.into()),
+        ("GIT_CONFIG_PARAMETERS", "'core.hookspath'='/tmp'".into()),
+    ];
+    let log = serve_until(&k, &config, &env, pushed);
+    let seen = std::fs::read_to_string(&env_log).expect("git ran");
+    assert!(!seen.contains("CREDENTIALS_DIRECTORY"), "{seen}");
+    assert!(!seen.contains("GIT_CONFIG_PARAMETERS"), "{seen}");
+    assert!(seen.contains("GIT_CONFIG_NOSYSTEM=1"), "{seen}");
     assert!(
         !marker.exists(),
         "a planted program ran inside kura serve:\n{}\nserve log:\n{log}",
@@ -216,13 +258,13 @@ fn deleting_the_checkpoint_file_does_not_hide_a_rewrite() {
         move || std::fs::read_to_string(&head).is_ok_and(|t| t.contains(&format!("\n{size}\n")))
     };
     // A fresh install: the signer starts its head on the empty log by itself.
-    serve_until(&k, &config, None, signed(0));
+    serve_until(&k, &config, &[], signed(0));
     let session = k.ok(&["session", "new", "--label", "payments"]);
     k.seal_text(&session, "groceries", "bought rice");
     let early = k.dir.path().join("early.db");
     std::fs::copy(&k.db, &early).expect("copy");
     k.seal_text(&session, "payment", "paid 10 EUR to alice");
-    serve_until(&k, &config, None, signed(2));
+    serve_until(&k, &config, &[], signed(2));
 
     // The rewrite, consistent by construction, and the head deleted.
     std::fs::copy(&early, &k.db).expect("rewrite");
@@ -231,7 +273,7 @@ fn deleting_the_checkpoint_file_does_not_hide_a_rewrite() {
     std::fs::remove_file(&head).expect("delete the head");
 
     // The signer refuses, loudly, says what to do, and signs nothing.
-    let log = serve_until(&k, &config, None, || {
+    let log = serve_until(&k, &config, &[], || {
         std::fs::read_to_string(k.dir.path().join("serve.log"))
             .is_ok_and(|l| l.matches("ALARM").count() >= 2)
     });
@@ -251,7 +293,7 @@ fn deleting_the_checkpoint_file_does_not_hide_a_rewrite() {
     assert!(!head.exists());
     trust_current(&k, &key);
     assert!(std::fs::read_to_string(&head).is_ok_and(|t| t.contains("\n2\n")));
-    let log = serve_until(&k, &config, None, || {
+    let log = serve_until(&k, &config, &[], || {
         std::fs::read_to_string(k.dir.path().join("serve.log"))
             .is_ok_and(|l| l.contains("checkpoint signed"))
     });
@@ -281,7 +323,7 @@ fn an_unchanged_log_is_not_written_again_every_round() {
         witness.join("checkpoint"),
         witness.join("leaves"),
     ];
-    serve_until(&k, &config, None, || files.iter().all(|f| f.exists()));
+    serve_until(&k, &config, &[], || files.iter().all(|f| f.exists()));
     let stamp = || -> Vec<(u64, i64, i64)> {
         files
             .iter()
@@ -293,7 +335,7 @@ fn an_unchanged_log_is_not_written_again_every_round() {
             .collect()
     };
     let before = stamp();
-    let log = serve_until(&k, &config, None, || {
+    let log = serve_until(&k, &config, &[], || {
         std::fs::read_to_string(k.dir.path().join("serve.log"))
             .is_ok_and(|l| l.matches("checkpoint signed").count() >= 3)
     });
@@ -306,7 +348,7 @@ fn an_unchanged_log_is_not_written_again_every_round() {
     // A log that grows is still signed and witnessed.
     let session = k.ok(&["session", "new"]);
     k.seal_text(&session, "a", "one");
-    serve_until(&k, &config, None, || {
+    serve_until(&k, &config, &[], || {
         std::fs::read_to_string(witness.join("checkpoint")).is_ok_and(|t| t.contains("\n1\n"))
     });
     assert!(std::fs::read_to_string(&head).is_ok_and(|t| t.contains("\n1\n")));
