@@ -386,3 +386,49 @@ pub fn decide(
         }
     }
 }
+
+/// PROTOCOL.md's `signed_at` grammar and freshness window, checked against the parser aegis
+/// uses (humantime's RFC 3339): the spellings it says are accepted are, the ones it says are
+/// refused are.
+#[cfg(test)]
+mod protocol_md_signed_at {
+    use super::check_signed_at;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn protocol_md_signed_at_grammar_and_window() {
+        // 2026-11-22T10:00:00Z
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_341_600);
+        let window = Duration::from_secs(600);
+        for ok in [
+            "2026-11-22T10:00:00Z",
+            "2026-11-22T10:00:00.5Z",
+            "2026-11-22T10:00:00.123456789Z",
+            "2026-11-22T10:00:00+00:00",
+            "2026-11-22T10:00:00.250+00:00",
+            // The window is inclusive, either way.
+            "2026-11-22T09:50:00Z",
+            "2026-11-22T10:10:00Z",
+        ] {
+            assert_eq!(check_signed_at(ok, at, window), Ok(()), "{ok}");
+        }
+        for bad in [
+            "2026-11-22t10:00:00Z",
+            "2026-11-22T10:00:00z",
+            "2026-11-22 10:00:00Z",
+            "2026-11-22T10:00:00",
+            "2026-11-22T12:00:00+02:00",
+            "2026-11-22T10:00:00-00:00",
+            "2026-11-22T10:00Z",
+            "20261122T100000Z",
+            "2026-11-22T10:00:00,5Z",
+        ] {
+            let err = check_signed_at(bad, at, window).expect_err(bad);
+            assert!(err.contains("not an RFC 3339 UTC time"), "{bad}: {err}");
+        }
+        for stale in ["2026-11-22T09:49:59Z", "2026-11-22T10:10:00.001Z"] {
+            let err = check_signed_at(stale, at, window).expect_err(stale);
+            assert!(err.contains("must be signed within 600 s"), "{stale}: {err}");
+        }
+    }
+}
