@@ -6,9 +6,8 @@ demo:
     ./scripts/demo
 
 # Every test, as CI runs them (README command 2).
-test:
-    ./scripts/fetch-nats-server
-    cargo test --workspace
+test *args:
+    ./scripts/test {{args}}
 
 # Formatting, lints, docs and dependency policy, as CI checks them.
 check:

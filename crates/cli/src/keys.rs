@@ -60,7 +60,7 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
             } else {
                 out.line(format!(
                     "{} may now ask aegis and send decisions once mikado restarts \
-                     (systemctl restart kura-mikado). Give them {} and aegis's nkey:",
+                     (systemctl restart kura-mikado). Give them {} and aegis's statement key:",
                     id.name,
                     dir.join(identity::CA_FILE).display()
                 ))?;

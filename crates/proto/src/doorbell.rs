@@ -135,8 +135,9 @@ pub struct ToolApprove {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PendingQuery {
-    /// Resume after this queue position (the previous page's `next`); none: from the start.
-    #[serde(default)]
+    /// Resume after this queue position (the previous page's `next`); none: from the start
+    /// (the field is then absent, as PROTOCOL.md says, never `null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<i64>,
 }
 
@@ -224,6 +225,16 @@ mod tests {
 
     fn uuid_strategy() -> impl Strategy<Value = Uuid> {
         any::<u128>().prop_map(Uuid::from_u128)
+    }
+
+    /// Broke (issue 24 item 15): `aegis pending` sent `{"after":null}` where PROTOCOL.md says
+    /// the field is absent or an integer.
+    #[test]
+    fn a_first_page_query_leaves_after_out() {
+        let first = encode(&PendingQuery::default()).expect("encode");
+        assert_eq!(first, b"{}");
+        let next = encode(&PendingQuery { after: Some(7) }).expect("encode");
+        assert_eq!(next, br#"{"after":7}"#);
     }
 
     proptest! {

@@ -19,8 +19,9 @@ use serde::de::DeserializeOwned;
 use super::{Common, Waker};
 use crate::identity;
 
-/// What one connection authenticates with: its nkey (which also names its private inbox and
-/// signs its replies) and the CA it pins.
+/// What one connection authenticates with: the identity's root key (its seed: it signs the
+/// replies; the bus key derived from it logs in and names the private inbox) and the CA it
+/// pins.
 #[derive(Clone, Default)]
 pub struct Credentials {
     /// The identity; none means an anonymous client, which an authenticating server refuses.
@@ -85,7 +86,17 @@ impl Credentials {
             .connection_timeout(Duration::from_secs(3))
             .connect(url)
             .await
-            .with_context(|| format!("cannot connect to NATS at {url}"))
+            .map_err(|e| {
+                // The kind, and its cause: a certificate problem arrives as an I/O error.
+                let cause = std::error::Error::source(&e)
+                    .map(|c| format!(": {c:?}"))
+                    .unwrap_or_default();
+                anyhow::anyhow!(crate::explain::connect_failure(
+                    &format!("{}{cause}", e.kind()),
+                    self,
+                    url
+                ))
+            })
     }
 }
 
@@ -146,8 +157,10 @@ pub struct Bus {
     connected: Arc<AtomicBool>,
     /// Who hears of the connection coming and going.
     listeners: Arc<Listeners>,
-    /// Signs this service's replies (its nkey), so askers can pin who answered.
+    /// Signs this service's replies (its statement key), so askers can pin who answered.
     signer: Option<Arc<nkeys::KeyPair>>,
+    /// Why the last connection attempt failed, explained.
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 /// Consumers to wake on every (re)connect, and callbacks for any change of the connection.
@@ -216,6 +229,11 @@ impl Bus {
         let connected = Arc::new(AtomicBool::new(false));
         let (up, heard) = (connected.clone(), listeners.clone());
         let credentials = Credentials::from_common(common)?;
+        let last_error: Arc<Mutex<Option<String>>> = Arc::default();
+        let (seen, why) = (last_error.clone(), {
+            let (creds, url) = (credentials.clone(), common.nats_url.clone());
+            move |kind: &str| crate::explain::connect_failure(kind, &creds, &url)
+        });
         let client = credentials
             .options(name)?
             .retry_on_initial_connect()
@@ -224,7 +242,7 @@ impl Bus {
             .ping_interval(Duration::from_secs(10))
             .reconnect_delay_callback(reconnect_delay)
             .event_callback(move |event| {
-                let (up, heard) = (up.clone(), heard.clone());
+                let (up, heard, seen, why) = (up.clone(), heard.clone(), seen.clone(), why.clone());
                 async move {
                     match event {
                         Event::Connected => {
@@ -240,6 +258,16 @@ impl Bus {
                         // A refused subscription or publish is the server's word that
                         // the permissions and the code disagree: worth a warning.
                         Event::ServerError(e) => tracing::warn!(error = %e, "NATS server error"),
+                        // A failed (re)connect: said once per distinct cause, with which key
+                        // or CA and what to do, and kept for commands that report it.
+                        Event::ClientError(e) => {
+                            let text = why(&e.to_string());
+                            let mut last = seen.lock().unwrap_or_else(|p| p.into_inner());
+                            if last.as_deref() != Some(text.as_str()) {
+                                tracing::warn!("{text}");
+                                *last = Some(text);
+                            }
+                        }
                         other => tracing::debug!(event = %other, "NATS event"),
                     }
                 }
@@ -254,7 +282,16 @@ impl Bus {
             connected,
             listeners,
             signer: credentials.key,
+            last_error,
         })
+    }
+
+    /// Why the last connection attempt failed (which key or CA, what to do), if one did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Wakes `waker` on every (re)connect (and once now if already connected).

@@ -6,6 +6,7 @@ pub mod bus;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod explain;
 pub mod heartbeat;
 pub mod identity;
 pub mod logging;
@@ -72,8 +73,8 @@ impl Common {
 
     /// Store options from these settings.
     pub fn store_options(&self) -> anyhow::Result<kura_store::StoreOptions> {
-        // The daemon's bus key also signs every ledger it seals (`kura verify` checks it
-        // against identities.toml).
+        // The daemon's statement key (its seed's own key, never the bus key derived from it)
+        // signs every ledger it seals (`kura verify` checks it against identities.toml).
         let sealer = match self.seed_file() {
             Some(path) => Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
                 identity::read_seed(&path)?,

@@ -69,8 +69,18 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads a key file.
+/// Reads a key file, refusing one others can read (like a seed, or ssh's private keys).
 pub fn load(path: &Path) -> anyhow::Result<(String, SigningKey)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        anyhow::bail!(
+            "{}: a key file readable by others (mode {:o}) is refused; chmod 600 it",
+            path.display(),
+            meta.permissions().mode() & 0o777
+        );
+    }
     let text = std::fs::read_to_string(path).with_context(|| {
         format!(
             "cannot read key {} (make one with `aegis keygen`)",
@@ -131,6 +141,12 @@ mod tests {
         assert!(keygen("oles", &path).is_err(), "never overwrites");
         let (name, key) = load(&path).expect("load");
         assert_eq!(name, "oles");
+        // A key file others can read is refused, like a seed.
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let err = load(&path).expect_err("readable by others").to_string();
+        assert!(err.contains("chmod 600"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let id = uuid::Uuid::now_v7();
         let mut d = decision(id);
         sign(&key, &mut d, "hash-a");

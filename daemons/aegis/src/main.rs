@@ -87,8 +87,14 @@ fn main() -> ExitCode {
                     .and_then(|b| kura_runtime::identity::bus_key_from_secret(b).ok())
                     .map(|kp| kp.public_key())
                     .unwrap_or_default();
+                // The keys directory the reader's `kura keys` commands use, when it is not the
+                // Pi's default /etc/kura/keys.
+                let dir = std::env::var("KURA_KEYS_DIR")
+                    .map(|d| format!(" --dir {d}"))
+                    .unwrap_or_default();
                 println!(
-                    "On the Pi, let it onto the bus:\n\n  kura keys add-approver --name {} --nkey {nkey}\n\n\
+                    "On the Pi, let it onto the bus (its bus key is derived from this file):\n\n  \
+                     kura keys add-approver{dir} --name {} --nkey {nkey}\n\n\
                      and trust its signatures in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
                     k.name, k.name, k.public_key
                 );

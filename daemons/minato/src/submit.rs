@@ -75,8 +75,12 @@ pub async fn run_replaying(
     );
     let flushed = tokio::time::timeout(Duration::from_secs(1), bus.client.flush()).await;
     if !matches!(flushed, Ok(Ok(()))) {
+        let why = bus
+            .last_error()
+            .unwrap_or_else(|| format!("the bus at {} did not answer", common.nats_url));
         tracing::warn!(
-            "NATS unreachable; the request is stored and minato will pick it up by polling"
+            "{why}; the request is stored and minato will pick it up by polling (as soon as \
+             this is fixed, or at its next poll)"
         );
     }
     let mut out = Submitted {

@@ -56,7 +56,8 @@ fn an_unauthenticated_or_unlisted_client_is_refused() {
         }
         .connect_once("stranger", &nats.url()),
     );
-    assert!(stranger.is_err(), "an unlisted key connected");
+    let err = stranger.expect_err("an unlisted key connected");
+    assert!(format!("{err:#}").contains("kura keys"), "{err:#}");
     // A listed key, but a client that trusts the system's CAs rather than the pinned one.
     let unpinned = rt.block_on(
         Credentials {
@@ -318,4 +319,50 @@ fn a_rogue_unsigned_reply_does_not_stop_aegis_pending() {
         "the rogue never answered"
     );
     answering.abort();
+}
+
+/// Broke (issue 24 item 15): a key the bus does not list said only "authorization violation",
+/// and a wrong CA only that NATS was unreachable. Each now names the key or the CA, and what
+/// to do next.
+#[test]
+fn a_refused_key_or_a_wrong_ca_is_named_with_what_to_do() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    let key = dir.path().join("ana.key");
+    let out = std::process::Command::new(kura_testkit::bin("aegis"))
+        .args(["keygen", "--name", "ana", "--key"])
+        .arg(&key)
+        .output()
+        .expect("keygen");
+    assert!(out.status.success());
+    let bus_key = kura_runtime::identity::bus_key(&kura_testkit::stack::approver_key(&key))
+        .expect("bus")
+        .public_key();
+    let other = dir.path().join("other-keys");
+    kura_runtime::identity::init(&other, &[]).expect("other install");
+    let pending = |ca: &std::path::Path| {
+        let out = std::process::Command::new(kura_testkit::bin("aegis"))
+            .args(["pending", "--key"])
+            .arg(&key)
+            .env("KURA_NATS_URL", nats.url())
+            .env("KURA_NATS_CA", ca)
+            .env("KURA_AEGIS__REPLY_KEY", nats.signer(Role::Aegis))
+            .output()
+            .expect("aegis pending");
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Not listed: the refusal names ana's bus key and the command that lists it.
+    let err = pending(&nats.ca());
+    assert!(
+        err.contains(&bus_key) && err.contains("kura keys add-approver"),
+        "{err}"
+    );
+    // Another install's CA: the refusal names the pinned file and what to copy.
+    let wrong = other.join(kura_runtime::identity::CA_FILE);
+    let err = pending(&wrong);
+    assert!(
+        err.contains(&wrong.display().to_string()) && err.contains("nats-ca.pem"),
+        "{err}"
+    );
 }
