@@ -428,7 +428,10 @@ mod protocol_md_signed_at {
         }
         for stale in ["2026-11-22T09:49:59Z", "2026-11-22T10:10:00.001Z"] {
             let err = check_signed_at(stale, at, window).expect_err(stale);
-            assert!(err.contains("must be signed within 600 s"), "{stale}: {err}");
+            assert!(
+                err.contains("must be signed within 600 s"),
+                "{stale}: {err}"
+            );
         }
     }
 }
