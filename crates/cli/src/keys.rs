@@ -92,7 +92,10 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
                 out.json(&id)?;
             } else {
                 out.line(format!(
-                    "{} removed; they are refused once mikado restarts",
+                    "{} removed from identities.toml, the one list of who may connect and \
+                     approve: they are refused everywhere (the bus, and aegis whoever delivers \
+                     their decision, the console's relay included) once mikado and aegis \
+                     restart: sudo systemctl restart kura-mikado kura-aegis",
                     id.name
                 ))?;
             }

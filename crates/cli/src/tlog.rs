@@ -224,13 +224,27 @@ pub fn log_verifier(given: Option<String>) -> anyhow::Result<String> {
     }
 }
 
+/// Where to read a configured keyring: the path itself, or — under systemd, where the unit
+/// cannot read root's keys directory — the copy systemd hands over as a credential.
+pub fn readable_keyring(configured: &std::path::Path) -> PathBuf {
+    if std::fs::File::open(configured).is_err()
+        && let Some(copy) = std::env::var_os("CREDENTIALS_DIRECTORY")
+            .map(|d| PathBuf::from(d).join(kura_runtime::identity::IDENTITIES_FILE))
+            .filter(|p| p.exists())
+    {
+        return copy;
+    }
+    configured.to_path_buf()
+}
+
 /// The keyring `kura verify` checks sealers against: the file given, else `[serve] keyring`;
 /// every service in it by its statement key (`signer`; a bus key never seals).
 pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::sealer::Keyring>> {
     let file = match file {
         Some(f) => Some(f),
         None => serve_config()?.and_then(|c| c.serve.keyring),
-    };
+    }
+    .map(|f| readable_keyring(&f));
     let Some(file) = file else {
         return Ok(None);
     };

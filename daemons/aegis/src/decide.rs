@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::limit::{Key, Limiter};
 use crate::policy::{Policy, Verdict};
-use crate::{Approver, keys};
+use crate::{Approver, Approvers, keys};
 
 /// aegis's own author id: policy rulings, expiries and refusals.
 pub const AUTHOR: &str = "sys:aegis";
@@ -145,6 +145,18 @@ fn rejected(message: String) -> Verdicted {
     }
 }
 
+/// Why `name`'s decision is not trusted, saying where to look.
+fn untrusted(approvers: &Approvers, name: &str) -> String {
+    if approvers.is_delisted(name) {
+        format!(
+            "approver {name:?} is not listed in identities.toml (taken off with `kura keys \
+             remove`); their decisions are refused however they arrive"
+        )
+    } else {
+        format!("approver {name:?} has no trusted key")
+    }
+}
+
 /// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
 /// wrong-request, replayed, duplicate or late decisions are refused and recorded.
 /// Refuses a `signed_at` that is not an RFC 3339 UTC time within `window` of `now`: a
@@ -248,7 +260,7 @@ fn check_edit(
 /// call's arguments: only an approval, never past a deny rule, the same for every vote.
 pub fn decide(
     store: &mut Store,
-    approvers: &[Approver],
+    approvers: &Approvers,
     signed_within: Duration,
     limiter: &mut Limiter,
     d: &ApprovalDecision,
@@ -269,7 +281,7 @@ pub fn decide(
             let who = approvers
                 .iter()
                 .find(|x| x.name == d.approver)
-                .ok_or_else(|| format!("approver {:?} has no trusted key", d.approver))?;
+                .ok_or_else(|| untrusted(approvers, &d.approver))?;
             keys::verify(&who.public_key, d, &a.request_hash)?;
             check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
             if a.state != ApprovalState::Asked {

@@ -142,7 +142,6 @@ mod tests {
         let (name, key) = load(&path).expect("load");
         assert_eq!(name, "oles");
         // A key file others can read is refused, like a seed.
-        use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let err = load(&path).expect_err("readable by others").to_string();
         assert!(err.contains("chmod 600"), "{err}");

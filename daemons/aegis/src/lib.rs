@@ -43,7 +43,7 @@ pub struct Approver {
 /// met by M different keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Vec<Approver>", into = "Vec<Approver>")]
-pub struct Approvers(Vec<Approver>);
+pub struct Approvers(Vec<Approver>, Vec<String>);
 
 impl TryFrom<Vec<Approver>> for Approvers {
     type Error = String;
@@ -61,7 +61,32 @@ impl TryFrom<Vec<Approver>> for Approvers {
                 }
             }
         }
-        Ok(Approvers(list))
+        Ok(Approvers(list, Vec::new()))
+    }
+}
+
+impl Approvers {
+    /// Only those `ids` lists as approvers: identities.toml is the one list of who may
+    /// approve, so `kura keys remove NAME` ends a person's approvals however they arrive
+    /// (their own bus key, or the console's relay). The others are remembered as delisted.
+    pub fn listed_in(self, ids: &kura_runtime::identity::Identities) -> Approvers {
+        let (listed, delisted): (Vec<Approver>, Vec<Approver>) =
+            self.0.into_iter().partition(|a| {
+                ids.get(&a.name)
+                    .is_some_and(|i| i.role == kura_runtime::identity::Role::Approver)
+            });
+        Approvers(listed, delisted.into_iter().map(|a| a.name).collect())
+    }
+
+    /// A list past the load-time checks (what an old database or a bug could hold).
+    #[cfg(test)]
+    pub(crate) fn unchecked(list: Vec<Approver>) -> Approvers {
+        Approvers(list, Vec::new())
+    }
+
+    /// Whether `name` is in aegis's config but not (any more) in identities.toml.
+    pub fn is_delisted(&self, name: &str) -> bool {
+        self.1.iter().any(|n| n == name)
     }
 }
 
@@ -92,6 +117,11 @@ pub struct AegisConfig {
     pub ask_timeout_ms: u64,
     /// A decision's `signed_at` must be within this long of aegis's clock (either way).
     pub signed_within_ms: u64,
+    /// identities.toml, the one list of who may approve (approvers named here but not listed
+    /// there are refused); unset: `$CREDENTIALS_DIRECTORY/identities.toml` when systemd
+    /// passes it, else no such check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<std::path::PathBuf>,
     /// For people's commands: the aegis daemon's public nkey (`kura keys list` shows it).
     /// Every reply must be signed by it; the commands refuse to run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,9 +135,30 @@ impl Default for AegisConfig {
             approvers: Approvers::default(),
             ask_timeout_ms: 3_600_000,
             signed_within_ms: 600_000,
+            keyring: None,
             reply_key: None,
         }
     }
+}
+
+/// The approvers whose decisions count: the configured ones, less those identities.toml no
+/// longer lists (when aegis can read it).
+fn trusted_approvers(config: &AegisConfig) -> anyhow::Result<Approvers> {
+    let keyring = config.keyring.clone().or_else(|| {
+        std::env::var_os("CREDENTIALS_DIRECTORY")
+            .map(|d| std::path::PathBuf::from(d).join(kura_runtime::identity::IDENTITIES_FILE))
+            .filter(|p| p.exists())
+    });
+    let Some(path) = keyring else {
+        return Ok(config.approvers.clone());
+    };
+    let ids = kura_runtime::identity::Identities::load_file(&path)?;
+    let approvers = config.approvers.clone().listed_in(&ids);
+    for name in &approvers.1 {
+        tracing::warn!(approver = %name, keyring = %path.display(),
+            "an approver in aegis's config is not listed in identities.toml: their decisions are refused");
+    }
+    Ok(approvers)
 }
 
 fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
@@ -121,7 +172,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         None => policy::Policy::default(),
     });
     let timeout = i64::try_from(config.aegis.ask_timeout_ms).unwrap_or(i64::MAX);
-    let approvers = Arc::new(config.aegis.approvers.clone());
+    let approvers = Arc::new(trusted_approvers(&config.aegis)?);
     let mut daemon = Daemon::start("aegis", &config.common).await?;
     let bus = daemon.bus().clone();
     let serve_store = Arc::new(Mutex::new(daemon.open_store()?));

@@ -111,7 +111,7 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
         SigningKey::from_bytes(&[1u8; 32]),
         SigningKey::from_bytes(&[2u8; 32]),
     );
-    let approvers = [
+    let approvers = Approvers::try_from(vec![
         Approver {
             name: "alice".into(),
             public_key: hex::encode(alice.verifying_key().as_bytes()),
@@ -120,7 +120,8 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
             name: "bob".into(),
             public_key: hex::encode(bob.verifying_key().as_bytes()),
         },
-    ];
+    ])
+    .expect("approvers");
     // Two approvals needed: raise `required` the way a 2-of-N rule would.
     store
         .conn()
@@ -218,7 +219,7 @@ fn one_key_under_two_names_is_refused_and_counts_once() {
             [request_id.to_string()],
         )
         .expect("required");
-    let twice = [approver("eve", &key), approver("eve2", &key)];
+    let twice = Approvers::unchecked(vec![approver("eve", &key), approver("eve2", &key)]);
     assert!(
         decide::decide(
             &mut store,
@@ -256,7 +257,7 @@ fn one_key_under_two_names_is_refused_and_counts_once() {
 fn stale_or_malformed_signed_at_is_refused() {
     let (_dir, mut store, request_id, hash) = store_with_request();
     let alice = SigningKey::from_bytes(&[1u8; 32]);
-    let approvers = [approver("alice", &alice)];
+    let approvers = Approvers::try_from(vec![approver("alice", &alice)]).expect("approvers");
     for (when, why) in [
         ("not-a-time-9999", "not an RFC 3339"),
         ("2020-01-01T00:00:00Z", "decisions must be signed within"),
@@ -295,7 +296,7 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
     let (_dir, mut store, request_id, hash) = store_with_request();
     let alice = SigningKey::from_bytes(&[1u8; 32]);
     let mallory = SigningKey::from_bytes(&[66u8; 32]);
-    let approvers = [approver("alice", &alice)];
+    let approvers = Approvers::try_from(vec![approver("alice", &alice)]).expect("approvers");
     let records_before = count(&store, "SELECT count(*) FROM records");
     let mut limiter = Limiter::default();
     let n = 300;
@@ -580,7 +581,7 @@ fn edit(
 fn edited_arguments_swapped_after_signing_are_refused_and_a_signed_edit_is_bound() {
     let (_dir, mut store, request_id, hash) = store_with_request();
     let alice = SigningKey::from_bytes(&[7u8; 32]);
-    let approvers = [approver("alice", &alice)];
+    let approvers = Approvers::try_from(vec![approver("alice", &alice)]).expect("approvers");
     let mut swapped = edit(&alice, "alice", request_id, &hash, "lists/shopping.md");
     swapped.arguments =
         serde_json::json!({"path": ".ssh/authorized_keys", "content": "ssh-ed25519 AAAA"})
@@ -643,7 +644,8 @@ fn an_edit_policy_denies_or_that_disagrees_with_other_approvals_is_refused() {
         SigningKey::from_bytes(&[8u8; 32]),
         SigningKey::from_bytes(&[9u8; 32]),
     );
-    let approvers = [approver("alice", &alice), approver("bob", &bob)];
+    let approvers = Approvers::try_from(vec![approver("alice", &alice), approver("bob", &bob)])
+        .expect("approvers");
     store
         .conn()
         .execute(
@@ -698,7 +700,8 @@ fn approve_edited_cannot_get_around_a_two_person_rule() {
         SigningKey::from_bytes(&[10u8; 32]),
         SigningKey::from_bytes(&[11u8; 32]),
     );
-    let approvers = [approver("alice", &alice), approver("bob", &bob)];
+    let approvers = Approvers::try_from(vec![approver("alice", &alice), approver("bob", &bob)])
+        .expect("approvers");
     let before = approval(store.conn(), request_id)
         .expect("read")
         .expect("row");
@@ -758,7 +761,7 @@ approvers = 2"#,
 fn a_plain_decision_over_1024_bytes_or_a_note_over_200_characters_is_refused() {
     let (_dir, mut store, request_id, hash) = store_with_request();
     let alice = SigningKey::from_bytes(&[12u8; 32]);
-    let approvers = [approver("alice", &alice)];
+    let approvers = Approvers::try_from(vec![approver("alice", &alice)]).expect("approvers");
     let mut limiter = Limiter::default();
     for (note, says) in [
         ("x".repeat(10_000), "at most 200"),

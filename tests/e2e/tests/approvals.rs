@@ -690,3 +690,61 @@ fn a_large_pending_request_does_not_block_the_others() {
     s.wait_complete(r2, MINUTE);
     s.verify_all();
 }
+
+/// Attack (issue 24 item 9): `kura keys remove ana` took ana off the bus, but aegis still
+/// trusted her signature, so she kept approving through the console (whose relay speaks for
+/// her over `serve`'s identity). identities.toml is the one list of who may approve: once
+/// she is removed (and aegis restarted, as the command says), her signed decision is refused
+/// whoever delivers it.
+#[test]
+fn a_removed_approver_cannot_approve_through_a_relay() {
+    let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "plan.md", "content": "x"}}, {"deliver": "done"}]]}"#;
+    let mut s = stack(script, "", &["ana"]);
+    let keyring = s.nats.keys_dir().join("identities.toml");
+    s.extra_env
+        .push(("KURA_AEGIS__KEYRING".into(), keyring.display().to_string()));
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    s.submit("write the plan");
+    let item = wait_pending(&s, 1).remove(0);
+    kura_runtime::identity::remove(s.nats.keys_dir(), "ana").expect("remove ana");
+    s.signal("aegis", "TERM");
+    s.wait_exit("aegis", MINUTE);
+    s.spawn("aegis", "aegis");
+    // The console's relay: serve's identity delivers ana's signed approval.
+    let d = decision(&s, "ana", "ana.key", &item, true);
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let verdict: Value = rt.block_on(async {
+        let c = s.nats.client(Role::Serve).await.expect("connect");
+        let deadline = std::time::Instant::now() + MINUTE;
+        loop {
+            match c
+                .request(
+                    "oclaw.v1.aegis.cmd.approval.decide",
+                    serde_json::to_vec(&d).expect("json").into(),
+                )
+                .await
+            {
+                Ok(reply) => break serde_json::from_slice(&reply.payload).expect("json"),
+                Err(e) => {
+                    assert!(std::time::Instant::now() < deadline, "aegis: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    assert_eq!(verdict["ok"], false, "{verdict}");
+    assert!(
+        verdict["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("identities.toml")),
+        "{verdict}"
+    );
+    let state: String = s
+        .store()
+        .conn()
+        .query_row("SELECT state FROM approvals", [], |r| r.get(0))
+        .expect("approval");
+    assert_eq!(state, "asked", "nothing approved");
+}
