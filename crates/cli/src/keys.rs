@@ -87,16 +87,18 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
             }
         }
         KeysCmd::Remove { dir, name } => {
-            let id = identity::remove(&dir, &name)?;
+            let gone = identity::remove(&dir, &name)?;
             if json {
-                out.json(&id)?;
+                out.json(&json!({"name": name, "bus_identity": gone}))?;
             } else {
+                let bus = match &gone {
+                    Some(_) => "taken off the bus, and ",
+                    None => "(not on the bus) ",
+                };
                 out.line(format!(
-                    "{} removed from identities.toml, the one list of who may connect and \
-                     approve: they are refused everywhere (the bus, and aegis whoever delivers \
-                     their decision, the console's relay included) once mikado and aegis \
-                     restart: sudo systemctl restart kura-mikado kura-aegis",
-                    id.name
+                    "{name} {bus}recorded as removed in identities.toml: aegis refuses their \
+                     decisions however they arrive (the console's relay included) once mikado \
+                     and aegis restart: sudo systemctl restart kura-mikado kura-aegis"
                 ))?;
             }
         }

@@ -147,6 +147,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IdentityError + '_ {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Identities {
+    /// People taken off with `kura keys remove`: aegis refuses their decisions however they
+    /// arrive (their own bus key, or the console's relay), until they are added again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
     /// In file order.
     #[serde(default, rename = "identity")]
     pub list: Vec<Identity>,
@@ -601,25 +605,34 @@ fn add_listed(dir: &Path, name: &str, role: Role, nkey: &str) -> Result<Identity
         signer: None,
         retired: Vec::new(),
     };
+    // Added again: no longer removed.
+    ids.removed.retain(|n| n != name);
     ids.list.push(id.clone());
     ids.save(dir)?;
     Ok(id)
 }
 
 /// Removes an approver or a peer from the list.
-pub fn remove(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
+/// Returns what left the bus list: none for a person who approved only through the console
+/// (no bus key); either way the name is recorded as removed, so aegis refuses their
+/// decisions (see [`Identities::removed`]).
+pub fn remove(dir: &Path, name: &str) -> Result<Option<Identity>, IdentityError> {
     let mut ids = Identities::load(dir)?;
-    let Some(pos) = ids.list.iter().position(|i| i.name == name) else {
-        return Err(IdentityError::Refused(format!(
-            "no identity named {name:?}"
-        )));
+    check_name(name).map_err(IdentityError::Refused)?;
+    let gone = match ids.list.iter().position(|i| i.name == name) {
+        Some(pos) if !ids.list[pos].role.is_listed() => {
+            return Err(IdentityError::Refused(format!(
+                "{name:?} is a service; rotate its key with `kura keys rotate {name}` instead"
+            )));
+        }
+        Some(pos) => Some(ids.list.remove(pos)),
+        None => None,
     };
-    if !ids.list[pos].role.is_listed() {
-        return Err(IdentityError::Refused(format!(
-            "{name:?} is a service; rotate its key with `kura keys rotate {name}` instead"
-        )));
+    if gone.as_ref().is_none_or(|g| g.role == Role::Approver)
+        && !ids.removed.iter().any(|n| n == name)
+    {
+        ids.removed.push(name.to_owned());
     }
-    let gone = ids.list.remove(pos);
     ids.save(dir)?;
     Ok(gone)
 }
@@ -985,5 +998,25 @@ mod tests {
         ] {
             assert!(check_nonce(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_removed_person_is_recorded_until_added_again() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        init(tmp.path(), &[]).expect("init");
+        let key = nkeys::KeyPair::new_user().public_key();
+        add_approver(tmp.path(), "ana", &key).expect("add");
+        assert!(remove(tmp.path(), "ana").expect("remove").is_some());
+        // A console-only approver (no bus key) is recorded too.
+        assert!(remove(tmp.path(), "bo").expect("remove").is_none());
+        let ids = Identities::load(tmp.path()).expect("load");
+        assert_eq!(ids.removed, ["ana", "bo"]);
+        assert!(ids.get("ana").is_none());
+        add_approver(tmp.path(), "ana", &key).expect("again");
+        assert_eq!(Identities::load(tmp.path()).expect("load").removed, ["bo"]);
+        assert!(
+            remove(tmp.path(), "hashi").is_err(),
+            "a service is rotated, not removed"
+        );
     }
 }

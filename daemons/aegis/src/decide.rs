@@ -149,8 +149,8 @@ fn rejected(message: String) -> Verdicted {
 fn untrusted(approvers: &Approvers, name: &str) -> String {
     if approvers.is_delisted(name) {
         format!(
-            "approver {name:?} is not listed in identities.toml (taken off with `kura keys \
-             remove`); their decisions are refused however they arrive"
+            "approver {name:?} was removed (`kura keys remove`, recorded in identities.toml); \
+             their decisions are refused however they arrive"
         )
     } else {
         format!("approver {name:?} has no trusted key")

@@ -66,16 +66,15 @@ impl TryFrom<Vec<Approver>> for Approvers {
 }
 
 impl Approvers {
-    /// Only those `ids` lists as approvers: identities.toml is the one list of who may
-    /// approve, so `kura keys remove NAME` ends a person's approvals however they arrive
-    /// (their own bus key, or the console's relay). The others are remembered as delisted.
+    /// Less those `ids` records as removed: `kura keys remove NAME` ends a person's approvals
+    /// however they arrive (their own bus key, or the console's relay of a decision their
+    /// browser signed). The removed are remembered, to say so.
     pub fn listed_in(self, ids: &kura_runtime::identity::Identities) -> Approvers {
-        let (listed, delisted): (Vec<Approver>, Vec<Approver>) =
-            self.0.into_iter().partition(|a| {
-                ids.get(&a.name)
-                    .is_some_and(|i| i.role == kura_runtime::identity::Role::Approver)
-            });
-        Approvers(listed, delisted.into_iter().map(|a| a.name).collect())
+        let (kept, removed): (Vec<Approver>, Vec<Approver>) = self
+            .0
+            .into_iter()
+            .partition(|a| !ids.removed.contains(&a.name));
+        Approvers(kept, removed.into_iter().map(|a| a.name).collect())
     }
 
     /// A list past the load-time checks (what an old database or a bug could hold).
@@ -84,7 +83,7 @@ impl Approvers {
         Approvers(list, Vec::new())
     }
 
-    /// Whether `name` is in aegis's config but not (any more) in identities.toml.
+    /// Whether `name` is in aegis's config but removed in identities.toml.
     pub fn is_delisted(&self, name: &str) -> bool {
         self.1.iter().any(|n| n == name)
     }
@@ -117,9 +116,9 @@ pub struct AegisConfig {
     pub ask_timeout_ms: u64,
     /// A decision's `signed_at` must be within this long of aegis's clock (either way).
     pub signed_within_ms: u64,
-    /// identities.toml, the one list of who may approve (approvers named here but not listed
-    /// there are refused); unset: `$CREDENTIALS_DIRECTORY/identities.toml` when systemd
-    /// passes it, else no such check.
+    /// identities.toml: approvers it records as removed (`kura keys remove`) are refused;
+    /// unset: `$CREDENTIALS_DIRECTORY/identities.toml` when systemd passes it, else no such
+    /// check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyring: Option<std::path::PathBuf>,
     /// For people's commands: the aegis daemon's public nkey (`kura keys list` shows it).
@@ -156,7 +155,7 @@ fn trusted_approvers(config: &AegisConfig) -> anyhow::Result<Approvers> {
     let approvers = config.approvers.clone().listed_in(&ids);
     for name in &approvers.1 {
         tracing::warn!(approver = %name, keyring = %path.display(),
-            "an approver in aegis's config is not listed in identities.toml: their decisions are refused");
+            "an approver in aegis's config was removed (identities.toml): their decisions are refused");
     }
     Ok(approvers)
 }

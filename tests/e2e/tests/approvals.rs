@@ -693,9 +693,9 @@ fn a_large_pending_request_does_not_block_the_others() {
 
 /// Attack (issue 24 item 9): `kura keys remove ana` took ana off the bus, but aegis still
 /// trusted her signature, so she kept approving through the console (whose relay speaks for
-/// her over `serve`'s identity). identities.toml is the one list of who may approve: once
-/// she is removed (and aegis restarted, as the command says), her signed decision is refused
-/// whoever delivers it.
+/// her over `serve`'s identity). `kura keys remove` now records her as removed in
+/// identities.toml, which aegis reads: once aegis restarts (as the command says), her signed
+/// decision is refused whoever delivers it.
 #[test]
 fn a_removed_approver_cannot_approve_through_a_relay() {
     let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "plan.md", "content": "x"}}, {"deliver": "done"}]]}"#;
