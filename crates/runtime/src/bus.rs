@@ -87,8 +87,9 @@ impl Credentials {
             .connect(url)
             .await
             .map_err(|e| {
-                // The kind, and its cause: a certificate problem arrives as an I/O error.
+                // The kind, and for an I/O error its cause: a certificate problem arrives as one.
                 let cause = std::error::Error::source(&e)
+                    .filter(|_| e.kind() == async_nats::ConnectErrorKind::Io)
                     .map(|c| format!(": {c:?}"))
                     .unwrap_or_default();
                 anyhow::anyhow!(crate::explain::connect_failure(
