@@ -103,6 +103,16 @@ if [ ! -e "$keys/identities.toml" ]; then
     else
         "${KURA_INIT:-$root/opt/kura/bin/kura}" keys init --dir "$keys"
     fi
+elif ! grep -q '^signer' "$keys/identities.toml" || [ ! -e "$keys/console.pem" ]; then
+    # Made by an older Kura: services get bus keys derived from their seeds (one key, one
+    # purpose) and the console a certificate of its own; it says which people re-add theirs.
+    if [ $live = 1 ]; then
+        hosts=()
+        for h in $(hostname 2>/dev/null) $(hostname -I 2>/dev/null); do hosts+=(--host "$h"); done
+        /opt/kura/bin/kura keys upgrade --dir /etc/kura/keys "${hosts[@]}"
+    else
+        "${KURA_INIT:-$root/opt/kura/bin/kura}" keys upgrade --dir "$keys"
+    fi
 fi
 
 # The seal log's key: kura serve signs checkpoints with it (systemd hands it over as a

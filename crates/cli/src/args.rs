@@ -351,6 +351,10 @@ pub enum KeysCmd {
         /// The keys directory.
         #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
         dir: PathBuf,
+        /// A name or address the console is reached at (repeatable), for its certificate
+        /// when the directory has none yet.
+        #[arg(long = "host", value_name = "NAME|ADDR")]
+        hosts: Vec<String>,
     },
 }
 

@@ -113,21 +113,32 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
                 ))?;
             }
         }
-        KeysCmd::Upgrade { dir } => {
-            let listed = identity::upgrade(&dir)?;
+        KeysCmd::Upgrade { dir, hosts } => {
+            let done = identity::upgrade(&dir, &hosts)?;
             if json {
-                out.json(&json!({"dir": dir, "relist": listed}))?;
+                out.json(&json!({"dir": dir, "relist": done.relist,
+                    "console_certificate": done.console_certificate}))?;
                 return Ok(Outcome::Ok);
             }
             out.line(format!(
-                "{}: services now log in with keys derived from their seeds; restart mikado, \
-                 then every service",
+                "{}: services log in with keys derived from their seeds; restart mikado, then \
+                 every service",
                 dir.display()
             ))?;
-            for id in &listed {
+            if done.console_certificate {
                 out.line(format!(
-                    "{} ({}) must be listed again with the bus key their side now shows: \
-                     `kura keys remove {}`, then add it again",
+                    "The console has its own certificate now ({} and {}, under a CA of its own: \
+                     browsers trust {}); set [console] tls_cert and tls_key to them",
+                    identity::CONSOLE_CERT_FILE,
+                    identity::CONSOLE_KEY_FILE,
+                    dir.join(identity::CONSOLE_CA_FILE).display()
+                ))?;
+            }
+            for id in &done.relist {
+                out.line(format!(
+                    "{} ({}) is listed by a key from before the split: `kura keys remove {}`, \
+                     then add the bus key their side now shows (aegis refuses an approver whose \
+                     decision key logs in)",
                     id.name,
                     id.role.name(),
                     id.name

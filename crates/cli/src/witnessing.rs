@@ -203,7 +203,10 @@ const SAFE_CONFIG: &[&str] = &[
     "core.editor=false",
     "core.askPass=",
     "core.attributesFile=/dev/null",
-    "core.sshCommand=ssh -o BatchMode=yes",
+    // `-F /dev/null`: ssh reads `~/.ssh/config` from the passwd home (the kura user's
+    // /var/lib/kura, which every unit can write), and a `ProxyCommand`, `Match exec`,
+    // `LocalCommand` or `KnownHostsCommand` there would run inside kura serve.
+    "core.sshCommand=ssh -F /dev/null -o BatchMode=yes -o PermitLocalCommand=no",
     "credential.helper=",
     "commit.gpgSign=false",
     "gpg.program=false",

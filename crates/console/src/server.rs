@@ -150,7 +150,8 @@ fn tls_acceptor(config: &crate::ConsoleConfig) -> anyhow::Result<tokio_rustls::T
     {
         anyhow::bail!(
             "console: {} is the bus server's certificate; give the console its own \
-             (tls_cert = console.pem, tls_key = console-key.pem from `kura keys init`)",
+             (tls_cert = console.pem, tls_key = console-key.pem from `kura keys init`, or \
+             `kura keys upgrade` for a keys directory made before)",
             cert.display()
         );
     }

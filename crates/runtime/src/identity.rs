@@ -735,11 +735,57 @@ pub fn check_nonce(nonce: &[u8]) -> Result<(), String> {
     }
 }
 
+/// The console's CA when a keys directory predates the console's own certificate: the bus
+/// CA's key was never kept, so the console's certificate is signed by a CA of its own, which
+/// browsers trust instead of `nats-ca.pem`.
+pub const CONSOLE_CA_FILE: &str = "console-ca.pem";
+
+/// What `kura keys upgrade` did.
+#[derive(Debug, Clone, Default)]
+pub struct Upgraded {
+    /// Approvers and peers, whose bus keys only their owners can derive: each must be listed
+    /// again with the key their `aegis keygen` / `kura keys list` now shows.
+    pub relist: Vec<Identity>,
+    /// Whether the console got its own certificate (and `console-ca.pem` to trust).
+    pub console_certificate: bool,
+}
+
 /// Rewrites an `identities.toml` made before bus and statement keys were split: each service
 /// whose seed is in `dir` gets its derived bus key as `nkey` and its seed's key as `signer`.
-/// Returns the approvers and peers, whose bus keys only their owners can derive: each must
-/// be listed again with the key their `aegis keygen` / `kura keys list` now shows.
-pub fn upgrade(dir: &Path) -> Result<Vec<Identity>, IdentityError> {
+/// A directory without the console's own certificate gets one for `hosts` (plus localhost),
+/// under a console CA of its own.
+pub fn upgrade(dir: &Path, hosts: &[String]) -> Result<Upgraded, IdentityError> {
+    let console_certificate = !dir.join(CONSOLE_CERT_FILE).exists();
+    if console_certificate {
+        let mut all: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        all.extend(
+            hosts
+                .iter()
+                .filter(|h| !all.contains(h))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        let made = certificates(&all)?;
+        write_new(&dir.join(CONSOLE_CA_FILE), made.ca.as_bytes(), 0o644)?;
+        write_new(
+            &dir.join(CONSOLE_CERT_FILE),
+            made.console.0.as_bytes(),
+            0o644,
+        )?;
+        write_new(
+            &dir.join(CONSOLE_KEY_FILE),
+            made.console.1.as_bytes(),
+            0o600,
+        )?;
+    }
+    let relist = upgrade_list(dir)?;
+    Ok(Upgraded {
+        relist,
+        console_certificate,
+    })
+}
+
+fn upgrade_list(dir: &Path) -> Result<Vec<Identity>, IdentityError> {
     let path = dir.join(IDENTITIES_FILE);
     let text = std::fs::read_to_string(&path).map_err(io(&path))?;
     let mut ids: Identities = toml::from_str(&text).map_err(|e| IdentityError::Invalid {
@@ -962,11 +1008,21 @@ mod tests {
             .expect_err("refused")
             .to_string();
         assert!(err.contains("kura keys upgrade"), "{err}");
-        let relist = upgrade(tmp.path()).expect("upgrade");
+        // An older directory had no console certificate either.
+        std::fs::remove_file(tmp.path().join(CONSOLE_CERT_FILE)).expect("rm");
+        std::fs::remove_file(tmp.path().join(CONSOLE_KEY_FILE)).expect("rm");
+        let done = upgrade(tmp.path(), &[]).expect("upgrade");
+        assert!(done.console_certificate && tmp.path().join(CONSOLE_CA_FILE).exists());
         assert_eq!(
-            relist.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+            done.relist
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>(),
             ["ana"]
         );
+        // Run again (install.sh on every upgrade): nothing more to do.
+        let again = upgrade(tmp.path(), &[]).expect("again");
+        assert!(!again.console_certificate);
         let ids = Identities::load(tmp.path()).expect("load");
         let hashi = ids.get("hashi").expect("hashi");
         let seed = read_seed(&seed_path(tmp.path(), Role::Hashi)).expect("seed");

@@ -147,11 +147,8 @@ fn rejected(message: String) -> Verdicted {
 
 /// Why `name`'s decision is not trusted, saying where to look.
 fn untrusted(approvers: &Approvers, name: &str) -> String {
-    if approvers.is_delisted(name) {
-        format!(
-            "approver {name:?} was removed (`kura keys remove`, recorded in identities.toml); \
-             their decisions are refused however they arrive"
-        )
+    if let Some(why) = approvers.refused(name) {
+        format!("approver {name:?} {why}; their decisions are refused however they arrive")
     } else {
         format!("approver {name:?} has no trusted key")
     }

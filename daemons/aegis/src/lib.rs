@@ -43,7 +43,7 @@ pub struct Approver {
 /// met by M different keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Vec<Approver>", into = "Vec<Approver>")]
-pub struct Approvers(Vec<Approver>, Vec<String>);
+pub struct Approvers(Vec<Approver>, Vec<(String, String)>);
 
 impl TryFrom<Vec<Approver>> for Approvers {
     type Error = String;
@@ -69,12 +69,37 @@ impl Approvers {
     /// Less those `ids` records as removed: `kura keys remove NAME` ends a person's approvals
     /// however they arrive (their own bus key, or the console's relay of a decision their
     /// browser signed). The removed are remembered, to say so.
+    ///
+    /// One key, one purpose: an approver whose decision key is also listed as a bus login
+    /// key (a list from before bus keys were derived) is refused too — whoever plays the bus
+    /// server could get a decision signed as a login nonce.
     pub fn listed_in(self, ids: &kura_runtime::identity::Identities) -> Approvers {
-        let (kept, removed): (Vec<Approver>, Vec<Approver>) = self
-            .0
-            .into_iter()
-            .partition(|a| !ids.removed.contains(&a.name));
-        Approvers(kept, removed.into_iter().map(|a| a.name).collect())
+        let logins: Vec<String> = ids
+            .list
+            .iter()
+            .filter_map(|i| kura_runtime::identity::check_user_nkey(&i.nkey).ok())
+            .map(hex::encode)
+            .collect();
+        let (mut kept, mut refused) = (Vec::new(), Vec::new());
+        for a in self.0 {
+            if ids.removed.contains(&a.name) {
+                refused.push((
+                    a.name,
+                    "was removed (`kura keys remove`, recorded in identities.toml)".to_owned(),
+                ));
+            } else if logins.contains(&a.public_key.to_ascii_lowercase()) {
+                refused.push((
+                    a.name,
+                    "signs with a key that also logs in to the bus (identities.toml lists it \
+                     as an nkey): list the bus key `aegis keygen` now derives instead \
+                     (`kura keys remove`, then `kura keys add-approver`)"
+                        .to_owned(),
+                ));
+            } else {
+                kept.push(a);
+            }
+        }
+        Approvers(kept, refused)
     }
 
     /// A list past the load-time checks (what an old database or a bug could hold).
@@ -83,9 +108,12 @@ impl Approvers {
         Approvers(list, Vec::new())
     }
 
-    /// Whether `name` is in aegis's config but removed in identities.toml.
-    pub fn is_delisted(&self, name: &str) -> bool {
-        self.1.iter().any(|n| n == name)
+    /// Why `name`, in aegis's config, is refused (removed, or a key that logs in), if it is.
+    pub fn refused(&self, name: &str) -> Option<&str> {
+        self.1
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, why)| why.as_str())
     }
 }
 
@@ -153,9 +181,9 @@ fn trusted_approvers(config: &AegisConfig) -> anyhow::Result<Approvers> {
     };
     let ids = kura_runtime::identity::Identities::load_file(&path)?;
     let approvers = config.approvers.clone().listed_in(&ids);
-    for name in &approvers.1 {
+    for (name, why) in &approvers.1 {
         tracing::warn!(approver = %name, keyring = %path.display(),
-            "an approver in aegis's config was removed (identities.toml): their decisions are refused");
+            "an approver in aegis's config {why}: their decisions are refused");
     }
     Ok(approvers)
 }

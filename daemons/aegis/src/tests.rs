@@ -812,3 +812,79 @@ fn a_plain_decision_over_1024_bytes_or_a_note_over_200_characters_is_refused() {
     .to_string();
     assert!(err.contains("49152-byte cap"), "{err}");
 }
+
+/// Attack (issue 24 item 1, after an upgrade): an approver listed by an older Kura logs in
+/// with their decision key itself, so whoever plays the bus server can get a decision
+/// signed as a login nonce. aegis refuses an approver whose decision key is listed as a bus
+/// login key, and one `kura keys remove` recorded as removed.
+#[test]
+fn an_approver_whose_decision_key_logs_in_or_who_was_removed_is_refused() {
+    use kura_runtime::identity::{Identities, Identity, Role, root_key_from_secret};
+    let (old, fresh, gone) = (
+        SigningKey::from_bytes(&[21u8; 32]),
+        SigningKey::from_bytes(&[22u8; 32]),
+        SigningKey::from_bytes(&[23u8; 32]),
+    );
+    let login = |k: &SigningKey| {
+        root_key_from_secret(k.to_bytes())
+            .expect("nkey")
+            .public_key()
+    };
+    let ids = Identities {
+        removed: vec!["gone".into()],
+        list: vec![
+            Identity {
+                name: "old".into(),
+                role: Role::Approver,
+                nkey: login(&old),
+                signer: None,
+                retired: Vec::new(),
+            },
+            Identity {
+                name: "fresh".into(),
+                role: Role::Approver,
+                nkey: kura_runtime::identity::bus_key_from_secret(fresh.to_bytes())
+                    .expect("bus")
+                    .public_key(),
+                signer: None,
+                retired: Vec::new(),
+            },
+        ],
+    };
+    let approvers = Approvers::try_from(vec![
+        approver("old", &old),
+        approver("fresh", &fresh),
+        approver("gone", &gone),
+    ])
+    .expect("approvers")
+    .listed_in(&ids);
+    assert_eq!(
+        approvers
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect::<Vec<_>>(),
+        ["fresh"]
+    );
+    assert!(
+        approvers
+            .refused("old")
+            .is_some_and(|w| w.contains("logs in"))
+    );
+    assert!(
+        approvers
+            .refused("gone")
+            .is_some_and(|w| w.contains("removed"))
+    );
+    // And a decision by one of them says why.
+    let (_dir, mut store, request_id, hash) = store_with_request();
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        &signed(&old, "old", request_id, &hash),
+        &Policy::default(),
+    )
+    .expect("decide");
+    assert!(!v.ok && v.message.contains("logs in to the bus"), "{v:?}");
+}

@@ -169,7 +169,9 @@ fn git_witness_never_runs_a_planted_hook() {
         format!(
             "#!/bin/sh
 env >> '{}'
+printf '%s\\n' \"$@\" >> '{}.args'
 exec '{}' \"$@\"\n",
+            env_log.display(),
             env_log.display(),
             real_git.trim()
         ),
@@ -192,6 +194,13 @@ exec '{}' \"$@\"\n",
     assert!(!seen.contains("CREDENTIALS_DIRECTORY"), "{seen}");
     assert!(!seen.contains("GIT_CONFIG_PARAMETERS"), "{seen}");
     assert!(seen.contains("GIT_CONFIG_NOSYSTEM=1"), "{seen}");
+    // ssh reads ~/.ssh/config from the passwd home (writable by every unit): never here.
+    let args = std::fs::read_to_string(env_log.with_extension("args")).expect("git args");
+    assert!(
+        args.lines()
+            .any(|a| a.starts_with("core.sshCommand=ssh -F /dev/null ")),
+        "{args}"
+    );
     assert!(
         !marker.exists(),
         "a planted program ran inside kura serve:\n{}\nserve log:\n{log}",
