@@ -38,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             }
             Outcome::Ok
         }
-        Command::Keys(cmd) => crate::keys::run(&mut out, json, cmd)?,
+        Command::Keys(cmd) => crate::keys::run(&mut out, json, db_given.as_deref(), cmd)?,
         Command::LogKey(LogKeyCmd::Init {
             out: path,
             name,

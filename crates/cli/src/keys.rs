@@ -19,8 +19,27 @@ fn show(out: &mut Out, id: &Identity) -> std::io::Result<()> {
     ))
 }
 
+/// The seal log's size in the store at `db` (else the serve config's), if there is one: where
+/// a rotated key stops.
+fn seal_log_size(db: Option<&std::path::Path>) -> anyhow::Result<Option<u64>> {
+    let path = match db {
+        Some(p) => Some(p.to_path_buf()),
+        None => crate::tlog::serve_config()?.map(|c| c.common.db),
+    };
+    let Some(path) = path.filter(|p| p.exists()) else {
+        return Ok(None);
+    };
+    let store = kura_store::Store::open(&path, &kura_store::StoreOptions::default())?;
+    Ok(Some(kura_store::seallog::size_in(store.conn())?))
+}
+
 /// Runs one `kura keys` subcommand.
-pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
+pub fn run(
+    out: &mut Out,
+    json: bool,
+    db: Option<&std::path::Path>,
+    cmd: KeysCmd,
+) -> anyhow::Result<Outcome> {
     match cmd {
         KeysCmd::Init { dir, hosts } => {
             let made = identity::init(&dir, &hosts)?;
@@ -103,14 +122,35 @@ pub fn run(out: &mut Out, json: bool, cmd: KeysCmd) -> anyhow::Result<Outcome> {
             }
         }
         KeysCmd::Rotate { dir, name } => {
-            let id = identity::rotate(&dir, &name)?;
+            let size = seal_log_size(db)?;
+            let id = identity::rotate(&dir, &name, size)?;
             if json {
                 out.json(&id)?;
             } else {
+                // kura-serve reads the keyring at start: restarted, it knows the new key.
+                let mut units = vec!["kura-mikado".to_owned()];
+                if matches!(id.name.as_str(), "minato" | "hashi" | "aegis") {
+                    units.push(format!("kura-{}", id.name));
+                }
+                units.push("kura-serve".into());
                 out.line(format!(
-                    "{} has a new key (bus {}); restart mikado, then the service",
-                    id.name, id.nkey
+                    "{} has a new key (bus {}); restart the bus, the service and kura-serve: \
+                     sudo systemctl restart {}",
+                    id.name,
+                    id.nkey,
+                    units.join(" ")
                 ))?;
+                match size {
+                    Some(n) => out.line(format!(
+                        "The old key stays in the keyring for the {n} seals before this rotation \
+                         and nothing after; stop the service before rotating so it seals nothing \
+                         in between"
+                    ))?,
+                    None => out.line(
+                        "No store found (--db, or the serve config's db): the old key stays valid \
+                         until the new key's first seal only",
+                    )?,
+                }
             }
         }
         KeysCmd::Upgrade { dir, hosts } => {

@@ -252,10 +252,10 @@ pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::seale
     let mut ring = kura_store::sealer::Keyring::default();
     for id in ids.list {
         if let Some(signer) = id.signer {
-            ring.add(signer, id.name.clone(), 0);
+            ring.add(signer, id.name.clone(), 0, None);
         }
-        for (n, key) in id.retired.into_iter().enumerate() {
-            ring.add(key, id.name.clone(), n + 1);
+        for (n, r) in id.retired.into_iter().enumerate() {
+            ring.add(r.key, id.name.clone(), n + 1, r.until);
         }
     }
     Ok(Some(ring))

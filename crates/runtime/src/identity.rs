@@ -105,9 +105,22 @@ pub struct Identity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signer: Option<String>,
     /// A service's earlier statement keys, newest first (`kura keys rotate` keeps them): each
-    /// still verifies the seals it made before its successor's first seal, and nothing after.
+    /// still verifies the seals it made before it stopped, and nothing after.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub retired: Vec<String>,
+    pub retired: Vec<Retired>,
+}
+
+/// A statement key a service signed with before a rotation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retired {
+    /// The key (`U…`).
+    pub key: String,
+    /// The seal-log size when it was retired: it verifies seals below this position only
+    /// (and never past its successor's first seal). Unset when the rotation could not read
+    /// the store; then only the successor's first seal bounds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
 }
 
 /// Why the keys directory could not be read or changed.
@@ -214,7 +227,7 @@ impl Identities {
             // (or for itself).
             for key in std::iter::once(&id.nkey)
                 .chain(id.signer.as_ref())
-                .chain(&id.retired)
+                .chain(id.retired.iter().map(|r| &r.key))
             {
                 if !keys.insert(key) {
                     return Err(format!(
@@ -223,8 +236,8 @@ impl Identities {
                     ));
                 }
             }
-            for key in &id.retired {
-                check_user_nkey(key)?;
+            for r in &id.retired {
+                check_user_nkey(&r.key)?;
             }
             match (&id.signer, id.role.is_listed()) {
                 (Some(signer), _) => {
@@ -637,8 +650,14 @@ pub fn remove(dir: &Path, name: &str) -> Result<Option<Identity>, IdentityError>
     Ok(gone)
 }
 
-/// Gives service `name` a new seed (the old one stops working once mikado restarts).
-pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
+/// Gives service `name` a new seed (the old one stops working once mikado restarts). The old
+/// statement key is kept as retired, valid for seals below `seal_log_size` (the seal log's
+/// size now, when the caller could read the store).
+pub fn rotate(
+    dir: &Path,
+    name: &str,
+    seal_log_size: Option<u64>,
+) -> Result<Identity, IdentityError> {
     let mut ids = Identities::load(dir)?;
     let Some(id) = ids.list.iter_mut().find(|i| i.name == name) else {
         return Err(IdentityError::Refused(format!(
@@ -665,7 +684,13 @@ pub fn rotate(dir: &Path, name: &str) -> Result<Identity, IdentityError> {
     id.nkey = fresh.nkey;
     // The old statement key keeps verifying what it sealed before its successor began.
     if let Some(old) = id.signer.take() {
-        id.retired.insert(0, old);
+        id.retired.insert(
+            0,
+            Retired {
+                key: old,
+                until: seal_log_size,
+            },
+        );
     }
     id.signer = fresh.signer;
     let id = id.clone();
@@ -937,7 +962,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         init(tmp.path(), &[]).expect("init");
         let before = Identities::load(tmp.path()).expect("load");
-        let after = rotate(tmp.path(), "hashi").expect("rotate");
+        let after = rotate(tmp.path(), "hashi", None).expect("rotate");
         assert_ne!(before.get("hashi").map(|i| &i.nkey), Some(&after.nkey));
         let seed = read_seed(&seed_path(tmp.path(), Role::Hashi)).expect("seed");
         assert_eq!(Some(seed.public_key()), after.signer);

@@ -81,12 +81,22 @@ struct KeyEntry {
     name: String,
     /// 0: the key in use; n: the key retired n rotations ago.
     generation: usize,
+    /// For a retired key: the seal-log size when it was retired, if recorded.
+    until: Option<u64>,
 }
 
 impl Keyring {
-    /// `key` is `name`'s statement key, retired `generation` rotations ago (0: in use).
-    pub fn add(&mut self, key: String, name: String, generation: usize) {
-        self.keys.insert(key, KeyEntry { name, generation });
+    /// `key` is `name`'s statement key, retired `generation` rotations ago (0: in use) when
+    /// the seal log had `until` leaves (if recorded).
+    pub fn add(&mut self, key: String, name: String, generation: usize, until: Option<u64>) {
+        self.keys.insert(
+            key,
+            KeyEntry {
+                name,
+                generation,
+                until,
+            },
+        );
     }
 
     /// The name `key` belongs to.
@@ -99,8 +109,9 @@ impl Keyring {
         self.keys.contains_key(key)
     }
 
-    /// Where each retired key stopped: the first seal-log position sealed by any newer key
-    /// of the same name. A retired key verifies only seals below that position.
+    /// Where each retired key stopped: the seal-log size recorded when it was retired, or the
+    /// first position sealed by any newer key of the same name, whichever is lower. A retired
+    /// key verifies only seals below that position.
     fn stops(&self, first_leaf: &BTreeMap<String, u64>) -> BTreeMap<&str, u64> {
         let mut stops = BTreeMap::new();
         for (key, e) in self.keys.iter().filter(|(_, e)| e.generation > 0) {
@@ -109,6 +120,7 @@ impl Keyring {
                 .iter()
                 .filter(|(_, n)| n.name == e.name && n.generation < e.generation)
                 .filter_map(|(k, _)| first_leaf.get(k).copied())
+                .chain(e.until)
                 .min();
             if let Some(stop) = stop {
                 stops.insert(key.as_str(), stop);
@@ -228,8 +240,8 @@ pub fn check_in<'a>(
                         id.clone(),
                         "sealer_retired",
                         format!(
-                            "sealed at seal-log position {leaf} by {sealer}, a retired key of {} \
-                             whose successor began sealing at position {stop}",
+                            "sealed at seal-log position {leaf} by {sealer}, a key of {} \
+                             retired at position {stop}",
                             keyring.and_then(|k| k.get(&sealer)).unwrap_or("?")
                         ),
                     ));

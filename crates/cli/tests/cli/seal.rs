@@ -514,6 +514,11 @@ fn a_rotated_key_verifies_what_it_sealed_before_and_nothing_after() {
     };
     let before = seal("before", &seed);
     k.ok(&["keys", "rotate", "--dir", keys_s, "operator"]);
+    // Where the old key stopped is recorded with it: the seal log's size at the rotation.
+    let ids = kura_runtime::identity::Identities::load(&keys).expect("ids");
+    let retired = &ids.get("operator").expect("operator").retired;
+    assert_eq!(retired.len(), 1);
+    assert_eq!(retired[0].until, Some(1), "{retired:?}");
     let after = seal("after", &seed);
     k.ok(&["verify", "--all", "--keyring", ring_s]);
     // The old seed, kept by someone, seals after its successor began: named, not trusted.
@@ -584,4 +589,39 @@ fn an_unsigned_fork_on_an_install_that_checks_sealers_is_refused_unwritten() {
         "{}",
         String::from_utf8_lossy(&verified.stdout)
     );
+}
+
+/// The gap a computed cut-off leaves (issue 24 item 9): until the new key seals anything, an
+/// old seed kept by someone could seal at any position. The rotation records the seal log's
+/// size, so a seal by the old key after the rotation is named even before the new key's
+/// first seal.
+#[test]
+fn a_rotated_key_cannot_seal_before_its_successor_does() {
+    let k = Kura::new();
+    let keys = k.dir.path().join("keys");
+    let keys_s = keys.to_str().expect("utf8");
+    k.ok(&["keys", "init", "--dir", keys_s]);
+    let ring = keys.join("identities.toml");
+    let seed = keys.join("operator.nk");
+    let stolen = k.dir.path().join("old-operator.nk");
+    std::fs::copy(&seed, &stolen).expect("copy");
+    let session = k.ok(&["session", "new"]);
+    let seal = |label: &str, key: &Path| {
+        let ledger = k.ok(&["ledger", "open", "--session", &session, "--label", label]);
+        let key = key.to_str().expect("utf8");
+        k.ok(&["ledger", "seal", &ledger, "--sealer-key", key]);
+        ledger
+    };
+    let before = seal("before", &seed);
+    k.ok(&["keys", "rotate", "--dir", keys_s, "operator"]);
+    let forged = seal("forged", &stolen);
+    let (out, _) = k.fails(
+        1,
+        &["verify", "--all", "--keyring", ring.to_str().expect("utf8")],
+    );
+    assert!(
+        out.contains("sealer_retired") && out.contains(&forged),
+        "{out}"
+    );
+    assert!(!out.contains(&before), "{out}");
 }
