@@ -1,10 +1,11 @@
 //! The workspace quota for tool children: a `shell.run` may not leave its workspace fuller
 //! than the quota, however many files it writes. The kernel bounds one file (RLIMIT_FSIZE is
 //! what is left); a watcher measures the total while the program runs and stops it once the
-//! workspace passes the quota; the files such a run created are then removed, and a
-//! workspace still over its quota takes no further writes until something is deleted.
+//! workspace passes the quota; such a run is then undone as far as sizes go — the files it
+//! created (or replaced) are removed and the ones it grew are cut back to their size before —
+//! and a workspace still over its quota takes no further writes until something is deleted.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::Workspace;
@@ -17,10 +18,11 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(10);
 /// rather than walked without bound.
 const MAX_FILES: usize = 100_000;
 
-/// What the workspace held before a run, to undo a run that passed the quota.
+/// What the workspace held before a run (each file's inode and size), to undo a run that
+/// passed the quota.
 #[derive(Debug)]
 pub struct Guard {
-    before: BTreeSet<String>,
+    before: BTreeMap<String, (u64, u64)>,
     quota: u64,
 }
 
@@ -28,11 +30,11 @@ impl Guard {
     /// Takes stock before a run; refuses when the workspace is already full. Returns the
     /// guard and the bytes left (the largest file the program may write).
     pub fn before_run(ws: &Workspace) -> Result<(Guard, u64), String> {
-        let (mut before, mut used, mut too_many) = (BTreeSet::new(), 0u64, false);
-        ws.walk(&mut |rel, size| {
+        let (mut before, mut used, mut too_many) = (BTreeMap::new(), 0u64, false);
+        ws.walk(&mut |rel, size, ino| {
             used = used.saturating_add(size);
             if before.len() < MAX_FILES {
-                before.insert(rel.to_owned());
+                before.insert(rel.to_owned(), (ino, size));
             } else {
                 too_many = true;
             }
@@ -55,23 +57,32 @@ impl Guard {
         ws.usage().map_or(true, |used| used > self.quota)
     }
 
-    /// After a run that passed the quota: removes the files it created and says what is
-    /// left, as the call's error.
+    /// After a run that passed the quota: removes the files it created or replaced (a new
+    /// inode under an old name), cuts the ones it grew back to their size before, and says
+    /// what is left, as the call's error.
     pub fn roll_back(&self, ws: &Workspace) -> String {
-        let mut created = Vec::new();
-        let _ = ws.walk(&mut |rel, _| {
-            if !self.before.contains(rel) {
-                created.push(rel.to_owned());
+        let (mut made, mut grown) = (Vec::new(), Vec::new());
+        let _ = ws.walk(&mut |rel, size, ino| match self.before.get(rel) {
+            Some(&(was_ino, was_size)) if was_ino == ino => {
+                if size > was_size {
+                    grown.push((rel.to_owned(), was_size));
+                }
             }
+            _ => made.push(rel.to_owned()),
         });
-        let removed = created
+        let removed = made
             .iter()
             .filter(|rel| ws.remove_file(rel).is_ok())
+            .count();
+        let cut = grown
+            .iter()
+            .filter(|(rel, len)| ws.truncate_file(rel, *len).is_ok())
             .count();
         let used = ws.usage().unwrap_or(u64::MAX);
         let mut message = format!(
             "the program was stopped: it filled the workspace past its quota of {} bytes; \
-             the {removed} file(s) it created were removed",
+             the {removed} file(s) it created or replaced were removed and the {cut} it grew \
+             were cut back to their earlier size",
             self.quota
         );
         if used > self.quota {

@@ -180,15 +180,22 @@ impl Workspace {
     /// not followed).
     pub fn usage(&self) -> Result<u64, String> {
         let mut total = 0u64;
-        self.walk(&mut |_, size| total = total.saturating_add(size))?;
+        self.walk(&mut |_, size, _| total = total.saturating_add(size))?;
         Ok(total)
     }
 
-    /// Calls `visit` with the normal-form path and size of every regular file in the
-    /// workspace (walked by descriptor; symlinks are not followed).
-    pub fn walk(&self, visit: &mut dyn FnMut(&str, u64)) -> Result<(), String> {
+    /// Calls `visit` with the normal-form path, size and inode number of every regular file
+    /// in the workspace (walked by descriptor; symlinks are not followed).
+    pub fn walk(&self, visit: &mut dyn FnMut(&str, u64, u64)) -> Result<(), String> {
         let top = self.open_beneath(".", OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
         walk_files(top, "", 0, visit)
+    }
+
+    /// Cuts the regular file at normal-form `rel` back to `len` bytes (never through a
+    /// symlink; a file that is gone is left alone).
+    pub fn truncate_file(&self, rel: &str, len: u64) -> Result<(), String> {
+        let fd = self.open_beneath(rel, OFlags::WRONLY | OFlags::NONBLOCK, 0)?;
+        rustix::fs::ftruncate(&fd, len).map_err(|e| open_error(rel, e))
     }
 
     /// Removes the regular file at normal-form `rel` (nothing else: a directory, a symlink
@@ -246,7 +253,7 @@ fn walk_files(
     dir: OwnedFd,
     prefix: &str,
     depth: usize,
-    visit: &mut dyn FnMut(&str, u64),
+    visit: &mut dyn FnMut(&str, u64, u64),
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err("the workspace nests directories too deeply to measure".into());
@@ -266,7 +273,7 @@ fn walk_files(
         };
         let rel = format!("{prefix}{}", name.to_string_lossy());
         match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => visit(&rel, u64::try_from(st.st_size).unwrap_or(0)),
+            FileType::RegularFile => visit(&rel, u64::try_from(st.st_size).unwrap_or(0), st.st_ino),
             FileType::Directory => {
                 let sub = rustix::fs::openat(
                     &dir,

@@ -303,6 +303,40 @@ fn shell_cannot_fill_the_workspace_past_its_quota_with_many_files() {
     assert!(!s.ws("s1").root().join("g").exists());
 }
 
+/// The way around a rollback of new files only: grow the files that were already there.
+/// Each grown file is cut back to its size before the run.
+#[test]
+fn shell_cannot_fill_the_workspace_past_its_quota_by_growing_old_files() {
+    let s = setup(|c| c.workspace_quota_mib = 4);
+    let quota = 4u64 << 20;
+    s.run(
+        "s2",
+        &[
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5 6 7 8; do echo $i > f$i; done",
+        ],
+    )
+    .expect("small files");
+    let before = s.ws("s2").usage().expect("usage");
+    let err = s
+        .run(
+            "s2",
+            &[
+                "sh",
+                "-c",
+                "for i in 1 2 3 4 5 6 7 8; do head -c 4194304 /dev/zero >> f$i; done",
+            ],
+        )
+        .expect_err("stopped at the quota");
+    assert!(err.contains("cut back"), "{err}");
+    let used = s.ws("s2").usage().expect("usage");
+    assert!(used <= quota, "{used} bytes in a {quota}-byte workspace");
+    assert_eq!(used, before, "every grown file is back to its size");
+    let one = std::fs::read_to_string(s.ws("s2").root().join("f1")).expect("f1");
+    assert_eq!(one, "1\n");
+}
+
 /// Output beyond what a record holds is cut, with the full size and digest.
 #[test]
 fn shell_huge_output_is_bounded() {
