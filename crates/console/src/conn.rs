@@ -18,6 +18,10 @@ pub const MAX_CONNECTIONS: usize = 512;
 /// A request's headers must arrive within this (and a kept-alive connection is closed when
 /// no next request starts within it).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request (its body read and its answer made) must finish within this, or it is answered
+/// 408 and the connection closed: a body trickled a byte at a time would otherwise hold a
+/// slot for ever. The live event stream is the one exception.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Entry {
     served: Arc<AtomicBool>,

@@ -106,7 +106,22 @@ async fn serve_connection(
     let served = slot.served.clone();
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         served.store(true, std::sync::atomic::Ordering::Relaxed);
-        tower::Service::call(&mut app.clone(), req)
+        let streams = req.uri().path() == "/events";
+        let answer = tower::Service::call(&mut app.clone(), req);
+        async move {
+            if streams {
+                return answer.await;
+            }
+            match tokio::time::timeout(conn::REQUEST_TIMEOUT, answer).await {
+                Ok(answered) => answered,
+                Err(_) => Ok((
+                    StatusCode::REQUEST_TIMEOUT,
+                    [(header::CONNECTION, "close")],
+                    "the request took too long\n",
+                )
+                    .into_response()),
+            }
+        }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())

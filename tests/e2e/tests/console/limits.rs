@@ -207,3 +207,49 @@ fn the_event_stream_ends_at_logout_and_at_expiry() {
     );
     s.shutdown_cleanly();
 }
+
+/// Attack (found in review of issue 24 item 8c): a slot is no longer "idle" once a request
+/// starts, and nothing bounded the body, so 512 unauthenticated `POST /api/login` that
+/// trickle their bodies held every slot for ever. A request now has ten seconds; then it is
+/// answered 408 and its connection closed, and a person's request is served again.
+#[test]
+fn trickled_request_bodies_do_not_hold_the_console() {
+    use std::io::Write as _;
+    let mut s = Stack::new(SCRIPT);
+    let key = SigningKey::from_bytes(&[6u8; 32]);
+    let port = serve(&mut s, &key);
+    let mut slow: Vec<TcpStream> = (0..600)
+        .filter_map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).ok()?;
+            c.write_all(
+                b"POST /api/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+            )
+            .ok()?;
+            Some(c)
+        })
+        .collect();
+    assert!(slow.len() >= 512, "opened {}", slow.len());
+    // Keep trickling for longer than the limit.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(12) {
+        for c in &mut slow {
+            let _ = c.write_all(b" ");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(http(port, "GET", "/login", &[], "").0);
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(15)),
+        Ok(200),
+        "a person's request after 600 trickled bodies"
+    );
+    assert!(
+        ends_within(&mut slow[0], Duration::from_secs(5)),
+        "a trickled request was ended"
+    );
+    drop(slow);
+    s.shutdown_cleanly();
+}
