@@ -139,7 +139,9 @@ fi
 # makes it private). An upgrade leaves it alone: no chmod or chown as root through whatever
 # the kura user may have put at that path.
 db="$root/var/lib/kura/kura.db"
+fresh_db=0
 if [ ! -e "$db" ] && [ ! -L "$db" ]; then
+    fresh_db=1
     if [ $live = 1 ]; then
         runuser -u kura -- /opt/kura/bin/kura --db /var/lib/kura/kura.db init
     else
@@ -166,6 +168,18 @@ if [ -f "$old_head" ] && [ ! -L "$old_head" ] && [ ! -e "$state/checkpoint" ]; t
         runuser -u kura -- cp "/var/lib/kura/kura.db.checkpoint" "/var/lib/kura-serve/checkpoint"
     else
         cp "$old_head" "$state/checkpoint"
+    fi
+fi
+# A fresh database: its empty log is signed now, so the signer's head exists before any
+# daemon seals a ledger (were kura serve to start after the first turn, a missing head with
+# a non-empty log would be an ALARM, as it must be for a head that was deleted).
+if [ $fresh_db = 1 ] && [ ! -e "$state/checkpoint" ]; then
+    if [ $live = 1 ]; then
+        /opt/kura/bin/kura --db /var/lib/kura/kura.db checkpoint --key /etc/kura/log.key \
+            --state /var/lib/kura-serve/checkpoint > /dev/null
+    else
+        "${KURA_INIT:-$root/opt/kura/bin/kura}" --db "$db" checkpoint --key "$logkey" \
+            --state "$state/checkpoint" > /dev/null
     fi
 fi
 # An upgrade keeps the owner's serve.toml; the paths above are added under [serve] when it
