@@ -9,7 +9,6 @@ pub mod doorbell;
 pub mod ids;
 pub mod ledger;
 pub mod merkle;
-pub mod path;
 pub mod record;
 pub mod states;
 pub mod subjects;

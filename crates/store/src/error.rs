@@ -137,3 +137,9 @@ impl From<rusqlite::Error> for StoreError {
 
 /// Shorthand.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl From<kura_policy::PolicyError> for StoreError {
+    fn from(e: kura_policy::PolicyError) -> Self {
+        StoreError::Invalid(e.to_string())
+    }
+}

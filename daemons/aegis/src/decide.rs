@@ -194,7 +194,7 @@ fn rule_on_edit(
     a: &kura_store::work::approvals::Approval,
     policy: &Policy,
 ) -> Result<Edit, String> {
-    proto::path::check_normal_args(args).map_err(|e| format!("the edited arguments: {e}"))?;
+    kura_policy::path::check_normal_args(args).map_err(|e| format!("the edited arguments: {e}"))?;
     let args = Value::Object(args.clone());
     let ruling = policy.evaluate(
         &a.tool_name,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-pub use kura_store::work::policy::{Defaults, Policy, Rule, Ruling, Verdict, glob};
+pub use kura_policy::{Defaults, Policy, Rule, Ruling, Verdict, glob};
 
 /// Reads a policy file (TOML).
 pub fn load(path: &Path) -> anyhow::Result<Policy> {
@@ -12,6 +12,6 @@ pub fn load(path: &Path) -> anyhow::Result<Policy> {
         .with_context(|| format!("cannot read policy {}", path.display()))?;
     let p: Policy =
         toml::from_str(&text).with_context(|| format!("invalid policy {}", path.display()))?;
-    p.check().map_err(anyhow::Error::msg)?;
+    p.check()?;
     Ok(p)
 }

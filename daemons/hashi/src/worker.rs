@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kura_model::{Provider, ProviderError, Step, ToolSpec, TurnInput};
+use kura_policy::{Policy, Verdict};
 use kura_runtime::{Bus, Stop};
 use kura_store::store::append_in;
 use kura_store::work::approvals::{
     ApprovalState, approval, approval_for_call, decide_by_policy_in, mark_started_in, park_turn_in,
     request_approval_in,
 };
-use kura_store::work::policy::{self, Policy, Verdict};
+use kura_store::work::policy;
 use kura_store::work::{
     Claim, claim_next, complete_turn_in, fenced, now_ms, release, release_failed, renew,
 };

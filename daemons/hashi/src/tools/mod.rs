@@ -178,7 +178,7 @@ impl Toolbox {
     /// so a policy rule, the record and the tool all see the same path. A path that cannot
     /// be normalised is left as given (the tool refuses it).
     pub fn normalize_args(&self, arguments: &mut Map<String, Value>) {
-        proto::path::normalize_args(arguments);
+        kura_policy::path::normalize_args(arguments);
     }
 
     /// Every tool.

@@ -40,9 +40,9 @@ pub fn kind_name(t: FileType) -> &'static str {
 }
 
 /// The one spelling of a workspace path that policy rules, records and the tool all use
-/// (shared with aegis, which rules on edits: see [`proto::path`]).
+/// (shared with aegis, which rules on edits: see [`kura_policy::path`]).
 pub fn normalize(rel: &str) -> Result<String, String> {
-    proto::path::normalize(rel).map_err(|e| e.to_string())
+    kura_policy::path::normalize(rel).map_err(|e| e.to_string())
 }
 
 /// Why opening beneath the workspace failed, in words about the path.

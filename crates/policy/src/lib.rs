@@ -1,0 +1,291 @@
+//! Tool-call policy, pure: rules over tool name (globs), effect class, argument patterns and
+//! session decide `allow`, `deny` or `ask`; the first match wins; what matches nothing gets
+//! the default for its effect (`allow` for read, `ask` for write and external). aegis and
+//! hashi both rule with it (hashi at once, in the transaction that records a call; aegis on
+//! what people edit), on arguments in the one [`path`] normal form. The store only keeps
+//! the policy that was published.
+
+pub mod path;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Why a policy cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// It says something a policy must not mean (e.g. zero approvers).
+    #[error("invalid policy: {0}")]
+    Invalid(String),
+    /// It has no RFC 8785 form (cannot happen for a parsed policy; kept as a kind).
+    #[error("policy: {0}")]
+    Canonical(String),
+}
+
+/// What a rule decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Run it.
+    Allow,
+    /// Refuse it.
+    Deny,
+    /// Ask people.
+    Ask,
+}
+
+/// One rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Recorded with every decision it makes.
+    pub name: String,
+    /// Tool name glob (`*` and `?`); default `*`.
+    #[serde(default = "star")]
+    pub tool: String,
+    /// Only calls of this effect class (`read`, `write`, `external`).
+    #[serde(default)]
+    pub effect: Option<String>,
+    /// Argument globs: each named argument (a string, or the JSON text of other values)
+    /// must match.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+    /// Only in sessions whose id matches this glob.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// The verdict.
+    pub decision: Verdict,
+    /// For `ask`: how many distinct approvers must approve (M of N).
+    #[serde(default = "one")]
+    pub approvers: i64,
+}
+
+fn star() -> String {
+    "*".into()
+}
+fn one() -> i64 {
+    1
+}
+
+/// Defaults per effect class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    /// For read-only tools.
+    pub read: Verdict,
+    /// For tools that write.
+    pub write: Verdict,
+    /// For tools that reach outside.
+    pub external: Verdict,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            read: Verdict::Allow,
+            write: Verdict::Ask,
+            external: Verdict::Ask,
+        }
+    }
+}
+
+/// A policy file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    /// What matches no rule.
+    pub defaults: Defaults,
+    /// Checked in order; the first match wins.
+    pub rules: Vec<Rule>,
+}
+
+/// The outcome of evaluating a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ruling {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The rule that decided (`default:<effect>` when none matched).
+    pub rule: String,
+    /// Approvals needed for `ask`.
+    pub approvers: i64,
+}
+
+impl Ruling {
+    /// For a replay asking to repeat a side effect: only a person may say yes (a deny stands).
+    pub fn for_rerun(mut self) -> Ruling {
+        if self.verdict != Verdict::Deny {
+            self.verdict = Verdict::Ask;
+            self.rule = "replay-rerun".into();
+            self.approvers = self.approvers.max(1);
+        }
+        self
+    }
+}
+
+/// `*` matches any run of characters, `?` any one character.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+impl Policy {
+    /// Refuses what a policy file may spell but must not mean.
+    pub fn check(&self) -> Result<(), PolicyError> {
+        match self.rules.iter().find(|r| r.approvers < 1) {
+            Some(r) => Err(PolicyError::Invalid(format!(
+                "rule {}: approvers must be at least 1",
+                r.name
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// RFC 8785 JSON of the policy and its SHA-256: what decisions name.
+    pub fn canonical(&self) -> Result<(String, String), PolicyError> {
+        let body =
+            proto::canonical_json(self).map_err(|e| PolicyError::Canonical(e.to_string()))?;
+        let hash = proto::sha256_hex(body.as_bytes());
+        Ok((hash, body))
+    }
+
+    /// Decides a call.
+    pub fn evaluate(&self, tool: &str, effect: &str, args: &Value, session: &str) -> Ruling {
+        for r in &self.rules {
+            let arg_ok = r.args.iter().all(|(k, pat)| {
+                let text = match args.get(k) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => return false,
+                };
+                glob(pat, &text)
+            });
+            if glob(&r.tool, tool)
+                && r.effect.as_deref().is_none_or(|e| e == effect)
+                && r.session.as_deref().is_none_or(|s| glob(s, session))
+                && arg_ok
+            {
+                return Ruling {
+                    verdict: r.decision,
+                    rule: r.name.clone(),
+                    approvers: r.approvers,
+                };
+            }
+        }
+        let verdict = match effect {
+            "read" => self.defaults.read,
+            "write" => self.defaults.write,
+            _ => self.defaults.external,
+        };
+        Ruling {
+            verdict,
+            rule: format!("default:{effect}"),
+            approvers: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn globs() {
+        assert!(glob("fs.*", "fs.write"));
+        assert!(glob("*", ""));
+        assert!(glob("notes/*.md", "notes/a.md"));
+        assert!(!glob("notes/*.md", "notes/a.txt"));
+        assert!(glob("*rm*", "[\"rm\",\"-rf\"]"));
+        assert!(glob("fs.?ead", "fs.read"));
+        assert!(!glob("fs.read", "fs.reader"));
+    }
+
+    #[test]
+    fn first_match_wins_then_defaults() {
+        let p: Policy = toml::from_str(
+            r#"
+            [[rules]]
+            name = "no-rm"
+            tool = "shell.run"
+            args = { argv = "*rm*" }
+            decision = "deny"
+            [[rules]]
+            name = "notes-ok"
+            tool = "fs.write"
+            args = { path = "notes/*" }
+            decision = "allow"
+            [[rules]]
+            name = "two-for-shell"
+            tool = "shell.*"
+            effect = "external"
+            decision = "ask"
+            approvers = 2
+            [[rules]]
+            name = "lab-session"
+            session = "0190*"
+            decision = "allow"
+            "#,
+        )
+        .expect("policy");
+        let r = |t: &str, e: &str, a: Value, s: &str| {
+            let x = p.evaluate(t, e, &a, s);
+            (x.verdict, x.rule, x.approvers)
+        };
+        assert_eq!(
+            r(
+                "shell.run",
+                "external",
+                json!({"argv": ["rm", "-rf", "/"]}),
+                "s"
+            ),
+            (Verdict::Deny, "no-rm".into(), 1)
+        );
+        assert_eq!(
+            r("shell.run", "external", json!({"argv": ["ls"]}), "s"),
+            (Verdict::Ask, "two-for-shell".into(), 2)
+        );
+        assert_eq!(
+            r("fs.write", "write", json!({"path": "notes/a"}), "s"),
+            (Verdict::Allow, "notes-ok".into(), 1)
+        );
+        assert_eq!(
+            r("fs.write", "write", json!({"path": "etc/a"}), "s"),
+            (Verdict::Ask, "default:write".into(), 1)
+        );
+        assert_eq!(
+            r("fs.write", "write", json!({"path": "etc/a"}), "0190abc"),
+            (Verdict::Allow, "lab-session".into(), 1)
+        );
+        assert_eq!(
+            r("fs.read", "read", json!({"path": "x"}), "s"),
+            (Verdict::Allow, "default:read".into(), 1)
+        );
+        assert_eq!(
+            r("fs.write", "write", json!({}), "s"),
+            (Verdict::Ask, "default:write".into(), 1),
+            "a missing argument does not match"
+        );
+    }
+}
