@@ -186,10 +186,15 @@ fn request_content_does_not_cross_the_bus_to_other_keys() {
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
     s.submit("write the plan");
+    // Asked of people (not merely filed): only then does `aegis pending` list it.
     s.wait_until("an ask", MINUTE, |store| {
         store
             .conn()
-            .query_row("SELECT count(*) FROM approvals", [], |r| r.get::<_, i64>(0))
+            .query_row(
+                "SELECT count(*) FROM approvals WHERE state = 'asked'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .unwrap_or(0)
             > 0
     });
