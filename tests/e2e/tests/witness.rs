@@ -309,5 +309,11 @@ fn two_pis_at_one_hostname_are_an_alarm_not_unreachable() {
     );
     assert!(log.contains("refuses log \"pi-a\" (403)"), "{log}");
     assert!(log.contains("distinct origin"), "{log}");
-    assert!(!log.contains("witness not reachable"), "{log}");
+    // The 403 is never reported as unreachable (a round before the witness's bus was up may
+    // be, under load: that one really was unreachable).
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("witness not reachable") && l.contains("403")),
+        "{log}"
+    );
 }
