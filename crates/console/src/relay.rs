@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use proto::doorbell::{ApprovalDecision, MAX_DECISION_BYTES};
-use serde_json::Value;
+use proto::doorbell::{ApprovalDecision, MAX_DECISION_BYTES, Verdicted};
 
 /// Why a decision did not reach aegis.
 #[derive(Debug)]
@@ -21,7 +20,7 @@ pub async fn relay(
     console: &crate::Console,
     login: &crate::auth::Login,
     body: &[u8],
-) -> Result<Value, RelayError> {
+) -> Result<Verdicted, RelayError> {
     if body.len() > MAX_DECISION_BYTES {
         return Err(RelayError::BadRequest(format!(
             "a decision is at most {MAX_DECISION_BYTES} bytes"
@@ -42,16 +41,16 @@ pub async fn relay(
         ));
     };
     let bytes = serde_json::to_vec(&d).map_err(|e| RelayError::BadRequest(e.to_string()))?;
-    let reply = tokio::time::timeout(
+    // aegis's answer is the first reply signed by its pinned key; others are skipped.
+    let reply = kura_runtime::ask::ask_signed(
+        &bus.client,
+        bus.subjects.approval_decide(),
+        bytes,
+        aegis_key,
         Duration::from_secs(5),
-        bus.client
-            .request(bus.subjects.approval_decide(), bytes.into()),
     )
     .await
-    .map_err(|_| RelayError::Unavailable("aegis did not answer in 5 s".into()))?
-    .map_err(|e| RelayError::Unavailable(format!("cannot reach aegis: {e}")))?;
-    kura_runtime::bus::verify_signed_reply(&reply, aegis_key)
-        .map_err(|e| RelayError::Unavailable(format!("refused an answer: {e}")))?;
+    .map_err(|e| RelayError::Unavailable(format!("aegis: {e}")))?;
     serde_json::from_slice(&reply.payload)
-        .map_err(|e| RelayError::Unavailable(format!("aegis's answer is not JSON: {e}")))
+        .map_err(|e| RelayError::Unavailable(format!("aegis's answer is not a verdict: {e}")))
 }

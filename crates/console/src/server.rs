@@ -635,7 +635,7 @@ async fn decide(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     if let Err(why) = auth::check_change(&l, &headers, c.tls) {
         return (
             StatusCode::FORBIDDEN,
-            axum::Json(serde_json::json!({"ok": false, "message": why})),
+            axum::Json(proto::doorbell::Verdicted::refused(why)),
         )
             .into_response();
     }
@@ -643,12 +643,12 @@ async fn decide(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         Ok(verdict) => axum::Json(verdict).into_response(),
         Err(RelayError::BadRequest(m)) => (
             StatusCode::BAD_REQUEST,
-            axum::Json(serde_json::json!({"ok": false, "message": m})),
+            axum::Json(proto::doorbell::Verdicted::refused(m)),
         )
             .into_response(),
         Err(RelayError::Unavailable(m)) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({"ok": false, "message": m})),
+            axum::Json(proto::doorbell::Verdicted::refused(m)),
         )
             .into_response(),
     }

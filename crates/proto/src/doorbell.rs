@@ -47,6 +47,32 @@ pub fn parse_capped<T: DeserializeOwned>(bytes: &[u8], cap: usize) -> Result<T, 
 /// a NATS message. A plain approve or deny is a doorbell: at most [`MAX_DOORBELL_BYTES`].
 pub const MAX_DECISION_BYTES: usize = 48 * 1024;
 
+/// aegis's answer to a person's decision (and to a question it cannot answer): whether it
+/// was accepted, the request's state afterwards (empty when unknown), and what happened, for
+/// the person. Signed like every aegis reply; the console and the CLI read this type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdicted {
+    /// Whether the decision was accepted.
+    pub ok: bool,
+    /// The request's state afterwards (when known).
+    #[serde(default)]
+    pub state: String,
+    /// What happened, for the person.
+    #[serde(default)]
+    pub message: String,
+}
+
+impl Verdicted {
+    /// A refusal saying why.
+    pub fn refused(message: impl Into<String>) -> Verdicted {
+        Verdicted {
+            ok: false,
+            state: String::new(),
+            message: message.into(),
+        }
+    }
+}
+
 /// A decision's note: at most this many characters (Unicode scalar values), and the plain
 /// decision that carries it at most [`MAX_DOORBELL_BYTES`] (so a note of four-byte
 /// characters is shorter).

@@ -2,6 +2,7 @@
 //! the recovery loop, one daemon lifecycle, heartbeats and the bundled nats-server lookup —
 //! written once, used by all.
 
+pub mod ask;
 pub mod bus;
 pub mod cli;
 pub mod config;

@@ -7,20 +7,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use base64::Engine as _;
-use futures::StreamExt as _;
 use proto::doorbell::{ApprovalDecision, PendingQuery, RecordFetch};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::decide::Verdicted;
 use crate::keys;
 use crate::pending::{Chunk, PendingItem, PendingPage};
+use proto::doorbell::Verdicted;
 
 /// Most pages read (each at most 32 KiB): far more requests than anyone reviews at once.
 const MAX_PAGES: usize = 1000;
-/// Most replies read for one question before giving up on a signed one.
-const MAX_REPLIES: usize = 64;
 
 /// A request as a person sees it: checked against its hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,46 +94,34 @@ impl Conn {
         })
     }
 
-    /// Asks aegis and waits for *its* answer: replies not signed by the pinned key (anyone
-    /// allowed to answer can race aegis) are skipped, so a rogue reply delays nothing and
-    /// decides nothing; if only such replies come, the error says so.
+    /// Asks aegis and waits for *its* answer: replies not signed by the pinned key are
+    /// skipped (see [`kura_runtime::ask`]).
     async fn ask<T: serde::de::DeserializeOwned>(
         &self,
         subject: String,
         body: Vec<u8>,
     ) -> anyhow::Result<T> {
-        let inbox = self.client.new_inbox();
-        let mut replies = self.client.subscribe(inbox.clone()).await?;
-        self.client
-            .publish_with_reply(subject, inbox, body.into())
-            .await?;
-        self.client.flush().await?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let mut skipped: Option<anyhow::Error> = None;
-        // At most this many replies are read: a flood cannot keep the person waiting past
-        // the deadline or fill memory.
-        for _ in 0..MAX_REPLIES {
-            let reply = match tokio::time::timeout_at(deadline, replies.next()).await {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(_) => break,
-            };
-            if reply.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-                anyhow::bail!("no aegis daemon is listening (is kura-aegis running on the Pi?)");
+        use kura_runtime::ask::{AskError, ask_signed};
+        let reply = ask_signed(
+            &self.client,
+            subject,
+            body,
+            &self.reply_key,
+            Duration::from_secs(5),
+        )
+        .await
+        .map_err(|e| match e {
+            AskError::NoResponders(_) => {
+                anyhow::anyhow!("no aegis daemon is listening (is kura-aegis running on the Pi?)")
             }
-            // Before a byte of it is read: only the pinned aegis may answer.
-            if let Err(e) = kura_runtime::bus::verify_signed_reply(&reply, &self.reply_key) {
-                skipped = Some(e);
-                continue;
+            AskError::Timeout(_) => {
+                anyhow::anyhow!("aegis did not answer in 5 s (is kura-aegis running?)")
             }
-            return serde_json::from_slice(&reply.payload).with_context(|| {
-                let text = String::from_utf8_lossy(&reply.payload);
-                format!("unexpected answer: {}", proto::text::excerpt(&text, 300))
-            });
-        }
-        Err(match skipped {
-            Some(e) => e.context("aegis did not answer in 5 s; only replies not signed by it came"),
-            None => anyhow::anyhow!("aegis did not answer in 5 s (is kura-aegis running?)"),
+            other => anyhow::anyhow!("aegis: {other}"),
+        })?;
+        serde_json::from_slice(&reply.payload).with_context(|| {
+            let text = String::from_utf8_lossy(&reply.payload);
+            format!("unexpected answer: {}", proto::text::excerpt(&text, 300))
         })
     }
 }

@@ -16,7 +16,6 @@ use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
 use proto::doorbell::ApprovalDecision;
 use proto::record::{NewRecord, RecordType};
-use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -122,25 +121,25 @@ pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uui
     })
 }
 
-/// The answer to a person's decision message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// What deciding did: aegis's answer for the person, and a parked turn that can run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdicted {
-    /// Whether the decision was accepted.
-    pub ok: bool,
-    /// The request's state afterwards (when known).
-    pub state: String,
-    /// What happened, for the person.
-    pub message: String,
+    /// The signed answer.
+    pub verdict: proto::doorbell::Verdicted,
     /// A parked turn that can run again.
-    #[serde(skip)]
     pub woke: Option<Uuid>,
+}
+
+impl std::ops::Deref for Verdicted {
+    type Target = proto::doorbell::Verdicted;
+    fn deref(&self) -> &proto::doorbell::Verdicted {
+        &self.verdict
+    }
 }
 
 fn rejected(message: String) -> Verdicted {
     Verdicted {
-        ok: false,
-        state: String::new(),
-        message,
+        verdict: proto::doorbell::Verdicted::refused(message),
         woke: None,
     }
 }
@@ -360,9 +359,11 @@ pub fn decide(
             s => format!("request {s} by {author}"),
         };
         Ok(Ok(Verdicted {
-            ok: true,
-            state: state.to_string(),
-            message,
+            verdict: proto::doorbell::Verdicted {
+                ok: true,
+                state: state.to_string(),
+                message,
+            },
             woke,
         }))
     })?;
@@ -388,10 +389,9 @@ pub fn decide(
                     reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, &raw)
                 })?;
             }
-            Ok(Verdicted {
-                state: a.map(|a| a.state.to_string()).unwrap_or_default(),
-                ..rejected(format!("rejected: {reason}"))
-            })
+            let mut refused = rejected(format!("rejected: {reason}"));
+            refused.verdict.state = a.map(|a| a.state.to_string()).unwrap_or_default();
+            Ok(refused)
         }
     }
 }

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 
 use kura_runtime::{Common, Daemon};
 use proto::consumers::AEGIS_REQUESTS;
-use proto::doorbell::{ApprovalDecision, PendingQuery, RecordFetch, ToolApprove, WorkerDispatch};
+use proto::doorbell::{
+    ApprovalDecision, PendingQuery, RecordFetch, ToolApprove, Verdicted, WorkerDispatch,
+};
 use serde::{Deserialize, Serialize};
 
 /// Aegis's configuration.
@@ -216,7 +218,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (st, p, b) = (serve_store.clone(), policy.clone(), bus.clone());
     bus.serve::<ToolApprove, _>(bus.subjects.tool_approve(), move |req| {
         let Ok(mut store) = st.lock() else {
-            return json_bytes(&serde_json::json!({"ok": false}));
+            return json_bytes(&Verdicted::refused("store unavailable"));
         };
         match decide::evaluate(&mut store, &p, timeout, Some(req.request_id)) {
             Ok(Some(e)) => {
@@ -227,8 +229,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                     &serde_json::json!({"ok": true, "request_id": e.request_id, "state": e.state}),
                 )
             }
-            Ok(None) => json_bytes(&serde_json::json!({"ok": false, "message": "no such request"})),
-            Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
+            Ok(None) => json_bytes(&Verdicted::refused("no such request")),
+            Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
         }
     })
     .await?;
@@ -248,21 +250,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         proto::doorbell::MAX_DECISION_BYTES,
         move |d| {
             let Ok(mut store) = st.lock() else {
-                return json_bytes(&serde_json::json!({"ok": false}));
+                return json_bytes(&Verdicted::refused("store unavailable"));
             };
             let Ok(mut limiter) = l.lock() else {
-                return json_bytes(&serde_json::json!({"ok": false}));
+                return json_bytes(&Verdicted::refused("limiter unavailable"));
             };
             match decide::decide(&mut store, &a, signed_within, &mut limiter, &d, &p) {
                 Ok(v) => {
                     if let Some(turn_id) = v.woke {
                         b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
                     }
-                    json_bytes(&v)
+                    json_bytes(&v.verdict)
                 }
-                Err(e) => json_bytes(
-                    &serde_json::json!({"ok": false, "state": "", "message": e.to_string()}),
-                ),
+                Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
             }
         },
     )
@@ -271,11 +271,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let st = serve_store.clone();
     bus.serve::<PendingQuery, _>(bus.subjects.approval_pending(), move |q| {
         let Ok(store) = st.lock() else {
-            return json_bytes(&serde_json::json!({"ok": false, "message": "store unavailable"}));
+            return json_bytes(&Verdicted::refused("store unavailable"));
         };
         match pending::page(&store, q.after) {
             Ok(page) => json_bytes(&page),
-            Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
+            Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
         }
     })
     .await?;
@@ -283,12 +283,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let st = serve_store.clone();
     bus.serve::<RecordFetch, _>(bus.subjects.approval_fetch(), move |f| {
         let Ok(store) = st.lock() else {
-            return json_bytes(&serde_json::json!({"ok": false, "message": "store unavailable"}));
+            return json_bytes(&Verdicted::refused("store unavailable"));
         };
         match pending::fetch(&store, f.request_id, f.offset) {
             Ok(Some(chunk)) => json_bytes(&chunk),
-            Ok(None) => json_bytes(&serde_json::json!({"ok": false, "message": "no such request"})),
-            Err(e) => json_bytes(&serde_json::json!({"ok": false, "message": e.to_string()})),
+            Ok(None) => json_bytes(&Verdicted::refused("no such request")),
+            Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
         }
     })
     .await?;
