@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod console;
 pub mod nats;
+pub mod rogue;
 pub mod stack;
 pub mod wal;
 

@@ -260,7 +260,6 @@ fn trickled_request_bodies_do_not_hold_the_console() {
 /// now: with aegis held still, the rogue answers first, and aegis's verdict still arrives.
 #[test]
 fn a_rogue_unsigned_reply_does_not_stop_a_console_decision() {
-    use kura_runtime::identity::Role;
     let mut s = Stack::new(SCRIPT);
     let key = SigningKey::from_bytes(&[7u8; 32]);
     s.spawn("aegis", "aegis");
@@ -268,27 +267,9 @@ fn a_rogue_unsigned_reply_does_not_stop_a_console_decision() {
     let cookie = login(port, &key);
     let token = csrf(port, &cookie);
     let rt = tokio::runtime::Runtime::new().expect("rt");
-    let rogue = rt
-        .block_on(s.nats.client(Role::Operator))
-        .expect("operator");
     let subject = proto::subjects::Subjects::default().approval_decide();
-    let mut asked = rt.block_on(rogue.subscribe(subject)).expect("sub");
-    rt.block_on(rogue.flush()).expect("flush");
-    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let answering = rt.spawn({
-        let (rogue, answered) = (rogue.clone(), answered.clone());
-        async move {
-            use futures::StreamExt as _;
-            while let Some(m) = asked.next().await {
-                if let Some(to) = m.reply {
-                    let forged = r#"{"ok":true,"state":"approved","message":"approved by nobody"}"#;
-                    let _ = rogue.publish(to, forged.into()).await;
-                    let _ = rogue.flush().await;
-                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-        }
-    });
+    let forged = r#"{"ok":true,"state":"approved","message":"approved by nobody"}"#;
+    let rogue = kura_testkit::rogue::Rogue::start(&rt, &s.nats, subject, forged);
     // A decision by alice for a request that does not exist: aegis refuses it, signed.
     let mut d = proto::doorbell::ApprovalDecision {
         request_id: proto::new_id(),
@@ -317,20 +298,13 @@ fn a_rogue_unsigned_reply_does_not_stop_a_console_decision() {
             ));
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(4);
-    while answered.load(std::sync::atomic::Ordering::SeqCst) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let rogue_first = rogue.wait_answered(Duration::from_secs(4));
     s.signal("aegis", "CONT");
     let (status, _, reply) = rx.recv_timeout(Duration::from_secs(10)).expect("an answer");
     let _ = send.join();
-    assert!(
-        answered.load(std::sync::atomic::Ordering::SeqCst) >= 1,
-        "the rogue answered first"
-    );
+    assert!(rogue_first, "the rogue answered first");
     assert_eq!(status, 200, "{reply}");
     let v: proto::doorbell::Verdicted = serde_json::from_str(&reply).expect("a verdict");
     assert!(!v.ok && v.message.contains("no approval request"), "{v:?}");
-    answering.abort();
     s.shutdown_cleanly();
 }
