@@ -128,6 +128,20 @@ impl Stack {
         self.children.push((instance.to_owned(), child));
     }
 
+    /// `aegis keygen --name NAME` into this stack's directory, then [`Stack::add_approver`];
+    /// returns the key file.
+    pub fn new_approver(&self, name: &str) -> PathBuf {
+        let key = self.path(&format!("{name}.key"));
+        let out = Command::new(bin("aegis"))
+            .args(["keygen", "--name", name, "--key"])
+            .arg(&key)
+            .output()
+            .expect("aegis keygen");
+        assert!(out.status.success(), "aegis keygen {name}");
+        self.add_approver(name, &key);
+        key
+    }
+
     /// Lets the person whose `aegis keygen` key file is `key_file` onto the bus as an
     /// approver named `name` (the server reloads; returns once they can connect).
     pub fn add_approver(&self, name: &str, key_file: &std::path::Path) {

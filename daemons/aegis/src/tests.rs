@@ -87,6 +87,16 @@ fn signed(key: &SigningKey, name: &str, request_id: uuid::Uuid, hash: &str) -> A
     d
 }
 
+/// [`decide::decide`] under the default policy and signing window.
+fn decide_by_default(
+    store: &mut Store,
+    approvers: &Approvers,
+    limiter: &mut Limiter,
+    d: &ApprovalDecision,
+) -> decide::Verdicted {
+    decide::decide(store, approvers, WINDOW, limiter, d, &Policy::default()).expect("decide")
+}
+
 fn sys_errors(store: &Store) -> i64 {
     store
         .conn()
@@ -587,15 +597,7 @@ fn edited_arguments_swapped_after_signing_are_refused_and_a_signed_edit_is_bound
         serde_json::json!({"path": ".ssh/authorized_keys", "content": "ssh-ed25519 AAAA"})
             .as_object()
             .cloned();
-    let v = decide::decide(
-        &mut store,
-        &approvers,
-        WINDOW,
-        &mut Limiter::default(),
-        &swapped,
-        &Policy::default(),
-    )
-    .expect("decide");
+    let v = decide_by_default(&mut store, &approvers, &mut Limiter::default(), &swapped);
     assert!(!v.ok && v.message.contains("signature"), "{v:?}");
     let a = approval(store.conn(), request_id)
         .expect("read")
@@ -603,15 +605,7 @@ fn edited_arguments_swapped_after_signing_are_refused_and_a_signed_edit_is_bound
     assert_eq!((a.state, a.edited_arguments), (ApprovalState::Asked, None));
 
     let good = edit(&alice, "alice", request_id, &hash, "lists/shopping.md");
-    let v = decide::decide(
-        &mut store,
-        &approvers,
-        WINDOW,
-        &mut Limiter::default(),
-        &good,
-        &Policy::default(),
-    )
-    .expect("decide");
+    let v = decide_by_default(&mut store, &approvers, &mut Limiter::default(), &good);
     assert!(v.ok && v.message.contains("edited"), "{v:?}");
     let a = approval(store.conn(), request_id)
         .expect("read")
@@ -772,15 +766,7 @@ fn a_plain_decision_over_1024_bytes_or_a_note_over_200_characters_is_refused() {
         let mut d = signed(&alice, "alice", request_id, &hash);
         d.note = note;
         keys::sign(&alice, &mut d, &hash);
-        let v = decide::decide(
-            &mut store,
-            &approvers,
-            WINDOW,
-            &mut limiter,
-            &d,
-            &Policy::default(),
-        )
-        .expect("decide");
+        let v = decide_by_default(&mut store, &approvers, &mut limiter, &d);
         assert!(!v.ok && v.message.contains(says), "{says}: {v:?}");
     }
     assert_eq!(
@@ -792,15 +778,7 @@ fn a_plain_decision_over_1024_bytes_or_a_note_over_200_characters_is_refused() {
     let mut d = signed(&alice, "alice", request_id, &hash);
     d.note = "x".repeat(200);
     keys::sign(&alice, &mut d, &hash);
-    let v = decide::decide(
-        &mut store,
-        &approvers,
-        WINDOW,
-        &mut limiter,
-        &d,
-        &Policy::default(),
-    )
-    .expect("decide");
+    let v = decide_by_default(&mut store, &approvers, &mut limiter, &d);
     assert!(v.ok, "{v:?}");
     // A 50 KB message is refused at the subject's cap, and the refusal names that cap.
     let big = vec![b' '; 50 * 1024];
@@ -877,14 +855,11 @@ fn an_approver_whose_decision_key_logs_in_or_who_was_removed_is_refused() {
     );
     // And a decision by one of them says why.
     let (_dir, mut store, request_id, hash) = store_with_request();
-    let v = decide::decide(
+    let v = decide_by_default(
         &mut store,
         &approvers,
-        WINDOW,
         &mut Limiter::default(),
         &signed(&old, "old", request_id, &hash),
-        &Policy::default(),
-    )
-    .expect("decide");
+    );
     assert!(!v.ok && v.message.contains("logs in to the bus"), "{v:?}");
 }

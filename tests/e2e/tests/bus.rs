@@ -174,14 +174,7 @@ fn request_content_does_not_cross_the_bus_to_other_keys() {
         "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = \"ask\"\n",
     )
     .expect("policy");
-    let key = s.path("ana.key");
-    let out = std::process::Command::new(kura_testkit::bin("aegis"))
-        .args(["keygen", "--name", "ana", "--key"])
-        .arg(&key)
-        .output()
-        .expect("keygen");
-    assert!(out.status.success());
-    s.add_approver("ana", &key);
+    let key = s.new_approver("ana");
     s.spawn("aegis", "aegis");
     s.spawn("minato", "minato");
     s.spawn("hashi", "hashi");
@@ -251,14 +244,7 @@ fn request_content_does_not_cross_the_bus_to_other_keys() {
 #[test]
 fn a_rogue_unsigned_reply_does_not_stop_aegis_pending() {
     let mut s = Stack::new(r#"{"turns": []}"#);
-    let key = s.path("ana.key");
-    let out = std::process::Command::new(kura_testkit::bin("aegis"))
-        .args(["keygen", "--name", "ana", "--key"])
-        .arg(&key)
-        .output()
-        .expect("keygen");
-    assert!(out.status.success());
-    s.add_approver("ana", &key);
+    let key = s.new_approver("ana");
     s.spawn("aegis", "aegis");
     let (url, ca, reply_key) = (s.nats.url(), s.nats.ca(), s.nats.signer(Role::Aegis));
     let pending = || {
