@@ -1,0 +1,283 @@
+//! A call's way from its `tool.call` record to its result: the published policy at once, else
+//! aegis and a person (the turn parks rather than hold a worker); a replay's recorded result
+//! served instead of a side effect run again; the tool run and its `tool.result` recorded.
+
+use super::*;
+
+impl Worker {
+    /// A replay's side-effecting call: never run again. The recorded result is served,
+    /// naming the record it replays; a call the recorded turn did not make is refused.
+    pub(super) fn serve_recorded(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        call_id: &str,
+        recorded: Option<Record>,
+    ) -> kura_store::Result<CallEnd> {
+        let Some(r) = recorded else {
+            let refusal = "a replay never runs a side effect again, and the recorded turn has no \
+                           result for this call; not run";
+            self.record_result(claim, history, call_id, Err(refusal.into()), Map::new())?;
+            return Ok(CallEnd::Done);
+        };
+        let mut content = r.content.as_object().cloned().unwrap_or_default();
+        content.insert("call_id".into(), json!(call_id));
+        content.insert("replayed".into(), json!(r.record_id));
+        let served = self.record(
+            claim,
+            RecordType::ToolResult,
+            Value::Object(content),
+            &[("replays", r.record_id.to_string())],
+        );
+        self.append(claim, history, served)?;
+        Ok(CallEnd::Done)
+    }
+
+    /// The part of a call after its `tool.call` record: policy, approval, run, result.
+    pub(super) fn approve_and_run(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+    ) -> kura_store::Result<CallEnd> {
+        let outcome = match self.tools.check(name) {
+            Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
+            Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
+            Ok(tool)
+                if self.config.approvals == Approvals::Off
+                    && claim.replay.is_some_and(|r| r.rerun)
+                    && tool.effect() != Effect::Read =>
+            {
+                Err(
+                    "a re-run of a side effect needs a person, and this worker has approvals \
+                     off ([worker] approvals); not run"
+                        .into(),
+                )
+            }
+            Ok(_) if self.config.approvals == Approvals::Off => {
+                self.flush(claim, history)?;
+                self.run_tool(claim, name, arguments, call_id)
+            }
+            Ok(tool) => {
+                let effect = tool.effect();
+                let meta = self
+                    .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
+                    .metadata;
+                let author = self.config.author.clone();
+                // A side effect a replay asks to repeat goes to people, whatever the policy.
+                let rerun = claim.replay.is_some_and(|r| r.rerun) && effect != Effect::Read;
+                let published = if rerun {
+                    None
+                } else {
+                    self.published_policy()?
+                };
+                let session = claim.session_id.to_string();
+                // One commit: what the model said, the call, the request — and, when the
+                // published policy allows or denies it, the decision (and for an allowed
+                // call the mark that it is starting). Only `ask` needs aegis and a person.
+                let (request, ruled) = self.commit(claim, history, |tx| {
+                    let a = request_approval_in(
+                        tx,
+                        claim,
+                        call_id,
+                        name,
+                        arguments,
+                        effect,
+                        &author,
+                        meta.clone(),
+                    )?;
+                    let Some((hash, p)) = published else {
+                        return Ok((a, None));
+                    };
+                    // aegis may have published another policy since it was read.
+                    if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
+                        return Ok((a, None));
+                    }
+                    let args = Value::Object(arguments.clone());
+                    let ruling = p.evaluate(name, effect.as_str(), &args, &session);
+                    let allow = match ruling.verdict {
+                        Verdict::Ask => return Ok((a, None)),
+                        v => v == Verdict::Allow,
+                    };
+                    decide_by_policy_in(tx, &a, allow, &ruling.rule, &hash, meta)?;
+                    if allow {
+                        mark_started_in(tx, a.request_id, claim.epoch)?;
+                    }
+                    Ok((a, Some((allow, ruling.rule))))
+                })?;
+                let decided = match ruled {
+                    Some((true, _)) => {
+                        let outcome = self.run_tool(claim, name, arguments, call_id);
+                        self.record_result(claim, history, call_id, outcome, Map::new())?;
+                        return Ok(CallEnd::Done);
+                    }
+                    Some((false, rule)) => Some((false, rule, None)),
+                    None => self.await_decision(request.request_id)?,
+                };
+                match decided {
+                    Some((true, _, edited)) => {
+                        return self.run_approved(
+                            claim,
+                            history,
+                            request.request_id,
+                            name,
+                            arguments,
+                            call_id,
+                            edited.as_deref(),
+                        );
+                    }
+                    Some((false, rule, _)) => Err(format!("denied by aegis ({rule})")),
+                    None => {
+                        let parked = self.commit(claim, history, |tx| {
+                            park_turn_in(tx, claim, request.request_id)
+                        })?;
+                        if !parked {
+                            tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
+                                "decided while parking; the turn is claimable again");
+                        }
+                        return Ok(CallEnd::Parked(request.request_id));
+                    }
+                }
+            }
+        };
+        self.record_result(claim, history, call_id, outcome, Map::new())?;
+        Ok(CallEnd::Done)
+    }
+
+    /// Runs a call people (or policy) approved: with the arguments they edited, if they
+    /// did — the decision record that binds them is already in the ledger — else as asked.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_approved(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        request_id: uuid::Uuid,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+        edited: Option<&str>,
+    ) -> kura_store::Result<CallEnd> {
+        self.commit(claim, history, |tx| {
+            mark_started_in(tx, request_id, claim.epoch)
+        })?;
+        let (outcome, edit) = match self.edited_arguments(edited) {
+            Ok(Some(args)) => (self.run_tool(claim, name, &args, call_id), Some(args)),
+            Ok(None) => (self.run_tool(claim, name, arguments, call_id), None),
+            Err(why) => (Err(why), None),
+        };
+        let mut how = Map::new();
+        if let Some(args) = edit {
+            // What ran, beside the call the model asked for: the ledger shows both.
+            how.insert("arguments_edited".into(), Value::Object(args));
+        }
+        if claim.replay.is_some_and(|r| r.rerun) {
+            // A re-run is a new run: its result names the approval it ran under, so it is a
+            // record of its own, never the recorded run's (identical records are stored once).
+            how.insert("rerun".into(), json!({"approval_request": request_id}));
+        }
+        self.record_result(claim, history, call_id, outcome, how)?;
+        Ok(CallEnd::Done)
+    }
+
+    /// Edited arguments as the tool will take them. They must already be in normal form:
+    /// aegis ruled on exactly this spelling, so a path hashi would respell is refused.
+    pub(super) fn edited_arguments(
+        &self,
+        edited: Option<&str>,
+    ) -> Result<Option<Map<String, Value>>, String> {
+        let Some(text) = edited else { return Ok(None) };
+        let args: Map<String, Value> = serde_json::from_str(text)
+            .map_err(|e| format!("the edited arguments cannot be read: {e}"))?;
+        let mut normal = args.clone();
+        self.tools.normalize_args(&mut normal);
+        if normal != args {
+            return Err(format!(
+                "the edited arguments are not in normal form (it is {}); not run",
+                excerpt(&Value::Object(normal).to_string(), 512)
+            ));
+        }
+        Ok(Some(args))
+    }
+
+    /// Asks aegis and waits (briefly) for allow/deny; `None` when it is up to people (or
+    /// aegis did not answer in time): the turn is then parked rather than holding a worker.
+    pub(super) fn await_decision(
+        &mut self,
+        request_id: uuid::Uuid,
+    ) -> kura_store::Result<Option<(bool, String, Option<String>)>> {
+        // With NATS down nobody can be rung: look once (aegis may already have decided by
+        // polling) and park at once, so the worker moves on instead of sitting out the wait
+        // for every call — aegis decides parked requests on its next poll.
+        let connected = self.bus.is_connected();
+        let wait = if connected {
+            Duration::from_millis(self.config.approval_wait_ms)
+        } else {
+            Duration::ZERO
+        };
+        let answered = connected
+            && self.bus.ring_and_wait(
+                self.bus.subjects.tool_approve(),
+                &ToolApprove { request_id },
+                wait,
+            );
+        if connected && !answered {
+            tracing::debug!(%request_id, "aegis did not answer in time; parking");
+        }
+        // aegis answers after it has recorded its ruling, so one look tells: decided, or up
+        // to people (or aegis is away) — then the turn parks and frees this worker.
+        let a = approval(self.store.conn(), request_id)?.ok_or_else(|| StoreError::Corrupt {
+            what: "approval",
+            id: request_id.to_string(),
+            detail: "vanished while its turn waited".into(),
+        })?;
+        Ok(match a.state {
+            ApprovalState::Approved => Some((true, a.rule.unwrap_or_default(), a.edited_arguments)),
+            ApprovalState::Denied => Some((false, a.rule.unwrap_or_default(), None)),
+            ApprovalState::Asked | ApprovalState::Pending => None,
+        })
+    }
+
+    pub(super) fn run_tool(
+        &self,
+        claim: &Claim,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+    ) -> Result<Value, String> {
+        let tool = self
+            .tools
+            .get(name)
+            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+        self.tools
+            .workspace(&claim.session_id.to_string())
+            .and_then(|ws| tool.run(&ws.for_call(call_id), arguments))
+    }
+
+    pub(super) fn record_result(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        call_id: &str,
+        outcome: Result<Value, String>,
+        how: Map<String, Value>,
+    ) -> kura_store::Result<()> {
+        // Whatever a tool returned, the record fits: a result too big to store would fail
+        // this turn on every attempt.
+        let mut content = match outcome {
+            Ok(v) => {
+                json!({"status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id})
+            }
+            Err(e) => {
+                json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id})
+            }
+        };
+        // How it ran (edited arguments, a replay's re-run) beside what it returned.
+        if let Value::Object(c) = &mut content {
+            c.extend(how);
+        }
+        let result = self.record(claim, RecordType::ToolResult, content, &[]);
+        self.append(claim, history, result)
+    }
+}
