@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use super::Workspace;
 
-/// How often the total is measured while a program runs. Page-cache writes are fast, so a
-/// run can pass the quota between two checks; that is why its new files are removed after.
+/// How often the total is measured while a program runs, at most. Page-cache writes are fast,
+/// so a run can pass the quota between two checks; that is why such a run is undone after.
+/// In a workspace whose walk takes longer, checks are spaced to four walks' time, so the
+/// watcher takes at most a fifth of a core.
 pub const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// Most files remembered before a run; a workspace with more is refused for `shell.run`
@@ -24,6 +26,8 @@ const MAX_FILES: usize = 100_000;
 pub struct Guard {
     before: BTreeMap<String, (u64, u64)>,
     quota: u64,
+    /// The wait before the next check (see [`CHECK_EVERY`]).
+    every: std::cell::Cell<Duration>,
 }
 
 impl Guard {
@@ -48,13 +52,28 @@ impl Guard {
         if used >= quota {
             return Err(full(used, quota));
         }
-        Ok((Guard { before, quota }, quota - used))
+        Ok((
+            Guard {
+                before,
+                quota,
+                every: std::cell::Cell::new(CHECK_EVERY),
+            },
+            quota - used,
+        ))
     }
 
     /// Whether the workspace is past its quota now (a workspace that cannot be measured
     /// counts as past it).
     pub fn passed(&self, ws: &Workspace) -> bool {
-        ws.usage().map_or(true, |used| used > self.quota)
+        let t = std::time::Instant::now();
+        let passed = ws.usage().map_or(true, |used| used > self.quota);
+        self.every.set(CHECK_EVERY.max(t.elapsed() * 4));
+        passed
+    }
+
+    /// How long to wait before the next check.
+    pub fn every(&self) -> Duration {
+        self.every.get()
     }
 
     /// After a run that passed the quota: removes the files it created or replaced (a new

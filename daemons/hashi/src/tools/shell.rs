@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use super::output::{KEEP_BYTES, capture};
-use super::quota::{CHECK_EVERY, Guard};
+use super::quota::Guard;
 use super::{Effect, Tool, Workspace};
 use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
 
@@ -156,7 +156,7 @@ impl Tool for Run {
         let status = loop {
             let wait = deadline
                 .saturating_duration_since(Instant::now())
-                .min(CHECK_EVERY);
+                .min(guard.every());
             match exited.recv_timeout(wait) {
                 Ok(s) => break Some(s.map_err(|e| e.to_string())?),
                 Err(mpsc::RecvTimeoutError::Timeout)
