@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use kura_store::store::{Query, parse_id};
 use kura_store::verify::{Report, Scope};
 use kura_store::{Store, StoreOptions};
-use proto::merkle::InclusionProof;
+use proto::proof::InclusionProof;
 use proto::record::{MAX_CONTENT_BYTES, NewRecord, RecordType};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -84,10 +84,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             print_default_config,
         } => {
             if print_default_config {
-                out.line(kura_runtime::to_toml(&crate::serve::ServeConfig::default()).trim_end())?;
+                out.line(
+                    kura_runtime::to_toml(&crate::serve_config::ServeConfig::default()).trim_end(),
+                )?;
             } else {
-                let (mut config, rt) =
-                    kura_runtime::start::<crate::serve::ServeConfig>("kura", config.as_deref())?;
+                let (mut config, rt) = kura_runtime::start::<crate::serve_config::ServeConfig>(
+                    "kura",
+                    config.as_deref(),
+                )?;
                 if let Some(db) = db_given {
                     config.common.db = db;
                 }

@@ -9,6 +9,7 @@ mod graph;
 mod keys;
 mod output;
 mod serve;
+mod serve_config;
 mod tlog;
 mod witnessing;
 

@@ -12,7 +12,7 @@ use kura_store::{seallog, witness};
 use serde_json::json;
 
 use crate::output::Out;
-use crate::serve::ServeConfig;
+use crate::serve_config::ServeConfig;
 
 /// `kura log-key init`: a new log key written 0600 (never over an existing file).
 pub fn init_key(

@@ -9,6 +9,7 @@ pub mod doorbell;
 pub mod ids;
 pub mod ledger;
 pub mod merkle;
+pub mod proof;
 pub mod record;
 pub mod states;
 pub mod subjects;
@@ -17,7 +18,7 @@ pub mod text;
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
 pub use ids::new_id;
 pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
-pub use merkle::InclusionProof;
+pub use proof::InclusionProof;
 pub use record::{
     CanonicalParts, Content, NewRecord, OwnedColumns, Record, RecordColumns, RecordError,
     RecordType, TextContent, ToolCallContent, ToolResultContent, ToolStatus,

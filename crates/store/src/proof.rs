@@ -1,7 +1,8 @@
 //! Inclusion proofs: show that a record sits in a sealed ledger, checkable offline.
 
 use proto::ledger::LedgerState;
-use proto::merkle::{self, InclusionProof, SealLogLink};
+use proto::merkle;
+use proto::proof::{InclusionProof, SealLogLink};
 use uuid::Uuid;
 
 use crate::error::{Result, StoreError};

@@ -12,8 +12,7 @@ use super::{Store, parse_id, sessions};
 use crate::error::{Result, StoreError};
 use crate::time;
 
-/// Longest label accepted for ledgers and sessions.
-pub const MAX_LABEL_BYTES: usize = 200;
+use super::labels::check_label;
 
 /// The columns of `ledgers` in the order [`ledger_from_row`] reads them.
 pub(crate) const LEDGER_COLUMNS: &str = "ledger_id, session_id, label, parent_ids, state, \
@@ -39,19 +38,6 @@ pub struct MemberRow {
     pub columns: OwnedColumns,
     /// The leaf hash recorded when the record was appended.
     pub leaf_at_append: String,
-}
-
-/// Checks a human label.
-pub(crate) fn check_label(label: &str) -> Result<()> {
-    if label.trim().is_empty()
-        || label.len() > MAX_LABEL_BYTES
-        || label.chars().any(char::is_control)
-    {
-        return Err(StoreError::Invalid(format!(
-            "invalid label {label:?}: must be 1..{MAX_LABEL_BYTES} bytes without control characters"
-        )));
-    }
-    Ok(())
 }
 
 pub(crate) fn ledger_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Ledger>> {

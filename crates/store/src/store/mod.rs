@@ -1,6 +1,7 @@
 //! The SQLite record/ledger store: opening, pragmas and migrations; operations live in submodules.
 
 pub mod hashcol;
+mod labels;
 mod ledgers;
 mod migrations;
 mod records;

@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::ledgers::check_label;
+use super::labels::check_label;
 use super::{Store, parse_id};
 use crate::error::{Result, StoreError};
 use crate::time;

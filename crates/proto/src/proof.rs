@@ -1,0 +1,200 @@
+//! A self-contained inclusion proof, record → ledger (→ seal log → signed checkpoint), as
+//! `kura prove` prints it and `kura verify-proof` checks it offline: the record's columns,
+//! the ledger header, the audit path. Built on [`crate::merkle`], [`crate::record`] and
+//! [`crate::ledger`]; none of them depends on it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::merkle::{decode_hash, leaf_hash, verify_inclusion};
+
+/// A self-contained inclusion proof, as `kura prove` prints it and `kura verify-proof` reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InclusionProof {
+    /// Always `kura.inclusion.v1`.
+    pub format: String,
+    /// The ledger whose root this proves membership in.
+    pub ledger_id: String,
+    /// The ledger's chained hash, so the proof can be tied to a session head.
+    pub ledger_hash: String,
+    /// The rest of what the ledger hash commits to, so it can be recomputed offline.
+    pub ledger: crate::ledger::LedgerHeader,
+    /// The ledger's RFC 6962 root (hex).
+    pub root_hash: String,
+    /// Number of leaves (records) in the ledger.
+    pub tree_size: usize,
+    /// Position of the record in the ledger.
+    pub leaf_index: usize,
+    /// The record's raw columns; the leaf is recomputed from these.
+    pub record: crate::record::OwnedColumns,
+    /// Sibling hashes from the leaf up (hex).
+    pub audit_path: Vec<String>,
+    /// The next link, when asked for: the ledger's leaf in the store's seal log, proved
+    /// included in a signed checkpoint (checked with the log's verifier key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal_log: Option<SealLogLink>,
+}
+
+/// Ledger → checkpoint: the ledger's seal-log leaf and its RFC 6962 inclusion proof in the
+/// tree a signed checkpoint commits to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealLogLink {
+    /// The leaf's position in the seal log.
+    pub leaf_index: u64,
+    /// The leaf's data: RFC 8785 JSON of `{ledger_hash, ledger_id, session_id}`.
+    pub leaf_data: String,
+    /// Sibling hashes from the leaf up to the checkpoint's root (hex).
+    pub audit_path: Vec<String>,
+    /// The signed checkpoint (a c2sp.org/signed-note with a tlog-checkpoint body).
+    pub checkpoint: String,
+}
+
+impl InclusionProof {
+    /// The format tag this version writes and accepts.
+    pub const FORMAT: &'static str = "kura.inclusion.v1";
+
+    /// Checks the proof end to end: the record's content hash, its leaf, the audit path to
+    /// `root_hash`, the ledger hash over (header, size, root) — and, when given, that
+    /// `trusted` (a root hash or a ledger hash the verifier got elsewhere) is what the proof
+    /// leads to.
+    pub fn verify(&self, trusted: Option<&str>) -> Result<(), String> {
+        if self.format != Self::FORMAT {
+            return Err(format!("unknown proof format {:?}", self.format));
+        }
+        if self.ledger.ledger_id != self.ledger_id {
+            return Err("ledger header is for another ledger".into());
+        }
+        let recomputed_ledger = self
+            .ledger
+            .ledger_hash(self.tree_size as u64, &self.root_hash);
+        if !recomputed_ledger.eq_ignore_ascii_case(&self.ledger_hash) {
+            return Err(format!(
+                "ledger hash over this header, size {} and root is {recomputed_ledger}, not {}",
+                self.tree_size, self.ledger_hash
+            ));
+        }
+        let cols = self.record.as_columns();
+        let recomputed = cols.recompute_hash()?;
+        if recomputed != self.record.hash {
+            return Err(format!(
+                "record {} content hash is {recomputed}, but the proof says {}",
+                self.record.record_id, self.record.hash
+            ));
+        }
+        if let Some(trusted) = trusted
+            && !trusted.eq_ignore_ascii_case(&self.root_hash)
+            && !trusted.eq_ignore_ascii_case(&self.ledger_hash)
+        {
+            return Err(format!(
+                "proof leads to root {} / ledger hash {}, neither is the trusted {trusted}",
+                self.root_hash, self.ledger_hash
+            ));
+        }
+        let root = decode_hash(&self.root_hash).ok_or("root_hash is not 32 bytes of hex")?;
+        let path = self
+            .audit_path
+            .iter()
+            .map(|h| {
+                decode_hash(h)
+                    .ok_or_else(|| format!("audit path entry {h:?} is not 32 bytes of hex"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let leaf = leaf_hash(&cols.leaf_bytes());
+        verify_inclusion(&leaf, self.leaf_index, self.tree_size, &path, &root)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::merkle::{audit_path, root};
+
+    fn sample_proof() -> InclusionProof {
+        use crate::record::{NewRecord, RecordType};
+        let mut leaves = Vec::new();
+        let mut cols = Vec::new();
+        for i in 0..7 {
+            let rec = NewRecord::new(
+                RecordType::AgentThought,
+                crate::record::Content::text(format!("step {i}")),
+                "agent:test",
+            );
+            let parts = rec.validate().expect("valid");
+            let c = crate::record::OwnedColumns {
+                record_id: format!("00000000-0000-7000-8000-00000000000{i}"),
+                hash: parts.hash,
+                record_type: "agent.thought".into(),
+                content: parts.content,
+                author_id: "agent:test".into(),
+                metadata: parts.metadata,
+                created_at: "2026-11-21T00:00:00.000000Z".into(),
+            };
+            leaves.push(leaf_hash(&c.as_columns().leaf_bytes()));
+            cols.push(c);
+        }
+        let r = hex::encode(root(&leaves));
+        let header = crate::ledger::LedgerHeader {
+            ledger_id: "L".into(),
+            session_id: "S".into(),
+            label: "turn".into(),
+            parents: vec![],
+            created_at: "t0".into(),
+            sealed_at: "t1".into(),
+        };
+        InclusionProof {
+            format: InclusionProof::FORMAT.into(),
+            ledger_id: "L".into(),
+            ledger_hash: header.ledger_hash(7, &r),
+            ledger: header,
+            root_hash: r,
+            tree_size: 7,
+            leaf_index: 2,
+            record: cols[2].clone(),
+            audit_path: audit_path(&leaves, 2)
+                .expect("in range")
+                .iter()
+                .map(hex::encode)
+                .collect(),
+            seal_log: None,
+        }
+    }
+
+    #[test]
+    fn genuine_inclusion_proof_verifies_against_root_or_ledger_hash() {
+        let p = sample_proof();
+        p.verify(None).expect("verifies");
+        p.verify(Some(&p.root_hash.clone())).expect("trusted root");
+        p.verify(Some(&p.ledger_hash.clone()))
+            .expect("trusted ledger hash");
+        let err = p.verify(Some(&"0".repeat(64))).expect_err("untrusted root");
+        assert!(err.contains("neither is the trusted"), "{err}");
+    }
+
+    #[test]
+    fn proof_with_wrong_size_fails_ledger_hash() {
+        let mut p = sample_proof();
+        p.tree_size = 8; // same path shape as 7 for leaf 2
+        let err = p.verify(None).expect_err("wrong size");
+        assert!(
+            err.contains("ledger hash over this header, size 8"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn proof_with_tampered_record_fails() {
+        let mut p = sample_proof();
+        p.record.metadata = r#"{"k":"v"}"#.into();
+        let err = p.verify(None).expect_err("tampered metadata");
+        assert!(err.contains("audit path leads to root"), "{err}");
+        let mut p = sample_proof();
+        p.record.content = r#"{"text":"step 9"}"#.into();
+        let err = p.verify(None).expect_err("tampered content");
+        assert!(err.contains("content hash is"), "{err}");
+        let mut p = sample_proof();
+        p.leaf_index = 3;
+        assert!(p.verify(None).is_err(), "wrong index");
+    }
+}
