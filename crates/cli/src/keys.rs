@@ -1,5 +1,6 @@
 //! `kura keys`: the bus identities an install runs with (seeds never printed, only public keys).
 
+use anyhow::Context as _;
 use kura_runtime::identity::{self, Identities, Identity};
 use serde_json::json;
 
@@ -29,8 +30,13 @@ fn seal_log_size(db: Option<&std::path::Path>) -> anyhow::Result<Option<u64>> {
     let Some(path) = path.filter(|p| p.exists()) else {
         return Ok(None);
     };
-    let store = kura_store::Store::open(&path, &kura_store::StoreOptions::default())?;
-    Ok(Some(kura_store::seallog::size_in(store.conn())?))
+    // Read only, and no migration: this may run as root on a file the daemons can write.
+    let conn = rusqlite::Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("cannot read the store {}", path.display()))?;
+    Ok(Some(kura_store::seallog::size_in(&conn)?))
 }
 
 /// Runs one `kura keys` subcommand.
