@@ -484,6 +484,28 @@ impl Bus {
         });
     }
 
+    /// Rings a doorbell from async code, queued before this returns, so a `flush` after it
+    /// carries it. [`Bus::ring`] spawns the publish: a one-shot CLI that flushes and exits at
+    /// once could close before the spawned task ran (seen once in CI: a submit's doorbell
+    /// never sent, the request left for the next poll).
+    pub async fn ring_now<T: Serialize>(&self, subject: String, message: &T) {
+        let bytes = match proto::doorbell::encode(message) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(%subject, error = %e, "cannot encode doorbell");
+                return;
+            }
+        };
+        match self.client.publish(subject.clone(), bytes.into()).await {
+            Ok(()) => {
+                self.stats.published.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::debug!(%subject, error = %e, "doorbell not sent (polling will catch up)")
+            }
+        }
+    }
+
     /// Rings a doorbell as a NATS request and waits up to `timeout` for any reply (from a
     /// synchronous consumer thread). `false` when nobody answered in time; callers then
     /// fall back to polling SQLite, where the answer is recorded anyway.

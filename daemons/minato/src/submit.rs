@@ -66,13 +66,14 @@ pub async fn run_replaying(
     let options = common.store_options()?;
     let mut store = Store::open(&common.db, &options)?;
     let request = submit_replay(&mut store, instruction, author, session, replay)?;
-    bus.ring(
+    bus.ring_now(
         bus.subjects.session_create(),
         &SessionCreate {
             record_id: request.record_id,
             session_id: session,
         },
-    );
+    )
+    .await;
     let flushed = tokio::time::timeout(Duration::from_secs(1), bus.client.flush()).await;
     if !matches!(flushed, Ok(Ok(()))) {
         let why = bus
