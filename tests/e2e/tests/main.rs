@@ -12,4 +12,5 @@ mod memory;
 mod openai;
 mod supervise;
 mod timetravel;
+mod upgrade;
 mod witness;

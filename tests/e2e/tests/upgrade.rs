@@ -1,0 +1,149 @@
+//! A database written by an older Kura opens, verifies and keeps working under this one.
+//!
+//! The fixture in `fixtures/main-2026-11-25/` was made by `./scripts/demo` on main at 09db26c
+//! (before the issue-25 re-shape moved the seal log into kura-tlog, typed the record contents
+//! and gave the store a small API): two sessions, tool calls, a signed approval, memory, the
+//! seal log, a signed checkpoint and an offline inclusion proof. Only public keys are kept
+//! (`identities.toml`, the log's verifier key); nothing here can sign.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kura_runtime::identity::{IDENTITIES_FILE, Identities, Retired};
+use kura_testkit::Stack;
+use kura_testkit::bin;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/main-2026-11-25")
+        .join(name)
+}
+
+fn kura(args: &[&str], db: &Path) -> Output {
+    Command::new(bin("kura"))
+        .args(args)
+        .env_remove("KURA_LOG_VERIFIER")
+        .env_remove("KURA_KEYRING")
+        .env("KURA_DB", db)
+        .output()
+        .expect("run kura")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `kura verify --all` against the old checkpoint with the given keyring.
+fn verify(db: &Path, keyring: &Path) -> Output {
+    let vkey = std::fs::read_to_string(fixture("log_verifier")).expect("log_verifier");
+    let checkpoint = fixture("checkpoint");
+    kura(
+        &[
+            "verify",
+            "--all",
+            "--log-key",
+            vkey.trim(),
+            "--checkpoint",
+            checkpoint.to_str().expect("utf-8 path"),
+            "--keyring",
+            keyring.to_str().expect("utf-8 path"),
+        ],
+        db,
+    )
+}
+
+#[test]
+fn a_database_written_by_main_of_2026_11_25_opens_verifies_and_keeps_working() {
+    let script = r#"{"turns": [[{"tool": "fs.write", "args": {"path": "note.md", "content": "after the upgrade"}}, {"deliver": "done after the upgrade"}]]}"#;
+    let mut s = Stack::new(script);
+    std::fs::copy(fixture("kura.db"), &s.db).expect("copy the fixture");
+    for ext in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", s.db.display()));
+    }
+
+    // Every old hash, seal signature and the signed checkpoint still verify.
+    let out = verify(&s.db, &fixture("identities.toml"));
+    assert!(out.status.success(), "old database: {}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("32 records, 8 ledgers, 2 sessions checked; every hash matches"),
+        "{said}"
+    );
+    assert!(
+        said.contains("checked against checkpoint kura.demo/log (size 8)"),
+        "{said}"
+    );
+
+    // The proof the old code printed still checks offline, with no database.
+    let proof = fixture("proof.json");
+    let vkey = std::fs::read_to_string(fixture("log_verifier")).expect("log_verifier");
+    let out = kura(
+        &[
+            "verify-proof",
+            proof.to_str().expect("utf-8 path"),
+            "--log-key",
+            vkey.trim(),
+        ],
+        Path::new("/nonexistent"),
+    );
+    assert!(out.status.success(), "old proof: {}", text(&out));
+    assert!(
+        text(&out).contains("signed by the log key"),
+        "{}",
+        text(&out)
+    );
+
+    // What the old sessions learned is still found.
+    let out = kura(&["search", "rice"], &s.db);
+    assert!(out.status.success(), "search: {}", text(&out));
+    assert!(
+        text(&out).contains("dinner needs rice, miso and nori"),
+        "{}",
+        text(&out)
+    );
+
+    // And new work lands on top of the old history: aegis publishes this stack's policy
+    // (allow) over the old one (writes asked a person) and rules the write.
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let request = s.submit("keep working after the upgrade");
+    let done = s.wait_complete(request, MINUTE);
+    let deliverable = done.deliverable.expect("a deliverable");
+    assert!(
+        deliverable
+            .content
+            .to_string()
+            .contains("done after the upgrade"),
+        "{:?}",
+        deliverable.content
+    );
+
+    // The grown log still extends the old checkpoint. The old install's statement keys are
+    // this install's retired ones (as `kura keys rotate` keeps them): each verifies the seals
+    // it made before this stack's keys took over.
+    let old = Identities::load_file(&fixture("identities.toml")).expect("old identities");
+    let mut ids = Identities::load(&s.nats.keys_dir()).expect("this stack's identities");
+    for id in &mut ids.list {
+        if let Some(signer) = old.get(&id.name).and_then(|o| o.signer.clone()) {
+            id.retired.push(Retired {
+                key: signer,
+                until: None,
+            });
+        }
+    }
+    let both = s.path("rotated");
+    std::fs::create_dir_all(&both).expect("mkdir");
+    ids.save(&both).expect("save the keyring");
+    let both = both.join(IDENTITIES_FILE);
+    let out = verify(&s.db, &both);
+    assert!(out.status.success(), "after new work: {}", text(&out));
+    assert!(text(&out).contains("3 sessions checked"), "{}", text(&out));
+}
