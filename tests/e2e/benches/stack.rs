@@ -85,10 +85,9 @@ fn main() {
         if window_commits <= 4.0 { "yes" } else { "no" }
     ));
     rows.push(format!(
-        "| turn overhead, one at a time ({sequential} turns; dispatch → output sealed) | p50 {p50:.2} ms · p99 {p99:.2} ms | the {window_commits:.0} commits inside it × one durable commit ({floor:.2} ms) = {:.2} ms | {:.2} | <= 1.2 | {} |",
+        "| turn overhead, one at a time ({sequential} turns; dispatch → output sealed) | p50 {p50:.2} ms · p99 {p99:.2} ms | the {window_commits:.0} commits inside it × one durable commit ({floor:.2} ms) = {:.2} ms | {:.2} | - (held to 0.35 × LangGraph's fair turn in `--peers`; the commits are context) | - |",
         window_commits * floor,
         p50 / (window_commits * floor),
-        if p50 <= 1.2 * window_commits * floor { "yes" } else { "no" }
     ));
     rows.push(format!(
         "| `minato submit --wait`, process start → deliverable printed | p50 {w50:.1} ms · p99 {w99:.1} ms | the turn itself (dispatch → sealed): p50 {p50:.2} ms | {:.2} | - | - |",
@@ -111,18 +110,17 @@ fn main() {
     let (n50, n99) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
     s.shutdown_cleanly();
     rows.push(format!(
-        "| turn overhead with synchronous=normal (no fsync per commit; survives kill -9, not power loss) | p50 {n50:.2} ms · p99 {n99:.2} ms | the same turns with synchronous=full: p50 {p50:.2} ms | {:.2} | p50 <= 3 ms | {} |",
+        "| turn overhead with synchronous=normal (no fsync per commit; survives kill -9, not power loss) | p50 {n50:.2} ms · p99 {n99:.2} ms | the same turns with synchronous=full: p50 {p50:.2} ms | {:.2} | p50 <= 2 ms | {} |",
         n50 / p50,
-        if n50 <= 3.0 { "yes" } else { "no" }
+        if n50 <= 2.0 { "yes" } else { "no" }
     ));
 
     // 9. The approval round trip (before recovery, which leaves NATS restarted).
     let ap = approval_round_trip(scale(30).max(5));
     let ((a50, a99), look, (c50, c99)) = (ap.cli, ap.look, ap.console);
     rows.push(format!(
-        "| approval round trip: `aegis approve` started → the parked tool has run | p50 {a50:.1} ms · p99 {a99:.1} ms | the same CLI doing only `aegis pending` (start, TLS, login, one signed reply): p50 {look:.1} ms | {:.2} | p50 <= 5 ms | {} |",
+        "| approval round trip: `aegis approve` started → the parked tool has run | p50 {a50:.1} ms · p99 {a99:.1} ms | the same CLI doing only `aegis pending` (start, TLS, login, one signed reply): p50 {look:.1} ms | {:.2} | - (context: a fresh process pays its start and login; the console figure below is held) | - |",
         a50 / look,
-        if a50 <= 5.0 { "yes" } else { "no" }
     ));
     rows.push(format!(
         "| approval round trip from the console: a logged-in page's signed decision posted → the parked tool has run | p50 {c50:.1} ms · p99 {c99:.1} ms | `aegis approve` from a fresh process, same turns interleaved: p50 {a50:.1} ms | {:.2} | p50 <= 5 ms | {} |",

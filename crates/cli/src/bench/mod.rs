@@ -214,7 +214,12 @@ pub fn table(report: &Report) -> String {
             f.baseline,
             f.ratio,
             f.target,
-            if f.met { "yes" } else { "no" }
+            match (f.target.starts_with('-'), f.met) {
+                // Context: shown beside a held figure, held to nothing itself.
+                (true, _) => "-",
+                (false, true) => "yes",
+                (false, false) => "no",
+            }
         ));
     }
     out
