@@ -130,7 +130,7 @@ fn a_database_written_by_main_of_2026_11_25_opens_verifies_and_keeps_working() {
     // this install's retired ones (as `kura keys rotate` keeps them): each verifies the seals
     // it made before this stack's keys took over.
     let old = Identities::load_file(&fixture("identities.toml")).expect("old identities");
-    let mut ids = Identities::load(&s.nats.keys_dir()).expect("this stack's identities");
+    let mut ids = Identities::load(s.nats.keys_dir()).expect("this stack's identities");
     for id in &mut ids.list {
         if let Some(signer) = old.get(&id.name).and_then(|o| o.signer.clone()) {
             id.retired.push(Retired {
