@@ -15,6 +15,124 @@ pub fn parse_id(text: &str) -> Option<Uuid> {
     Uuid::try_parse(text).ok()
 }
 
+/// A textual id that is not one of Kura's (36 characters, hyphenated UUID).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a {what} id (a hyphenated UUID): {text:?}")]
+pub struct BadId {
+    /// Which kind of id was expected.
+    pub what: &'static str,
+    /// What was given, cut to 64 characters.
+    pub text: String,
+}
+
+/// Declares an id newtype over a UUIDv7 (atuin's `new_uuid!` habit): a turn id does not
+/// type-check where a session id belongs. It serializes as the hyphenated text Kura has
+/// always written (JSON and record hashes unchanged) and, with the `sql` feature, is stored
+/// and read as that text by SQLite.
+macro_rules! new_uuid {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash,
+            serde::Serialize, serde::Deserialize,
+        )]
+        #[serde(transparent)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// A fresh id (UUIDv7: later ids sort after earlier ones).
+            pub fn new() -> Self {
+                $name(new_id())
+            }
+
+            /// The UUID underneath.
+            pub const fn uuid(self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name::new()
+            }
+        }
+
+        impl From<Uuid> for $name {
+            fn from(u: Uuid) -> Self {
+                $name(u)
+            }
+        }
+
+        impl From<$name> for Uuid {
+            fn from(id: $name) -> Uuid {
+                id.0
+            }
+        }
+
+        impl PartialEq<Uuid> for $name {
+            fn eq(&self, other: &Uuid) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = BadId;
+
+            fn from_str(s: &str) -> Result<Self, BadId> {
+                parse_id(s).map($name).ok_or_else(|| BadId {
+                    what: $what,
+                    text: s.chars().take(64).collect(),
+                })
+            }
+        }
+
+        #[cfg(feature = "sql")]
+        impl rusqlite::types::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(rusqlite::types::ToSqlOutput::from(self.0.to_string()))
+            }
+        }
+
+        #[cfg(feature = "sql")]
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(
+                v: rusqlite::types::ValueRef<'_>,
+            ) -> rusqlite::types::FromSqlResult<Self> {
+                v.as_str()?
+                    .parse()
+                    .map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
+            }
+        }
+    };
+}
+
+new_uuid!(
+    /// A record: one immutable, content-addressed step.
+    RecordId, "record"
+);
+new_uuid!(
+    /// A ledger: an ordered, sealable collection of records.
+    LedgerId, "ledger"
+);
+new_uuid!(
+    /// A session: a branch of ledgers with a head.
+    SessionId, "session"
+);
+new_uuid!(
+    /// A turn: one worker's run from a context ledger to an output ledger.
+    TurnId, "turn"
+);
+new_uuid!(
+    /// An approval request: a tool call waiting for a ruling or a person.
+    RequestId, "approval request"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +151,21 @@ mod tests {
         assert_eq!(parse_id(&id.to_string()), Some(id));
         assert_eq!(parse_id(&id.simple().to_string()), None);
         assert_eq!(parse_id("not-an-id"), None);
+    }
+
+    #[test]
+    fn typed_ids_keep_the_text_kura_always_wrote() {
+        let u = new_id();
+        let t = TurnId::from(u);
+        assert_eq!(t.to_string(), u.to_string());
+        assert_eq!(
+            serde_json::to_string(&t).expect("json"),
+            serde_json::to_string(&u).expect("json")
+        );
+        let back: TurnId = u.to_string().parse().expect("parse");
+        assert_eq!(back, t);
+        let err = "nope".parse::<SessionId>().expect_err("refused");
+        assert_eq!(err.what, "session");
+        assert!(SessionId::new() < SessionId::new());
     }
 }
