@@ -99,7 +99,7 @@ pub fn fork_in(
     conn: &Connection,
     origin: Uuid,
     label: &str,
-    sealer: Option<&crate::sealer::Sealer>,
+    sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<(Session, Ledger)> {
     let o = read_ledger_in(conn, origin)?;
     let Some(origin_hash) = o

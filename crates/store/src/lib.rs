@@ -4,23 +4,18 @@
 
 pub mod branch;
 mod cached;
-pub mod checkpoint;
-pub mod cosign;
 pub mod diff;
 pub mod error;
 pub mod export;
 pub mod memory;
 pub mod ops;
 pub mod proof;
-pub mod sealer;
-pub mod seallog;
 pub mod store;
 pub mod time;
 pub mod verify;
-pub mod witness;
+#[cfg(test)]
+mod seallog_tests;
 pub mod work;
 
 pub use error::{ConflictKind, Result, StoreError};
-/// The transaction type of [`Store::write`] and the `*_in` functions, for callers that compose them.
-pub use rusqlite::Transaction;
 pub use store::{Store, StoreOptions, Synchronous};

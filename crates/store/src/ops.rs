@@ -54,7 +54,7 @@ fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str
 /// whether it passed, with a one-line summary.
 pub fn sweep(
     store: &mut Store,
-    keyring: Option<&crate::sealer::Keyring>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> Result<(bool, String)> {
     let t = Instant::now();
     let report = verify(store, &Scope::All, None, keyring)?;

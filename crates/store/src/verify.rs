@@ -710,7 +710,7 @@ pub fn verify(
     store: &Store,
     scope: &Scope,
     trusted_head: Option<&str>,
-    keyring: Option<&crate::sealer::Keyring>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> Result<Report> {
     let conn = store.conn();
     let mut v = Verifier {
@@ -774,7 +774,7 @@ pub fn verify(
     }
     let mut checked: Vec<&String> = done.iter().collect();
     checked.sort();
-    for (id, check, detail) in crate::sealer::check_in(conn, checked, keyring)? {
+    for (id, check, detail) in kura_tlog::sealer::check_in(conn, checked, keyring)? {
         v.problem("ledger", &id, check, detail);
     }
     if *scope == Scope::All {
@@ -806,7 +806,7 @@ pub fn verify(
             v.check_record(&cols);
         }
         // The seal log names every sealed ledger as it is, and its hashes are the leaves'.
-        for (id, check, detail) in crate::seallog::check_in(conn)? {
+        for (id, check, detail) in kura_tlog::seallog::check_in(conn)? {
             v.report.problems.push(Problem {
                 kind: "seal_log",
                 id,

@@ -3,7 +3,7 @@
 //! transaction per unit of work, each advancing minato's cursor in the same transaction.
 
 use kura_store::error::{Result, StoreError};
-use kura_store::sealer::Sealer;
+use kura_tlog::sealer::Sealer;
 use kura_store::store::{
     append_existing_in, create_session_in, open_ledger_in, read_session_in, seal_in,
     set_session_status_in,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::bus::Credentials;
 use kura_runtime::identity::{self, Role};
-use kura_store::checkpoint;
-use kura_store::cosign;
+use kura_tlog::checkpoint;
+use kura_tlog::cosign;
 use kura_testkit::NatsServer;
 use kura_testkit::cli::{Kura, bin};
 

@@ -272,7 +272,7 @@ pub fn open_ledger_in(
 pub fn seal_in(
     conn: &Connection,
     ledger_id: Uuid,
-    sealer: Option<&crate::sealer::Sealer>,
+    sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<(Ledger, bool)> {
     let mut ledger = read_ledger_in(conn, ledger_id)?;
     if ledger.state == LedgerState::Sealed {
@@ -305,7 +305,7 @@ pub fn seal_in(
         params![ledger_id.to_string(), root, hash, sealed_at],
     )?;
     sessions::move_head(conn, ledger.session_id, ledger_id, &hash, "seal")?;
-    crate::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
+    kura_tlog::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
     if let Some(sealer) = sealer {
         sealer.sign_in(conn, &ledger_id.to_string(), &hash)?;
     }

@@ -102,7 +102,7 @@ pub struct StoreOptions {
     /// measured 1.5x faster — and `kura serve` checkpoints when idle anyway.
     pub wal_autocheckpoint_pages: u32,
     /// The daemon's key that signs every ledger it seals (none: seals are unsigned).
-    pub sealer: Option<crate::sealer::Sealer>,
+    pub sealer: Option<kura_tlog::sealer::Sealer>,
 }
 
 impl Default for StoreOptions {
@@ -129,7 +129,7 @@ pub struct Store {
     /// Triggers and indexes of Kura's schema missing from the file: (type, name).
     schema_gaps: Vec<(String, String)>,
     /// Signs every seal made through this store.
-    sealer: Option<crate::sealer::Sealer>,
+    sealer: Option<kura_tlog::sealer::Sealer>,
 }
 
 impl std::fmt::Debug for Store {
@@ -237,12 +237,12 @@ impl Store {
     }
 
     /// Signs the seals made from now on with `sealer` (none: unsigned).
-    pub fn set_sealer(&mut self, sealer: Option<crate::sealer::Sealer>) {
+    pub fn set_sealer(&mut self, sealer: Option<kura_tlog::sealer::Sealer>) {
         self.sealer = sealer;
     }
 
     /// The key that signs this store's seals, if any.
-    pub fn sealer(&self) -> Option<&crate::sealer::Sealer> {
+    pub fn sealer(&self) -> Option<&kura_tlog::sealer::Sealer> {
         self.sealer.as_ref()
     }
 

@@ -295,7 +295,7 @@ pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
 pub fn complete_turn_in(
     tx: &Transaction<'_>,
     claim: &Claim,
-    sealer: Option<&crate::sealer::Sealer>,
+    sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<Uuid> {
     seal_in(tx, claim.output_ledger_id, sealer)?;
     tx.prepare_cached(

@@ -6,17 +6,18 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::{self, LogKey, Signed};
-use crate::error::{Result, StoreError};
-use crate::seallog;
+#[cfg(feature = "sqlite")]
+use crate::checkpoint::LogKey;
+use crate::checkpoint::{self, Signed};
+use crate::error::{Result, TlogError};
 
 /// A witness directory's latest checkpoint (a signed note).
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 /// A witness directory's copy of the leaves, one leaf's data per line, in order.
 pub const LEAVES_FILE: &str = "leaves";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TlogError + '_ {
+    move |source| TlogError::Io {
         path: path.to_path_buf(),
         source,
     }
@@ -42,7 +43,7 @@ fn replace(path: &Path, text: &str) -> Result<()> {
     give_to_owner_of(dir, tmp.as_file());
     tmp.write_all(text.as_bytes()).map_err(io(path))?;
     tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| StoreError::Io {
+    tmp.persist(path).map_err(|e| TlogError::Io {
         path: path.to_path_buf(),
         source: e.error,
     })?;
@@ -86,6 +87,7 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// Signs a checkpoint of the log as it is now, unless it does not extend `last` (the last
 /// checkpoint this key signed, kept outside the database): then the answer is the refusal,
 /// and nothing is signed. A `last` that is not this key's is refused the same way. Without
@@ -110,14 +112,14 @@ pub fn sign_next(
             }
         }
         None => {
-            let leaves = seallog::size_in(conn)?;
+            let leaves = crate::seallog::size_in(conn)?;
             if leaves > 0 && !trust_current {
                 return Ok(Err(Refusal::NoHead { leaves }));
             }
         }
     }
-    let size = seallog::size_in(conn)?;
-    let root = seallog::root_in(conn, size)?;
+    let size = crate::seallog::size_in(conn)?;
+    let root = crate::seallog::root_in(conn, size)?;
     let note = key.sign(size, root)?;
     Ok(Ok((
         note,
@@ -135,6 +137,7 @@ pub fn save_last(path: &Path, note: &str) -> Result<()> {
     replace(path, note)
 }
 
+#[cfg(feature = "sqlite")]
 /// Hands a checkpoint to a witness directory: the directory's own last checkpoint must open
 /// under `vkey` and be extended by the store (else `Err`, nothing written); then the leaves
 /// it lacks are appended and the checkpoint replaced.
@@ -245,6 +248,7 @@ pub fn newest(files: &[PathBuf], dirs: &[PathBuf], vkey: &str) -> (Option<Found>
     (best, refused)
 }
 
+#[cfg(feature = "sqlite")]
 /// The first leaf (index, ledger id, what changed) whose data in the store differs from a
 /// witness's copy, within the first `size` leaves.
 pub fn first_difference(

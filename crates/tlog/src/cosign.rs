@@ -13,17 +13,14 @@ use signed_note::{Note, NoteError, VerifierList};
 use tlog_tiles::Hash;
 
 use crate::checkpoint::{self, LogKey, Signed};
-use crate::error::{Result, StoreError};
-use crate::seallog;
+use crate::error::{Result, TlogError};
 
 /// The signature type byte of c2sp.org/tlog-cosignature's `cosignature/v1`.
 const ALG_COSIGNATURE_V1: u8 = 0x04;
 /// A consistency proof has at most this many hashes (c2sp.org/tlog-witness).
 const MAX_PROOF: usize = 63;
 
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::Invalid(message.into())
-}
+use crate::error::invalid;
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
@@ -173,12 +170,13 @@ fn checkpoint_body(note: &str) -> Result<tlog_tiles::Checkpoint> {
         .map_err(|_| invalid("the note is not a tlog checkpoint"))
 }
 
+#[cfg(feature = "sqlite")]
 /// An `add-checkpoint` request body: `old <size>`, the consistency proof from that size to
 /// the checkpoint's (one base64 hash per line), an empty line, the signed checkpoint.
 pub fn request_body(conn: &rusqlite::Connection, note: &str, old: u64) -> Result<String> {
     let new = checkpoint_body(note)?.size();
     let proof = if old > 0 && old < new {
-        seallog::consistency_proof_in(conn, old, new)?
+        crate::seallog::consistency_proof_in(conn, old, new)?
     } else {
         Vec::new()
     };
@@ -239,7 +237,7 @@ impl Witness {
             signed_note::StandardVerifier::new(v.trim())
                 .map_err(|e| invalid(format!("witnessed log key {v:?}: {e}")))?;
         }
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        std::fs::create_dir_all(dir).map_err(|source| TlogError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -335,7 +333,7 @@ impl Witness {
         let known: Option<Signed> = match std::fs::read_to_string(&path) {
             Ok(text) => Some(checkpoint::open(&text, vkey)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(StoreError::Io { path, source }),
+            Err(source) => return Err(TlogError::Io { path, source }),
         };
         let known_size = known.as_ref().map_or(0, |k| k.size);
         if old != known_size {
