@@ -9,9 +9,9 @@ use kura_runtime::bus::Credentials;
 use kura_runtime::heartbeat::Heartbeat;
 use kura_runtime::{Bus, Stop};
 use kura_store::Store;
+use kura_store::ops::{backup, sweep};
 use kura_tlog::checkpoint::LogKey;
 use kura_tlog::cosign::Witness;
-use kura_store::ops::{backup, sweep};
 use kura_tlog::witness;
 
 use crate::serve_config::ServeConfig;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use base64::Engine as _;
 use kura_store::Store;
-use kura_tlog::checkpoint::{self, LogKey};
 use kura_store::verify::{Problem, Report};
+use kura_tlog::checkpoint::{self, LogKey};
 use kura_tlog::{seallog, witness};
 use serde_json::json;
 

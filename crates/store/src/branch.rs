@@ -22,7 +22,8 @@ pub const AUTHOR: &str = "sys:kura";
 const MAX_REASON: usize = 200;
 
 /// `ledger` and every ledger it descends from.
-pub fn ancestors(conn: &Connection, ledger: Uuid) -> Result<HashSet<Uuid>> {
+pub fn ancestors(conn: &impl crate::tx::Db, ledger: Uuid) -> Result<HashSet<Uuid>> {
+    let conn = crate::tx::conn(conn);
     let mut seen = HashSet::new();
     let mut todo = vec![ledger];
     while let Some(id) = todo.pop() {
@@ -48,7 +49,7 @@ pub fn ancestors(conn: &Connection, ledger: Uuid) -> Result<HashSet<Uuid>> {
 /// Moves `session_id`'s head back to `target`, a sealed ledger of that session its head
 /// descends from; the ref log records `reset: <reason>`. The ledgers after it stay, as
 /// unreachable history.
-pub fn reset_head_in(
+pub(crate) fn reset_head_in(
     conn: &Connection,
     session_id: Uuid,
     target: Uuid,
@@ -95,7 +96,7 @@ pub fn reset_head_in(
 /// Creates a session forked from the sealed ledger `origin` (of any session): its first
 /// ledger, `fork`, has `origin` as its parent and holds one `session.fork` record naming the
 /// origin; it is sealed at once (by `sealer`, when given), so it is the new session's head.
-pub fn fork_in(
+pub(crate) fn fork_in(
     conn: &Connection,
     origin: Uuid,
     label: &str,
@@ -140,7 +141,8 @@ pub struct Fork {
 }
 
 /// Sessions that grew from a ledger of `session_id`, oldest first.
-pub fn forks_of(conn: &Connection, session_id: Uuid) -> Result<Vec<Fork>> {
+pub fn forks_of(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<Vec<Fork>> {
+    let conn = crate::tx::conn(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT l.session_id, l.ledger_id, j.value
            FROM ledgers l, json_each(l.parent_ids) j
@@ -168,7 +170,8 @@ pub fn forks_of(conn: &Connection, session_id: Uuid) -> Result<Vec<Fork>> {
 }
 
 /// Sealed ledgers of `session_id` its head no longer reaches (left behind by a reset).
-pub fn unreachable(conn: &Connection, session_id: Uuid) -> Result<HashSet<Uuid>> {
+pub fn unreachable(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<HashSet<Uuid>> {
+    let conn = crate::tx::conn(conn);
     let session = read_session_in(conn, session_id)?;
     let reach = match session.head_ledger_id {
         Some(h) => ancestors(conn, h)?,
@@ -196,12 +199,12 @@ impl Store {
         target: Uuid,
         reason: &str,
     ) -> Result<RefLogEntry> {
-        self.write(|tx| reset_head_in(tx, session_id, target, reason))
+        self.write_raw(|tx| reset_head_in(tx, session_id, target, reason))
     }
 
     /// [`fork_in`] in its own transaction, sealed by this store's sealer.
     pub fn fork(&mut self, origin: Uuid, label: &str) -> Result<(Session, Ledger)> {
         let sealer = self.sealer().cloned();
-        self.write(|tx| fork_in(tx, origin, label, sealer.as_ref()))
+        self.write_raw(|tx| fork_in(tx, origin, label, sealer.as_ref()))
     }
 }

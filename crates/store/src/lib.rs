@@ -10,12 +10,14 @@ pub mod export;
 pub mod memory;
 pub mod ops;
 pub mod proof;
-pub mod store;
-pub mod time;
-pub mod verify;
 #[cfg(test)]
 mod seallog_tests;
+pub mod store;
+pub mod time;
+mod tx;
+pub mod verify;
 pub mod work;
 
 pub use error::{ConflictKind, Result, StoreError};
 pub use store::{Store, StoreOptions, Synchronous};
+pub use tx::{Db, Tx};

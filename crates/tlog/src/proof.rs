@@ -20,12 +20,9 @@ pub struct Chained {
 /// [`InclusionProof::verify`]): the leaf names this ledger and its hash, the audit path
 /// leads from the leaf to the checkpoint's root, and the checkpoint is signed by `vkey`.
 pub fn verify_link(proof: &InclusionProof, vkey: &str) -> Result<Chained> {
-    let link = proof
-        .seal_log
-        .as_ref()
-        .ok_or_else(|| {
-            invalid("the proof has no seal-log link (make it with `kura prove --checkpoint`)")
-        })?;
+    let link = proof.seal_log.as_ref().ok_or_else(|| {
+        invalid("the proof has no seal-log link (make it with `kura prove --checkpoint`)")
+    })?;
     let cp = crate::checkpoint::open(&link.checkpoint, vkey)?;
     let leaf: serde_json::Value = serde_json::from_str(&link.leaf_data)
         .map_err(|e| invalid(format!("the seal-log leaf is not JSON: {e}")))?;

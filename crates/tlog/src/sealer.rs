@@ -51,12 +51,7 @@ impl Sealer {
     /// Records this sealer's signature over `ledger_hash` for `ledger_id` (inside the
     /// sealing transaction).
     #[cfg(feature = "sqlite")]
-    pub fn sign_in(
-        &self,
-        conn: &Connection,
-        ledger_id: &str,
-        ledger_hash: &str,
-    ) -> Result<()> {
+    pub fn sign_in(&self, conn: &Connection, ledger_id: &str, ledger_hash: &str) -> Result<()> {
         let sig = self
             .key
             .sign(&signing_bytes(ledger_hash))

@@ -131,7 +131,7 @@ fn schema_of(conn: &Connection) -> Result<Vec<SchemaRow>> {
 /// never read, let alone written. Returns the triggers and indexes that are missing — an
 /// attacker who dropped the immutability triggers left the data readable, and `verify`
 /// reports them.
-pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
+pub(crate) fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
     // Version and schema from one snapshot: another process may be migrating the file, and
     // each of its migrations commits the schema and the version together.
     let (version, actual) = {

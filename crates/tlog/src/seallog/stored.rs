@@ -64,9 +64,9 @@ const MAX_LEAVES: i64 = 1 << 40;
 
 /// Leaves in the log.
 pub fn size_in(conn: &Connection) -> Result<u64> {
-    let max: Option<i64> =
-        conn.prepare_cached("SELECT max(leaf_index) FROM seal_log_leaves")?
-            .query_row([], |r| r.get(0))?;
+    let max: Option<i64> = conn
+        .prepare_cached("SELECT max(leaf_index) FROM seal_log_leaves")?
+        .query_row([], |r| r.get(0))?;
     // A database someone crafted may claim any index; the tlog arithmetic must never see
     // one near the integer limits.
     match max {
@@ -252,9 +252,9 @@ pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>
         ));
     }
     // The stored hashes are exactly what the leaves make.
-    let stored: i64 =
-        conn.prepare_cached("SELECT count(*) FROM seal_log_hashes")?
-            .query_row([], |r| r.get(0))?;
+    let stored: i64 = conn
+        .prepare_cached("SELECT count(*) FROM seal_log_hashes")?
+        .query_row([], |r| r.get(0))?;
     if usize::try_from(stored).ok() != Some(computed.len()) {
         problems.push((
             "seal_log".into(),
