@@ -387,7 +387,7 @@ fn with_store(
             format: _,
             out: dir,
         } => {
-            let e = kura_store::export::export_git(store, id(&session)?, &dir)?;
+            let e = crate::export::export_git(store, id(&session)?, &dir)?;
             if json {
                 out.json(&e)?;
             } else {

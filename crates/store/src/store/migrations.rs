@@ -176,7 +176,7 @@ pub(crate) fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String
 /// `deadline`, a migration that fails because another process applied it first (every daemon
 /// opens the store at once after an upgrade) is not an error: the version is read again and
 /// the rest taken from there. Each failure means the version moved on, so this ends.
-pub fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Result<()> {
+pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Result<()> {
     loop {
         let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version > latest() {

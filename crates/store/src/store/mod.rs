@@ -52,7 +52,7 @@ pub use sessions::{RefLogEntry, Session};
 
 /// `PRAGMA application_id` of a Kura database ("KURA" in ASCII), so a stray SQLite file is
 /// never mistaken for one.
-pub const APPLICATION_ID: i32 = 0x4b55_5241;
+pub(crate) const APPLICATION_ID: i32 = 0x4b55_5241;
 
 /// How hard SQLite works to make a commit survive power loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -255,7 +255,7 @@ impl Store {
 
     /// Triggers and indexes of Kura's schema that the file lacks, as (type, name): someone
     /// removed them (the immutability triggers, say). `verify` reports each.
-    pub fn schema_gaps(&self) -> &[(String, String)] {
+    pub(crate) fn schema_gaps(&self) -> &[(String, String)] {
         &self.schema_gaps
     }
 

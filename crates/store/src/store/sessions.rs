@@ -63,7 +63,7 @@ struct EntryHashInput<'a> {
 
 impl RefLogEntry {
     /// Recomputes this entry's chain hash given the previous entry's hash (`""` for the first).
-    pub fn compute_hash(&self, prev: &str) -> String {
+    pub(crate) fn compute_hash(&self, prev: &str) -> String {
         let input = EntryHashInput {
             kind: "kura.reflog.v1",
             session_id: &self.session_id,

@@ -352,7 +352,7 @@ pub(crate) fn set_edited_arguments_in(
 
 /// Who policy decisions are by, whichever daemon applied the published policy (aegis, or
 /// hashi in the transaction that recorded the call; the record's metadata names the worker).
-pub const POLICY_AUTHOR: &str = "sys:aegis";
+pub(crate) const POLICY_AUTHOR: &str = "sys:aegis";
 
 /// Decides `a` by the policy `policy_hash` in force: an `approval.decision` naming the rule
 /// and the policy, and the request's new state; returns a parked turn this wakes.
@@ -428,10 +428,10 @@ pub(crate) fn add_refusals_in(
 
 /// Refusals recorded in full (a table row, and a `sys.error` record in the turn's ledger)
 /// per request and approver; the rest only count.
-pub const RECORDED_REJECTIONS: i64 = 3;
+pub(crate) const RECORDED_REJECTIONS: i64 = 3;
 
 /// Refusals kept as rows for decisions naming no known request, in all.
-pub const RECORDED_UNKNOWN: i64 = 100;
+pub(crate) const RECORDED_UNKNOWN: i64 = 100;
 
 /// Records a refused decision: every one is counted; the first [`RECORDED_REJECTIONS`] per
 /// request and approver (`None` standing for every name the caller does not trust, so a

@@ -14,9 +14,7 @@ use proto::ledger::{Ledger, LedgerState};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::error::{Result, StoreError};
-use crate::store::Store;
-use crate::time;
+use kura_store::{Result, Store, StoreError, time};
 
 /// What an export produced.
 #[derive(Debug, Clone, Serialize)]
@@ -90,7 +88,7 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     let mut branches: Vec<(String, Uuid)> = Vec::new();
     let mut i = 0;
     while i < sessions.len() {
-        for f in crate::branch::forks_of(store.conn(), sessions[i])? {
+        for f in kura_store::branch::forks_of(store.conn(), sessions[i])? {
             if !sessions.contains(&f.session_id) {
                 sessions.push(f.session_id);
                 if let Some(h) = store.read_session(f.session_id)?.head_ledger_id {
@@ -104,7 +102,7 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     for s in &sessions {
         for l in store.session_ledgers(*s)? {
             if l.state == LedgerState::Sealed {
-                wanted.extend(crate::branch::ancestors(store.conn(), l.ledger_id)?);
+                wanted.extend(kura_store::branch::ancestors(store.conn(), l.ledger_id)?);
             }
         }
     }
