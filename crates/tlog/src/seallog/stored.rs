@@ -178,6 +178,18 @@ pub fn leaf_of_in(conn: &Connection, ledger_id: Uuid) -> Result<Option<(u64, Str
 /// Returns (leaf index or ledger id, check, detail) for each, the first few of a kind.
 pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>> {
     let mut problems = Vec::new();
+    let computed = check_leaves(conn, &mut problems)?;
+    check_all_logged(conn, &mut problems)?;
+    check_stored_hashes(conn, &computed, &mut problems)?;
+    Ok(problems)
+}
+
+/// A problem found by [`check_in`]: (leaf index or ledger id, check, detail).
+type Problems = Vec<(String, &'static str, String)>;
+
+/// Checks each leaf names its sealed ledger as it is now, in index order without gaps;
+/// returns the stored hashes the leaves make.
+fn check_leaves(conn: &Connection, problems: &mut Problems) -> Result<Vec<Hash>> {
     let mut stmt = conn.prepare(
         "SELECT s.leaf_index, s.ledger_id, s.leaf_data, l.session_id, l.ledger_hash, l.state
            FROM seal_log_leaves s LEFT JOIN ledgers l ON l.ledger_id = s.ledger_id
@@ -236,6 +248,11 @@ pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>
             .map_err(corrupt)?;
         computed.extend(hs);
     }
+    Ok(computed)
+}
+
+/// Every sealed ledger is a leaf.
+fn check_all_logged(conn: &Connection, problems: &mut Problems) -> Result<()> {
     // Every sealed ledger is a leaf.
     let missing: Vec<String> = conn
         .prepare(
@@ -251,6 +268,15 @@ pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>
             "a sealed ledger that is not in the seal log".into(),
         ));
     }
+    Ok(())
+}
+
+/// The stored hashes are exactly what the leaves make.
+fn check_stored_hashes(
+    conn: &Connection,
+    computed: &[Hash],
+    problems: &mut Problems,
+) -> Result<()> {
     // The stored hashes are exactly what the leaves make.
     let stored: i64 = conn
         .prepare_cached("SELECT count(*) FROM seal_log_hashes")?
@@ -277,5 +303,5 @@ pub fn check_in(conn: &Connection) -> Result<Vec<(String, &'static str, String)>
             }
         }
     }
-    Ok(problems)
+    Ok(())
 }
