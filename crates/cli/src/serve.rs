@@ -140,7 +140,9 @@ impl Signer {
         let dirs = self.witnesses.iter().map(|d| {
             (
                 d.display().to_string(),
-                witness::publish(d, store.conn(), &note, &cp, vkey).map_err(anyhow::Error::from),
+                witness::publish(d, store.conn(), &note, &cp, vkey)
+                    .map(|r| r.map_err(|why| why.to_string()))
+                    .map_err(anyhow::Error::from),
             )
         });
         let gits = self.git.iter().map(|g| {

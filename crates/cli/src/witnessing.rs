@@ -340,7 +340,7 @@ pub fn publish_git(
     }
     private_repo(&g.path)?;
     if let Err(why) = witness::publish(&g.path, conn, note, cp, vkey)? {
-        return Ok(Err(why));
+        return Ok(Err(why.to_string()));
     }
     let (cp_file, leaves) = (
         g.path.join(witness::CHECKPOINT_FILE),

@@ -137,6 +137,53 @@ pub fn save_last(path: &Path, note: &str) -> Result<()> {
     replace(path, note)
 }
 
+/// Why a witness directory refuses a checkpoint: an alarm, not an outage.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DirRefusal {
+    /// It holds a checkpoint the log no longer extends.
+    NotExtended {
+        /// The witness directory.
+        dir: PathBuf,
+        /// The size of the checkpoint it holds.
+        size: u64,
+        /// How the log fails to extend it.
+        why: checkpoint::Inconsistency,
+    },
+    /// It holds a checkpoint that does not open under the log key.
+    Unopenable {
+        /// The witness directory.
+        dir: PathBuf,
+        /// Why it does not open.
+        error: TlogError,
+    },
+    /// It has fewer leaves than the checkpoint it holds: it lost leaves it had copied.
+    LostLeaves {
+        /// The witness directory.
+        dir: PathBuf,
+    },
+}
+
+impl std::fmt::Display for DirRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirRefusal::NotExtended { dir, size, why } => write!(
+                f,
+                "witness {} holds a checkpoint of size {size} the log no longer extends: {why}",
+                dir.display()
+            ),
+            DirRefusal::Unopenable { dir, error } => write!(
+                f,
+                "witness {} holds a checkpoint that does not open: {error}",
+                dir.display()
+            ),
+            DirRefusal::LostLeaves { dir } => {
+                write!(f, "witness {} lost leaves it had copied", dir.display())
+            }
+        }
+    }
+}
+
 #[cfg(feature = "sqlite")]
 /// Hands a checkpoint to a witness directory: the directory's own last checkpoint must open
 /// under `vkey` and be extended by the store (else `Err`, nothing written); then the leaves
@@ -147,26 +194,26 @@ pub fn publish(
     note: &str,
     cp: &Signed,
     vkey: &str,
-) -> Result<std::result::Result<(), String>> {
+) -> Result<std::result::Result<(), DirRefusal>> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let cp_path = dir.join(CHECKPOINT_FILE);
     let had = match std::fs::read_to_string(&cp_path) {
         Ok(text) => match checkpoint::open(&text, vkey) {
             Ok(prev) => {
                 if let Err(why) = checkpoint::extends(conn, &prev)? {
-                    return Ok(Err(format!(
-                        "witness {} holds a checkpoint of size {} the log no longer extends: {why}",
-                        dir.display(),
-                        prev.size
-                    )));
+                    return Ok(Err(DirRefusal::NotExtended {
+                        dir: dir.to_path_buf(),
+                        size: prev.size,
+                        why,
+                    }));
                 }
                 Some(prev.size)
             }
-            Err(e) => {
-                return Ok(Err(format!(
-                    "witness {} holds a checkpoint that does not open: {e}",
-                    dir.display()
-                )));
+            Err(error) => {
+                return Ok(Err(DirRefusal::Unopenable {
+                    dir: dir.to_path_buf(),
+                    error,
+                }));
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -179,10 +226,9 @@ pub fn publish(
         Err(e) => return Err(io(&leaves_path)(e)),
     };
     if had.is_some_and(|h| h > have) {
-        return Ok(Err(format!(
-            "witness {} lost leaves it had copied",
-            dir.display()
-        )));
+        return Ok(Err(DirRefusal::LostLeaves {
+            dir: dir.to_path_buf(),
+        }));
     }
     // The same checkpoint again (the log did not grow): nothing to write on the SD card.
     if have >= cp.size && std::fs::read_to_string(&cp_path).is_ok_and(|t| t == note) {
