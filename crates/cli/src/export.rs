@@ -119,10 +119,13 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     })
 }
 
+/// Fork branches to export: (`fork/<session>`, head ledger).
+type Branches = Vec<(String, Uuid)>;
+
 /// The sealed ledgers to export, oldest first — the session's, those of every session
 /// forked from it (and from those), and all the history they grow from — and the fork
 /// branches (`fork/<session>`, head ledger).
-fn history(store: &Store, session_id: Uuid) -> Result<(Vec<Ledger>, Vec<(String, Uuid)>)> {
+fn history(store: &Store, session_id: Uuid) -> Result<(Vec<Ledger>, Branches)> {
     // A fork is a branch sharing the origin's commits, not a copy.
     let mut sessions = vec![session_id];
     let mut branches: Vec<(String, Uuid)> = Vec::new();

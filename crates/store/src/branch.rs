@@ -192,7 +192,9 @@ pub fn unreachable(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<HashSe
 }
 
 impl Store {
-    /// [`reset_head_in`] in its own transaction.
+    /// Moves `session_id`'s head back to `target`, a sealed ledger of that session its head
+    /// descends from; the ref log records `reset: <reason>`. The ledgers after it stay, as
+    /// unreachable history.
     pub fn reset_head(
         &mut self,
         session_id: Uuid,
@@ -202,7 +204,9 @@ impl Store {
         self.write_raw(|tx| reset_head_in(tx, session_id, target, reason))
     }
 
-    /// [`fork_in`] in its own transaction, sealed by this store's sealer.
+    /// Creates a session forked from the sealed ledger `origin` (of any session): its first
+    /// ledger holds one `session.fork` record naming the origin and is sealed at once (by
+    /// this store's sealer), so it is the new session's head.
     pub fn fork(&mut self, origin: Uuid, label: &str) -> Result<(Session, Ledger)> {
         let sealer = self.sealer().cloned();
         self.write_raw(|tx| fork_in(tx, origin, label, sealer.as_ref()))
