@@ -48,7 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             Outcome::Ok
         }
         Command::LogKey(LogKeyCmd::Show { key, witness }) => {
-            let key = kura_store::checkpoint::LogKey::load(&key)?;
+            let key = kura_tlog::checkpoint::LogKey::load(&key)?;
             out.line(crate::tlog::verifier_of(&key, witness))?;
             Outcome::Ok
         }
@@ -387,7 +387,7 @@ fn with_store(
             format: _,
             out: dir,
         } => {
-            let e = kura_store::export::export_git(store, id(&session)?, &dir)?;
+            let e = crate::export::export_git(store, id(&session)?, &dir)?;
             if json {
                 out.json(&e)?;
             } else {
@@ -549,7 +549,7 @@ fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
         return Ok(());
     };
     let key = kura_runtime::identity::read_seed(path)?;
-    store.set_sealer(Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
+    store.set_sealer(Some(kura_tlog::sealer::Sealer::new(std::sync::Arc::new(
         key,
     ))?));
     Ok(())
@@ -580,7 +580,7 @@ fn log(
                 obj.insert("unreachable".into(), json!(lost.contains(&l.ledger_id)));
                 obj.insert(
                     "sealer".into(),
-                    json!(kura_store::sealer::sealer_of(
+                    json!(kura_tlog::sealer::sealer_of(
                         store.conn(),
                         &l.ledger_id.to_string()
                     )?),
@@ -723,7 +723,9 @@ fn verify_proof(
     };
     let mut chained = None;
     let result = proof.verify(root).and_then(|()| match &vkey {
-        Some(v) => kura_store::proof::verify_link(&proof, v).map(|c| chained = Some(c)),
+        Some(v) => kura_tlog::proof::verify_link(&proof, v)
+            .map(|c| chained = Some(c))
+            .map_err(|e| e.to_string()),
         None => Ok(()),
     });
     if json {

@@ -36,7 +36,7 @@ fn seal_log_size(db: Option<&std::path::Path>) -> anyhow::Result<Option<u64>> {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .with_context(|| format!("cannot read the store {}", path.display()))?;
-    Ok(Some(kura_store::seallog::size_in(&conn)?))
+    Ok(Some(kura_tlog::seallog::size_in(&conn)?))
 }
 
 /// Runs one `kura keys` subcommand.

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod commands;
+mod export;
 mod graph;
 mod keys;
 mod output;

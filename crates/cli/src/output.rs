@@ -84,10 +84,10 @@ pub fn record_line(position: usize, r: &Record) -> String {
 /// Who sealed `ledger`: the keyring's name for the key and the key, or the key alone.
 pub fn sealer_name(
     store: &kura_store::Store,
-    keyring: Option<&kura_store::sealer::Keyring>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
     ledger: uuid::Uuid,
 ) -> anyhow::Result<Option<String>> {
-    let Some(nkey) = kura_store::sealer::sealer_of(store.conn(), &ledger.to_string())? else {
+    let Some(nkey) = kura_tlog::sealer::sealer_of(store.conn(), &ledger.to_string())? else {
         return Ok(None);
     };
     Ok(Some(match keyring.and_then(|k| k.get(&nkey)) {

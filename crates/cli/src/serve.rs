@@ -9,10 +9,10 @@ use kura_runtime::bus::Credentials;
 use kura_runtime::heartbeat::Heartbeat;
 use kura_runtime::{Bus, Stop};
 use kura_store::Store;
-use kura_store::checkpoint::LogKey;
-use kura_store::cosign::Witness;
 use kura_store::ops::{backup, sweep};
-use kura_store::witness;
+use kura_tlog::checkpoint::LogKey;
+use kura_tlog::cosign::Witness;
+use kura_tlog::witness;
 
 use crate::serve_config::ServeConfig;
 use crate::witnessing::{self, Asked, GitWitness, WitnessPeer};
@@ -140,7 +140,9 @@ impl Signer {
         let dirs = self.witnesses.iter().map(|d| {
             (
                 d.display().to_string(),
-                witness::publish(d, store.conn(), &note, &cp, vkey).map_err(anyhow::Error::from),
+                witness::publish(d, store.conn(), &note, &cp, vkey)
+                    .map(|r| r.map_err(|why| why.to_string()))
+                    .map_err(anyhow::Error::from),
             )
         });
         let gits = self.git.iter().map(|g| {

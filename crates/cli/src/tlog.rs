@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use base64::Engine as _;
 use kura_store::Store;
-use kura_store::checkpoint::{self, LogKey};
 use kura_store::verify::{Problem, Report};
-use kura_store::{seallog, witness};
+use kura_tlog::checkpoint::{self, LogKey};
+use kura_tlog::{seallog, witness};
 use serde_json::json;
 
 use crate::output::Out;
@@ -54,7 +54,7 @@ pub fn init_key(
 /// A key's verifier key: the log's (signed-note Ed25519), or as a witness (cosignature/v1).
 pub fn verifier_of(key: &LogKey, witness: bool) -> String {
     if witness {
-        kura_store::cosign::witness_verifier(key)
+        kura_tlog::cosign::witness_verifier(key)
     } else {
         key.verifier().to_owned()
     }
@@ -239,7 +239,7 @@ pub fn readable_keyring(configured: &std::path::Path) -> PathBuf {
 
 /// The keyring `kura verify` checks sealers against: the file given, else `[serve] keyring`;
 /// every service in it by its statement key (`signer`; a bus key never seals).
-pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::sealer::Keyring>> {
+pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_tlog::sealer::Keyring>> {
     let file = match file {
         Some(f) => Some(f),
         None => serve_config()?.and_then(|c| c.serve.keyring),
@@ -249,7 +249,7 @@ pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_store::seale
         return Ok(None);
     };
     let ids = kura_runtime::identity::Identities::load_file(&file)?;
-    let mut ring = kura_store::sealer::Keyring::default();
+    let mut ring = kura_tlog::sealer::Keyring::default();
     for id in ids.list {
         if let Some(signer) = id.signer {
             ring.add(signer, id.name.clone(), 0, None);
@@ -406,7 +406,7 @@ impl Trust {
         );
         if !self.cosigners.is_empty() {
             let text = std::fs::read_to_string(&found.source).unwrap_or_default();
-            match kura_store::cosign::cosigned_by(&text, &self.cosigners) {
+            match kura_tlog::cosign::cosigned_by(&text, &self.cosigners) {
                 Ok(by) if by.is_empty() => used.push_str(", cosigned by no witness yet"),
                 Ok(by) => {
                     let names: Vec<String> = by

@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kura_runtime::Bus;
 use kura_runtime::bus::Credentials;
-use kura_store::checkpoint::Signed;
-use kura_store::cosign::{self, Witness};
-use kura_store::witness;
+use kura_tlog::checkpoint::Signed;
+use kura_tlog::cosign::{self, Witness};
+use kura_tlog::witness;
 use serde::{Deserialize, Serialize};
 
 /// The reply header carrying c2sp.org/tlog-witness's status code (200, 400, 403, 409, 422).
@@ -340,7 +340,7 @@ pub fn publish_git(
     }
     private_repo(&g.path)?;
     if let Err(why) = witness::publish(&g.path, conn, note, cp, vkey)? {
-        return Ok(Err(why));
+        return Ok(Err(why.to_string()));
     }
     let (cp_file, leaves) = (
         g.path.join(witness::CHECKPOINT_FILE),

@@ -66,7 +66,7 @@ pub fn history(
     ledgers_per_page: usize,
     focus: Option<(Uuid, u64)>,
     per_ledger: usize,
-    keyring: Option<&kura_store::sealer::Keyring>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> anyhow::Result<History> {
     let s = store.read_session(session)?;
     let all = store.session_ledgers(session)?;
@@ -83,7 +83,7 @@ pub fn history(
         };
         let records = crate::records::ledger_page(store, l.ledger_id, from, per_ledger)?;
         let sealer =
-            kura_store::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?.map(|key| {
+            kura_tlog::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?.map(|key| {
                 match keyring.and_then(|k| k.get(&key)) {
                     Some(name) => name.to_owned(),
                     None => key,

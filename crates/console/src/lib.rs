@@ -87,7 +87,7 @@ pub struct Trust {
     /// The pinned log verifier key (`[serve] log_verifier`) the checkpoint is checked against.
     pub log_verifier: Option<String>,
     /// Names for sealing keys (`[serve] keyring`), so a page says "sealed by hashi".
-    pub sealers: Option<kura_store::sealer::Keyring>,
+    pub sealers: Option<kura_tlog::sealer::Keyring>,
 }
 
 /// Everything a request handler needs.

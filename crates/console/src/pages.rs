@@ -211,7 +211,7 @@ pub fn check_checkpoint(
     note: Option<&str>,
     vkey: Option<&str>,
 ) -> Result<String, String> {
-    use kura_store::checkpoint::{extends, open};
+    use kura_tlog::checkpoint::{extends, open};
     let note = note.ok_or(
         "No checkpoint signed yet (kura serve signs one when it holds the log key): nothing to \
          check against the pinned log key.",

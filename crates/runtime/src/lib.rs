@@ -77,7 +77,7 @@ impl Common {
         // The daemon's statement key (its seed's own key, never the bus key derived from it)
         // signs every ledger it seals (`kura verify` checks it against identities.toml).
         let sealer = match self.seed_file() {
-            Some(path) => Some(kura_store::sealer::Sealer::new(std::sync::Arc::new(
+            Some(path) => Some(kura_tlog::sealer::Sealer::new(std::sync::Arc::new(
                 identity::read_seed(&path)?,
             ))?),
             None => None,

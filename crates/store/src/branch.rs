@@ -22,7 +22,8 @@ pub const AUTHOR: &str = "sys:kura";
 const MAX_REASON: usize = 200;
 
 /// `ledger` and every ledger it descends from.
-pub fn ancestors(conn: &Connection, ledger: Uuid) -> Result<HashSet<Uuid>> {
+pub fn ancestors(conn: &impl crate::tx::Db, ledger: Uuid) -> Result<HashSet<Uuid>> {
+    let conn = crate::tx::conn(conn);
     let mut seen = HashSet::new();
     let mut todo = vec![ledger];
     while let Some(id) = todo.pop() {
@@ -48,7 +49,7 @@ pub fn ancestors(conn: &Connection, ledger: Uuid) -> Result<HashSet<Uuid>> {
 /// Moves `session_id`'s head back to `target`, a sealed ledger of that session its head
 /// descends from; the ref log records `reset: <reason>`. The ledgers after it stay, as
 /// unreachable history.
-pub fn reset_head_in(
+pub(crate) fn reset_head_in(
     conn: &Connection,
     session_id: Uuid,
     target: Uuid,
@@ -95,11 +96,11 @@ pub fn reset_head_in(
 /// Creates a session forked from the sealed ledger `origin` (of any session): its first
 /// ledger, `fork`, has `origin` as its parent and holds one `session.fork` record naming the
 /// origin; it is sealed at once (by `sealer`, when given), so it is the new session's head.
-pub fn fork_in(
+pub(crate) fn fork_in(
     conn: &Connection,
     origin: Uuid,
     label: &str,
-    sealer: Option<&crate::sealer::Sealer>,
+    sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<(Session, Ledger)> {
     let o = read_ledger_in(conn, origin)?;
     let Some(origin_hash) = o
@@ -140,7 +141,8 @@ pub struct Fork {
 }
 
 /// Sessions that grew from a ledger of `session_id`, oldest first.
-pub fn forks_of(conn: &Connection, session_id: Uuid) -> Result<Vec<Fork>> {
+pub fn forks_of(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<Vec<Fork>> {
+    let conn = crate::tx::conn(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT l.session_id, l.ledger_id, j.value
            FROM ledgers l, json_each(l.parent_ids) j
@@ -168,7 +170,8 @@ pub fn forks_of(conn: &Connection, session_id: Uuid) -> Result<Vec<Fork>> {
 }
 
 /// Sealed ledgers of `session_id` its head no longer reaches (left behind by a reset).
-pub fn unreachable(conn: &Connection, session_id: Uuid) -> Result<HashSet<Uuid>> {
+pub fn unreachable(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<HashSet<Uuid>> {
+    let conn = crate::tx::conn(conn);
     let session = read_session_in(conn, session_id)?;
     let reach = match session.head_ledger_id {
         Some(h) => ancestors(conn, h)?,
@@ -189,19 +192,23 @@ pub fn unreachable(conn: &Connection, session_id: Uuid) -> Result<HashSet<Uuid>>
 }
 
 impl Store {
-    /// [`reset_head_in`] in its own transaction.
+    /// Moves `session_id`'s head back to `target`, a sealed ledger of that session its head
+    /// descends from; the ref log records `reset: <reason>`. The ledgers after it stay, as
+    /// unreachable history.
     pub fn reset_head(
         &mut self,
         session_id: Uuid,
         target: Uuid,
         reason: &str,
     ) -> Result<RefLogEntry> {
-        self.write(|tx| reset_head_in(tx, session_id, target, reason))
+        self.write_raw(|tx| reset_head_in(tx, session_id, target, reason))
     }
 
-    /// [`fork_in`] in its own transaction, sealed by this store's sealer.
+    /// Creates a session forked from the sealed ledger `origin` (of any session): its first
+    /// ledger holds one `session.fork` record naming the origin and is sealed at once (by
+    /// this store's sealer), so it is the new session's head.
     pub fn fork(&mut self, origin: Uuid, label: &str) -> Result<(Session, Ledger)> {
         let sealer = self.sealer().cloned();
-        self.write(|tx| fork_in(tx, origin, label, sealer.as_ref()))
+        self.write_raw(|tx| fork_in(tx, origin, label, sealer.as_ref()))
     }
 }

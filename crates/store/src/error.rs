@@ -138,6 +138,23 @@ impl From<rusqlite::Error> for StoreError {
 /// Shorthand.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl From<kura_tlog::TlogError> for StoreError {
+    fn from(e: kura_tlog::TlogError) -> Self {
+        use kura_tlog::TlogError;
+        match e {
+            TlogError::Invalid(why) => StoreError::Invalid(why),
+            TlogError::Corrupt { what, detail } => StoreError::Corrupt {
+                what,
+                id: String::new(),
+                detail,
+            },
+            TlogError::Io { path, source } => StoreError::Io { path, source },
+            TlogError::Sqlite(e) => StoreError::from(e),
+            other => StoreError::Invalid(other.to_string()),
+        }
+    }
+}
+
 impl From<kura_policy::PolicyError> for StoreError {
     fn from(e: kura_policy::PolicyError) -> Self {
         StoreError::Invalid(e.to_string())

@@ -36,7 +36,7 @@ pub struct Remembered {
 /// Writes `items` extracted from `source` (in `session_id`) inside the caller's transaction:
 /// each a `memory.*` record by `author` (deduplicated by hash), an `extracted_from` edge,
 /// the session link, the FTS entry for new records, and `supersedes` edges.
-pub fn remember_in(
+pub(crate) fn remember_in(
     tx: &Connection,
     author: &str,
     source: &Record,
@@ -113,7 +113,7 @@ fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<Uuid
 }
 
 /// Stores an embedding for a memory record.
-pub fn store_vector_in(
+pub(crate) fn store_vector_in(
     tx: &Connection,
     record_id: Uuid,
     model: &str,
@@ -196,7 +196,8 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 /// Searches memory: BM25 over the FTS index (and cosine similarity when a query vector is
 /// given), filtered by type and session; superseded decisions go last, ties go to the newest.
-pub fn search(conn: &Connection, s: &Search) -> Result<Vec<Hit>> {
+pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
+    let conn = crate::tx::conn(conn);
     let limit = s.limit.clamp(1, 1000);
     // candidate id -> (bm25 goodness, cosine)
     let mut cand: BTreeMap<String, (f64, f64)> = BTreeMap::new();
@@ -304,7 +305,7 @@ mod tests {
                 "agent:hashi",
             );
             let (src, _) = s.write_record(&src).expect("source");
-            s.write(|tx| remember_in(tx, "agent:mikado", &src, session.session_id, its))
+            s.write_raw(|tx| remember_in(tx, "agent:mikado", &src, session.session_id, its))
                 .expect("remember");
         }
         (dir, s)
@@ -468,7 +469,7 @@ mod tests {
         .iter()
         .map(|h| h.record.record_id)
         .collect();
-        s.write(|tx| {
+        s.write_raw(|tx| {
             store_vector_in(tx, ids[0], "m", &[1.0, 0.0])?;
             store_vector_in(tx, ids[1], "m", &[0.0, 1.0])
         })

@@ -26,7 +26,7 @@ pub fn heartbeat(
     stopped: bool,
     detail: Option<&str>,
 ) -> Result<()> {
-    store.write(|tx| {
+    store.write_raw(|tx| {
         tx.execute_cached(
 "INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -41,7 +41,7 @@ pub fn heartbeat(
 }
 
 fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str) -> Result<()> {
-    store.write(|tx| {
+    store.write_raw(|tx| {
         tx.execute_cached(
             "INSERT INTO sweeps (kind, at, ok, duration_ms, summary) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![kind, crate::time::now(), ok, ms as i64, summary],
@@ -54,7 +54,7 @@ fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str
 /// whether it passed, with a one-line summary.
 pub fn sweep(
     store: &mut Store,
-    keyring: Option<&crate::sealer::Keyring>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> Result<(bool, String)> {
     let t = Instant::now();
     let report = verify(store, &Scope::All, None, keyring)?;

@@ -1,4 +1,5 @@
-//! Inclusion proofs: show that a record sits in a sealed ledger, checkable offline.
+//! Inclusion proofs: show that a record sits in a sealed ledger, checkable offline (the
+//! checking is `kura_tlog::proof`'s).
 
 use proto::ledger::LedgerState;
 use proto::merkle;
@@ -61,10 +62,10 @@ pub fn link_to_checkpoint(
     note: &str,
     vkey: &str,
 ) -> Result<()> {
-    let cp = crate::checkpoint::open(note, vkey)?;
+    let cp = kura_tlog::checkpoint::open(note, vkey)?;
     let ledger_id = crate::store::parse_id(&proof.ledger_id)?;
     let conn = store.conn();
-    let (index, leaf_data) = crate::seallog::leaf_of_in(conn, ledger_id)?.ok_or_else(|| {
+    let (index, leaf_data) = kura_tlog::seallog::leaf_of_in(conn, ledger_id)?.ok_or_else(|| {
         StoreError::Invalid(format!("ledger {ledger_id} has no leaf in the seal log"))
     })?;
     if index >= cp.size {
@@ -73,12 +74,12 @@ pub fn link_to_checkpoint(
             cp.size
         )));
     }
-    if let Err(why) = crate::checkpoint::extends(conn, &cp)? {
+    if let Err(why) = kura_tlog::checkpoint::extends(conn, &cp)? {
         return Err(StoreError::Invalid(format!(
             "the store does not extend that checkpoint: {why}"
         )));
     }
-    let path = crate::seallog::inclusion_proof_in(conn, index, cp.size)?;
+    let path = kura_tlog::seallog::inclusion_proof_in(conn, index, cp.size)?;
     proof.seal_log = Some(SealLogLink {
         leaf_index: index,
         leaf_data,
@@ -86,61 +87,6 @@ pub fn link_to_checkpoint(
         checkpoint: note.to_owned(),
     });
     Ok(())
-}
-
-/// What a checked chain ends in: the checkpoint the ledger is included in.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Chained {
-    /// The log's name.
-    pub origin: String,
-    /// The checkpoint's tree size.
-    pub size: u64,
-    /// The ledger's leaf index.
-    pub leaf_index: u64,
-}
-
-/// Checks the ledger → checkpoint link of `proof` offline (the record → ledger part is
-/// [`InclusionProof::verify`]): the leaf names this ledger and its hash, the audit path
-/// leads from the leaf to the checkpoint's root, and the checkpoint is signed by `vkey`.
-pub fn verify_link(proof: &InclusionProof, vkey: &str) -> std::result::Result<Chained, String> {
-    let link = proof
-        .seal_log
-        .as_ref()
-        .ok_or("the proof has no seal-log link (make it with `kura prove --checkpoint`)")?;
-    let cp = crate::checkpoint::open(&link.checkpoint, vkey).map_err(|e| e.to_string())?;
-    let leaf: serde_json::Value = serde_json::from_str(&link.leaf_data)
-        .map_err(|e| format!("the seal-log leaf is not JSON: {e}"))?;
-    let names = |k: &str, want: &str| leaf.get(k).and_then(|v| v.as_str()) == Some(want);
-    if !names("ledger_id", &proof.ledger_id)
-        || !leaf
-            .get("ledger_hash")
-            .and_then(|v| v.as_str())
-            .is_some_and(|h| h.eq_ignore_ascii_case(&proof.ledger_hash))
-    {
-        return Err("the seal-log leaf is for another ledger or another ledger hash".into());
-    }
-    let mut path = Vec::with_capacity(link.audit_path.len());
-    for h in &link.audit_path {
-        let bytes: [u8; 32] = hex::decode(h)
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or("a seal-log audit path entry is not a 32-byte hex hash")?;
-        path.push(tlog_tiles::Hash(bytes));
-    }
-    let leaf_hash = tlog_tiles::record_hash(link.leaf_data.as_bytes());
-    tlog_tiles::check_record(&path, cp.size, cp.root, link.leaf_index, leaf_hash).map_err(
-        |_| {
-            format!(
-                "the ledger's leaf {} is not in checkpoint {} of size {}",
-                link.leaf_index, cp.origin, cp.size
-            )
-        },
-    )?;
-    Ok(Chained {
-        origin: cp.origin,
-        size: cp.size,
-        leaf_index: link.leaf_index,
-    })
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
 
 use proto::ledger::{LedgerHeader, ParentRef};
 use proto::merkle;
@@ -270,6 +271,52 @@ impl Verifier<'_> {
         let (root_stored, hash_stored, created_at, sealed_at) =
             (cols[6].clone(), cols[7].clone(), text(8), cols[9].clone());
 
+        let (leaves, members) = self.check_members(id)?;
+        let count: Option<u64> = count_raw.parse().ok();
+        if count != Some(members as u64) {
+            self.problem(
+                "ledger",
+                id,
+                "record_count",
+                format!("records {count_raw} members but has {members}"),
+            );
+        }
+        self.check_session_exists(id, &session_id)?;
+
+        let (parent_ids, parents) = self.check_parents(id, &parents_raw)?;
+
+        match state.as_str() {
+            "open" => {
+                if root_stored.is_some() || hash_stored.is_some() || sealed_at.is_some() {
+                    self.problem(
+                        "ledger",
+                        id,
+                        "state",
+                        "open ledger carries a root, hash or seal time".into(),
+                    );
+                }
+            }
+            "sealed" => {
+                let header = LedgerHeader {
+                    ledger_id: text(0),
+                    session_id,
+                    label,
+                    parents,
+                    created_at,
+                    sealed_at: sealed_at.unwrap_or_default(),
+                };
+                let root_stored = root_stored.unwrap_or_default();
+                let hash_stored = hash_stored.unwrap_or_default();
+                self.check_seal(id, &leaves, &header, count, (&root_stored, &hash_stored));
+            }
+            other => self.problem("ledger", id, "state", format!("unknown state {other:?}")),
+        }
+        Ok(parent_ids)
+    }
+
+    /// Checks a ledger's members as they stream out of SQLite: positions, each record, and
+    /// each member's leaf; returns the leaves and how many members there are.
+    fn check_members(&mut self, id: &str) -> Result<(Vec<merkle::Hash>, usize)> {
         // Members, with their records' raw columns (a missing record shows as NULLs),
         // checked as they stream out of SQLite: the columns are borrowed, not copied.
         let conn = self.conn;
@@ -347,20 +394,16 @@ impl Verifier<'_> {
         }
         drop(rows);
         drop(stmt);
-        let count: Option<u64> = count_raw.parse().ok();
-        if count != Some(members as u64) {
-            self.problem(
-                "ledger",
-                id,
-                "record_count",
-                format!("records {count_raw} members but has {members}"),
-            );
-        }
+        Ok((leaves, members))
+    }
+
+    /// The ledger's session must exist.
+    fn check_session_exists(&mut self, id: &str, session_id: &str) -> Result<()> {
         if self
             .conn
             .query_row(
                 "SELECT 1 FROM sessions WHERE session_id = ?1",
-                [&session_id],
+                [session_id],
                 |_| Ok(()),
             )
             .optional()?
@@ -373,8 +416,17 @@ impl Verifier<'_> {
                 format!("its session {session_id} does not exist"),
             );
         }
+        Ok(())
+    }
 
-        let parent_ids = match serde_json::from_str::<Vec<String>>(&parents_raw) {
+    /// Parses the ledger's parent list and checks each parent is a sealed ledger; returns
+    /// the parent ids (to walk) and the sealed parents' references (to hash).
+    fn check_parents(
+        &mut self,
+        id: &str,
+        parents_raw: &str,
+    ) -> Result<(Vec<String>, Vec<ParentRef>)> {
+        let parent_ids = match serde_json::from_str::<Vec<String>>(parents_raw) {
             Ok(p) => p,
             Err(e) => {
                 self.problem(
@@ -415,51 +467,36 @@ impl Verifier<'_> {
                 ),
             }
         }
+        Ok((parent_ids, parents))
+    }
 
-        match state.as_str() {
-            "open" => {
-                if root_stored.is_some() || hash_stored.is_some() || sealed_at.is_some() {
-                    self.problem(
-                        "ledger",
-                        id,
-                        "state",
-                        "open ledger carries a root, hash or seal time".into(),
-                    );
-                }
-            }
-            "sealed" => {
-                let root = proto::canonical::to_hex(&merkle::root(&leaves));
-                let root_stored = root_stored.unwrap_or_default();
-                if root != root_stored {
-                    self.problem(
-                        "ledger",
-                        id,
-                        "merkle_root",
-                        format!("stored root {root_stored} but its members give {root}"),
-                    );
-                }
-                let header = LedgerHeader {
-                    ledger_id: text(0),
-                    session_id,
-                    label,
-                    parents,
-                    created_at,
-                    sealed_at: sealed_at.unwrap_or_default(),
-                };
-                let recomputed = header.ledger_hash(count.unwrap_or(u64::MAX), &root_stored);
-                let hash_stored = hash_stored.unwrap_or_default();
-                if recomputed != hash_stored {
-                    self.problem(
-                        "ledger",
-                        id,
-                        "ledger_hash",
-                        format!("stored ledger hash {hash_stored} but header, parents and root give {recomputed}"),
-                    );
-                }
-            }
-            other => self.problem("ledger", id, "state", format!("unknown state {other:?}")),
+    /// A sealed ledger's root must be its members', and its hash the header's over that root.
+    fn check_seal(
+        &mut self,
+        id: &str,
+        leaves: &[merkle::Hash],
+        header: &LedgerHeader,
+        count: Option<u64>,
+        (root_stored, hash_stored): (&str, &str),
+    ) {
+        let root = proto::canonical::to_hex(&merkle::root(leaves));
+        if root != root_stored {
+            self.problem(
+                "ledger",
+                id,
+                "merkle_root",
+                format!("stored root {root_stored} but its members give {root}"),
+            );
         }
-        Ok(parent_ids)
+        let recomputed = header.ledger_hash(count.unwrap_or(u64::MAX), root_stored);
+        if recomputed != hash_stored {
+            self.problem(
+                "ledger",
+                id,
+                "ledger_hash",
+                format!("stored ledger hash {hash_stored} but header, parents and root give {recomputed}"),
+            );
+        }
     }
 
     fn check_session(&mut self, session_id: &str, trusted_head: Option<&str>) -> Result<()> {
@@ -486,84 +523,7 @@ impl Verifier<'_> {
         let mut prev_head: Option<String> = None;
         let mut logged = BTreeSet::new();
         for (i, e) in entries.iter().enumerate() {
-            let want_seq = i as i64 + 1;
-            if e.seq != want_seq {
-                self.problem(
-                    "session",
-                    session_id,
-                    "reflog_sequence",
-                    format!(
-                        "ref log entry {} found where {want_seq} was expected (entries removed)",
-                        e.seq
-                    ),
-                );
-            }
-            let h = e.compute_hash(&prev_hash);
-            if h != e.entry_hash {
-                self.problem(
-                    "session",
-                    session_id,
-                    "reflog_hash",
-                    format!(
-                        "ref log entry {} hashes to {h}, stored {}",
-                        e.seq, e.entry_hash
-                    ),
-                );
-            }
-            if e.old_head != prev_head {
-                self.problem(
-                    "session",
-                    session_id,
-                    "reflog_chain",
-                    format!(
-                        "ref log entry {} moves from {:?}, but the head was {:?}",
-                        e.seq, e.old_head, prev_head
-                    ),
-                );
-            }
-            let target: Option<(Option<String>, Option<String>, Option<String>)> = self
-                .conn
-                .query_row(
-                    "SELECT session_id, state, ledger_hash FROM ledgers WHERE ledger_id = ?1",
-                    [&e.new_head],
-                    |r| Ok((raw_text(r, 0)?, raw_text(r, 1)?, raw_text(r, 2)?)),
-                )
-                .optional()?;
-            match target {
-                None => self.problem(
-                    "session",
-                    session_id,
-                    "head_missing",
-                    format!(
-                        "ref log entry {} points at ledger {}, which no longer exists",
-                        e.seq, e.new_head
-                    ),
-                ),
-                Some((sid, state, hash)) => {
-                    if sid.as_deref() != Some(session_id) || state.as_deref() != Some("sealed") {
-                        self.problem(
-                            "session",
-                            session_id,
-                            "reflog_target",
-                            format!("ref log entry {} points at {}, not a sealed ledger of this session", e.seq, e.new_head),
-                        );
-                    }
-                    if hash.as_deref() != Some(e.new_head_hash.as_str()) {
-                        self.problem(
-                            "session",
-                            session_id,
-                            "reflog_target",
-                            format!(
-                                "ref log entry {} recorded ledger {} with hash {}, it now has {}",
-                                e.seq,
-                                e.new_head,
-                                e.new_head_hash,
-                                hash.unwrap_or_default()
-                            ),
-                        );
-                    }
-                }
-            }
+            self.check_reflog_entry(session_id, i, e, &prev_hash, prev_head.as_deref())?;
             logged.insert(e.new_head.clone());
             prev_hash = e.entry_hash.clone();
             prev_head = Some(e.new_head.clone());
@@ -576,6 +536,119 @@ impl Verifier<'_> {
                 format!("head is {head:?} but the ref log ends at {prev_head:?}"),
             );
         }
+        self.check_unlogged(session_id, &logged)?;
+        if let Some(trusted) = trusted_head {
+            let known = entries
+                .iter()
+                .any(|e| e.new_head_hash.eq_ignore_ascii_case(trusted));
+            if !known {
+                self.problem(
+                    "session",
+                    session_id,
+                    "trusted_head",
+                    format!("trusted head hash {trusted} is not in this session's history: it was truncated or rewritten"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks ref log entry `i` of a session: its sequence, its hash chained to the previous
+    /// one, the head it moves from, and the sealed ledger of this session it moves to.
+    fn check_reflog_entry(
+        &mut self,
+        session_id: &str,
+        i: usize,
+        e: &RefLogEntry,
+        prev_hash: &str,
+        prev_head: Option<&str>,
+    ) -> Result<()> {
+        let want_seq = i as i64 + 1;
+        if e.seq != want_seq {
+            self.problem(
+                "session",
+                session_id,
+                "reflog_sequence",
+                format!(
+                    "ref log entry {} found where {want_seq} was expected (entries removed)",
+                    e.seq
+                ),
+            );
+        }
+        let h = e.compute_hash(prev_hash);
+        if h != e.entry_hash {
+            self.problem(
+                "session",
+                session_id,
+                "reflog_hash",
+                format!(
+                    "ref log entry {} hashes to {h}, stored {}",
+                    e.seq, e.entry_hash
+                ),
+            );
+        }
+        if e.old_head.as_deref() != prev_head {
+            self.problem(
+                "session",
+                session_id,
+                "reflog_chain",
+                format!(
+                    "ref log entry {} moves from {:?}, but the head was {:?}",
+                    e.seq, e.old_head, prev_head
+                ),
+            );
+        }
+        let target: Option<(Option<String>, Option<String>, Option<String>)> = self
+            .conn
+            .query_row(
+                "SELECT session_id, state, ledger_hash FROM ledgers WHERE ledger_id = ?1",
+                [&e.new_head],
+                |r| Ok((raw_text(r, 0)?, raw_text(r, 1)?, raw_text(r, 2)?)),
+            )
+            .optional()?;
+        match target {
+            None => self.problem(
+                "session",
+                session_id,
+                "head_missing",
+                format!(
+                    "ref log entry {} points at ledger {}, which no longer exists",
+                    e.seq, e.new_head
+                ),
+            ),
+            Some((sid, state, hash)) => {
+                if sid.as_deref() != Some(session_id) || state.as_deref() != Some("sealed") {
+                    self.problem(
+                        "session",
+                        session_id,
+                        "reflog_target",
+                        format!(
+                            "ref log entry {} points at {}, not a sealed ledger of this session",
+                            e.seq, e.new_head
+                        ),
+                    );
+                }
+                if hash.as_deref() != Some(e.new_head_hash.as_str()) {
+                    self.problem(
+                        "session",
+                        session_id,
+                        "reflog_target",
+                        format!(
+                            "ref log entry {} recorded ledger {} with hash {}, it now has {}",
+                            e.seq,
+                            e.new_head,
+                            e.new_head_hash,
+                            hash.unwrap_or_default()
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every sealed ledger of a session must have been its head once (be in the ref log).
+    fn check_unlogged(&mut self, session_id: &str, logged: &BTreeSet<String>) -> Result<()> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT ledger_id FROM ledgers WHERE session_id = ?1 AND state = 'sealed' ORDER BY ledger_id",
         )?;
@@ -590,19 +663,6 @@ impl Verifier<'_> {
                 "unlogged_ledger",
                 format!("sealed ledger {l} never became the head (not in the ref log)"),
             );
-        }
-        if let Some(trusted) = trusted_head {
-            let known = entries
-                .iter()
-                .any(|e| e.new_head_hash.eq_ignore_ascii_case(trusted));
-            if !known {
-                self.problem(
-                    "session",
-                    session_id,
-                    "trusted_head",
-                    format!("trusted head hash {trusted} is not in this session's history: it was truncated or rewritten"),
-                );
-            }
         }
         Ok(())
     }
@@ -710,7 +770,7 @@ pub fn verify(
     store: &Store,
     scope: &Scope,
     trusted_head: Option<&str>,
-    keyring: Option<&crate::sealer::Keyring>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> Result<Report> {
     let conn = store.conn();
     let mut v = Verifier {
@@ -718,16 +778,37 @@ pub fn verify(
         report: Report::default(),
         seen_records: Seen::default(),
     };
-    for (kind, name) in store.schema_gaps() {
-        v.report.problems.push(Problem {
-            kind: "schema",
-            id: name.clone(),
-            check: "schema_object",
-            detail: format!(
-                "{kind} {name} of Kura's schema is missing (removed from the file; triggers guard the records' immutability)"
-            ),
-        });
+    v.check_schema(store.schema_gaps());
+    let (start, sessions) = scope_ids(conn, scope)?;
+    let done = walk_ledgers(&mut v, store.path(), start)?;
+    for s in &sessions {
+        v.check_session(s, trusted_head)?;
     }
+    let mut checked: Vec<&String> = done.iter().collect();
+    checked.sort();
+    for (id, check, detail) in kura_tlog::sealer::check_in(conn, checked, keyring)? {
+        v.problem("ledger", &id, check, detail);
+    }
+    if *scope == Scope::All {
+        v.check_loose_records()?;
+        // The seal log names every sealed ledger as it is, and its hashes are the leaves'.
+        for (id, check, detail) in kura_tlog::seallog::check_in(conn)? {
+            v.report.problems.push(Problem {
+                kind: "seal_log",
+                id,
+                check,
+                detail,
+            });
+        }
+    }
+    if let (Scope::Ledger(_), Some(trusted)) = (scope, trusted_head) {
+        v.check_trusted_ancestor(&done, trusted);
+    }
+    Ok(v.report)
+}
+
+/// The ledgers to start from and the sessions to check, for `scope`.
+fn scope_ids(conn: &Connection, scope: &Scope) -> Result<(Vec<String>, Vec<String>)> {
     let ids = |sql: &str, arg: Option<String>| -> Result<Vec<String>> {
         let mut stmt = conn.prepare(sql)?;
         let rows = match arg {
@@ -740,7 +821,7 @@ pub fn verify(
         };
         Ok(rows)
     };
-    let (start, sessions) = match scope {
+    Ok(match scope {
         Scope::Ledger(id) => (vec![id.to_string()], vec![]),
         Scope::Session(id) => (
             ids(
@@ -753,9 +834,13 @@ pub fn verify(
             ids("SELECT ledger_id FROM ledgers ORDER BY ledger_id", None)?,
             ids("SELECT session_id FROM sessions ORDER BY session_id", None)?,
         ),
-    };
-    // Walk the ledgers and, through their parents, every ancestor: breadth first, one
-    // generation at a time, each generation split over the cores (ledgers are independent).
+    })
+}
+
+/// Walks the ledgers `start` and, through their parents, every ancestor: breadth first, one
+/// generation at a time, each generation split over the cores (ledgers are independent).
+/// Returns every ledger checked.
+fn walk_ledgers(v: &mut Verifier<'_>, path: &Path, start: Vec<String>) -> Result<HashSet<String>> {
     let mut generation: Vec<String> = start;
     let mut done = HashSet::new();
     while !generation.is_empty() {
@@ -764,22 +849,32 @@ pub fn verify(
             .filter(|id| done.insert(id.clone()))
             .collect();
         let mut next = Vec::new();
-        for parents in check_ledgers(&mut v, store.path(), &todo)? {
+        for parents in check_ledgers(v, path, &todo)? {
             next.extend(parents.into_iter().filter(|p| !done.contains(p)));
         }
         generation = next;
     }
-    for s in &sessions {
-        v.check_session(s, trusted_head)?;
+    Ok(done)
+}
+
+impl Verifier<'_> {
+    /// Reports each trigger or index of Kura's schema the file lacks.
+    fn check_schema(&mut self, gaps: &[(String, String)]) {
+        for (kind, name) in gaps {
+            self.report.problems.push(Problem {
+                kind: "schema",
+                id: name.clone(),
+                check: "schema_object",
+                detail: format!(
+                    "{kind} {name} of Kura's schema is missing (removed from the file; triggers guard the records' immutability)"
+                ),
+            });
+        }
     }
-    let mut checked: Vec<&String> = done.iter().collect();
-    checked.sort();
-    for (id, check, detail) in crate::sealer::check_in(conn, checked, keyring)? {
-        v.problem("ledger", &id, check, detail);
-    }
-    if *scope == Scope::All {
-        // Records outside every ledger are still content-addressed: check them too.
-        let mut stmt = conn.prepare(
+
+    /// Records outside every ledger are still content-addressed: checks them too.
+    fn check_loose_records(&mut self) -> Result<()> {
+        let mut stmt = self.conn.prepare(
             "SELECT record_id, hash, record_type, content, author_id, metadata, created_at FROM records",
         )?;
         let mut rows = stmt.query([])?;
@@ -791,7 +886,7 @@ pub fn verify(
                 })
                 .collect::<rusqlite::Result<_>>()?;
             let s = |i: usize| c[i].as_deref().unwrap_or("");
-            if v.seen_records.contains(s(0)) {
+            if self.seen_records.contains(s(0)) {
                 continue;
             }
             let cols = RecordColumns {
@@ -803,31 +898,26 @@ pub fn verify(
                 metadata: s(5),
                 created_at: s(6),
             };
-            v.check_record(&cols);
+            self.check_record(&cols);
         }
-        // The seal log names every sealed ledger as it is, and its hashes are the leaves'.
-        for (id, check, detail) in crate::seallog::check_in(conn)? {
-            v.report.problems.push(Problem {
-                kind: "seal_log",
-                id,
-                check,
-                detail,
-            });
-        }
+        Ok(())
     }
-    if let (Scope::Ledger(_), Some(trusted)) = (scope, trusted_head) {
+
+    /// With a ledger scope, the trusted hash must be the ledger's or an ancestor's.
+    fn check_trusted_ancestor(&mut self, done: &HashSet<String>, trusted: &str) {
         let found = done.iter().any(|l| {
-            conn.query_row(
-                "SELECT ledger_hash FROM ledgers WHERE ledger_id = ?1",
-                [l],
-                |r| r.get::<_, Option<String>>(0),
-            )
-            .ok()
-            .flatten()
-            .is_some_and(|h| h.eq_ignore_ascii_case(trusted))
+            self.conn
+                .query_row(
+                    "SELECT ledger_hash FROM ledgers WHERE ledger_id = ?1",
+                    [l],
+                    |r| r.get::<_, Option<String>>(0),
+                )
+                .ok()
+                .flatten()
+                .is_some_and(|h| h.eq_ignore_ascii_case(trusted))
         });
         if !found {
-            v.problem(
+            self.problem(
                 "ledger",
                 &done.iter().next().cloned().unwrap_or_default(),
                 "trusted_head",
@@ -835,7 +925,6 @@ pub fn verify(
             );
         }
     }
-    Ok(v.report)
 }
 
 #[cfg(test)]

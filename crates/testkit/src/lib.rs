@@ -34,26 +34,17 @@ pub fn bin(name: &str) -> PathBuf {
 /// A pending turn for `instruction`, filed the way minato files one (a queued request, a
 /// sealed context ledger holding the instruction), for in-process tests of hashi and aegis.
 pub fn pending_turn(store: &mut kura_store::Store, instruction: &str) -> uuid::Uuid {
-    use kura_store::store::append_existing_in;
-    use kura_store::work::{insert_turn_in, submit};
+    use kura_store::work::submit;
     let request = submit(store, instruction, "user:oles", None).expect("submit");
     let session = store.create_session("s").expect("session");
     let ctx = store
         .open_ledger(session.session_id, "turn-1-ctx", &[])
         .expect("ctx");
     store
-        .write(|tx| append_existing_in(tx, ctx.ledger_id, request.record_id))
+        .write(|tx| tx.append_existing(ctx.ledger_id, request.record_id))
         .expect("append");
     store.seal_ledger(ctx.ledger_id).expect("seal");
     store
-        .write(|tx| {
-            insert_turn_in(
-                tx,
-                session.session_id,
-                1,
-                request.request_seq,
-                ctx.ledger_id,
-            )
-        })
+        .write(|tx| tx.insert_turn(session.session_id, 1, request.request_seq, ctx.ledger_id))
         .expect("turn")
 }

@@ -8,9 +8,7 @@ use std::time::{Duration, SystemTime};
 use kura_store::Store;
 use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
 use kura_store::work::approvals::{
-    add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, decide_by_policy_in,
-    finalize_in, mark_asked_in, next_pending, raise_requirement_in, record_vote_in, reject_in,
-    request_content, set_edited_arguments_in,
+    approval, approvals_so_far, asked, next_pending, request_content,
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
@@ -71,13 +69,13 @@ pub fn evaluate(
         }
         let (state, woke) = match ruling.verdict {
             Verdict::Ask => {
-                mark_asked_in(tx, a.request_id, &ruling.rule, ruling.approvers, now_ms() + ask_timeout_ms)?;
+                tx.mark_asked(a.request_id, &ruling.rule, ruling.approvers, now_ms() + ask_timeout_ms)?;
                 (ApprovalState::Asked, None)
             }
             v => {
                 let (hash, _) = policy.canonical()?;
                 let allow = v == Verdict::Allow;
-                let woke = decide_by_policy_in(tx, &a, allow, &ruling.rule, &hash, BTreeMap::new())?;
+                let woke = tx.decide_by_policy(&a, allow, &ruling.rule, &hash, BTreeMap::new())?;
                 (if allow { ApprovalState::Approved } else { ApprovalState::Denied }, woke)
             }
         };
@@ -93,7 +91,7 @@ pub fn add_refusals(store: &mut Store, held: &[(Key, i64)]) -> kura_store::Resul
     }
     store.write(|tx| {
         for ((request, approver), n) in held {
-            add_refusals_in(tx, request, approver, *n)?;
+            tx.add_refusals(request, approver, *n)?;
         }
         Ok(())
     })
@@ -105,9 +103,7 @@ pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uui
         let mut woke = Vec::new();
         for a in asked(tx)?.into_iter().filter(|a| a.deadline_ms.is_some_and(|d| d < now)) {
             let rule = a.rule.clone().unwrap_or_default();
-            let rec = append_to_turn_in(
-                tx,
-                a.turn_id,
+            let rec = tx.append_to_turn(a.turn_id,
                 &decision_record(
                     AUTHOR,
                     json!({"request_id": a.request_id, "outcome": Outcome::Deny, "rule": rule, "by": "expiry",
@@ -115,7 +111,7 @@ pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uui
                 ),
             )?;
             tracing::info!(request_id = %a.request_id, "approval request expired: denied");
-            woke.extend(finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?);
+            woke.extend(tx.finalize(&a, ApprovalState::Denied, &rule, rec.record_id)?);
         }
         Ok(woke)
     })
@@ -299,7 +295,7 @@ pub fn decide(
         if let Some((rule, required)) = edit.as_ref().and_then(|e| e.stricter.clone())
             && a.edited_arguments.is_none()
         {
-            raise_requirement_in(tx, a.request_id, &rule, required)?;
+            tx.raise_requirement(a.request_id, &rule, required)?;
             a.rule = Some(rule);
             a.required = required;
         }
@@ -317,8 +313,7 @@ pub fn decide(
         let vote = decision_record(&author, content);
         // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
         // propagates instead of being recorded as a refusal.
-        let (rec, count) = match record_vote_in(
-            tx,
+        let (rec, count) = match tx.record_vote(
             &a,
             (&author, &who.public_key),
             decision,
@@ -337,18 +332,18 @@ pub fn decide(
         if let Some(edit) = &edit
             && a.edited_arguments.is_none()
         {
-            set_edited_arguments_in(tx, a.request_id, &edit.canonical)?;
+            tx.set_edited_arguments(a.request_id, &edit.canonical)?;
         }
         let rule = a.rule.clone().unwrap_or_default();
         let (state, woke) = if decision == Vote::Deny {
             (
                 ApprovalState::Denied,
-                finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?,
+                tx.finalize(&a, ApprovalState::Denied, &rule, rec.record_id)?,
             )
         } else if count >= a.required {
             (
                 ApprovalState::Approved,
-                finalize_in(tx, &a, ApprovalState::Approved, &rule, rec.record_id)?,
+                tx.finalize(&a, ApprovalState::Approved, &rule, rec.record_id)?,
             )
         } else {
             (ApprovalState::Asked, None)
@@ -386,7 +381,7 @@ pub fn decide(
             // Past a few per window, a refusal is only counted in memory (see `limit`).
             if limiter.admit(&key, std::time::Instant::now()) {
                 store.write(|tx| {
-                    reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, &raw)
+                    tx.reject(AUTHOR, a.as_ref(), approver.as_deref(), &reason, &raw)
                 })?;
             }
             let mut refused = rejected(format!("rejected: {reason}"));

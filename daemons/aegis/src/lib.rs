@@ -211,7 +211,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         let mut store = serve_store
             .lock()
             .map_err(|_| anyhow::anyhow!("store lock poisoned"))?;
-        store.write(|tx| kura_store::work::policy::publish_in(tx, &policy))?
+        store.write(|tx| tx.publish_policy(&policy))?
     };
 
     // hashi asks: decide by policy now and answer, so allow/deny cost one round trip.

@@ -3,7 +3,7 @@
 
 use ed25519_dalek::SigningKey;
 use kura_store::store::{Store, StoreOptions};
-use kura_store::work::approvals::{ApprovalState, Effect, approval, request_approval_in};
+use kura_store::work::approvals::{ApprovalState, Effect, approval};
 use kura_store::work::{claim_next, fenced, now_ms};
 use proto::doorbell::ApprovalDecision;
 use proto::record::RecordType;
@@ -50,8 +50,7 @@ fn asked_request(store: &mut Store) -> uuid::Uuid {
         .expect("turn");
     let args = serde_json::Map::new();
     let a = fenced(store, &claim, |tx| {
-        request_approval_in(
-            tx,
+        tx.request_approval(
             &claim,
             "call-1",
             "fs.write",
@@ -404,8 +403,7 @@ fn asked_requests(store: &mut Store, sizes: &[usize]) -> Vec<uuid::Uuid> {
                 .cloned()
                 .expect("object");
             let a = fenced(store, &claim, |tx| {
-                request_approval_in(
-                    tx,
+                tx.request_approval(
                     &claim,
                     &format!("call-{i}"),
                     "fs.write",

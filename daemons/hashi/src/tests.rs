@@ -7,7 +7,6 @@ use std::sync::Mutex;
 
 use kura_model::{Provider, ProviderError, Step, TurnInput};
 use kura_runtime::{Bus, Common, Stop};
-use kura_store::store::append_in;
 use kura_store::work::{claim_next, fenced, now_ms, turn};
 use kura_store::{Store, StoreOptions};
 use proto::TurnState;
@@ -62,8 +61,7 @@ fn a_dead_workers_side_effect_is_recorded_unknown_and_its_read_runs_again() {
     )
     .expect("file");
     fenced(&mut store, &dead, |tx| {
-        append_in(
-            tx,
+        tx.append(
             dead.output_ledger_id,
             &call(
                 "fs.write",
@@ -71,8 +69,7 @@ fn a_dead_workers_side_effect_is_recorded_unknown_and_its_read_runs_again() {
                 "call-w",
             ),
         )?;
-        append_in(
-            tx,
+        tx.append(
             dead.output_ledger_id,
             &call("fs.read", json!({"path": "notes.txt"}), "call-r"),
         )

@@ -13,15 +13,9 @@ use std::time::Duration;
 use kura_model::{Provider, ProviderError, Step, ToolSpec, TurnInput};
 use kura_policy::{Policy, Verdict};
 use kura_runtime::{Bus, Stop};
-use kura_store::store::append_in;
-use kura_store::work::approvals::{
-    ApprovalState, approval, approval_for_call, decide_by_policy_in, mark_started_in, park_turn_in,
-    request_approval_in,
-};
+use kura_store::work::approvals::{ApprovalState, approval, approval_for_call};
 use kura_store::work::policy;
-use kura_store::work::{
-    Claim, claim_next, complete_turn_in, fenced, now_ms, release, release_failed, renew,
-};
+use kura_store::work::{Claim, claim_next, fenced, now_ms, release, release_failed, renew};
 use kura_store::{Store, StoreError};
 use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{NewRecord, Record, RecordType, ToolStatus};
@@ -253,13 +247,13 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        f: impl FnOnce(&kura_store::Transaction<'_>) -> kura_store::Result<T>,
+        f: impl FnOnce(&kura_store::Tx<'_>) -> kura_store::Result<T>,
     ) -> kura_store::Result<T> {
         let staged = std::mem::take(&mut self.staged);
         let (appended, out) = fenced(&mut self.store, claim, |tx| {
             let mut records = Vec::with_capacity(staged.len());
             for rec in &staged {
-                records.push(append_in(tx, claim.output_ledger_id, rec)?.record);
+                records.push(tx.append(claim.output_ledger_id, rec)?.record);
             }
             Ok((records, f(tx)?))
         })?;
@@ -296,7 +290,7 @@ impl Worker {
     ) -> kura_store::Result<uuid::Uuid> {
         let sealer = self.store.sealer().cloned();
         self.commit(claim, history, |tx| {
-            complete_turn_in(tx, claim, sealer.as_ref())
+            tx.complete_turn(claim, sealer.as_ref())
         })
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kura_model::{Provider, ProviderConfig, ProviderKind, Step, TurnInput};
 use kura_runtime::Bus;
 use kura_store::Store;
-use kura_store::memory::{Item, remember_in, store_vector_in};
+use kura_store::memory::Item;
 use kura_store::store::parse_id;
 use kura_store::work::{cursor, set_cursor};
 use proto::doorbell::RecordWritten;
@@ -137,7 +137,7 @@ impl Extractor {
             }
             let mut new_ids = Vec::new();
             for (source, items) in &work {
-                for m in remember_in(tx, AUTHOR, source, session, items)? {
+                for m in tx.remember(AUTHOR, source, session, items)? {
                     if m.new {
                         if let Some(v) = m
                             .record
@@ -146,12 +146,7 @@ impl Extractor {
                             .and_then(|t| t.as_str())
                             .and_then(|t| vectors.get(t))
                         {
-                            store_vector_in(
-                                tx,
-                                m.record.record_id,
-                                &self.config.embeddings_model,
-                                v,
-                            )?;
+                            tx.store_vector(m.record.record_id, &self.config.embeddings_model, v)?;
                         }
                         new_ids.push(m.record.record_id);
                     }

@@ -2,20 +2,16 @@
 //! packing, memory hits) and what follows a completed turn (the completion rule). One
 //! transaction per unit of work, each advancing minato's cursor in the same transaction.
 
+use kura_store::Tx;
 use kura_store::error::{Result, StoreError};
-use kura_store::sealer::Sealer;
-use kura_store::store::{
-    append_existing_in, create_session_in, open_ledger_in, read_session_in, seal_in,
-    set_session_status_in,
-};
 use kura_store::work::{
-    cursor, insert_turn_in, last_deliverable, mark_accepted_in, next_done_turn_after,
-    next_request_after, next_turn_seq, request_instruction, request_replays, set_cursor,
+    cursor, last_deliverable, next_done_turn_after, next_request_after, next_turn_seq,
+    request_instruction, request_replays, set_cursor,
 };
 use kura_store::{Store, memory};
+use kura_tlog::sealer::Sealer;
 use proto::SessionStatus;
 use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
-use rusqlite::Connection;
 use uuid::Uuid;
 
 /// A request minato turned into a session turn.
@@ -46,13 +42,11 @@ pub enum Decision {
     },
 }
 
-fn instruction_text(tx: &Connection, record_id: Uuid) -> Result<String> {
-    let text: String = tx
-        .prepare_cached("SELECT content FROM records WHERE record_id = ?1")?
-        .query_row([record_id.to_string()], |r| r.get(0))?;
-    Ok(serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+fn instruction_text(tx: &Tx<'_>, record_id: Uuid) -> Result<String> {
+    let v = tx.read_record(record_id)?.content;
+    Ok(v.get("text")
+        .and_then(|t| t.as_str())
+        .map(str::to_owned)
         .unwrap_or_default())
 }
 
@@ -67,7 +61,7 @@ fn label_from(text: &str) -> String {
 }
 
 /// The top memory hits for an instruction (superseded decisions left out).
-fn memory_for(tx: &Connection, instruction: Uuid, hits: usize) -> Result<Vec<Uuid>> {
+fn memory_for(tx: &Tx<'_>, instruction: Uuid, hits: usize) -> Result<Vec<Uuid>> {
     if hits == 0 {
         return Ok(vec![]);
     }
@@ -89,7 +83,7 @@ fn memory_for(tx: &Connection, instruction: Uuid, hits: usize) -> Result<Vec<Uui
 /// Packs and seals a turn's context ledger — the given members (instruction, previous
 /// deliverable), then the top memory hits for the instruction — and files a pending turn.
 fn new_turn(
-    tx: &Connection,
+    tx: &Tx<'_>,
     session_id: Uuid,
     request_seq: i64,
     parents: &[Uuid],
@@ -98,16 +92,16 @@ fn new_turn(
     sealer: Option<&Sealer>,
 ) -> Result<Uuid> {
     let seq = next_turn_seq(tx, session_id)?;
-    let ctx = open_ledger_in(tx, session_id, &format!("turn-{seq}-ctx"), parents)?;
+    let ctx = tx.open_ledger(session_id, &format!("turn-{seq}-ctx"), parents)?;
     let mut all = members.to_vec();
     if let Some(instruction) = members.first() {
         all.extend(memory_for(tx, *instruction, memory_hits)?);
     }
     for m in &all {
-        append_existing_in(tx, ctx.ledger_id, *m)?;
+        tx.append_existing(ctx.ledger_id, *m)?;
     }
-    seal_in(tx, ctx.ledger_id, sealer)?;
-    insert_turn_in(tx, session_id, seq, request_seq, ctx.ledger_id)
+    tx.seal(ctx.ledger_id, sealer)?;
+    tx.insert_turn(session_id, seq, request_seq, ctx.ledger_id)
 }
 
 /// Turns the next queued request into a session (new or continued) with a sealed context
@@ -121,11 +115,11 @@ pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Opti
         };
         let session = match q.session_id {
             Some(s) => {
-                let s = read_session_in(tx, s)?;
-                set_session_status_in(tx, s.session_id, SessionStatus::Active)?;
+                let s = tx.read_session(s)?;
+                tx.set_session_status(s.session_id, SessionStatus::Active)?;
                 s
             }
-            None => create_session_in(tx, &label_from(&instruction_text(tx, q.record_id)?))?,
+            None => tx.create_session(&label_from(&instruction_text(tx, q.record_id)?))?,
         };
         let parents: Vec<Uuid> = session.head_ledger_id.into_iter().collect();
         let turn_id = new_turn(
@@ -137,7 +131,7 @@ pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Opti
             memory_hits,
             sealer.as_ref(),
         )?;
-        mark_accepted_in(tx, q.request_seq, session.session_id)?;
+        tx.mark_accepted(q.request_seq, session.session_id)?;
         set_cursor(tx, MINATO_REQUESTS, q.request_seq)?;
         Ok(Some(Accepted {
             request_seq: q.request_seq,
@@ -175,7 +169,7 @@ pub fn decide_next_completion(
         // request. Continuing here would run a live turn, side effects and all, in the fork.
         let replays = request_replays(tx, t.request_seq)?;
         let decision = if is_final || replays || t.seq >= max_turns {
-            set_session_status_in(tx, t.session_id, SessionStatus::Complete)?;
+            tx.set_session_status(t.session_id, SessionStatus::Complete)?;
             Decision::Complete {
                 session_id: t.session_id,
             }

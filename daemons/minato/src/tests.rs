@@ -1,11 +1,9 @@
 //! Minato's policy over the work tables, with hashi's and aegis's sides played by direct
 //! store calls, on a real SQLite file.
 
-use kura_store::store::{Store, StoreOptions, append_in};
+use kura_store::store::{Store, StoreOptions};
 use kura_store::verify::{Scope, verify};
-use kura_store::work::approvals::{
-    self, ApprovalState, Effect, append_to_turn_in, finalize_in, park_turn_in, request_approval_in,
-};
+use kura_store::work::approvals::{self, ApprovalState, Effect};
 use kura_store::work::{
     Claim, claim_next, complete_turn, fenced, now_ms, release, renew, request_status, submit, turn,
 };
@@ -29,10 +27,7 @@ fn deliver(store: &mut Store, claim: &Claim, text: &str, is_final: bool) {
         author_id: "agent:hashi".into(),
         metadata: Default::default(),
     };
-    fenced(store, claim, |tx| {
-        append_in(tx, claim.output_ledger_id, &rec)
-    })
-    .expect("deliver");
+    fenced(store, claim, |tx| tx.append(claim.output_ledger_id, &rec)).expect("deliver");
 }
 
 #[test]
@@ -164,8 +159,7 @@ fn a_taken_over_worker_is_fenced_out() {
         Content::text("stale"),
         "agent:hashi",
     );
-    let err =
-        fenced(&mut s, &old, |tx| append_in(tx, old.output_ledger_id, &rec)).expect_err("fenced");
+    let err = fenced(&mut s, &old, |tx| tx.append(old.output_ledger_id, &rec)).expect_err("fenced");
     assert!(
         matches!(err, StoreError::Fenced { held_epoch, current_epoch, .. }
             if held_epoch == old.epoch && current_epoch == new.epoch),
@@ -182,8 +176,7 @@ fn a_taken_over_worker_is_fenced_out() {
         "nothing written"
     );
     // The new holder can write, release, and the turn is claimable again at once.
-    fenced(&mut s, &new, |tx| append_in(tx, new.output_ledger_id, &rec))
-        .expect("new holder writes");
+    fenced(&mut s, &new, |tx| tx.append(new.output_ledger_id, &rec)).expect("new holder writes");
     release(&mut s, &new).expect("release");
     let again = claim_next(&mut s, "third", 1_000, t0 + 5_002)
         .expect("claim")
@@ -204,8 +197,7 @@ fn submit_refuses_empty_instructions_and_unknown_sessions() {
 fn ask(s: &mut Store, claim: &Claim, call_id: &str) -> approvals::Approval {
     let args = serde_json::Map::new();
     fenced(s, claim, |tx| {
-        request_approval_in(
-            tx,
+        tx.request_approval(
             claim,
             call_id,
             "fs.write",
@@ -239,9 +231,8 @@ fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
     );
     let woke = s
         .write(|tx| {
-            let rec = append_to_turn_in(tx, request.turn_id, &decision)?;
-            finalize_in(
-                tx,
+            let rec = tx.append_to_turn(request.turn_id, &decision)?;
+            tx.finalize(
                 &request,
                 ApprovalState::Approved,
                 "default:write",
@@ -252,7 +243,7 @@ fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
     assert_eq!(woke, None, "the turn was running, not parked");
     // The worker, not having seen it, parks.
     let parked = fenced(&mut s, &claim, |tx| {
-        park_turn_in(tx, &claim, request.request_id)
+        tx.park_turn(&claim, request.request_id)
     })
     .expect("park");
     assert!(!parked, "a decided request must not park the turn");
@@ -263,14 +254,7 @@ fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
 
     // And an undecided request still parks (nothing claimable until it is decided).
     let second = ask(&mut s, &again, "call-2");
-    assert!(
-        fenced(&mut s, &again, |tx| park_turn_in(
-            tx,
-            &again,
-            second.request_id
-        ))
-        .expect("park")
-    );
+    assert!(fenced(&mut s, &again, |tx| tx.park_turn(&again, second.request_id)).expect("park"));
     assert!(
         claim_next(&mut s, "w3", 10_000, now + 2)
             .expect("claim")
@@ -296,8 +280,8 @@ fn a_second_decision_is_a_typed_conflict() {
     );
     let decide = |s: &mut Store| {
         s.write(|tx| {
-            let rec = append_to_turn_in(tx, request.turn_id, &decision)?;
-            finalize_in(tx, &request, ApprovalState::Approved, "r", rec.record_id)
+            let rec = tx.append_to_turn(request.turn_id, &decision)?;
+            tx.finalize(&request, ApprovalState::Approved, "r", rec.record_id)
         })
     };
     decide(&mut s).expect("first decision");

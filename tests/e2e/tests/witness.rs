@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::bus::Credentials;
 use kura_runtime::identity::{self, Role};
-use kura_store::checkpoint;
-use kura_store::cosign;
 use kura_testkit::NatsServer;
 use kura_testkit::cli::{Kura, bin};
+use kura_tlog::checkpoint;
+use kura_tlog::cosign;
 
 /// One Raspberry Pi: a store, its own bus, a log key and a witness key.
 struct Pi {

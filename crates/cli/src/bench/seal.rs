@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use kura_store::{Store, StoreOptions, Synchronous, checkpoint, seallog};
+use kura_store::{Store, StoreOptions, Synchronous};
+use kura_tlog::{checkpoint, seallog};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 

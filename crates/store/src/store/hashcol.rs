@@ -20,7 +20,7 @@ pub fn to_column(hex: &str) -> Option<[u8; 32]> {
 /// the normal case (a 32-byte BLOB). Any other stored value — only a tampered file holds
 /// one — becomes a text that no SHA-256 hex equals, so `verify` reports the record rather
 /// than reading a TEXT hash that happens to spell the right digits as the real thing.
-pub fn render<'b>(value: ValueRef<'_>, buf: &'b mut [u8; 64]) -> Cow<'b, str> {
+pub(crate) fn render<'b>(value: ValueRef<'_>, buf: &'b mut [u8; 64]) -> Cow<'b, str> {
     match value {
         ValueRef::Blob(b) if b.len() == 32 => {
             // The buffer is exactly twice the input; hex digits are ASCII.
@@ -36,7 +36,7 @@ pub fn render<'b>(value: ValueRef<'_>, buf: &'b mut [u8; 64]) -> Cow<'b, str> {
 }
 
 /// [`render`] into an owned string.
-pub fn to_hex(value: ValueRef<'_>) -> String {
+pub(crate) fn to_hex(value: ValueRef<'_>) -> String {
     render(value, &mut [0u8; 64]).into_owned()
 }
 

@@ -4,7 +4,7 @@
 use crate::error::{Result, StoreError};
 
 /// Longest label accepted for ledgers and sessions.
-pub const MAX_LABEL_BYTES: usize = 200;
+pub(crate) const MAX_LABEL_BYTES: usize = 200;
 
 /// Checks a human label.
 pub(crate) fn check_label(label: &str) -> Result<()> {

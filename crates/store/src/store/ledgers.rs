@@ -191,7 +191,7 @@ fn add_member(
 }
 
 /// Appends a new record to an open ledger inside the caller's transaction.
-pub fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
+pub(crate) fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
     let count = next_position(conn, ledger_id)?;
     append_at(conn, ledger_id, count, new)
 }
@@ -210,7 +210,11 @@ fn append_at(conn: &Connection, ledger_id: Uuid, count: i64, new: &NewRecord) ->
 
 /// Appends an already stored record (by id) to an open ledger inside the caller's
 /// transaction — e.g. the same instruction in every context ledger of a session.
-pub fn append_existing_in(conn: &Connection, ledger_id: Uuid, record_id: Uuid) -> Result<u64> {
+pub(crate) fn append_existing_in(
+    conn: &Connection,
+    ledger_id: Uuid,
+    record_id: Uuid,
+) -> Result<u64> {
     let count = next_position(conn, ledger_id)?;
     let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
     let columns = conn
@@ -226,7 +230,7 @@ pub fn append_existing_in(conn: &Connection, ledger_id: Uuid, record_id: Uuid) -
 }
 
 /// Opens a ledger inside the caller's transaction (parents must be sealed).
-pub fn open_ledger_in(
+pub(crate) fn open_ledger_in(
     conn: &Connection,
     session_id: Uuid,
     label: &str,
@@ -269,10 +273,10 @@ pub fn open_ledger_in(
 
 /// Seals a ledger inside the caller's transaction (see [`Store::seal_ledger`]).
 /// `sealer` signs the ledger hash (recorded beside it) when given.
-pub fn seal_in(
+pub(crate) fn seal_in(
     conn: &Connection,
     ledger_id: Uuid,
-    sealer: Option<&crate::sealer::Sealer>,
+    sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<(Ledger, bool)> {
     let mut ledger = read_ledger_in(conn, ledger_id)?;
     if ledger.state == LedgerState::Sealed {
@@ -305,7 +309,7 @@ pub fn seal_in(
         params![ledger_id.to_string(), root, hash, sealed_at],
     )?;
     sessions::move_head(conn, ledger.session_id, ledger_id, &hash, "seal")?;
-    crate::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
+    kura_tlog::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
     if let Some(sealer) = sealer {
         sealer.sign_in(conn, &ledger_id.to_string(), &hash)?;
     }
@@ -324,17 +328,17 @@ impl Store {
         label: &str,
         parents: &[Uuid],
     ) -> Result<Ledger> {
-        self.write(|tx| open_ledger_in(tx, session_id, label, parents))
+        self.write_raw(|tx| open_ledger_in(tx, session_id, label, parents))
     }
 
     /// Appends one record to an open ledger: one durable transaction, one new member row.
     pub fn append(&mut self, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
-        self.write(|tx| append_in(tx, ledger_id, new))
+        self.write_raw(|tx| append_in(tx, ledger_id, new))
     }
 
     /// Appends many records in one transaction (group commit): all or none.
     pub fn append_batch(&mut self, ledger_id: Uuid, batch: &[NewRecord]) -> Result<Vec<Appended>> {
-        self.write(|tx| {
+        self.write_raw(|tx| {
             // The ledger is looked up once: inside this transaction only these appends move
             // its count.
             let first = next_position(tx, ledger_id)?;
@@ -351,7 +355,7 @@ impl Store {
     /// and returns it with `false`.
     pub fn seal_ledger(&mut self, ledger_id: Uuid) -> Result<(Ledger, bool)> {
         let sealer = self.sealer.clone();
-        self.write(|tx| seal_in(tx, ledger_id, sealer.as_ref()))
+        self.write_raw(|tx| seal_in(tx, ledger_id, sealer.as_ref()))
     }
 
     /// Reads one ledger's row.

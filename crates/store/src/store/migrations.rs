@@ -31,7 +31,7 @@ fn migrations() -> Vec<M<'static>> {
         M::up_with_hook(
             include_str!("../../migrations/008_seal_log.sql"),
             |tx: &rusqlite::Transaction| {
-                crate::seallog::backfill_in(tx)
+                kura_tlog::seallog::backfill_in(tx)
                     .map(drop)
                     .map_err(|e| rusqlite_migration::HookError::Hook(e.to_string()))
             },
@@ -131,7 +131,7 @@ fn schema_of(conn: &Connection) -> Result<Vec<SchemaRow>> {
 /// never read, let alone written. Returns the triggers and indexes that are missing — an
 /// attacker who dropped the immutability triggers left the data readable, and `verify`
 /// reports them.
-pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
+pub(crate) fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, String)>> {
     // Version and schema from one snapshot: another process may be migrating the file, and
     // each of its migrations commits the schema and the version together.
     let (version, actual) = {
@@ -176,7 +176,7 @@ pub fn check_schema(conn: &Connection, path: &Path) -> Result<Vec<(String, Strin
 /// `deadline`, a migration that fails because another process applied it first (every daemon
 /// opens the store at once after an upgrade) is not an error: the version is read again and
 /// the rest taken from there. Each failure means the version moved on, so this ends.
-pub fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Result<()> {
+pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Result<()> {
     loop {
         let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version > latest() {

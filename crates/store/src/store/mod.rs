@@ -15,16 +15,20 @@ use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
 
-pub use ledgers::{Appended, MemberRow, append_existing_in, append_in, open_ledger_in, seal_in};
-pub use sessions::{create_session_in, read_session_in, set_session_status_in};
+pub use ledgers::{Appended, MemberRow};
+pub(crate) use ledgers::{append_existing_in, append_in, open_ledger_in, seal_in};
+pub(crate) use sessions::{create_session_in, read_session_in, set_session_status_in};
 
 /// The parents of a ledger as its hash commits to them (for proofs).
-pub fn parent_refs_pub(conn: &Connection, parents: &[Uuid]) -> Result<Vec<proto::ParentRef>> {
+pub(crate) fn parent_refs_pub(
+    conn: &Connection,
+    parents: &[Uuid],
+) -> Result<Vec<proto::ParentRef>> {
     ledgers::parent_refs(conn, parents)
 }
 
 /// The header a sealed ledger's hash commits to (for proofs).
-pub fn header_pub(
+pub(crate) fn header_pub(
     ledger: &proto::Ledger,
     parents: Vec<proto::ParentRef>,
     sealed_at: &str,
@@ -33,10 +37,13 @@ pub fn header_pub(
 }
 #[cfg(test)]
 pub(crate) use migrations::back_to_version_7;
-pub use records::{Query, record_id_by_hash, write_record_in};
+pub use records::Query;
+pub(crate) use records::{read_record_in, record_id_by_hash, write_record_in};
 
 /// Builds a record from a row of the seven record columns in stored order.
-pub fn record_from_row_pub(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<proto::Record>> {
+pub(crate) fn record_from_row_pub(
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<Result<proto::Record>> {
     records::record_from_row(row)
 }
 pub(crate) use ledgers::read_ledger_in;
@@ -45,7 +52,7 @@ pub use sessions::{RefLogEntry, Session};
 
 /// `PRAGMA application_id` of a Kura database ("KURA" in ASCII), so a stray SQLite file is
 /// never mistaken for one.
-pub const APPLICATION_ID: i32 = 0x4b55_5241;
+pub(crate) const APPLICATION_ID: i32 = 0x4b55_5241;
 
 /// How hard SQLite works to make a commit survive power loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -102,7 +109,7 @@ pub struct StoreOptions {
     /// measured 1.5x faster — and `kura serve` checkpoints when idle anyway.
     pub wal_autocheckpoint_pages: u32,
     /// The daemon's key that signs every ledger it seals (none: seals are unsigned).
-    pub sealer: Option<crate::sealer::Sealer>,
+    pub sealer: Option<kura_tlog::sealer::Sealer>,
 }
 
 impl Default for StoreOptions {
@@ -129,7 +136,7 @@ pub struct Store {
     /// Triggers and indexes of Kura's schema missing from the file: (type, name).
     schema_gaps: Vec<(String, String)>,
     /// Signs every seal made through this store.
-    sealer: Option<crate::sealer::Sealer>,
+    sealer: Option<kura_tlog::sealer::Sealer>,
 }
 
 impl std::fmt::Debug for Store {
@@ -237,18 +244,18 @@ impl Store {
     }
 
     /// Signs the seals made from now on with `sealer` (none: unsigned).
-    pub fn set_sealer(&mut self, sealer: Option<crate::sealer::Sealer>) {
+    pub fn set_sealer(&mut self, sealer: Option<kura_tlog::sealer::Sealer>) {
         self.sealer = sealer;
     }
 
     /// The key that signs this store's seals, if any.
-    pub fn sealer(&self) -> Option<&crate::sealer::Sealer> {
+    pub fn sealer(&self) -> Option<&kura_tlog::sealer::Sealer> {
         self.sealer.as_ref()
     }
 
     /// Triggers and indexes of Kura's schema that the file lacks, as (type, name): someone
     /// removed them (the immutability triggers, say). `verify` reports each.
-    pub fn schema_gaps(&self) -> &[(String, String)] {
+    pub(crate) fn schema_gaps(&self) -> &[(String, String)] {
         &self.schema_gaps
     }
 
@@ -263,8 +270,14 @@ impl Store {
     }
 
     /// Runs `f` inside one `BEGIN IMMEDIATE` transaction: it takes the write lock up front, so
-    /// concurrent writers queue on the busy timeout instead of failing mid-transaction.
-    pub fn write<T>(
+    /// concurrent writers queue on the busy timeout instead of failing mid-transaction. `f`
+    /// composes the store's operations on the [`Tx`](crate::Tx); all of them commit together.
+    pub fn write<T>(&mut self, f: impl FnOnce(&crate::Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write_raw(|tx| f(&crate::Tx(tx)))
+    }
+
+    /// [`Store::write`] on the bare transaction, for the store's own operations.
+    pub(crate) fn write_raw<T>(
         &mut self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
     ) -> Result<T> {

@@ -151,12 +151,25 @@ pub(crate) fn record_from_columns(c: &OwnedColumns) -> Result<Record> {
 }
 
 /// Writes (or finds, by content hash) a record inside the caller's transaction.
-pub fn write_record_in(conn: &Connection, new: &NewRecord) -> Result<Record> {
+/// Reads one record.
+pub(crate) fn read_record_in(conn: &Connection, id: Uuid) -> Result<Record> {
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
+    conn.prepare_cached(&sql)?
+        .query_row([id.to_string()], record_from_row)
+        .optional()?
+        .transpose()?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "record",
+            id: id.to_string(),
+        })
+}
+
+pub(crate) fn write_record_in(conn: &Connection, new: &NewRecord) -> Result<Record> {
     insert_record(conn, new).map(|s| s.record)
 }
 
 /// The id of the record with this content hash, if one is stored.
-pub fn record_id_by_hash(conn: &Connection, hash: &str) -> Result<Option<String>> {
+pub(crate) fn record_id_by_hash(conn: &Connection, hash: &str) -> Result<Option<String>> {
     let Some(column) = super::hashcol::to_column(hash) else {
         return Ok(None);
     };
@@ -176,21 +189,12 @@ impl Store {
     /// Stores a record on its own (not in any ledger). Writing content that is already
     /// stored returns the existing record, unchanged (`true` = deduplicated).
     pub fn write_record(&mut self, new: &NewRecord) -> Result<(Record, bool)> {
-        self.write(|tx| insert_record(tx, new).map(|s| (s.record, s.deduplicated)))
+        self.write_raw(|tx| insert_record(tx, new).map(|s| (s.record, s.deduplicated)))
     }
 
     /// Reads one record.
     pub fn read_record(&self, id: Uuid) -> Result<Record> {
-        let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
-        self.conn
-            .prepare_cached(&sql)?
-            .query_row([id.to_string()], record_from_row)
-            .optional()?
-            .transpose()?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "record",
-                id: id.to_string(),
-            })
+        read_record_in(&self.conn, id)
     }
 
     /// The record with this content hash, if any (dedup check).

@@ -63,7 +63,7 @@ struct EntryHashInput<'a> {
 
 impl RefLogEntry {
     /// Recomputes this entry's chain hash given the previous entry's hash (`""` for the first).
-    pub fn compute_hash(&self, prev: &str) -> String {
+    pub(crate) fn compute_hash(&self, prev: &str) -> String {
         let input = EntryHashInput {
             kind: "kura.reflog.v1",
             session_id: &self.session_id,
@@ -86,7 +86,7 @@ fn serde_json_canonicalizer_bytes<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 /// Reads a session inside the caller's transaction.
-pub fn read_session_in(conn: &Connection, id: Uuid) -> Result<Session> {
+pub(crate) fn read_session_in(conn: &Connection, id: Uuid) -> Result<Session> {
     conn.prepare_cached(
         "SELECT session_id, label, head_ledger_id, status, created_at FROM sessions WHERE session_id = ?1",
     )?
@@ -183,7 +183,11 @@ pub(crate) fn move_head(
 }
 
 /// Sets a session's status inside the caller's transaction.
-pub fn set_session_status_in(conn: &Connection, id: Uuid, status: SessionStatus) -> Result<()> {
+pub(crate) fn set_session_status_in(
+    conn: &Connection,
+    id: Uuid,
+    status: SessionStatus,
+) -> Result<()> {
     conn.execute_cached(
         "UPDATE sessions SET status = ?2 WHERE session_id = ?1",
         params![id.to_string(), status],
@@ -192,7 +196,7 @@ pub fn set_session_status_in(conn: &Connection, id: Uuid, status: SessionStatus)
 }
 
 /// Creates a session inside the caller's transaction.
-pub fn create_session_in(conn: &Connection, label: &str) -> Result<Session> {
+pub(crate) fn create_session_in(conn: &Connection, label: &str) -> Result<Session> {
     check_label(label)?;
     let session = Session {
         session_id: proto::new_id(),
@@ -211,7 +215,7 @@ pub fn create_session_in(conn: &Connection, label: &str) -> Result<Session> {
 impl Store {
     /// Creates a session.
     pub fn create_session(&mut self, label: &str) -> Result<Session> {
-        self.write(|tx| create_session_in(tx, label))
+        self.write_raw(|tx| create_session_in(tx, label))
     }
 
     /// Reads one session.

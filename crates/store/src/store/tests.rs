@@ -409,7 +409,7 @@ fn parallel_verify_names_every_problem_once() {
         if l == 35 {
             // The same record in a ledger at the far end (another thread's chunk).
             let id = shared.expect("shared record");
-            s.write(|tx| ledgers::append_existing_in(tx, ledger, id))
+            s.write_raw(|tx| ledgers::append_existing_in(tx, ledger, id))
                 .expect("append existing");
         }
         s.seal_ledger(ledger).expect("seal");
@@ -484,7 +484,7 @@ fn busy_timeout_is_per_store() {
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let holder_thread = std::thread::spawn(move || {
         holder
-            .write(|_tx| {
+            .write_raw(|_tx| {
                 locked_tx.send(()).expect("send");
                 // Hold the write lock until the impatient writer has given up.
                 release_rx.recv().expect("release");
@@ -496,7 +496,7 @@ fn busy_timeout_is_per_store() {
     locked_rx.recv().expect("locked");
 
     let err = impatient
-        .write(|_tx| Ok(()))
+        .write_raw(|_tx| Ok(()))
         .expect_err("impatient must give up");
     assert!(
         matches!(&err, StoreError::Sqlite(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)),
@@ -505,7 +505,7 @@ fn busy_timeout_is_per_store() {
     release_tx.send(()).expect("release");
     // The lock is still held for 600 ms: longer than one busy round, well inside 30 s.
     patient
-        .write(|_tx| Ok(()))
+        .write_raw(|_tx| Ok(()))
         .expect("patient writer waits for the lock");
     holder_thread.join().expect("join");
 }

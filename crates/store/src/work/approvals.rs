@@ -88,17 +88,19 @@ fn one(conn: &Connection, filter: &str, arg: &str) -> Result<Option<Approval>> {
 }
 
 /// Reads an approval by request id.
-pub fn approval(conn: &Connection, request_id: Uuid) -> Result<Option<Approval>> {
+pub fn approval(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Option<Approval>> {
+    let conn = crate::tx::conn(conn);
     one(conn, "request_id = ?1", &request_id.to_string())
 }
 
 /// The approval filed for a tool call of `turn_id`, if any. A call id is unique within a
 /// turn, not across turns: a replay reuses the recorded turn's call ids.
 pub fn approval_for_call(
-    conn: &Connection,
+    conn: &impl crate::tx::Db,
     turn_id: Uuid,
     call_id: &str,
 ) -> Result<Option<Approval>> {
+    let conn = crate::tx::conn(conn);
     let sql = format!("SELECT {COLUMNS} FROM approvals WHERE turn_id = ?1 AND call_id = ?2");
     conn.prepare_cached(&sql)?
         .query_row([turn_id.to_string(), call_id.to_owned()], from_row)
@@ -109,7 +111,7 @@ pub fn approval_for_call(
 /// Files a request inside a fenced transaction: an `approval.request` record (the call, its
 /// arguments, effect, turn and session) in the turn's output ledger, and a `pending` row.
 #[allow(clippy::too_many_arguments)]
-pub fn request_approval_in(
+pub(crate) fn request_approval_in(
     tx: &Connection,
     claim: &Claim,
     call_id: &str,
@@ -164,7 +166,7 @@ pub fn request_approval_in(
 /// Parks a claimed turn until `request_id` is decided, freeing its worker (fenced by caller).
 /// Returns `false` when the request was already decided: the turn is then claimable again
 /// at once instead of parked.
-pub fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<bool> {
+pub(crate) fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<bool> {
     // The decision may have landed after the worker last looked and before this transaction:
     // `finalize_in` then found the turn still running and woke nobody. Parking it now would
     // leave it waiting forever on a decided request (the fault suite caught exactly that
@@ -190,14 +192,15 @@ pub fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<
 
 /// Notes that the approved call is about to run under `epoch` (fenced by caller), so a
 /// successor knows it may have taken effect.
-pub fn mark_started_in(tx: &Connection, request_id: Uuid, epoch: i64) -> Result<()> {
+pub(crate) fn mark_started_in(tx: &Connection, request_id: Uuid, epoch: i64) -> Result<()> {
     tx.prepare_cached("UPDATE approvals SET started_epoch = ?2 WHERE request_id = ?1")?
         .execute(params![request_id.to_string(), epoch])?;
     Ok(())
 }
 
 /// The oldest approval policy has not looked at yet.
-pub fn next_pending(conn: &Connection) -> Result<Option<Approval>> {
+pub fn next_pending(conn: &impl crate::tx::Db) -> Result<Option<Approval>> {
+    let conn = crate::tx::conn(conn);
     let sql = format!(
         "SELECT {COLUMNS} FROM approvals WHERE state = 'pending' ORDER BY approval_seq LIMIT 1"
     );
@@ -208,7 +211,8 @@ pub fn next_pending(conn: &Connection) -> Result<Option<Approval>> {
 }
 
 /// Approvals waiting for people, oldest first.
-pub fn asked(conn: &Connection) -> Result<Vec<Approval>> {
+pub fn asked(conn: &impl crate::tx::Db) -> Result<Vec<Approval>> {
+    let conn = crate::tx::conn(conn);
     let sql =
         format!("SELECT {COLUMNS} FROM approvals WHERE state = 'asked' ORDER BY approval_seq");
     let mut stmt = conn.prepare_cached(&sql)?;
@@ -221,7 +225,7 @@ pub fn asked(conn: &Connection) -> Result<Vec<Approval>> {
 }
 
 /// Marks an approval as waiting for `required` people under `rule`.
-pub fn mark_asked_in(
+pub(crate) fn mark_asked_in(
     tx: &Connection,
     request_id: Uuid,
     rule: &str,
@@ -246,14 +250,18 @@ fn output_ledger(conn: &Connection, turn_id: Uuid) -> Result<Uuid> {
 }
 
 /// Appends a record to the turn's output ledger (decisions, votes, rejections).
-pub fn append_to_turn_in(tx: &Connection, turn_id: Uuid, rec: &NewRecord) -> Result<proto::Record> {
+pub(crate) fn append_to_turn_in(
+    tx: &Connection,
+    turn_id: Uuid,
+    rec: &NewRecord,
+) -> Result<proto::Record> {
     Ok(append_in(tx, output_ledger(tx, turn_id)?, rec)?.record)
 }
 
 /// Records a vote (its record built by the caller, appended here) and returns the record
 /// and how many votes of that kind the request now has. A second vote by the same approver
 /// is refused.
-pub fn record_vote_in(
+pub(crate) fn record_vote_in(
     tx: &Connection,
     a: &Approval,
     (approver, public_key): (&str, &str),
@@ -293,7 +301,8 @@ pub fn record_vote_in(
 }
 
 /// How many distinct keys have approved `request_id` so far.
-pub fn approvals_so_far(conn: &Connection, request_id: Uuid) -> Result<i64> {
+pub fn approvals_so_far(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<i64> {
+    let conn = crate::tx::conn(conn);
     Ok(conn.query_row_cached(
         "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
           WHERE request_id = ?1 AND decision = 'approve'",
@@ -303,7 +312,8 @@ pub fn approvals_so_far(conn: &Connection, request_id: Uuid) -> Result<i64> {
 }
 
 /// Who has voted on `request_id`, in order: (author id, vote).
-pub fn votes(conn: &Connection, request_id: Uuid) -> Result<Vec<(String, String)>> {
+pub fn votes(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Vec<(String, String)>> {
+    let conn = crate::tx::conn(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT approver, decision FROM approval_votes WHERE request_id = ?1 ORDER BY rowid",
     )?;
@@ -313,7 +323,7 @@ pub fn votes(conn: &Connection, request_id: Uuid) -> Result<Vec<(String, String)
 
 /// Puts an asked request under `rule` with `required` approvals: an approval edited the
 /// call into a stricter rule's reach. Never lowers the quorum.
-pub fn raise_requirement_in(
+pub(crate) fn raise_requirement_in(
     tx: &Connection,
     request_id: Uuid,
     rule: &str,
@@ -328,7 +338,11 @@ pub fn raise_requirement_in(
 }
 
 /// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
-pub fn set_edited_arguments_in(tx: &Connection, request_id: Uuid, canonical: &str) -> Result<()> {
+pub(crate) fn set_edited_arguments_in(
+    tx: &Connection,
+    request_id: Uuid,
+    canonical: &str,
+) -> Result<()> {
     tx.execute_cached(
         "UPDATE approvals SET edited_arguments = ?2 WHERE request_id = ?1 AND state = 'asked'",
         params![request_id.to_string(), canonical],
@@ -338,11 +352,11 @@ pub fn set_edited_arguments_in(tx: &Connection, request_id: Uuid, canonical: &st
 
 /// Who policy decisions are by, whichever daemon applied the published policy (aegis, or
 /// hashi in the transaction that recorded the call; the record's metadata names the worker).
-pub const POLICY_AUTHOR: &str = "sys:aegis";
+pub(crate) const POLICY_AUTHOR: &str = "sys:aegis";
 
 /// Decides `a` by the policy `policy_hash` in force: an `approval.decision` naming the rule
 /// and the policy, and the request's new state; returns a parked turn this wakes.
-pub fn decide_by_policy_in(
+pub(crate) fn decide_by_policy_in(
     tx: &Connection,
     a: &Approval,
     allow: bool,
@@ -369,7 +383,7 @@ pub fn decide_by_policy_in(
 /// Finalizes a request (`approved` or `denied`; `decision_record` is the record that
 /// decided it, already in the ledger) and makes a turn parked on it claimable again.
 /// Returns the turn id when it was parked (to re-dispatch).
-pub fn finalize_in(
+pub(crate) fn finalize_in(
     tx: &Connection,
     a: &Approval,
     state: ApprovalState,
@@ -398,7 +412,12 @@ pub fn finalize_in(
 /// in the turn's ledger when the request is known and its ledger still open.
 /// Adds `n` refusals (counted elsewhere first, e.g. by a rate limit) for `request_id` (""
 /// for unknown requests) and `approver`.
-pub fn add_refusals_in(tx: &Connection, request_id: &str, approver: &str, n: i64) -> Result<()> {
+pub(crate) fn add_refusals_in(
+    tx: &Connection,
+    request_id: &str,
+    approver: &str,
+    n: i64,
+) -> Result<()> {
     tx.execute_cached(
         "INSERT INTO approval_rejection_counts (request_id, approver, refused) VALUES (?1, ?2, ?3)
          ON CONFLICT (request_id, approver) DO UPDATE SET refused = refused + excluded.refused",
@@ -409,17 +428,17 @@ pub fn add_refusals_in(tx: &Connection, request_id: &str, approver: &str, n: i64
 
 /// Refusals recorded in full (a table row, and a `sys.error` record in the turn's ledger)
 /// per request and approver; the rest only count.
-pub const RECORDED_REJECTIONS: i64 = 3;
+pub(crate) const RECORDED_REJECTIONS: i64 = 3;
 
 /// Refusals kept as rows for decisions naming no known request, in all.
-pub const RECORDED_UNKNOWN: i64 = 100;
+pub(crate) const RECORDED_UNKNOWN: i64 = 100;
 
 /// Records a refused decision: every one is counted; the first [`RECORDED_REJECTIONS`] per
 /// request and approver (`None` standing for every name the caller does not trust, so a
 /// sender cannot multiply rows by inventing names), and [`RECORDED_UNKNOWN`] naming no known
 /// request, are kept as rows and `sys.error` records, so a flood of forgeries cannot grow the
 /// store without bound. Returns whether this one was recorded in full.
-pub fn reject_in(
+pub(crate) fn reject_in(
     tx: &Connection,
     author: &str,
     request: Option<&Approval>,
@@ -480,7 +499,8 @@ pub fn reject_in(
 }
 
 /// The arguments of a request (from its record), for `aegis pending`.
-pub fn request_arguments(conn: &Connection, request_id: Uuid) -> Result<Value> {
+pub fn request_arguments(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Value> {
+    let conn = crate::tx::conn(conn);
     Ok(request_content(conn, request_id)?
         .get("arguments")
         .cloned()
@@ -488,7 +508,8 @@ pub fn request_arguments(conn: &Connection, request_id: Uuid) -> Result<Value> {
 }
 
 /// The `approval.request` record's content.
-pub fn request_content(conn: &Connection, request_id: Uuid) -> Result<Value> {
+pub fn request_content(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Value> {
+    let conn = crate::tx::conn(conn);
     let content: String = conn.query_row_cached(
         "SELECT content FROM records WHERE record_id = ?1",
         [request_id.to_string()],

@@ -1,11 +1,12 @@
 //! Consumer cursors: how far each consumer has worked through its queue.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::error::Result;
 
 /// The consumer's position (0 before its first unit of work).
-pub fn cursor(conn: &Connection, consumer: &str) -> Result<i64> {
+pub fn cursor(conn: &impl crate::tx::Db, consumer: &str) -> Result<i64> {
+    let conn = crate::tx::conn(conn);
     Ok(conn
         .prepare_cached("SELECT position FROM cursors WHERE consumer = ?1")?
         .query_row([consumer], |r| r.get(0))
@@ -14,7 +15,8 @@ pub fn cursor(conn: &Connection, consumer: &str) -> Result<i64> {
 }
 
 /// Moves the consumer's position; call inside the transaction that did the work.
-pub fn set_cursor(conn: &Connection, consumer: &str, position: i64) -> Result<()> {
+pub fn set_cursor(conn: &impl crate::tx::Db, consumer: &str, position: i64) -> Result<()> {
+    let conn = crate::tx::conn(conn);
     conn.prepare_cached(
         "INSERT INTO cursors (consumer, position) VALUES (?1, ?2)
          ON CONFLICT (consumer) DO UPDATE SET position = excluded.position",

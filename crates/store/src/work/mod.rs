@@ -11,15 +11,16 @@ mod turns;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use cursor::{cursor, set_cursor};
+pub(crate) use requests::mark_accepted_in;
 pub use requests::{
-    Queued, RecordedTurn, Request, RequestStatus, last_deliverable, mark_accepted_in,
-    next_request_after, recorded_turns, request_instruction, request_replays, request_status,
-    submit, submit_replay,
+    Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
+    recorded_turns, request_instruction, request_replays, request_status, submit, submit_replay,
 };
 pub use turns::{
-    Claim, Replay, Turn, TurnState, claim_next, complete_turn, complete_turn_in, fenced,
-    insert_turn_in, next_done_turn_after, next_turn_seq, release, release_failed, renew, turn,
+    Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,
+    next_turn_seq, release, release_failed, renew, turn,
 };
+pub(crate) use turns::{complete_turn_in, insert_turn_in};
 
 /// Milliseconds since the Unix epoch, the clock leases are measured on.
 pub fn now_ms() -> i64 {

@@ -11,7 +11,7 @@ use crate::error::{Result, StoreError};
 
 /// Makes `policy` the one in force; returns its hash. Publishing the same policy again
 /// changes nothing.
-pub fn publish_in(tx: &Connection, policy: &Policy) -> Result<String> {
+pub(crate) fn publish_in(tx: &Connection, policy: &Policy) -> Result<String> {
     let (hash, body) = policy
         .canonical()
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
@@ -28,7 +28,8 @@ pub fn publish_in(tx: &Connection, policy: &Policy) -> Result<String> {
 }
 
 /// The hash of the policy in force, if aegis has published one.
-pub fn current_hash(conn: &Connection) -> Result<Option<String>> {
+pub fn current_hash(conn: &impl crate::tx::Db) -> Result<Option<String>> {
+    let conn = crate::tx::conn(conn);
     Ok(conn
         .prepare_cached("SELECT policy_hash FROM policy_current WHERE id = 1")?
         .query_row([], |r| r.get(0))
@@ -37,7 +38,8 @@ pub fn current_hash(conn: &Connection) -> Result<Option<String>> {
 
 /// A published policy, checked against its hash (a policy that does not hash to its name is
 /// not applied: the caller falls back to asking aegis).
-pub fn load(conn: &Connection, hash: &str) -> Result<Option<Policy>> {
+pub fn load(conn: &impl crate::tx::Db, hash: &str) -> Result<Option<Policy>> {
+    let conn = crate::tx::conn(conn);
     let body: Option<String> = conn
         .prepare_cached("SELECT body FROM policies WHERE policy_hash = ?1")?
         .query_row([hash], |r| r.get(0))

@@ -59,7 +59,7 @@ pub fn submit_replay(
         Content::text(instruction),
         author,
     );
-    store.write(|tx| {
+    store.write_raw(|tx| {
         if let Some(s) = session {
             read_session_in(tx, s)?;
         }
@@ -85,7 +85,8 @@ pub fn submit_replay(
 }
 
 /// The first request after `position` in the queue, if any.
-pub fn next_request_after(conn: &Connection, position: i64) -> Result<Option<Queued>> {
+pub fn next_request_after(conn: &impl crate::tx::Db, position: i64) -> Result<Option<Queued>> {
+    let conn = crate::tx::conn(conn);
     let row: Option<(i64, String, Option<String>)> = conn
         .prepare_cached(
             "SELECT request_seq, record_id, session_id FROM requests
@@ -104,7 +105,11 @@ pub fn next_request_after(conn: &Connection, position: i64) -> Result<Option<Que
 }
 
 /// Marks a request accepted into `session_id`.
-pub fn mark_accepted_in(conn: &Connection, request_seq: i64, session_id: Uuid) -> Result<()> {
+pub(crate) fn mark_accepted_in(
+    conn: &Connection,
+    request_seq: i64,
+    session_id: Uuid,
+) -> Result<()> {
     conn.execute_cached(
         "UPDATE requests SET session_id = ?2, accepted_at = ?3 WHERE request_seq = ?1",
         params![request_seq, session_id.to_string(), time::now()],
@@ -113,7 +118,8 @@ pub fn mark_accepted_in(conn: &Connection, request_seq: i64, session_id: Uuid) -
 }
 
 /// The instruction record of a request.
-pub fn request_instruction(conn: &Connection, request_seq: i64) -> Result<Uuid> {
+pub fn request_instruction(conn: &impl crate::tx::Db, request_seq: i64) -> Result<Uuid> {
+    let conn = crate::tx::conn(conn);
     let id: String = conn.query_row_cached(
         "SELECT record_id FROM requests WHERE request_seq = ?1",
         [request_seq],
@@ -124,7 +130,8 @@ pub fn request_instruction(conn: &Connection, request_seq: i64) -> Result<Uuid> 
 
 /// Whether request `request_seq` replays a recorded turn: a replay has exactly the recorded
 /// turns, so its session never grows a live turn after it, whatever its deliverable says.
-pub fn request_replays(conn: &Connection, request_seq: i64) -> Result<bool> {
+pub fn request_replays(conn: &impl crate::tx::Db, request_seq: i64) -> Result<bool> {
+    let conn = crate::tx::conn(conn);
     Ok(conn.query_row_cached(
         "SELECT replay_of IS NOT NULL FROM requests WHERE request_seq = ?1",
         [request_seq],
@@ -133,7 +140,8 @@ pub fn request_replays(conn: &Connection, request_seq: i64) -> Result<bool> {
 }
 
 /// The last `task.deliverable` in a ledger, if any.
-pub fn last_deliverable(conn: &Connection, ledger_id: Uuid) -> Result<Option<Record>> {
+pub fn last_deliverable(conn: &impl crate::tx::Db, ledger_id: Uuid) -> Result<Option<Record>> {
+    let conn = crate::tx::conn(conn);
     let sql = "SELECT r.record_id, r.hash, r.record_type, r.content, r.author_id, r.metadata, r.created_at
                  FROM ledger_records m JOIN records r ON r.record_id = m.record_id
                 WHERE m.ledger_id = ?1 AND r.record_type = 'task.deliverable'
@@ -156,7 +164,8 @@ pub struct RequestStatus {
 }
 
 /// Reads a request's status.
-pub fn request_status(conn: &Connection, request_seq: i64) -> Result<RequestStatus> {
+pub fn request_status(conn: &impl crate::tx::Db, request_seq: i64) -> Result<RequestStatus> {
+    let conn = crate::tx::conn(conn);
     let session: Option<Option<String>> = conn
         .query_row(
             "SELECT session_id FROM requests WHERE request_seq = ?1",
@@ -223,7 +232,8 @@ pub struct RecordedTurn {
 }
 
 /// `session_id`'s finished turns, in order.
-pub fn recorded_turns(conn: &Connection, session_id: Uuid) -> Result<Vec<RecordedTurn>> {
+pub fn recorded_turns(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<Vec<RecordedTurn>> {
+    let conn = crate::tx::conn(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT t.seq, t.context_ledger_id, t.output_ledger_id, i.content, i.author_id
            FROM turns t JOIN requests q ON q.request_seq = t.request_seq

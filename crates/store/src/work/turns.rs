@@ -109,7 +109,8 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn>> {
 }
 
 /// Reads a turn.
-pub fn turn(conn: &Connection, turn_id: Uuid) -> Result<Turn> {
+pub fn turn(conn: &impl crate::tx::Db, turn_id: Uuid) -> Result<Turn> {
+    let conn = crate::tx::conn(conn);
     let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1");
     conn.prepare_cached(&sql)?
         .query_row([turn_id.to_string()], turn_from_row)
@@ -128,7 +129,7 @@ pub fn claim_next(
     lease_ms: i64,
     now_ms: i64,
 ) -> Result<Option<Claim>> {
-    store.write(|tx| {
+    store.write_raw(|tx| {
         let found: Option<String> = tx
             .prepare_cached(
                 // Fewest failed attempts first: a turn that keeps failing (or whose worker
@@ -220,10 +221,10 @@ fn check_fence(tx: &Connection, claim: &Claim) -> Result<()> {
 pub fn fenced<T>(
     store: &mut Store,
     claim: &Claim,
-    f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+    f: impl FnOnce(&crate::Tx<'_>) -> Result<T>,
 ) -> Result<T> {
     store.write(|tx| {
-        check_fence(tx, claim)?;
+        check_fence(tx.0, claim)?;
         f(tx)
     })
 }
@@ -231,7 +232,7 @@ pub fn fenced<T>(
 /// Extends the lease; fails (fenced) if another worker took the turn over.
 pub fn renew(store: &mut Store, claim: &Claim, lease_ms: i64, now_ms: i64) -> Result<()> {
     fenced(store, claim, |tx| {
-        tx.prepare_cached("UPDATE turns SET lease_until_ms = ?2 WHERE turn_id = ?1")?
+        tx.0.prepare_cached("UPDATE turns SET lease_until_ms = ?2 WHERE turn_id = ?1")?
             .execute(params![claim.turn_id.to_string(), now_ms + lease_ms])?;
         Ok(())
     })
@@ -241,7 +242,7 @@ pub fn renew(store: &mut Store, claim: &Claim, lease_ms: i64, now_ms: i64) -> Re
 /// claim does not count as a failed attempt.
 pub fn release(store: &mut Store, claim: &Claim) -> Result<()> {
     fenced(store, claim, |tx| {
-        tx.prepare_cached(
+        tx.0.prepare_cached(
             "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
                     attempts = MAX(attempts - 1, 0)
               WHERE turn_id = ?1",
@@ -264,7 +265,7 @@ pub fn release_failed(
         end -= 1;
     }
     fenced(store, claim, |tx| {
-        tx.prepare_cached(
+        tx.0.prepare_cached(
             "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
                     retry_at_ms = ?2, last_error = ?3
               WHERE turn_id = ?1",
@@ -286,16 +287,16 @@ const MAX_ERROR_BYTES: usize = 1000;
 pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
     let sealer = store.sealer().cloned();
     fenced(store, claim, |tx| {
-        complete_turn_in(tx, claim, sealer.as_ref())
+        complete_turn_in(tx.0, claim, sealer.as_ref())
     })
 }
 
 /// [`complete_turn`] inside a fenced transaction the caller holds (so the last records of a
 /// turn, its seal and its completion are one commit).
-pub fn complete_turn_in(
+pub(crate) fn complete_turn_in(
     tx: &Transaction<'_>,
     claim: &Claim,
-    sealer: Option<&crate::sealer::Sealer>,
+    sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<Uuid> {
     seal_in(tx, claim.output_ledger_id, sealer)?;
     tx.prepare_cached(
@@ -309,7 +310,8 @@ pub fn complete_turn_in(
 }
 
 /// The next turn number of a session.
-pub fn next_turn_seq(conn: &Connection, session_id: Uuid) -> Result<i64> {
+pub fn next_turn_seq(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<i64> {
+    let conn = crate::tx::conn(conn);
     Ok(conn.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1",
         [session_id.to_string()],
@@ -318,7 +320,7 @@ pub fn next_turn_seq(conn: &Connection, session_id: Uuid) -> Result<i64> {
 }
 
 /// Files a pending turn whose sealed context is `context_ledger_id`.
-pub fn insert_turn_in(
+pub(crate) fn insert_turn_in(
     conn: &Connection,
     session_id: Uuid,
     seq: i64,
@@ -343,7 +345,11 @@ pub fn insert_turn_in(
 }
 
 /// The first completed turn after `done_seq` position `position`, with its `done_seq`.
-pub fn next_done_turn_after(conn: &Connection, position: i64) -> Result<Option<(Turn, i64)>> {
+pub fn next_done_turn_after(
+    conn: &impl crate::tx::Db,
+    position: i64,
+) -> Result<Option<(Turn, i64)>> {
+    let conn = crate::tx::conn(conn);
     let row: Option<(String, i64)> = conn
         .prepare_cached(
             "SELECT turn_id, done_seq FROM turns WHERE done_seq > ?1 ORDER BY done_seq LIMIT 1",

@@ -78,8 +78,7 @@ impl Worker {
                 // published policy allows or denies it, the decision (and for an allowed
                 // call the mark that it is starting). Only `ask` needs aegis and a person.
                 let (request, ruled) = self.commit(claim, history, |tx| {
-                    let a = request_approval_in(
-                        tx,
+                    let a = tx.request_approval(
                         claim,
                         call_id,
                         name,
@@ -101,9 +100,9 @@ impl Worker {
                         Verdict::Ask => return Ok((a, None)),
                         v => v == Verdict::Allow,
                     };
-                    decide_by_policy_in(tx, &a, allow, &ruling.rule, &hash, meta)?;
+                    tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
                     if allow {
-                        mark_started_in(tx, a.request_id, claim.epoch)?;
+                        tx.mark_started(a.request_id, claim.epoch)?;
                     }
                     Ok((a, Some((allow, ruling.rule))))
                 })?;
@@ -130,9 +129,8 @@ impl Worker {
                     }
                     Some((false, rule, _)) => Err(format!("denied by aegis ({rule})")),
                     None => {
-                        let parked = self.commit(claim, history, |tx| {
-                            park_turn_in(tx, claim, request.request_id)
-                        })?;
+                        let parked = self
+                            .commit(claim, history, |tx| tx.park_turn(claim, request.request_id))?;
                         if !parked {
                             tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
                                 "decided while parking; the turn is claimable again");
@@ -160,7 +158,7 @@ impl Worker {
         edited: Option<&str>,
     ) -> kura_store::Result<CallEnd> {
         self.commit(claim, history, |tx| {
-            mark_started_in(tx, request_id, claim.epoch)
+            tx.mark_started(request_id, claim.epoch)
         })?;
         let (outcome, edit) = match self.edited_arguments(edited) {
             Ok(Some(args)) => (self.run_tool(claim, name, &args, call_id), Some(args)),

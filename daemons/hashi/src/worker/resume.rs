@@ -62,7 +62,7 @@ impl Worker {
             match approval.as_ref().map(|a| a.state) {
                 Some(ApprovalState::Pending | ApprovalState::Asked) => {
                     let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
-                    let parked = self.commit(claim, history, |tx| park_turn_in(tx, claim, id))?;
+                    let parked = self.commit(claim, history, |tx| tx.park_turn(claim, id))?;
                     if !parked {
                         tracing::info!(turn_id = %claim.turn_id, request_id = %id,
                             "decided while parking; the turn is claimable again");

@@ -5,10 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+#[cfg(feature = "sqlite")]
 use base64::Engine as _;
+#[cfg(feature = "sqlite")]
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-use crate::error::{Result, StoreError};
+use crate::error::{Result, TlogError};
 
 /// The domain-separated bytes a sealer signs.
 pub fn signing_bytes(ledger_hash: &str) -> Vec<u8> {
@@ -34,7 +36,7 @@ impl Sealer {
     /// From a user key pair that can sign (it has its seed).
     pub fn new(key: Arc<nkeys::KeyPair>) -> Result<Sealer> {
         if !key.public_key().starts_with('U') || key.seed().is_err() {
-            return Err(StoreError::Invalid(
+            return Err(TlogError::Invalid(
                 "a sealer key is a user nkey with its seed".into(),
             ));
         }
@@ -46,17 +48,14 @@ impl Sealer {
         self.key.public_key()
     }
 
-    /// Records this sealer's signature over `ledger_hash` for `ledger_id`.
-    pub(crate) fn sign_in(
-        &self,
-        conn: &Connection,
-        ledger_id: &str,
-        ledger_hash: &str,
-    ) -> Result<()> {
+    /// Records this sealer's signature over `ledger_hash` for `ledger_id` (inside the
+    /// sealing transaction).
+    #[cfg(feature = "sqlite")]
+    pub fn sign_in(&self, conn: &Connection, ledger_id: &str, ledger_hash: &str) -> Result<()> {
         let sig = self
             .key
             .sign(&signing_bytes(ledger_hash))
-            .map_err(|e| StoreError::Invalid(format!("cannot sign the seal: {e}")))?;
+            .map_err(|e| TlogError::Invalid(format!("cannot sign the seal: {e}")))?;
         conn.prepare_cached(
             "INSERT INTO ledger_seals (ledger_id, sealer, signature) VALUES (?1, ?2, ?3)",
         )?
@@ -109,6 +108,7 @@ impl Keyring {
         self.keys.contains_key(key)
     }
 
+    #[cfg(feature = "sqlite")]
     /// Where each retired key stopped: the seal-log size recorded when it was retired, or the
     /// first position sealed by any newer key of the same name, whichever is lower. A retired
     /// key verifies only seals below that position.
@@ -130,6 +130,7 @@ impl Keyring {
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// The first seal-log position each key sealed.
 fn first_leaves(conn: &Connection) -> Result<BTreeMap<String, u64>> {
     let mut stmt = conn.prepare_cached(
@@ -145,6 +146,7 @@ fn first_leaves(conn: &Connection) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
+#[cfg(feature = "sqlite")]
 /// Who sealed `ledger_id`, if anyone signed: their public nkey.
 pub fn sealer_of(conn: &Connection, ledger_id: &str) -> Result<Option<String>> {
     Ok(conn
@@ -156,6 +158,7 @@ pub fn sealer_of(conn: &Connection, ledger_id: &str) -> Result<Option<String>> {
         .optional()?)
 }
 
+#[cfg(feature = "sqlite")]
 /// Where signing began: ledgers at or after this seal-log index must carry a signature
 /// when a keyring is given.
 fn signing_since(conn: &Connection) -> Result<u64> {
@@ -168,6 +171,7 @@ fn signing_since(conn: &Connection) -> Result<u64> {
     Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(u64::MAX)))
 }
 
+#[cfg(feature = "sqlite")]
 /// Checks the seal of each sealed ledger in `ledgers`: (ledger id, check, detail) for every
 /// failure — a signature that does not verify (`sealer_signature`), and with a keyring a
 /// key not in it (`sealer_unknown`), a retired key sealing after its successor began

@@ -9,12 +9,7 @@ use base64::Engine as _;
 use signed_note::{Note, StandardSigner, StandardVerifier, VerifierList};
 use tlog_tiles::{Checkpoint, Hash};
 
-use crate::error::{Result, StoreError};
-use crate::seallog;
-
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::Invalid(message.into())
-}
+use crate::error::{Result, TlogError, invalid};
 
 /// The log's signing key (`PRIVATE+KEY+<name>+<id>+<base64>`, as Go's note package writes
 /// it); its name is the log's origin.
@@ -92,7 +87,7 @@ impl LogKey {
     /// Reads a key file, refusing one others can read.
     pub fn load(path: &Path) -> Result<LogKey> {
         use std::os::unix::fs::PermissionsExt as _;
-        let io = |source| StoreError::Io {
+        let io = |source| TlogError::Io {
             path: path.to_path_buf(),
             source,
         };
@@ -195,6 +190,7 @@ impl std::fmt::Display for Inconsistency {
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// Whether the store's seal log extends `cp`: its first `cp.size` leaves still hash to
 /// `cp.root`, proved with an RFC 6962 consistency proof from the store's hashes and checked
 /// against the checkpoint's root.
@@ -202,6 +198,7 @@ pub fn extends(
     conn: &rusqlite::Connection,
     cp: &Signed,
 ) -> Result<std::result::Result<(), Inconsistency>> {
+    use crate::seallog;
     let now = seallog::size_in(conn)?;
     if now < cp.size {
         return Ok(Err(Inconsistency::Shorter { now }));

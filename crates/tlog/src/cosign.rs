@@ -13,17 +13,14 @@ use signed_note::{Note, NoteError, VerifierList};
 use tlog_tiles::Hash;
 
 use crate::checkpoint::{self, LogKey, Signed};
-use crate::error::{Result, StoreError};
-use crate::seallog;
+use crate::error::{Result, TlogError};
 
 /// The signature type byte of c2sp.org/tlog-cosignature's `cosignature/v1`.
 const ALG_COSIGNATURE_V1: u8 = 0x04;
 /// A consistency proof has at most this many hashes (c2sp.org/tlog-witness).
 const MAX_PROOF: usize = 63;
 
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::Invalid(message.into())
-}
+use crate::error::invalid;
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
@@ -173,12 +170,13 @@ fn checkpoint_body(note: &str) -> Result<tlog_tiles::Checkpoint> {
         .map_err(|_| invalid("the note is not a tlog checkpoint"))
 }
 
+#[cfg(feature = "sqlite")]
 /// An `add-checkpoint` request body: `old <size>`, the consistency proof from that size to
 /// the checkpoint's (one base64 hash per line), an empty line, the signed checkpoint.
 pub fn request_body(conn: &rusqlite::Connection, note: &str, old: u64) -> Result<String> {
     let new = checkpoint_body(note)?.size();
     let proof = if old > 0 && old < new {
-        seallog::consistency_proof_in(conn, old, new)?
+        crate::seallog::consistency_proof_in(conn, old, new)?
     } else {
         Vec::new()
     };
@@ -239,7 +237,7 @@ impl Witness {
             signed_note::StandardVerifier::new(v.trim())
                 .map_err(|e| invalid(format!("witnessed log key {v:?}: {e}")))?;
         }
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        std::fs::create_dir_all(dir).map_err(|source| TlogError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -273,60 +271,13 @@ impl Witness {
     }
 
     fn add(&self, request: &str, now: u64) -> Result<Reply> {
-        let Some((head, note)) = request.split_once("\n\n") else {
-            return Ok(Reply::new(400, "no empty line before the checkpoint"));
+        let (old, proof, note) = match parse_request(request) {
+            Ok(parts) => parts,
+            Err(reply) => return Ok(reply),
         };
-        let mut lines = head.lines();
-        let Some(old) = lines
-            .next()
-            .and_then(|l| l.strip_prefix("old "))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            return Ok(Reply::new(400, "the first line is not `old <size>`"));
-        };
-        let mut proof = Vec::new();
-        for line in lines {
-            let Some(h) = b64()
-                .decode(line)
-                .ok()
-                .and_then(|b| <[u8; 32]>::try_from(b).ok())
-            else {
-                return Ok(Reply::new(400, "a proof line is not a base64 SHA-256 hash"));
-            };
-            proof.push(Hash(h));
-        }
-        if proof.len() > MAX_PROOF {
-            return Ok(Reply::new(400, "the proof is too long"));
-        }
-        let Ok(body) = checkpoint_body(note) else {
-            return Ok(Reply::new(400, "not a signed tlog checkpoint"));
-        };
-        let Some(vkey) = self
-            .logs
-            .iter()
-            .find(|v| v.trim().split('+').next() == Some(body.origin()))
-        else {
-            return Ok(Reply::new(
-                403,
-                format!(
-                    "this witness does not witness log {:?}; add its verifier key to the witness's witness_logs",
-                    body.origin()
-                ),
-            ));
-        };
-        let cp = match checkpoint::open(note, vkey) {
-            Ok(cp) => cp,
-            // The origin is one this witness knows, the key is not: most likely two logs
-            // share one origin (two Pis left at hostname `raspberrypi`), else a forgery.
-            Err(e) => {
-                return Ok(Reply::new(
-                    403,
-                    format!(
-                        "log {:?} is known to this witness under another key ({e}): two logs share that origin, or the checkpoint is forged; give each log a distinct origin (a new log key with kura log-key init --name) and list its verifier key in the witness's witness_logs",
-                        body.origin()
-                    ),
-                ));
-            }
+        let (cp, vkey) = match self.open_witnessed(note) {
+            Ok(opened) => opened,
+            Err(reply) => return Ok(reply),
         };
         if old > cp.size {
             return Ok(Reply::new(400, "old is larger than the checkpoint"));
@@ -335,36 +286,59 @@ impl Witness {
         let known: Option<Signed> = match std::fs::read_to_string(&path) {
             Ok(text) => Some(checkpoint::open(&text, vkey)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(StoreError::Io { path, source }),
+            Err(source) => return Err(TlogError::Io { path, source }),
         };
         let known_size = known.as_ref().map_or(0, |k| k.size);
         if old != known_size {
             return Ok(Reply::new(409, format!("{known_size}\n")));
         }
-        if let Some(k) = &known {
-            let consistent = if cp.size == k.size {
-                cp.root == k.root
-            } else {
-                tlog_tiles::check_tree(&proof, cp.size, cp.root, k.size, k.root).is_ok()
-            };
-            if !consistent {
-                return Ok(Reply::new(
-                    422,
-                    format!(
-                        "refusing to cosign: log {} at size {} does not extend the checkpoint of size {} this witness cosigned (a rewrite or a fork)",
-                        cp.origin, cp.size, k.size
-                    ),
-                ));
-            }
-        } else if !proof.is_empty() {
-            return Ok(Reply::new(400, "a proof from size 0 is empty"));
+        if let Err(reply) = extends_known(&cp, known.as_ref(), &proof) {
+            return Ok(reply);
         }
         // The very checkpoint already kept (a peer asking again): answer from what is
         // stored, without another durable write.
         if known.as_ref() != Some(&cp) {
             crate::witness::save_last(&path, note)?;
         }
-        let mut signed = Note::from_bytes(note.as_bytes())
+        Ok(Reply::new(200, self.cosignature(note, now)?))
+    }
+
+    /// Opens a checkpoint of a log this witness witnesses, under that log's key (403 if it
+    /// is another log, or the known origin under another key).
+    fn open_witnessed(&self, note: &str) -> std::result::Result<(Signed, &str), Reply> {
+        let Ok(body) = checkpoint_body(note) else {
+            return Err(Reply::new(400, "not a signed tlog checkpoint"));
+        };
+        let Some(vkey) = self
+            .logs
+            .iter()
+            .find(|v| v.trim().split('+').next() == Some(body.origin()))
+        else {
+            return Err(Reply::new(
+                403,
+                format!(
+                    "this witness does not witness log {:?}; add its verifier key to the witness's witness_logs",
+                    body.origin()
+                ),
+            ));
+        };
+        match checkpoint::open(note, vkey) {
+            Ok(cp) => Ok((cp, vkey.as_str())),
+            // The origin is one this witness knows, the key is not: most likely two logs
+            // share one origin (two Pis left at hostname `raspberrypi`), else a forgery.
+            Err(e) => Err(Reply::new(
+                403,
+                format!(
+                    "log {:?} is known to this witness under another key ({e}): two logs share that origin, or the checkpoint is forged; give each log a distinct origin (a new log key with kura log-key init --name) and list its verifier key in the witness's witness_logs",
+                    body.origin()
+                ),
+            )),
+        }
+    }
+
+    /// This witness's cosignature line over the bare checkpoint `note` at time `now`.
+    fn cosignature(&self, note: &str, now: u64) -> Result<String> {
+        let signed = Note::from_bytes(note.as_bytes())
             .map_err(|e| invalid(format!("not a signed note: {e}")))?;
         let cosigner = Cosigner {
             name: self.key.name(),
@@ -372,17 +346,76 @@ impl Witness {
             time: now,
         };
         // Sign the bare checkpoint: drop every signature, add ours, keep only our line.
-        let bare = Note::new(signed.text(), &[]).map_err(|e| invalid(e.to_string()))?;
-        signed = bare;
-        signed
-            .add_sigs(&[&cosigner])
+        let mut bare = Note::new(signed.text(), &[]).map_err(|e| invalid(e.to_string()))?;
+        bare.add_sigs(&[&cosigner])
             .map_err(|e| invalid(format!("cannot cosign: {e}")))?;
-        let text = String::from_utf8(signed.to_bytes()).map_err(|_| invalid("not UTF-8"))?;
-        let line = text
+        let text = String::from_utf8(bare.to_bytes()).map_err(|_| invalid("not UTF-8"))?;
+        Ok(text
             .rsplit_once("\n\n")
             .map(|(_, sig)| sig.to_owned())
-            .unwrap_or_default();
-        Ok(Reply::new(200, line))
+            .unwrap_or_default())
+    }
+}
+
+/// Splits an `add-checkpoint` request into `old`, the proof and the note (400 if malformed).
+fn parse_request(request: &str) -> std::result::Result<(u64, Vec<Hash>, &str), Reply> {
+    let Some((head, note)) = request.split_once("\n\n") else {
+        return Err(Reply::new(400, "no empty line before the checkpoint"));
+    };
+    let mut lines = head.lines();
+    let Some(old) = lines
+        .next()
+        .and_then(|l| l.strip_prefix("old "))
+        .and_then(|n| n.parse::<u64>().ok())
+    else {
+        return Err(Reply::new(400, "the first line is not `old <size>`"));
+    };
+    let mut proof = Vec::new();
+    for line in lines {
+        let Some(h) = b64()
+            .decode(line)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        else {
+            return Err(Reply::new(400, "a proof line is not a base64 SHA-256 hash"));
+        };
+        proof.push(Hash(h));
+    }
+    if proof.len() > MAX_PROOF {
+        return Err(Reply::new(400, "the proof is too long"));
+    }
+    Ok((old, proof, note))
+}
+
+/// Whether `cp` extends the checkpoint the witness `known` (422 if not: a rewrite or a fork).
+#[allow(clippy::ptr_arg)] // tlog_tiles::check_tree takes a &Vec
+fn extends_known(
+    cp: &Signed,
+    known: Option<&Signed>,
+    proof: &Vec<Hash>,
+) -> std::result::Result<(), Reply> {
+    let Some(k) = known else {
+        return if proof.is_empty() {
+            Ok(())
+        } else {
+            Err(Reply::new(400, "a proof from size 0 is empty"))
+        };
+    };
+    let consistent = if cp.size == k.size {
+        cp.root == k.root
+    } else {
+        tlog_tiles::check_tree(proof, cp.size, cp.root, k.size, k.root).is_ok()
+    };
+    if consistent {
+        Ok(())
+    } else {
+        Err(Reply::new(
+            422,
+            format!(
+                "refusing to cosign: log {} at size {} does not extend the checkpoint of size {} this witness cosigned (a rewrite or a fork)",
+                cp.origin, cp.size, k.size
+            ),
+        ))
     }
 }
 

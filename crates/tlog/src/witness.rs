@@ -6,17 +6,18 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::{self, LogKey, Signed};
-use crate::error::{Result, StoreError};
-use crate::seallog;
+#[cfg(feature = "sqlite")]
+use crate::checkpoint::LogKey;
+use crate::checkpoint::{self, Signed};
+use crate::error::{Result, TlogError};
 
 /// A witness directory's latest checkpoint (a signed note).
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 /// A witness directory's copy of the leaves, one leaf's data per line, in order.
 pub const LEAVES_FILE: &str = "leaves";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TlogError + '_ {
+    move |source| TlogError::Io {
         path: path.to_path_buf(),
         source,
     }
@@ -42,7 +43,7 @@ fn replace(path: &Path, text: &str) -> Result<()> {
     give_to_owner_of(dir, tmp.as_file());
     tmp.write_all(text.as_bytes()).map_err(io(path))?;
     tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| StoreError::Io {
+    tmp.persist(path).map_err(|e| TlogError::Io {
         path: path.to_path_buf(),
         source: e.error,
     })?;
@@ -86,6 +87,7 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// Signs a checkpoint of the log as it is now, unless it does not extend `last` (the last
 /// checkpoint this key signed, kept outside the database): then the answer is the refusal,
 /// and nothing is signed. A `last` that is not this key's is refused the same way. Without
@@ -110,14 +112,14 @@ pub fn sign_next(
             }
         }
         None => {
-            let leaves = seallog::size_in(conn)?;
+            let leaves = crate::seallog::size_in(conn)?;
             if leaves > 0 && !trust_current {
                 return Ok(Err(Refusal::NoHead { leaves }));
             }
         }
     }
-    let size = seallog::size_in(conn)?;
-    let root = seallog::root_in(conn, size)?;
+    let size = crate::seallog::size_in(conn)?;
+    let root = crate::seallog::root_in(conn, size)?;
     let note = key.sign(size, root)?;
     Ok(Ok((
         note,
@@ -135,6 +137,54 @@ pub fn save_last(path: &Path, note: &str) -> Result<()> {
     replace(path, note)
 }
 
+/// Why a witness directory refuses a checkpoint: an alarm, not an outage.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DirRefusal {
+    /// It holds a checkpoint the log no longer extends.
+    NotExtended {
+        /// The witness directory.
+        dir: PathBuf,
+        /// The size of the checkpoint it holds.
+        size: u64,
+        /// How the log fails to extend it.
+        why: checkpoint::Inconsistency,
+    },
+    /// It holds a checkpoint that does not open under the log key.
+    Unopenable {
+        /// The witness directory.
+        dir: PathBuf,
+        /// Why it does not open.
+        error: TlogError,
+    },
+    /// It has fewer leaves than the checkpoint it holds: it lost leaves it had copied.
+    LostLeaves {
+        /// The witness directory.
+        dir: PathBuf,
+    },
+}
+
+impl std::fmt::Display for DirRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirRefusal::NotExtended { dir, size, why } => write!(
+                f,
+                "witness {} holds a checkpoint of size {size} the log no longer extends: {why}",
+                dir.display()
+            ),
+            DirRefusal::Unopenable { dir, error } => write!(
+                f,
+                "witness {} holds a checkpoint that does not open: {error}",
+                dir.display()
+            ),
+            DirRefusal::LostLeaves { dir } => {
+                write!(f, "witness {} lost leaves it had copied", dir.display())
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
 /// Hands a checkpoint to a witness directory: the directory's own last checkpoint must open
 /// under `vkey` and be extended by the store (else `Err`, nothing written); then the leaves
 /// it lacks are appended and the checkpoint replaced.
@@ -144,26 +194,26 @@ pub fn publish(
     note: &str,
     cp: &Signed,
     vkey: &str,
-) -> Result<std::result::Result<(), String>> {
+) -> Result<std::result::Result<(), DirRefusal>> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let cp_path = dir.join(CHECKPOINT_FILE);
     let had = match std::fs::read_to_string(&cp_path) {
         Ok(text) => match checkpoint::open(&text, vkey) {
             Ok(prev) => {
                 if let Err(why) = checkpoint::extends(conn, &prev)? {
-                    return Ok(Err(format!(
-                        "witness {} holds a checkpoint of size {} the log no longer extends: {why}",
-                        dir.display(),
-                        prev.size
-                    )));
+                    return Ok(Err(DirRefusal::NotExtended {
+                        dir: dir.to_path_buf(),
+                        size: prev.size,
+                        why,
+                    }));
                 }
                 Some(prev.size)
             }
-            Err(e) => {
-                return Ok(Err(format!(
-                    "witness {} holds a checkpoint that does not open: {e}",
-                    dir.display()
-                )));
+            Err(error) => {
+                return Ok(Err(DirRefusal::Unopenable {
+                    dir: dir.to_path_buf(),
+                    error,
+                }));
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -176,10 +226,9 @@ pub fn publish(
         Err(e) => return Err(io(&leaves_path)(e)),
     };
     if had.is_some_and(|h| h > have) {
-        return Ok(Err(format!(
-            "witness {} lost leaves it had copied",
-            dir.display()
-        )));
+        return Ok(Err(DirRefusal::LostLeaves {
+            dir: dir.to_path_buf(),
+        }));
     }
     // The same checkpoint again (the log did not grow): nothing to write on the SD card.
     if have >= cp.size && std::fs::read_to_string(&cp_path).is_ok_and(|t| t == note) {
@@ -245,6 +294,7 @@ pub fn newest(files: &[PathBuf], dirs: &[PathBuf], vkey: &str) -> (Option<Found>
     (best, refused)
 }
 
+#[cfg(feature = "sqlite")]
 /// The first leaf (index, ledger id, what changed) whose data in the store differs from a
 /// witness's copy, within the first `size` leaves.
 pub fn first_difference(

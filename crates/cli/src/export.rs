@@ -14,9 +14,7 @@ use proto::ledger::{Ledger, LedgerState};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::error::{Result, StoreError};
-use crate::store::Store;
-use crate::time;
+use kura_store::{Result, Store, StoreError, time};
 
 /// What an export produced.
 #[derive(Debug, Clone, Serialize)]
@@ -84,13 +82,56 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
             "session {session_id} has no sealed ledger to export"
         )));
     };
-    // The session, every session forked from it (and from those), and all the history they
-    // grow from: a fork is a branch sharing the origin's commits, not a copy.
+    let (ledgers, mut branches) = history(store, session_id)?;
+    prepare_repository(out)?;
+    let mut stream = Vec::new();
+    let mut marks: HashMap<Uuid, usize> = HashMap::new();
+    for (i, ledger) in ledgers.iter().enumerate() {
+        let mark = i + 1;
+        commit(store, &mut stream, &marks, ledger, mark)?;
+        stream.push(b'\n');
+        marks.insert(ledger.ledger_id, mark);
+    }
+    let head_mark = marks.get(&head).ok_or_else(|| {
+        StoreError::Invalid(format!(
+            "session head {head} is not a sealed ledger of the session"
+        ))
+    })?;
+    stream.extend_from_slice(format!("reset refs/heads/main\nfrom :{head_mark}\n\n").as_bytes());
+    branches.sort();
+    for (name, h) in &branches {
+        if let Some(m) = marks.get(h) {
+            stream.extend_from_slice(format!("reset refs/heads/{name}\nfrom :{m}\n\n").as_bytes());
+        }
+    }
+    stream.extend_from_slice(b"done\n");
+    fast_import(out, &stream)?;
+    let mut rev = git(out);
+    rev.args(["rev-parse", "refs/heads/main"]);
+    let head_commit = run(rev, "rev-parse")?;
+    // Give the work tree the head's files, so the export is browsable without git commands.
+    let mut checkout = git(out);
+    checkout.args(["checkout", "--quiet", "--force", "main"]);
+    run(checkout, "checkout")?;
+    Ok(Exported {
+        commits: ledgers.len(),
+        head_commit,
+    })
+}
+
+/// Fork branches to export: (`fork/<session>`, head ledger).
+type Branches = Vec<(String, Uuid)>;
+
+/// The sealed ledgers to export, oldest first — the session's, those of every session
+/// forked from it (and from those), and all the history they grow from — and the fork
+/// branches (`fork/<session>`, head ledger).
+fn history(store: &Store, session_id: Uuid) -> Result<(Vec<Ledger>, Branches)> {
+    // A fork is a branch sharing the origin's commits, not a copy.
     let mut sessions = vec![session_id];
     let mut branches: Vec<(String, Uuid)> = Vec::new();
     let mut i = 0;
     while i < sessions.len() {
-        for f in crate::branch::forks_of(store.conn(), sessions[i])? {
+        for f in kura_store::branch::forks_of(store.conn(), sessions[i])? {
             if !sessions.contains(&f.session_id) {
                 sessions.push(f.session_id);
                 if let Some(h) = store.read_session(f.session_id)?.head_ledger_id {
@@ -104,7 +145,7 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     for s in &sessions {
         for l in store.session_ledgers(*s)? {
             if l.state == LedgerState::Sealed {
-                wanted.extend(crate::branch::ancestors(store.conn(), l.ledger_id)?);
+                wanted.extend(kura_store::branch::ancestors(store.conn(), l.ledger_id)?);
             }
         }
     }
@@ -117,6 +158,11 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     }
     // Oldest first (UUIDv7): parents before children, and the same stream every time.
     ledgers.sort_by_key(|l| l.ledger_id);
+    Ok((ledgers, branches))
+}
+
+/// Makes `out` a git repository, refusing a directory that holds anything else.
+fn prepare_repository(out: &Path) -> Result<()> {
     if out.exists() {
         let empty = out
             .read_dir()
@@ -137,88 +183,83 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
         init.args(["init", "--quiet", "--initial-branch=main"]);
         run(init, "init")?;
     }
+    Ok(())
+}
 
-    let mut stream = Vec::new();
-    let mut marks: HashMap<Uuid, usize> = HashMap::new();
-    for (i, ledger) in ledgers.iter().enumerate() {
-        let mark = i + 1;
-        let when = ledger
-            .sealed_at
-            .as_deref()
-            .and_then(time::unix_seconds)
-            .unwrap_or(0);
-        let mut msg = format!(
-            "{}\n\nledger: {}\nsession: {}\nrecords: {}\nroot_hash: {}\nledger_hash: {}\nsealed_at: {}\n",
-            ledger.label,
-            ledger.ledger_id,
-            ledger.session_id,
-            ledger.record_count,
-            ledger.root_hash.as_deref().unwrap_or(""),
-            ledger.ledger_hash.as_deref().unwrap_or(""),
-            ledger.sealed_at.as_deref().unwrap_or(""),
-        );
-        let mut in_export = Vec::new();
-        for p in &ledger.parent_ids {
-            match marks.get(p) {
-                Some(m) => in_export.push(*m),
-                None => msg.push_str(&format!("parent (outside this export): {p}\n")),
-            }
+/// Appends `ledger`'s commit (`mark`) to the fast-import stream: its message, parents
+/// among the commits already written, `ledger.json` and one file per record.
+fn commit(
+    store: &Store,
+    stream: &mut Vec<u8>,
+    marks: &HashMap<Uuid, usize>,
+    ledger: &Ledger,
+    mark: usize,
+) -> Result<()> {
+    let when = ledger
+        .sealed_at
+        .as_deref()
+        .and_then(time::unix_seconds)
+        .unwrap_or(0);
+    let mut msg = format!(
+        "{}\n\nledger: {}\nsession: {}\nrecords: {}\nroot_hash: {}\nledger_hash: {}\nsealed_at: {}\n",
+        ledger.label,
+        ledger.ledger_id,
+        ledger.session_id,
+        ledger.record_count,
+        ledger.root_hash.as_deref().unwrap_or(""),
+        ledger.ledger_hash.as_deref().unwrap_or(""),
+        ledger.sealed_at.as_deref().unwrap_or(""),
+    );
+    let mut in_export = Vec::new();
+    for p in &ledger.parent_ids {
+        match marks.get(p) {
+            Some(m) => in_export.push(*m),
+            None => msg.push_str(&format!("parent (outside this export): {p}\n")),
         }
+    }
+    stream.extend_from_slice(
+        format!(
+            "commit refs/tags/ledger/{}\nmark :{mark}\n",
+            ledger.ledger_id
+        )
+        .as_bytes(),
+    );
+    let who = format!("kura <kura@localhost> {when} +0000\n");
+    stream.extend_from_slice(format!("author {who}committer {who}").as_bytes());
+    data(stream, msg.as_bytes());
+    for (n, m) in in_export.iter().enumerate() {
+        let verb = if n == 0 { "from" } else { "merge" };
+        stream.extend_from_slice(format!("{verb} :{m}\n").as_bytes());
+    }
+    stream.extend_from_slice(b"deleteall\n");
+    stream.extend_from_slice(b"M 100644 inline ledger.json\n");
+    data(stream, &json_pretty(ledger)?);
+    for m in store.members(ledger.ledger_id)? {
+        let c = &m.columns;
+        let file = RecordFile {
+            position: m.position,
+            record_id: &c.record_id,
+            hash: &c.hash,
+            record_type: &c.record_type,
+            author_id: &c.author_id,
+            created_at: &c.created_at,
+            metadata: serde_json::from_str(&c.metadata).unwrap_or(serde_json::Value::Null),
+            content: serde_json::from_str(&c.content).unwrap_or(serde_json::Value::Null),
+        };
         stream.extend_from_slice(
             format!(
-                "commit refs/tags/ledger/{}\nmark :{mark}\n",
-                ledger.ledger_id
+                "M 100644 inline records/{:06}-{}.json\n",
+                m.position, c.record_type
             )
             .as_bytes(),
         );
-        let who = format!("kura <kura@localhost> {when} +0000\n");
-        stream.extend_from_slice(format!("author {who}committer {who}").as_bytes());
-        data(&mut stream, msg.as_bytes());
-        for (n, m) in in_export.iter().enumerate() {
-            let verb = if n == 0 { "from" } else { "merge" };
-            stream.extend_from_slice(format!("{verb} :{m}\n").as_bytes());
-        }
-        stream.extend_from_slice(b"deleteall\n");
-        stream.extend_from_slice(b"M 100644 inline ledger.json\n");
-        data(&mut stream, &json_pretty(ledger)?);
-        for m in store.members(ledger.ledger_id)? {
-            let c = &m.columns;
-            let file = RecordFile {
-                position: m.position,
-                record_id: &c.record_id,
-                hash: &c.hash,
-                record_type: &c.record_type,
-                author_id: &c.author_id,
-                created_at: &c.created_at,
-                metadata: serde_json::from_str(&c.metadata).unwrap_or(serde_json::Value::Null),
-                content: serde_json::from_str(&c.content).unwrap_or(serde_json::Value::Null),
-            };
-            stream.extend_from_slice(
-                format!(
-                    "M 100644 inline records/{:06}-{}.json\n",
-                    m.position, c.record_type
-                )
-                .as_bytes(),
-            );
-            data(&mut stream, &json_pretty(&file)?);
-        }
-        stream.push(b'\n');
-        marks.insert(ledger.ledger_id, mark);
+        data(stream, &json_pretty(&file)?);
     }
-    let head_mark = marks.get(&head).ok_or_else(|| {
-        StoreError::Invalid(format!(
-            "session head {head} is not a sealed ledger of the session"
-        ))
-    })?;
-    stream.extend_from_slice(format!("reset refs/heads/main\nfrom :{head_mark}\n\n").as_bytes());
-    branches.sort();
-    for (name, h) in &branches {
-        if let Some(m) = marks.get(h) {
-            stream.extend_from_slice(format!("reset refs/heads/{name}\nfrom :{m}\n\n").as_bytes());
-        }
-    }
-    stream.extend_from_slice(b"done\n");
+    Ok(())
+}
 
+/// Runs `git fast-import` on `stream` in `out`.
+fn fast_import(out: &Path, stream: &[u8]) -> Result<()> {
     let mut cmd = git(out);
     cmd.args(["fast-import", "--quiet", "--force", "--done"])
         .stdin(Stdio::piped())
@@ -229,7 +270,7 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     })?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
-            .write_all(&stream)
+            .write_all(stream)
             .map_err(|e| StoreError::Invalid(format!("git fast-import: {e}")))?;
     }
     let result = child
@@ -241,15 +282,5 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
             String::from_utf8_lossy(&result.stderr).trim()
         )));
     }
-    let mut rev = git(out);
-    rev.args(["rev-parse", "refs/heads/main"]);
-    let head_commit = run(rev, "rev-parse")?;
-    // Give the work tree the head's files, so the export is browsable without git commands.
-    let mut checkout = git(out);
-    checkout.args(["checkout", "--quiet", "--force", "main"]);
-    run(checkout, "checkout")?;
-    Ok(Exported {
-        commits: ledgers.len(),
-        head_commit,
-    })
+    Ok(())
 }

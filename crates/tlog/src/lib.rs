@@ -1,0 +1,19 @@
+//! Kura's transparency log: the seal log's leaves and RFC 6962 proofs, C2SP signed-note
+//! checkpoints, cosignatures and witnesses, and the sealers' signatures over ledger hashes.
+//!
+//! The default build is the verifying half and links no SQLite: note and checkpoint parsing
+//! and signing, cosignature verification, proof checking over hashes ([`proof::verify_link`]),
+//! [`seallog::leaf_data`], [`sealer::signing_bytes`] and the [`sealer::Keyring`], and the
+//! witness's file-based state. The `sqlite` feature adds the half that keeps the log in a
+//! Kura database (the store enables it and calls [`seallog::append_in`] inside its sealing
+//! transaction).
+
+pub mod checkpoint;
+pub mod cosign;
+pub mod error;
+pub mod proof;
+pub mod sealer;
+pub mod seallog;
+pub mod witness;
+
+pub use error::{Result, TlogError};
