@@ -6,7 +6,6 @@ mod args;
 mod bench;
 mod commands;
 mod graph;
-mod keys;
 mod output;
 mod serve;
 mod serve_config;
