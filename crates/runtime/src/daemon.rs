@@ -1,8 +1,11 @@
 //! One daemon lifecycle for every Kura daemon: connect the bus, beat, run each registered
 //! consumer on its own thread with its own store handle, and on shutdown stop them in order
-//! (wake and join the consumers, drain the bus, mark the daemon stopped).
+//! (wake and join the consumers, drain the bus, mark the daemon stopped). `kura serve` runs on
+//! it too, with a bus only when it needs one ([`Daemon::start_bus_optional`]) and a scheduler
+//! thread of its own ([`Daemon::thread`]).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -12,8 +15,9 @@ use serde::de::DeserializeOwned;
 use crate::heartbeat::Heartbeat;
 use crate::{Bus, Common, Stop, Waker, consumer_loop, wake_pair};
 
-/// A running daemon: its bus, heartbeat and consumer threads.
-pub struct Daemon {
+/// A running daemon: its bus, heartbeat and consumer threads. `B` is [`Bus`] for the four
+/// bus daemons and `Option<Bus>` for `kura serve`, whose bus is optional.
+pub struct Daemon<B = Bus> {
     /// `minato`, `hashi`, ...
     kind: &'static str,
     /// Shared settings.
@@ -21,9 +25,9 @@ pub struct Daemon {
     /// This process's name in logs, leases and `kura status`.
     instance: String,
     /// The doorbell bus (reconnecting in the background).
-    bus: Bus,
-    /// Marks the daemon alive in SQLite.
-    heartbeat: Option<Heartbeat>,
+    bus: B,
+    /// Marks the daemon alive in SQLite (shared with threads that set its detail).
+    heartbeat: Option<Arc<Heartbeat>>,
     /// Set on shutdown; wakes every sleeper.
     stop: Stop,
     /// One per consumer, to wake it for shutdown.
@@ -32,49 +36,35 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// What a daemon holds as its bus: one, or maybe one.
+pub trait BusSlot {
+    /// The bus, if there is one.
+    fn get(&self) -> Option<&Bus>;
+}
+
+impl BusSlot for Bus {
+    fn get(&self) -> Option<&Bus> {
+        Some(self)
+    }
+}
+
+impl BusSlot for Option<Bus> {
+    fn get(&self) -> Option<&Bus> {
+        self.as_ref()
+    }
+}
+
 impl Daemon {
     /// Connects the bus (returning at once even if NATS is down) and starts the heartbeat.
     pub async fn start(kind: &'static str, common: &Common) -> anyhow::Result<Daemon> {
         let instance = common.instance_name(kind);
         let bus = Bus::connect(common, &instance).await?;
-        let heartbeat = Heartbeat::start(common, kind, &instance, Some(bus.clone()));
-        Ok(Daemon {
-            kind,
-            common: common.clone(),
-            instance,
-            bus,
-            heartbeat: Some(heartbeat),
-            stop: Stop::new(),
-            wakers: Vec::new(),
-            threads: Vec::new(),
-        })
+        Ok(Daemon::assemble(kind, common, instance, bus))
     }
 
     /// The bus, to ring doorbells and serve requests.
     pub fn bus(&self) -> &Bus {
         &self.bus
-    }
-
-    /// Sets what `kura status` shows beside this daemon (hashi: its tool sandbox).
-    pub fn set_detail(&self, text: impl Into<String>) {
-        if let Some(h) = &self.heartbeat {
-            h.set_detail(text.into());
-        }
-    }
-
-    /// The instance name.
-    pub fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    /// The stop signal (set on shutdown), for long steps that should end early.
-    pub fn stop_signal(&self) -> Stop {
-        self.stop.clone()
-    }
-
-    /// A store handle of its own (each consumer thread gets one).
-    pub fn open_store(&self) -> anyhow::Result<Store> {
-        Ok(Store::open(&self.common.db, &self.common.store_options()?)?)
     }
 
     /// Runs `step` on a thread named `name` in the recovery loop: at start, on every NATS
@@ -115,6 +105,93 @@ impl Daemon {
         Ok(())
     }
 
+}
+
+impl Daemon<Option<Bus>> {
+    /// Like [`Daemon::start`], but connects the bus only when `connect` (`kura serve` needs
+    /// one only to witness for peers or to serve the console).
+    pub async fn start_bus_optional(
+        kind: &'static str,
+        common: &Common,
+        connect: bool,
+    ) -> anyhow::Result<Self> {
+        let instance = common.instance_name(kind);
+        let bus = match connect {
+            true => Some(Bus::connect(common, &instance).await?),
+            false => None,
+        };
+        Ok(Daemon::assemble(kind, common, instance, bus))
+    }
+
+    /// The bus, if one was connected.
+    pub fn bus(&self) -> Option<&Bus> {
+        self.bus.as_ref()
+    }
+}
+
+impl<B: BusSlot> Daemon<B> {
+    /// Starts the heartbeat beside `bus`.
+    fn assemble(kind: &'static str, common: &Common, instance: String, bus: B) -> Self {
+        let heartbeat = Heartbeat::start(common, kind, &instance, bus.get().cloned());
+        Daemon {
+            kind,
+            common: common.clone(),
+            instance,
+            bus,
+            heartbeat: Some(Arc::new(heartbeat)),
+            stop: Stop::new(),
+            wakers: Vec::new(),
+            threads: Vec::new(),
+        }
+    }
+
+    /// Sets what `kura status` shows beside this daemon (hashi: its tool sandbox).
+    pub fn set_detail(&self, text: impl Into<String>) {
+        if let Some(h) = &self.heartbeat {
+            h.set_detail(text.into());
+        }
+    }
+
+    /// [`Daemon::set_detail`] for a thread of the daemon's own.
+    pub fn detail_setter(&self) -> impl Fn(String) + Send + Sync + 'static {
+        let heartbeat = self.heartbeat.clone();
+        move |text| {
+            if let Some(h) = &heartbeat {
+                h.set_detail(text);
+            }
+        }
+    }
+
+    /// The instance name.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The stop signal (set on shutdown), for long steps that should end early.
+    pub fn stop_signal(&self) -> Stop {
+        self.stop.clone()
+    }
+
+    /// A store handle of its own (each consumer thread gets one).
+    pub fn open_store(&self) -> anyhow::Result<Store> {
+        Ok(Store::open(&self.common.db, &self.common.store_options()?)?)
+    }
+
+    /// Runs `body` on a thread named `name` that the daemon joins on shutdown; `body` gets
+    /// the stop signal and must return soon after it is set (its sleeps wake at once).
+    pub fn thread(
+        &mut self,
+        name: &str,
+        body: impl FnOnce(Stop) + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stop = self.stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || body(stop))?;
+        self.threads.push(thread);
+        Ok(())
+    }
+
     /// Waits for `shutdown`, then stops in order: consumers (woken, joined), bus (flushed
     /// and drained), heartbeat (marked stopped).
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
@@ -132,8 +209,11 @@ impl Daemon {
         let threads = std::mem::take(&mut self.threads);
         tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
             .await?;
-        self.bus.close().await;
-        if let Some(h) = self.heartbeat.take() {
+        if let Some(bus) = self.bus.get() {
+            bus.close().await;
+        }
+        // The threads holding a share of it are joined: this is the last.
+        if let Some(h) = self.heartbeat.take().and_then(|h| Arc::into_inner(h)) {
             tokio::task::spawn_blocking(move || h.stop()).await?;
         }
         tracing::info!("{} stopped", self.kind);
