@@ -15,7 +15,7 @@ use kura_store::ops::{backup, sweep};
 use kura_store::witness;
 
 use crate::serve_config::{Maintenance, ServeConfig};
-use crate::witnessing::{self, Asked, GitWitness, WitnessPeer};
+use crate::witnessing::{self, Asked, GitWitness, Handed, WitnessPeer};
 
 /// The checkpoint signer: the log key, where its last checkpoint lives, its witnesses.
 struct Signer {
@@ -140,7 +140,12 @@ impl Signer {
         let dirs = self.witnesses.iter().map(|d| {
             (
                 d.display().to_string(),
-                witness::publish(d, store.conn(), &note, &cp, vkey).map_err(anyhow::Error::from),
+                witness::publish(d, store.conn(), &note, &cp, vkey)
+                    .map(|answer| match answer {
+                        Ok(()) => Handed::Kept,
+                        Err(why) => Handed::Refused(why),
+                    })
+                    .map_err(anyhow::Error::from),
             )
         });
         let gits = self.git.iter().map(|g| {
@@ -151,8 +156,8 @@ impl Signer {
         });
         for (name, outcome) in dirs.chain(gits) {
             match outcome {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
+                Ok(Handed::Kept) => {}
+                Ok(Handed::Refused(why)) => {
                     tracing::error!(witness = %name, %why, "ALARM: a witness refused the checkpoint");
                     alarms.push(why);
                 }

@@ -104,7 +104,6 @@ impl Daemon {
             .await?;
         Ok(())
     }
-
 }
 
 impl Daemon<Option<Bus>> {

@@ -27,7 +27,6 @@ pub enum ExportFormat {
     Git,
 }
 
-
 impl Export {
     /// Writes (or updates) the repository and says how many commits it holds.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {

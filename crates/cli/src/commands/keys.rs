@@ -121,7 +121,9 @@ impl KeysCmd {
         match self {
             KeysCmd::Init { dir, hosts } => init(out, json, &dir, &hosts)?,
             KeysCmd::List { dir } => list(out, json, &dir)?,
-            KeysCmd::AddApprover { dir, name, nkey } => add_approver(out, json, &dir, &name, &nkey)?,
+            KeysCmd::AddApprover { dir, name, nkey } => {
+                add_approver(out, json, &dir, &name, &nkey)?
+            }
             KeysCmd::AddPeer { dir, name, nkey } => add_peer(out, json, &dir, &name, &nkey)?,
             KeysCmd::Remove { dir, name } => remove(out, json, &dir, &name)?,
             KeysCmd::Rotate { dir, name } => {
@@ -201,7 +203,13 @@ fn list(out: &mut Out, json: bool, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn add_approver(out: &mut Out, json: bool, dir: &Path, name: &str, nkey: &str) -> anyhow::Result<()> {
+fn add_approver(
+    out: &mut Out,
+    json: bool,
+    dir: &Path,
+    name: &str,
+    nkey: &str,
+) -> anyhow::Result<()> {
     let id = identity::add_approver(&dir, &name, &nkey)?;
     if json {
         return out.json(&id);

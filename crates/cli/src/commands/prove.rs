@@ -137,7 +137,9 @@ impl VerifyProof {
                     out,
                     &proof,
                     root.is_some(),
-                    chained.as_ref().map(|c| (c.leaf_index, c.origin.as_str(), c.size)),
+                    chained
+                        .as_ref()
+                        .map(|c| (c.leaf_index, c.origin.as_str(), c.size)),
                 )?,
                 Err(e) => out.line(format!("PROOF FAILED: {e}"))?,
             }

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use proto::record::{NewRecord, Record, RecordType};
+use proto::record::{NewRecord, Record, RecordType, TextContent};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Ctx, id, parse_json, read_input};
 use crate::args::Outcome;
@@ -98,7 +98,7 @@ fn content_of(
     content_file: Option<PathBuf>,
 ) -> anyhow::Result<Value> {
     Ok(match (text, content, content_file) {
-        (Some(t), None, None) => json!({ "text": t }),
+        (Some(text), None, None) => serde_json::to_value(TextContent { text })?,
         (None, Some(c), None) => parse_json(&c).context("--content")?,
         (None, None, Some(f)) => parse_json(&read_input(&f)?)
             .with_context(|| format!("--content-file {}", f.display()))?,
@@ -106,8 +106,11 @@ fn content_of(
     })
 }
 
+/// A record's metadata: key to value.
+type Metadata = BTreeMap<String, String>;
+
 /// `--meta KEY=VALUE` pairs, each key once.
-fn metadata_of(meta: Vec<String>) -> anyhow::Result<BTreeMap<String, String>> {
+fn metadata_of(meta: Vec<String>) -> anyhow::Result<Metadata> {
     let mut metadata = BTreeMap::new();
     for m in meta {
         let Some((k, v)) = m.split_once('=') else {

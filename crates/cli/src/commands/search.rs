@@ -48,8 +48,7 @@ impl Search {
             embeddings_model,
         } = self;
         let query_vector = embed(embeddings_url, &embeddings_model, &query)?;
-        let record_type: Option<RecordType> =
-            record_type.as_deref().map(str::parse).transpose()?;
+        let record_type: Option<RecordType> = record_type.as_deref().map(str::parse).transpose()?;
         if let Some(t) = record_type
             && !matches!(t, RecordType::MemoryFact | RecordType::MemoryDecision)
         {

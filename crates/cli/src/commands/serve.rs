@@ -26,8 +26,7 @@ impl Serve {
                 .line(kura_runtime::to_toml(&ServeConfig::default()).trim_end())?;
             return Ok(Outcome::Ok);
         }
-        let (mut config, rt) =
-            kura_runtime::start::<ServeConfig>("kura", self.config.as_deref())?;
+        let (mut config, rt) = kura_runtime::start::<ServeConfig>("kura", self.config.as_deref())?;
         if let Some(db) = ctx.db_given.clone() {
             config.common.db = db;
         }
