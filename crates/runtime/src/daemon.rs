@@ -212,7 +212,7 @@ impl<B: BusSlot> Daemon<B> {
             bus.close().await;
         }
         // The threads holding a share of it are joined: this is the last.
-        if let Some(h) = self.heartbeat.take().and_then(|h| Arc::into_inner(h)) {
+        if let Some(h) = self.heartbeat.take().and_then(Arc::into_inner) {
             tokio::task::spawn_blocking(move || h.stop()).await?;
         }
         tracing::info!("{} stopped", self.kind);

@@ -168,7 +168,7 @@ fn seal_log_size(db: Option<&std::path::Path>) -> anyhow::Result<Option<u64>> {
 }
 
 fn init(out: &mut Out, json: bool, dir: &Path, hosts: &[String]) -> anyhow::Result<()> {
-    let made = identity::init(&dir, &hosts)?;
+    let made = identity::init(dir, hosts)?;
     if json {
         return out.json_sorted(&Made {
             dir,
@@ -192,7 +192,7 @@ fn init(out: &mut Out, json: bool, dir: &Path, hosts: &[String]) -> anyhow::Resu
 }
 
 fn list(out: &mut Out, json: bool, dir: &Path) -> anyhow::Result<()> {
-    let ids = Identities::load(&dir)?;
+    let ids = Identities::load(dir)?;
     if json {
         out.json(&ids.list)?;
     } else {
@@ -210,7 +210,7 @@ fn add_approver(
     name: &str,
     nkey: &str,
 ) -> anyhow::Result<()> {
-    let id = identity::add_approver(&dir, &name, &nkey)?;
+    let id = identity::add_approver(dir, name, nkey)?;
     if json {
         return out.json(&id);
     }
@@ -220,7 +220,7 @@ fn add_approver(
         id.name,
         dir.join(identity::CA_FILE).display()
     ))?;
-    if let Some(signer) = Identities::load(&dir)?
+    if let Some(signer) = Identities::load(dir)?
         .get("aegis")
         .and_then(|a| a.signer.clone())
     {
@@ -230,7 +230,7 @@ fn add_approver(
 }
 
 fn add_peer(out: &mut Out, json: bool, dir: &Path, name: &str, nkey: &str) -> anyhow::Result<()> {
-    let id = identity::add_peer(&dir, &name, &nkey)?;
+    let id = identity::add_peer(dir, name, nkey)?;
     if json {
         return out.json(&id);
     }
@@ -245,7 +245,7 @@ fn add_peer(out: &mut Out, json: bool, dir: &Path, name: &str, nkey: &str) -> an
 }
 
 fn remove(out: &mut Out, json: bool, dir: &Path, name: &str) -> anyhow::Result<()> {
-    let gone = identity::remove(&dir, &name)?;
+    let gone = identity::remove(dir, name)?;
     if json {
         return out.json_sorted(&Removed {
             bus_identity: gone.as_ref(),
@@ -272,7 +272,7 @@ fn rotate(
     name: &str,
 ) -> anyhow::Result<()> {
     let size = seal_log_size(db)?;
-    let id = identity::rotate(&dir, &name, size)?;
+    let id = identity::rotate(dir, name, size)?;
     if json {
         return out.json(&id);
     }
@@ -304,7 +304,7 @@ fn rotate(
 }
 
 fn upgrade(out: &mut Out, json: bool, dir: &Path, hosts: &[String]) -> anyhow::Result<()> {
-    let done = identity::upgrade(&dir, &hosts)?;
+    let done = identity::upgrade(dir, hosts)?;
     if json {
         return out.json_sorted(&Upgraded {
             console_certificate: done.console_certificate,

@@ -80,7 +80,7 @@ impl SessionCmd {
 }
 
 fn new(store: &mut Store, out: &mut Out, json: bool, label: &str) -> anyhow::Result<()> {
-    let s = store.create_session(&label)?;
+    let s = store.create_session(label)?;
     if json {
         out.json(&s)?;
     } else {
@@ -116,7 +116,7 @@ fn reset(
     ledger: &str,
     reason: &str,
 ) -> anyhow::Result<()> {
-    let e = store.reset_head(id(&session)?, id(&ledger)?, &reason)?;
+    let e = store.reset_head(id(session)?, id(ledger)?, reason)?;
     if json {
         out.json(&e)?;
     } else {
@@ -140,7 +140,7 @@ fn fork(
     sealer_key: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     use_sealer(store, sealer_key.as_deref())?;
-    let (s, first) = store.fork(id(&ledger)?, &label)?;
+    let (s, first) = store.fork(id(ledger)?, label)?;
     if json {
         out.json_sorted(&Forked {
             first_ledger: &first,
