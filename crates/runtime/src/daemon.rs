@@ -66,44 +66,6 @@ impl Daemon {
     pub fn bus(&self) -> &Bus {
         &self.bus
     }
-
-    /// Runs `step` on a thread named `name` in the recovery loop: at start, on every NATS
-    /// (re)connect, on a wake from the returned [`Waker`] (hook doorbells to it with
-    /// [`Daemon::wake_on`]) and every `poll`. `step` does at most one unit of work in its own
-    /// transaction and says whether it found any.
-    pub fn consumer(
-        &mut self,
-        name: &str,
-        poll: Duration,
-        mut step: impl FnMut() -> anyhow::Result<bool> + Send + 'static,
-    ) -> anyhow::Result<Waker> {
-        let (waker, rx) = wake_pair();
-        self.bus.wake_on_connect(waker.clone());
-        let (stop, label) = (self.stop.clone(), name.to_owned());
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || consumer_loop(&label, &rx, poll, &stop, &mut step))?;
-        self.wakers.push(waker.clone());
-        self.threads.push(thread);
-        Ok(waker)
-    }
-
-    /// Wakes `wakers` on every valid doorbell of type `T` on `subject` (in queue group
-    /// `queue` if given); anything else on the subject is logged and counted.
-    pub async fn wake_on<T>(
-        &self,
-        subject: String,
-        queue: Option<String>,
-        wakers: Vec<Waker>,
-    ) -> anyhow::Result<()>
-    where
-        T: DeserializeOwned + Send + 'static,
-    {
-        self.bus
-            .doorbells::<T, _>(subject, queue, move |_| wakers.iter().for_each(Waker::wake))
-            .await?;
-        Ok(())
-    }
 }
 
 impl Daemon<Option<Bus>> {
@@ -151,7 +113,8 @@ impl<B: BusSlot> Daemon<B> {
         }
     }
 
-    /// [`Daemon::set_detail`] for a thread of the daemon's own.
+    /// [`Daemon::set_detail`] for a thread of the daemon's own. Hold it only in a thread the
+    /// daemon joins ([`Daemon::thread`]): the heartbeat is marked stopped once no one else does.
     pub fn detail_setter(&self) -> impl Fn(String) + Send + Sync + 'static {
         let heartbeat = self.heartbeat.clone();
         move |text| {
@@ -174,6 +137,48 @@ impl<B: BusSlot> Daemon<B> {
     /// A store handle of its own (each consumer thread gets one).
     pub fn open_store(&self) -> anyhow::Result<Store> {
         Ok(Store::open(&self.common.db, &self.common.store_options()?)?)
+    }
+
+    /// Runs `step` on a thread named `name` in the recovery loop: at start, on every NATS
+    /// (re)connect, on a wake from the returned [`Waker`] (hook doorbells to it with
+    /// [`Daemon::wake_on`]) and every `poll`. `step` does at most one unit of work in its own
+    /// transaction and says whether it found any.
+    pub fn consumer(
+        &mut self,
+        name: &str,
+        poll: Duration,
+        mut step: impl FnMut() -> anyhow::Result<bool> + Send + 'static,
+    ) -> anyhow::Result<Waker> {
+        let (waker, rx) = wake_pair();
+        if let Some(bus) = self.bus.get() {
+            bus.wake_on_connect(waker.clone());
+        }
+        let (stop, label) = (self.stop.clone(), name.to_owned());
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || consumer_loop(&label, &rx, poll, &stop, &mut step))?;
+        self.wakers.push(waker.clone());
+        self.threads.push(thread);
+        Ok(waker)
+    }
+
+    /// Wakes `wakers` on every valid doorbell of type `T` on `subject` (in queue group
+    /// `queue` if given); anything else on the subject is logged and counted.
+    pub async fn wake_on<T>(
+        &self,
+        subject: String,
+        queue: Option<String>,
+        wakers: Vec<Waker>,
+    ) -> anyhow::Result<()>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        let Some(bus) = self.bus.get() else {
+            anyhow::bail!("{} has no bus to hear doorbells on", self.kind);
+        };
+        bus.doorbells::<T, _>(subject, queue, move |_| wakers.iter().for_each(Waker::wake))
+            .await?;
+        Ok(())
     }
 
     /// Runs `body` on a thread named `name` that the daemon joins on shutdown; `body` gets
