@@ -2,13 +2,53 @@
 //! its abandoned ledgers on a side lane; a fork's first ledger says where it grew from, and a
 //! ledger other sessions grew from says so.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kura_store::Store;
-use serde_json::json;
+use kura_store::store::Session;
+use proto::ledger::Ledger;
+use serde::Serialize;
 use uuid::Uuid;
 
 use crate::output::Out;
+
+/// `kura log --graph --json`.
+#[derive(Serialize)]
+struct GraphJson<'a> {
+    /// The session's ledgers, newest first.
+    ledgers: Vec<Node<'a>>,
+    /// The session.
+    session: &'a Session,
+}
+
+/// One ledger of `kura log --graph --json`.
+#[derive(Serialize)]
+struct Node<'a> {
+    /// Sessions forked from it.
+    forked_to: Vec<Uuid>,
+    /// It is the session's head.
+    head: bool,
+    /// Its label.
+    label: &'a str,
+    /// The ledger.
+    ledger_id: Uuid,
+    /// Its parents.
+    parents: &'a [Uuid],
+    /// A reset left it behind.
+    unreachable: bool,
+}
+
+/// A session's ledgers and how they hang together.
+struct Graph {
+    session: Session,
+    ledgers: Vec<Ledger>,
+    /// Left behind by a reset.
+    lost: HashSet<Uuid>,
+    /// Ledger → the sessions forked from it.
+    forked_to: HashMap<Uuid, Vec<Uuid>>,
+    /// The session's own ledgers.
+    mine: HashSet<Uuid>,
+}
 
 /// Draws `session_id`'s ledgers, newest first.
 pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: Uuid) -> anyhow::Result<()> {
@@ -19,108 +59,29 @@ pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: Uuid) -> anyho
     for f in kura_store::branch::forks_of(store.conn(), session_id)? {
         forked_to.entry(f.origin).or_default().push(f.session_id);
     }
-    let mine: std::collections::HashSet<Uuid> = ledgers.iter().map(|l| l.ledger_id).collect();
+    let mine: HashSet<Uuid> = ledgers.iter().map(|l| l.ledger_id).collect();
+    let g = Graph {
+        lost,
+        session,
+        ledgers,
+        forked_to,
+        mine,
+    };
     if json {
-        let nodes: Vec<_> = ledgers
-            .iter()
-            .map(|l| {
-                json!({
-                    "ledger_id": l.ledger_id, "label": l.label, "parents": l.parent_ids,
-                    "head": session.head_ledger_id == Some(l.ledger_id),
-                    "unreachable": lost.contains(&l.ledger_id),
-                    "forked_to": forked_to.get(&l.ledger_id).cloned().unwrap_or_default(),
-                })
-            })
-            .collect();
-        out.json(&json!({"session": session, "ledgers": nodes}))?;
-        return Ok(());
+        return draw_json(out, &g);
     }
     out.line(format!(
         "session {} ({}, {})",
-        session.session_id, session.label, session.status
+        g.session.session_id, g.session.label, g.session.status
     ))?;
     // Each lane holds the ledger it expects next; ids descend (UUIDv7: a child is newer than
     // its parents), so walking newest first meets every parent after its children.
     let mut lanes: Vec<Option<Uuid>> = Vec::new();
-    for l in &ledgers {
-        let col = match lanes.iter().position(|x| *x == Some(l.ledger_id)) {
-            Some(c) => c,
-            None => {
-                // A tip: the head, or a ledger a reset left behind.
-                match lanes.iter().position(Option::is_none) {
-                    Some(free) => free,
-                    None => {
-                        lanes.push(None);
-                        lanes.len() - 1
-                    }
-                }
-            }
-        };
-        // Other lanes waiting for this same ledger join it here.
-        let joined: Vec<usize> = lanes
-            .iter()
-            .enumerate()
-            .filter(|(i, x)| *i != col && **x == Some(l.ledger_id))
-            .map(|(i, _)| i)
-            .collect();
-        if !joined.is_empty() {
-            // Like git's `|/`: the side lane closes into this ledger's lane.
-            let mut join = vec![' '; lanes.len() * 2];
-            for (i, lane) in lanes.iter().enumerate() {
-                if joined.contains(&i) {
-                    // Always right of the ledger's own lane (which is the first match).
-                    join[(2 * i).saturating_sub(1)] = '/';
-                } else if lane.is_some() {
-                    join[2 * i] = '|';
-                }
-            }
-            out.line(join.into_iter().collect::<String>().trim_end())?;
-            for j in &joined {
-                lanes[*j] = None;
-            }
-            while lanes.last() == Some(&None) {
-                lanes.pop();
-            }
-        }
-        let mut row = String::new();
-        for (i, lane) in lanes.iter().enumerate() {
-            row.push(if i == col {
-                '*'
-            } else if lane.is_some() {
-                '|'
-            } else {
-                ' '
-            });
-            row.push(' ');
-        }
-        let mut tags = Vec::new();
-        if session.head_ledger_id == Some(l.ledger_id) {
-            tags.push("HEAD".to_owned());
-        }
-        if lost.contains(&l.ledger_id) {
-            tags.push("unreachable".to_owned());
-        }
-        tags.push(l.state.as_str().to_owned());
-        out.line(format!(
-            "{row}{} {} ({})",
-            l.ledger_id,
-            l.label,
-            tags.join(", ")
-        ))?;
-        for p in l.parent_ids.iter().filter(|p| !mine.contains(p)) {
-            let from = store.read_ledger(*p)?;
-            out.line(format!(
-                "{}  forked from ledger {} ({}) of session {}",
-                pad(lanes.len()),
-                p,
-                from.label,
-                from.session_id
-            ))?;
-        }
-        for s in forked_to.get(&l.ledger_id).into_iter().flatten() {
-            out.line(format!("{}  session {s} grew from here", pad(lanes.len())))?;
-        }
-        let mut parents = l.parent_ids.iter().filter(|p| mine.contains(p));
+    for l in &g.ledgers {
+        let col = column(&mut lanes, l.ledger_id);
+        join_lanes(out, &mut lanes, col, l.ledger_id)?;
+        row(out, store, &g, &lanes, col, l)?;
+        let mut parents = l.parent_ids.iter().filter(|p| g.mine.contains(p));
         lanes[col] = parents.next().copied();
         for p in parents {
             if !lanes.contains(&Some(*p)) {
@@ -130,6 +91,126 @@ pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: Uuid) -> anyho
         while lanes.last() == Some(&None) {
             lanes.pop();
         }
+    }
+    Ok(())
+}
+
+fn draw_json(out: &mut Out, g: &Graph) -> anyhow::Result<()> {
+    let nodes: Vec<_> = g
+        .ledgers
+        .iter()
+        .map(|l| Node {
+            forked_to: g.forked_to.get(&l.ledger_id).cloned().unwrap_or_default(),
+            head: g.session.head_ledger_id == Some(l.ledger_id),
+            label: &l.label,
+            ledger_id: l.ledger_id,
+            parents: &l.parent_ids,
+            unreachable: g.lost.contains(&l.ledger_id),
+        })
+        .collect();
+    out.json_sorted(&GraphJson {
+        ledgers: nodes,
+        session: &g.session,
+    })
+}
+
+/// The lane `ledger` is drawn in: the lane expecting it, else a free or new one (a tip: the
+/// head, or a ledger a reset left behind).
+fn column(lanes: &mut Vec<Option<Uuid>>, ledger: Uuid) -> usize {
+    if let Some(c) = lanes.iter().position(|x| *x == Some(ledger)) {
+        return c;
+    }
+    match lanes.iter().position(Option::is_none) {
+        Some(free) => free,
+        None => {
+            lanes.push(None);
+            lanes.len() - 1
+        }
+    }
+}
+
+/// Other lanes waiting for this same ledger join it here, like git's `|/`.
+fn join_lanes(
+    out: &mut Out,
+    lanes: &mut Vec<Option<Uuid>>,
+    col: usize,
+    ledger: Uuid,
+) -> std::io::Result<()> {
+    let joined: Vec<usize> = lanes
+        .iter()
+        .enumerate()
+        .filter(|(i, x)| *i != col && **x == Some(ledger))
+        .map(|(i, _)| i)
+        .collect();
+    if joined.is_empty() {
+        return Ok(());
+    }
+    // The side lane closes into this ledger's lane.
+    let mut join = vec![' '; lanes.len() * 2];
+    for (i, lane) in lanes.iter().enumerate() {
+        if joined.contains(&i) {
+            // Always right of the ledger's own lane (which is the first match).
+            join[(2 * i).saturating_sub(1)] = '/';
+        } else if lane.is_some() {
+            join[2 * i] = '|';
+        }
+    }
+    out.line(join.into_iter().collect::<String>().trim_end())?;
+    for j in &joined {
+        lanes[*j] = None;
+    }
+    while lanes.last() == Some(&None) {
+        lanes.pop();
+    }
+    Ok(())
+}
+
+/// The ledger's own line (lanes, `*`, id, label, tags) and where it was forked from or to.
+fn row(
+    out: &mut Out,
+    store: &Store,
+    g: &Graph,
+    lanes: &[Option<Uuid>],
+    col: usize,
+    l: &Ledger,
+) -> anyhow::Result<()> {
+    let mut row = String::new();
+    for (i, lane) in lanes.iter().enumerate() {
+        row.push(if i == col {
+            '*'
+        } else if lane.is_some() {
+            '|'
+        } else {
+            ' '
+        });
+        row.push(' ');
+    }
+    let mut tags = Vec::new();
+    if g.session.head_ledger_id == Some(l.ledger_id) {
+        tags.push("HEAD".to_owned());
+    }
+    if g.lost.contains(&l.ledger_id) {
+        tags.push("unreachable".to_owned());
+    }
+    tags.push(l.state.as_str().to_owned());
+    out.line(format!(
+        "{row}{} {} ({})",
+        l.ledger_id,
+        l.label,
+        tags.join(", ")
+    ))?;
+    for p in l.parent_ids.iter().filter(|p| !g.mine.contains(p)) {
+        let from = store.read_ledger(*p)?;
+        out.line(format!(
+            "{}  forked from ledger {} ({}) of session {}",
+            pad(lanes.len()),
+            p,
+            from.label,
+            from.session_id
+        ))?;
+    }
+    for s in g.forked_to.get(&l.ledger_id).into_iter().flatten() {
+        out.line(format!("{}  session {s} grew from here", pad(lanes.len())))?;
     }
     Ok(())
 }

@@ -1,13 +1,14 @@
-//! The `kura` command line: parse arguments, run one command, map the outcome to an exit code.
+//! The `kura` command line: `main` → `try_main` (parse the arguments) → [`commands`] (one
+//! type per subcommand, each with its `run`), and the outcome mapped to an exit code.
 //!
-//! Exit codes are stable: 0 ok, 1 verification failed, 2 usage or input error.
+//! Exit codes are stable: 0 ok, 1 verification failed, 2 usage or input error (printed as
+//! one line on stderr).
 
 mod args;
 mod bench;
 mod commands;
 mod export;
 mod graph;
-mod keys;
 mod output;
 mod serve;
 mod serve_config;
@@ -19,20 +20,25 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = match args::Args::try_parse() {
-        Ok(args) => args,
-        Err(e) => {
-            // --help and --version are not errors; clap exits 2 for real usage errors.
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
-    };
-    match commands::run(args) {
-        Ok(outcome) => outcome.exit_code(),
+    match try_main() {
+        Ok(code) => code,
         Err(e) if args::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kura: error: {}", args::chain(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// Parses the arguments and runs the command.
+fn try_main() -> anyhow::Result<ExitCode> {
+    let args = match args::Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            // --help and --version are not errors; clap exits 2 for real usage errors.
+            let _ = e.print();
+            return Ok(ExitCode::from(if e.use_stderr() { 2 } else { 0 }));
+        }
+    };
+    Ok(commands::run(args)?.exit_code())
 }

@@ -44,6 +44,13 @@ impl Out {
         Ok(())
     }
 
+    /// A value as pretty JSON with every object's keys sorted, as `serde_json::json!` printed
+    /// them: the typed replies of commands that used to build their JSON by hand keep their
+    /// bytes (scripts and tests read them).
+    pub fn json_sorted<T: Serialize>(&mut self, value: &T) -> anyhow::Result<()> {
+        self.json(&serde_json::to_value(value)?)
+    }
+
     /// Flushes; call before exiting.
     pub fn finish(mut self) -> io::Result<()> {
         self.w.flush()

@@ -1,21 +1,21 @@
-//! `kura serve`: the fifth daemon — integrity sweeps, WAL checkpoints and backups on a
-//! schedule, woken only by its next deadline or by shutdown.
+//! `kura serve`: the fifth daemon — integrity sweeps, WAL checkpoints, backups and signed
+//! checkpoints on a schedule, woken only by its next deadline or by shutdown. It runs on the
+//! daemons' shared [`Daemon`] lifecycle; its bus is connected only when it needs one.
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kura_runtime::bus::Credentials;
-use kura_runtime::heartbeat::Heartbeat;
-use kura_runtime::{Bus, Stop};
+use kura_runtime::{Bus, Daemon, Stop};
 use kura_store::Store;
 use kura_store::ops::{backup, sweep};
 use kura_tlog::checkpoint::LogKey;
 use kura_tlog::cosign::Witness;
 use kura_tlog::witness;
 
-use crate::serve_config::ServeConfig;
-use crate::witnessing::{self, Asked, GitWitness, WitnessPeer};
+use crate::serve_config::{Maintenance, ServeConfig};
+use crate::witnessing::{self, Asked, GitWitness, Handed, WitnessPeer};
 
 /// The checkpoint signer: the log key, where its last checkpoint lives, its witnesses.
 struct Signer {
@@ -141,7 +141,10 @@ impl Signer {
             (
                 d.display().to_string(),
                 witness::publish(d, store.conn(), &note, &cp, vkey)
-                    .map(|r| r.map_err(|why| why.to_string()))
+                    .map(|answer| match answer {
+                        Ok(()) => Handed::Kept,
+                        Err(why) => Handed::Refused(why.to_string()),
+                    })
                     .map_err(anyhow::Error::from),
             )
         });
@@ -153,8 +156,8 @@ impl Signer {
         });
         for (name, outcome) in dirs.chain(gits) {
             match outcome {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => {
+                Ok(Handed::Kept) => {}
+                Ok(Handed::Refused(why)) => {
                     tracing::error!(witness = %name, %why, "ALARM: a witness refused the checkpoint");
                     alarms.push(why);
                 }
@@ -260,120 +263,147 @@ async fn start_console(
     Ok((tx, Some(task)))
 }
 
-/// Runs `kura serve` until `shutdown` resolves.
+/// Runs `kura serve` until `shutdown` resolves, on the daemons' shared lifecycle
+/// ([`Daemon`]): heartbeat, an optional bus, one scheduler thread, an ordered stop.
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let common = config.common.clone();
-    let mut store = Store::open(&common.db, &common.store_options()?)?;
+    let store = Store::open(&common.db, &common.store_options()?)?;
     let signer = Signer::load(&config)?;
-    let name = common.instance_name("kura");
     // The bus only when this Kura witnesses others (it answers their requests there) or
     // serves the console (which relays people's signed decisions to aegis).
     let witness = load_witness(&config)?;
-    let bus = if witness.is_some() || config.console.listen.is_some() {
-        Some(Bus::connect(&common, &name).await?)
-    } else {
-        None
-    };
-    if let (Some(w), Some(bus)) = (witness, &bus) {
+    let wants_bus = witness.is_some() || config.console.listen.is_some();
+    let mut daemon = Daemon::start_bus_optional("kura", &common, wants_bus).await?;
+    if let (Some(w), Some(bus)) = (witness, daemon.bus()) {
         tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
         witnessing::answer(bus, std::sync::Arc::new(w)).await?;
     }
-    let (console_stop, console) = start_console(&config, bus.clone()).await?;
-    let heartbeat = std::sync::Arc::new(Heartbeat::start(&common, "kura", &name, bus.clone()));
-    let beat = heartbeat.clone();
-    let stop = Stop::new();
-    let s = stop.clone();
-    let m = config.serve.clone();
-    // The sweep checks who sealed each ledger too, against the keyring (retired keys
-    // included, each up to where its successor began).
-    let keyring = match crate::tlog::keyring(config.serve.keyring.clone()) {
+    let (console_stop, console) = start_console(&config, daemon.bus().cloned()).await?;
+    let duties = Duties {
+        store,
+        signer,
+        keyring: sweep_keyring(&config),
+        m: config.serve.clone(),
+        detail: Box::new(daemon.detail_setter()),
+    };
+    daemon.thread("kura-serve", move |stop| duties.run(&stop))?;
+    daemon
+        .run(async move {
+            shutdown.await;
+            drop(console_stop);
+            if let Some(c) = console {
+                let _ = c.await;
+            }
+        })
+        .await
+}
+
+/// The sweep checks who sealed each ledger too, against the keyring (retired keys included,
+/// each up to where its successor began).
+fn sweep_keyring(config: &ServeConfig) -> Option<kura_tlog::sealer::Keyring> {
+    match crate::tlog::keyring(config.serve.keyring.clone()) {
         Ok(k) => k,
         // The signer and the sweep's hash checks matter more than naming sealers.
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "[serve] keyring cannot be read; the sweep checks seal signatures but not who made them");
             None
         }
-    };
-    let worker = std::thread::Builder::new()
-        .name("kura-serve".into())
-        .spawn(move || {
-            let ms = |v: u64| Duration::from_millis(v.max(1000));
-            let now = Instant::now();
+    }
+}
+
+/// What the scheduler thread does, each on its own interval: sign a checkpoint, checkpoint
+/// the WAL, sweep, back up.
+struct Duties {
+    store: Store,
+    signer: Option<Signer>,
+    keyring: Option<kura_tlog::sealer::Keyring>,
+    m: Maintenance,
+    /// Sets what `kura status` shows beside this daemon.
+    detail: Box<dyn Fn(String) + Send>,
+}
+
+/// When each duty is next due.
+struct Due {
+    sweep: Instant,
+    ckpt: Instant,
+    backup: Instant,
+    sign: Instant,
+}
+
+/// An interval from the config, at least a second.
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v.max(1000))
+}
+
+impl Duties {
+    /// Does what is due, then parks until the next deadline; a stop wakes it at once.
+    fn run(mut self, stop: &Stop) {
+        let now = Instant::now();
+        let m = &self.m;
+        let mut due = Due {
             // The first sweep soon after start, so `kura status` has something to show.
-            let (mut next_sweep, mut next_ckpt, mut next_backup) = (
-                now + Duration::from_secs(5).min(ms(m.sweep_interval_ms)),
-                now + ms(m.checkpoint_interval_ms),
-                now + ms(m.backup_interval_ms),
-            );
+            sweep: now + Duration::from_secs(5).min(ms(m.sweep_interval_ms)),
+            ckpt: now + ms(m.checkpoint_interval_ms),
+            backup: now + ms(m.backup_interval_ms),
             // The first checkpoint at once: a rewrite made while serve was down shows now.
-            let mut next_sign = now;
-            loop {
-                let now = Instant::now();
-                if let Some(signer) = &signer
-                    && now >= next_sign
-                {
-                    beat.set_detail(signer.round(&store));
-                    next_sign = now + ms(m.sign_interval_ms);
-                }
-                if now >= next_ckpt {
-                    if let Err(e) =
-                        store
-                            .conn()
-                            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                    {
-                        tracing::warn!(error = %e, "WAL checkpoint failed");
-                    }
-                    next_ckpt = now + ms(m.checkpoint_interval_ms);
-                }
-                if now >= next_sweep {
-                    match sweep(&mut store, keyring.as_ref()) {
-                        Ok((true, summary)) => tracing::info!(%summary, "integrity sweep ok"),
-                        Ok((false, summary)) => {
-                            tracing::error!(%summary, "integrity sweep found problems")
-                        }
-                        Err(e) => tracing::error!(error = %e, "integrity sweep could not run"),
-                    }
-                    next_sweep = now + ms(m.sweep_interval_ms);
-                }
-                if let Some(dir) = &m.backup_dir
-                    && now >= next_backup
-                {
-                    match backup(&mut store, dir, m.backups_kept) {
-                        Ok(p) => tracing::info!(path = %p.display(), "backup written"),
-                        Err(e) => tracing::error!(error = %e, "backup failed"),
-                    }
-                    next_backup = now + ms(m.backup_interval_ms);
-                }
-                // Park until the next deadline; a stop wakes it at once.
-                let mut next = next_sweep.min(next_ckpt);
-                if m.backup_dir.is_some() {
-                    next = next.min(next_backup);
-                }
-                if signer.is_some() {
-                    next = next.min(next_sign);
-                }
-                if s.sleep(next.saturating_duration_since(Instant::now())) {
-                    break;
-                }
+            sign: now,
+        };
+        loop {
+            self.step(&mut due, Instant::now());
+            if stop.sleep(self.next(&due).saturating_duration_since(Instant::now())) {
+                break;
             }
-        })?;
-    tracing::info!(db = %common.db.display(), "kura serve running");
-    shutdown.await;
-    stop.set();
-    drop(console_stop);
-    if let Some(c) = console {
-        let _ = c.await;
-    }
-    tokio::task::spawn_blocking(move || {
-        let _ = worker.join();
-        if let Ok(h) = std::sync::Arc::try_unwrap(heartbeat) {
-            h.stop();
         }
-    })
-    .await?;
-    if let Some(bus) = bus {
-        bus.close().await;
     }
-    tracing::info!("kura serve stopped");
-    Ok(())
+
+    /// Each duty whose time has come, in the order sign, WAL, sweep, backup.
+    fn step(&mut self, due: &mut Due, now: Instant) {
+        let (store, m) = (&mut self.store, &self.m);
+        if let Some(signer) = &self.signer
+            && now >= due.sign
+        {
+            (self.detail)(signer.round(store));
+            due.sign = now + ms(m.sign_interval_ms);
+        }
+        if now >= due.ckpt {
+            if let Err(e) = store
+                .conn()
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            {
+                tracing::warn!(error = %e, "WAL checkpoint failed");
+            }
+            due.ckpt = now + ms(m.checkpoint_interval_ms);
+        }
+        if now >= due.sweep {
+            match sweep(store, self.keyring.as_ref()) {
+                Ok((true, summary)) => tracing::info!(%summary, "integrity sweep ok"),
+                Ok((false, summary)) => {
+                    tracing::error!(%summary, "integrity sweep found problems")
+                }
+                Err(e) => tracing::error!(error = %e, "integrity sweep could not run"),
+            }
+            due.sweep = now + ms(m.sweep_interval_ms);
+        }
+        if let Some(dir) = &m.backup_dir
+            && now >= due.backup
+        {
+            match backup(store, dir, m.backups_kept) {
+                Ok(p) => tracing::info!(path = %p.display(), "backup written"),
+                Err(e) => tracing::error!(error = %e, "backup failed"),
+            }
+            due.backup = now + ms(m.backup_interval_ms);
+        }
+    }
+
+    /// The nearest deadline of the duties configured.
+    fn next(&self, due: &Due) -> Instant {
+        let mut next = due.sweep.min(due.ckpt);
+        if self.m.backup_dir.is_some() {
+            next = next.min(due.backup);
+        }
+        if self.signer.is_some() {
+            next = next.min(due.sign);
+        }
+        next
+    }
 }

@@ -9,10 +9,38 @@ use kura_store::Store;
 use kura_store::verify::{Problem, Report};
 use kura_tlog::checkpoint::{self, LogKey};
 use kura_tlog::{seallog, witness};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::output::Out;
 use crate::serve_config::ServeConfig;
+
+/// `kura log-key init --json`.
+#[derive(Serialize)]
+struct NewKey<'a> {
+    /// Where the key was written.
+    key: &'a Path,
+    /// Its verifier key, to pin.
+    verifier: &'a str,
+}
+
+/// `kura prove-consistency`'s reply.
+#[derive(Serialize)]
+struct Consistency<'a> {
+    /// The newer tree extends the old one.
+    consistent: bool,
+    /// The newer tree's root (base64).
+    new_root: String,
+    /// The newer tree's size.
+    new_size: u64,
+    /// The old tree's root (base64).
+    old_root: String,
+    /// The old tree's size.
+    old_size: u64,
+    /// The log's name.
+    origin: &'a str,
+    /// The RFC 6962 consistency proof, hash by hash (base64).
+    proof: Vec<String>,
+}
 
 /// `kura log-key init`: a new log key written 0600 (never over an existing file).
 pub fn init_key(
@@ -35,7 +63,10 @@ pub fn init_key(
     writeln!(f, "{skey}")?;
     f.sync_all()?;
     if json {
-        out.json(&json!({"key": path, "verifier": vkey}))?;
+        out.json_sorted(&NewKey {
+            key: path,
+            verifier: &vkey,
+        })?;
     } else {
         out.line(format!(
             "log key written to {} (0600; hand it to kura serve only)",
@@ -201,13 +232,15 @@ pub fn prove_consistency(
         || (old.size() == new_size && *old.hash() == new_root)
         || (old.size() < new_size
             && tlog_tiles::check_tree(&proof, new_size, new_root, old.size(), *old.hash()).is_ok());
-    out.json(&json!({
-        "origin": old.origin(),
-        "old_size": old.size(), "old_root": b64(old.hash()),
-        "new_size": new_size, "new_root": b64(&new_root),
-        "proof": proof.iter().map(b64).collect::<Vec<_>>(),
-        "consistent": ok,
-    }))?;
+    out.json_sorted(&Consistency {
+        consistent: ok,
+        new_root: b64(&new_root),
+        new_size,
+        old_root: b64(old.hash()),
+        old_size: old.size(),
+        origin: old.origin(),
+        proof: proof.iter().map(b64).collect(),
+    })?;
     if !ok {
         bail!("the store's log does not extend that checkpoint");
     }

@@ -303,106 +303,34 @@ fn git(work: &Path, args: &[&str], input: Option<&str>) -> anyhow::Result<String
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// What a witness did with a checkpoint handed to it.
+#[derive(Debug)]
+pub enum Handed {
+    /// Kept (or already held): it extends what the witness saw.
+    Kept,
+    /// Refused: the witness saw something this log no longer extends (an alarm).
+    Refused(String),
+}
+
 /// Hands a checkpoint to a git witness: the directory witness's checks and files, then a
-/// commit (and a push when configured). `Ok(Err(why))` is a refusal, like a directory's.
-/// Only plumbing runs (hash-object without filters, mktree, commit-tree, update-ref), so
-/// no index refresh, filter or commit hook is ever involved.
+/// commit (and a push when configured); a refusal is a [`Handed::Refused`], like a
+/// directory's. Only plumbing runs (hash-object without filters, mktree, commit-tree,
+/// update-ref), so no index refresh, filter or commit hook is ever involved.
 pub fn publish_git(
     g: &GitWitness,
     conn: &rusqlite::Connection,
     note: &str,
     cp: &Signed,
     vkey: &str,
-) -> anyhow::Result<Result<(), String>> {
-    use std::os::unix::fs::DirBuilderExt as _;
+) -> anyhow::Result<Handed> {
     if !g.path.join(".git").exists() {
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(&g.path)
-            .with_context(|| format!("cannot create {}", g.path.display()))?;
-        // No template: nothing (sample hooks included) is copied in.
-        let out = Command::new("git")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .args(["init", "-q", "--template="])
-            .arg(&g.path)
-            .stdin(Stdio::null())
-            .output()
-            .context("cannot run git")?;
-        anyhow::ensure!(
-            out.status.success(),
-            "git init: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        init_repo(&g.path)?;
     }
     private_repo(&g.path)?;
     if let Err(why) = witness::publish(&g.path, conn, note, cp, vkey)? {
-        return Ok(Err(why.to_string()));
+        return Ok(Handed::Refused(why.to_string()));
     }
-    let (cp_file, leaves) = (
-        g.path.join(witness::CHECKPOINT_FILE),
-        g.path.join(witness::LEAVES_FILE),
-    );
-    let blobs = git(
-        &g.path,
-        &[
-            "hash-object",
-            "-w",
-            "--no-filters",
-            "--",
-            &cp_file.to_string_lossy(),
-            &leaves.to_string_lossy(),
-        ],
-        None,
-    )?;
-    let mut ids = blobs.lines();
-    let (Some(cp_blob), Some(leaves_blob)) = (ids.next(), ids.next()) else {
-        anyhow::bail!("git hash-object printed {blobs:?}");
-    };
-    let tree = git(
-        &g.path,
-        &["mktree"],
-        Some(&format!(
-            "100644 blob {cp_blob}\t{}\n100644 blob {leaves_blob}\t{}\n",
-            witness::CHECKPOINT_FILE,
-            witness::LEAVES_FILE
-        )),
-    )?;
-    let parent = git(
-        &g.path,
-        &["rev-parse", "-q", "--verify", "HEAD^{commit}"],
-        None,
-    )
-    .ok();
-    let parent_tree = match &parent {
-        Some(p) => Some(git(
-            &g.path,
-            &["rev-parse", &format!("{p}^{{tree}}")],
-            None,
-        )?),
-        None => None,
-    };
-    // Nothing new (the same checkpoint again) is not an error, and not a commit.
-    if parent_tree.as_deref() != Some(tree.as_str()) {
-        let message = format!("checkpoint {} size {}", cp.origin, cp.size);
-        let mut args = vec!["commit-tree", tree.as_str(), "-m", message.as_str()];
-        if let Some(p) = &parent {
-            args.extend(["-p", p.as_str()]);
-        }
-        let commit = git(&g.path, &args, None)?;
-        // Moves the branch only from the parent read above (empty: it must not exist yet).
-        let old = parent.clone().unwrap_or_default();
-        git(
-            &g.path,
-            &["update-ref", "-m", &message, "HEAD", &commit, &old],
-            None,
-        )?;
-        // The index follows, so a person's `git status` in the work tree is clean.
-        git(&g.path, &["read-tree", "HEAD"], None)?;
-    }
+    commit(&g.path, cp)?;
     if let Some(remote) = &g.push {
         // --receive-pack: a planted `remote.<name>.receivepack` is a command; ignore it.
         git(
@@ -417,5 +345,101 @@ pub fn publish_git(
             None,
         )?;
     }
-    Ok(Ok(()))
+    Ok(Handed::Kept)
+}
+
+/// `git init` of a new private witness repository, with no template: nothing (sample hooks
+/// included) is copied in.
+fn init_repo(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let out = Command::new("git")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["init", "-q", "--template="])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot run git")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git init: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// Commits the witness files in `work` as they are now, on top of HEAD; nothing when the
+/// tree is HEAD's already.
+fn commit(work: &Path, cp: &Signed) -> anyhow::Result<()> {
+    let tree = write_tree(work)?;
+    let parent = git(
+        work,
+        &["rev-parse", "-q", "--verify", "HEAD^{commit}"],
+        None,
+    )
+    .ok();
+    let parent_tree = match &parent {
+        Some(p) => Some(git(work, &["rev-parse", &format!("{p}^{{tree}}")], None)?),
+        None => None,
+    };
+    // Nothing new (the same checkpoint again) is not an error, and not a commit.
+    if parent_tree.as_deref() == Some(tree.as_str()) {
+        return Ok(());
+    }
+    let message = format!("checkpoint {} size {}", cp.origin, cp.size);
+    let mut args = vec!["commit-tree", tree.as_str(), "-m", message.as_str()];
+    if let Some(p) = &parent {
+        args.extend(["-p", p.as_str()]);
+    }
+    let commit = git(work, &args, None)?;
+    // Moves the branch only from the parent read above (empty: it must not exist yet).
+    let old = parent.clone().unwrap_or_default();
+    git(
+        work,
+        &["update-ref", "-m", &message, "HEAD", &commit, &old],
+        None,
+    )?;
+    // The index follows, so a person's `git status` in the work tree is clean.
+    git(work, &["read-tree", "HEAD"], None)?;
+    Ok(())
+}
+
+/// The witness files as blobs in a tree object; its id.
+fn write_tree(work: &Path) -> anyhow::Result<String> {
+    let (cp_file, leaves) = (
+        work.join(witness::CHECKPOINT_FILE),
+        work.join(witness::LEAVES_FILE),
+    );
+    let blobs = git(
+        work,
+        &[
+            "hash-object",
+            "-w",
+            "--no-filters",
+            "--",
+            &cp_file.to_string_lossy(),
+            &leaves.to_string_lossy(),
+        ],
+        None,
+    )?;
+    let mut ids = blobs.lines();
+    let (Some(cp_blob), Some(leaves_blob)) = (ids.next(), ids.next()) else {
+        anyhow::bail!("git hash-object printed {blobs:?}");
+    };
+    git(
+        work,
+        &["mktree"],
+        Some(&format!(
+            "100644 blob {cp_blob}\t{}\n100644 blob {leaves_blob}\t{}\n",
+            witness::CHECKPOINT_FILE,
+            witness::LEAVES_FILE
+        )),
+    )
 }

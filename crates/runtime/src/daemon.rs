@@ -1,8 +1,11 @@
 //! One daemon lifecycle for every Kura daemon: connect the bus, beat, run each registered
 //! consumer on its own thread with its own store handle, and on shutdown stop them in order
-//! (wake and join the consumers, drain the bus, mark the daemon stopped).
+//! (wake and join the consumers, drain the bus, mark the daemon stopped). `kura serve` runs on
+//! it too, with a bus only when it needs one ([`Daemon::start_bus_optional`]) and a scheduler
+//! thread of its own ([`Daemon::thread`]).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -12,8 +15,9 @@ use serde::de::DeserializeOwned;
 use crate::heartbeat::Heartbeat;
 use crate::{Bus, Common, Stop, Waker, consumer_loop, wake_pair};
 
-/// A running daemon: its bus, heartbeat and consumer threads.
-pub struct Daemon {
+/// A running daemon: its bus, heartbeat and consumer threads. `B` is [`Bus`] for the four
+/// bus daemons and `Option<Bus>` for `kura serve`, whose bus is optional.
+pub struct Daemon<B = Bus> {
     /// `minato`, `hashi`, ...
     kind: &'static str,
     /// Shared settings.
@@ -21,9 +25,9 @@ pub struct Daemon {
     /// This process's name in logs, leases and `kura status`.
     instance: String,
     /// The doorbell bus (reconnecting in the background).
-    bus: Bus,
-    /// Marks the daemon alive in SQLite.
-    heartbeat: Option<Heartbeat>,
+    bus: B,
+    /// Marks the daemon alive in SQLite (shared with threads that set its detail).
+    heartbeat: Option<Arc<Heartbeat>>,
     /// Set on shutdown; wakes every sleeper.
     stop: Stop,
     /// One per consumer, to wake it for shutdown.
@@ -32,33 +36,91 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// What a daemon holds as its bus: one, or maybe one.
+pub trait BusSlot {
+    /// The bus, if there is one.
+    fn get(&self) -> Option<&Bus>;
+}
+
+impl BusSlot for Bus {
+    fn get(&self) -> Option<&Bus> {
+        Some(self)
+    }
+}
+
+impl BusSlot for Option<Bus> {
+    fn get(&self) -> Option<&Bus> {
+        self.as_ref()
+    }
+}
+
 impl Daemon {
     /// Connects the bus (returning at once even if NATS is down) and starts the heartbeat.
     pub async fn start(kind: &'static str, common: &Common) -> anyhow::Result<Daemon> {
         let instance = common.instance_name(kind);
         let bus = Bus::connect(common, &instance).await?;
-        let heartbeat = Heartbeat::start(common, kind, &instance, Some(bus.clone()));
-        Ok(Daemon {
-            kind,
-            common: common.clone(),
-            instance,
-            bus,
-            heartbeat: Some(heartbeat),
-            stop: Stop::new(),
-            wakers: Vec::new(),
-            threads: Vec::new(),
-        })
+        Ok(Daemon::assemble(kind, common, instance, bus))
     }
 
     /// The bus, to ring doorbells and serve requests.
     pub fn bus(&self) -> &Bus {
         &self.bus
     }
+}
+
+impl Daemon<Option<Bus>> {
+    /// Like [`Daemon::start`], but connects the bus only when `connect` (`kura serve` needs
+    /// one only to witness for peers or to serve the console).
+    pub async fn start_bus_optional(
+        kind: &'static str,
+        common: &Common,
+        connect: bool,
+    ) -> anyhow::Result<Self> {
+        let instance = common.instance_name(kind);
+        let bus = match connect {
+            true => Some(Bus::connect(common, &instance).await?),
+            false => None,
+        };
+        Ok(Daemon::assemble(kind, common, instance, bus))
+    }
+
+    /// The bus, if one was connected.
+    pub fn bus(&self) -> Option<&Bus> {
+        self.bus.as_ref()
+    }
+}
+
+impl<B: BusSlot> Daemon<B> {
+    /// Starts the heartbeat beside `bus`.
+    fn assemble(kind: &'static str, common: &Common, instance: String, bus: B) -> Self {
+        let heartbeat = Heartbeat::start(common, kind, &instance, bus.get().cloned());
+        Daemon {
+            kind,
+            common: common.clone(),
+            instance,
+            bus,
+            heartbeat: Some(Arc::new(heartbeat)),
+            stop: Stop::new(),
+            wakers: Vec::new(),
+            threads: Vec::new(),
+        }
+    }
 
     /// Sets what `kura status` shows beside this daemon (hashi: its tool sandbox).
     pub fn set_detail(&self, text: impl Into<String>) {
         if let Some(h) = &self.heartbeat {
             h.set_detail(text.into());
+        }
+    }
+
+    /// [`Daemon::set_detail`] for a thread of the daemon's own. Hold it only in a thread the
+    /// daemon joins ([`Daemon::thread`]): the heartbeat is marked stopped once no one else does.
+    pub fn detail_setter(&self) -> impl Fn(String) + Send + Sync + 'static {
+        let heartbeat = self.heartbeat.clone();
+        move |text| {
+            if let Some(h) = &heartbeat {
+                h.set_detail(text);
+            }
         }
     }
 
@@ -88,7 +150,9 @@ impl Daemon {
         mut step: impl FnMut() -> anyhow::Result<bool> + Send + 'static,
     ) -> anyhow::Result<Waker> {
         let (waker, rx) = wake_pair();
-        self.bus.wake_on_connect(waker.clone());
+        if let Some(bus) = self.bus.get() {
+            bus.wake_on_connect(waker.clone());
+        }
         let (stop, label) = (self.stop.clone(), name.to_owned());
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
@@ -109,9 +173,26 @@ impl Daemon {
     where
         T: DeserializeOwned + Send + 'static,
     {
-        self.bus
-            .doorbells::<T, _>(subject, queue, move |_| wakers.iter().for_each(Waker::wake))
+        let Some(bus) = self.bus.get() else {
+            anyhow::bail!("{} has no bus to hear doorbells on", self.kind);
+        };
+        bus.doorbells::<T, _>(subject, queue, move |_| wakers.iter().for_each(Waker::wake))
             .await?;
+        Ok(())
+    }
+
+    /// Runs `body` on a thread named `name` that the daemon joins on shutdown; `body` gets
+    /// the stop signal and must return soon after it is set (its sleeps wake at once).
+    pub fn thread(
+        &mut self,
+        name: &str,
+        body: impl FnOnce(Stop) + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let stop = self.stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || body(stop))?;
+        self.threads.push(thread);
         Ok(())
     }
 
@@ -132,8 +213,11 @@ impl Daemon {
         let threads = std::mem::take(&mut self.threads);
         tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
             .await?;
-        self.bus.close().await;
-        if let Some(h) = self.heartbeat.take() {
+        if let Some(bus) = self.bus.get() {
+            bus.close().await;
+        }
+        // The threads holding a share of it are joined: this is the last.
+        if let Some(h) = self.heartbeat.take().and_then(Arc::into_inner) {
             tokio::task::spawn_blocking(move || h.stop()).await?;
         }
         tracing::info!("{} stopped", self.kind);

@@ -1,0 +1,53 @@
+//! `kura diff`: compare two ledgers by record hash.
+
+use proto::record::Record;
+
+use super::{Ctx, id};
+use crate::args::Outcome;
+use crate::output::{self, Out};
+
+/// Compare two ledgers by record hash.
+#[derive(Debug, clap::Args)]
+pub struct Diff {
+    /// The first ledger.
+    ledger_a: String,
+    /// The second ledger.
+    ledger_b: String,
+}
+
+impl Diff {
+    /// Prints the records only in A (`-`), only in B (`+`) and in both.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let (out, json) = (&mut ctx.out, ctx.json);
+        let Diff { ledger_a, ledger_b } = self;
+        let d = kura_store::diff::diff(&store, id(&ledger_a)?, id(&ledger_b)?)?;
+        if json {
+            out.json(&d)?;
+            return Ok(Outcome::Ok);
+        }
+        out.line(format!("--- {}\n+++ {}", d.ledger_a, d.ledger_b))?;
+        lines(out, '-', &d.only_a)?;
+        lines(out, '+', &d.only_b)?;
+        lines(out, ' ', &d.both)?;
+        out.line(format!(
+            "{} only in A, {} only in B, {} in both",
+            d.only_a.len(),
+            d.only_b.len(),
+            d.both.len()
+        ))?;
+        Ok(Outcome::Ok)
+    }
+}
+
+fn lines(out: &mut Out, mark: char, records: &[Record]) -> std::io::Result<()> {
+    for r in records {
+        out.line(format!(
+            "{mark} {} {:<17} {}",
+            output::short(Some(&r.hash), 12),
+            r.record_type.as_str(),
+            output::preview(r)
+        ))?;
+    }
+    Ok(())
+}

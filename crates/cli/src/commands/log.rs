@@ -1,0 +1,130 @@
+//! `kura log`: walk a session's ledgers like `git log` (`--graph` draws them, see
+//! [`crate::graph`]).
+
+use kura_store::Store;
+use kura_store::store::Session;
+use proto::ledger::Ledger;
+use proto::record::Record;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Ctx, id};
+use crate::args::Outcome;
+use crate::output::{self, Out};
+
+/// Walk a session's ledgers like `git log`.
+#[derive(Debug, clap::Args)]
+pub struct Log {
+    /// The session id.
+    session: String,
+    /// List each ledger's records too.
+    #[arg(long)]
+    records: bool,
+    /// Draw the ledgers as a graph, like `git log --graph`: rewinds leave side branches,
+    /// forks name where they grew from and where they went.
+    #[arg(long, conflicts_with = "records")]
+    graph: bool,
+}
+
+/// `kura log --json`.
+#[derive(Serialize)]
+struct LogJson<'a> {
+    /// The session's ledgers, newest first.
+    ledgers: Vec<LedgerJson<'a>>,
+    /// The session.
+    session: &'a Session,
+}
+
+/// One ledger in `kura log --json`: the ledger's own fields and where it stands.
+#[derive(Serialize)]
+struct LedgerJson<'a> {
+    /// The ledger.
+    #[serde(flatten)]
+    ledger: &'a Ledger,
+    /// It is the session's head.
+    head: bool,
+    /// A reset left it behind.
+    unreachable: bool,
+    /// Who signed its seal, if anyone.
+    sealer: Option<String>,
+    /// Its records, with `--records`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<Vec<Record>>,
+}
+
+impl Log {
+    /// Prints the session's ledgers, newest first.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let (out, json) = (&mut ctx.out, ctx.json);
+        if self.graph {
+            crate::graph::draw(&store, out, json, id(&self.session)?)?;
+        } else {
+            log(&store, out, json, id(&self.session)?, self.records)?;
+        }
+        Ok(Outcome::Ok)
+    }
+}
+
+fn log(
+    store: &Store,
+    out: &mut Out,
+    json: bool,
+    session_id: Uuid,
+    with_records: bool,
+) -> anyhow::Result<()> {
+    let session = store.read_session(session_id)?;
+    let ledgers = store.session_ledgers(session_id)?;
+    // Left behind by a reset, like commits only the reflog still names.
+    let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
+    // A keyring that cannot be read only costs the names, never the log.
+    let ring = crate::tlog::keyring(None).unwrap_or_default();
+    if json {
+        let mut items = Vec::new();
+        for l in &ledgers {
+            items.push(LedgerJson {
+                ledger: l,
+                head: session.head_ledger_id == Some(l.ledger_id),
+                unreachable: lost.contains(&l.ledger_id),
+                sealer: kura_tlog::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?,
+                records: match with_records {
+                    true => Some(store.hydrate(l.ledger_id)?),
+                    false => None,
+                },
+            });
+        }
+        out.json_sorted(&LogJson {
+            ledgers: items,
+            session: &session,
+        })?;
+        return Ok(());
+    }
+    out.line(format!(
+        "session {} ({}, {})",
+        session.session_id, session.label, session.status
+    ))?;
+    if ledgers.is_empty() {
+        out.line("(no ledgers yet)")?;
+    }
+    for l in &ledgers {
+        out.line("")?;
+        let sealer = output::sealer_name(store, ring.as_ref(), l.ledger_id)?;
+        output::ledger_block(
+            out,
+            l,
+            session.head_ledger_id == Some(l.ledger_id),
+            sealer.as_deref(),
+        )?;
+        if lost.contains(&l.ledger_id) {
+            out.line(
+                "Note:    unreachable (the head was reset past it; see `kura show <session>`)",
+            )?;
+        }
+        if with_records {
+            for (i, r) in store.hydrate(l.ledger_id)?.iter().enumerate() {
+                out.line(output::record_line(i, r))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! One file per subcommand (or group of subcommands), each a type — its clap arguments —
+//! with a `run` that opens what it needs, does the work and prints the result.
+//!
+//! | file | commands |
+//! |---|---|
+//! | `init` | `kura init` |
+//! | `session`, `ledger`, `record` | `kura session …`, `kura ledger …`, `kura record add` |
+//! | `log`, `diff`, `show` | reading the history |
+//! | `verify` | `kura verify` |
+//! | `checkpoint` | `kura checkpoint`, `kura log-key …`, `kura prove-consistency` |
+//! | `export`, `query`, `search`, `status` | one command each |
+//! | `prove` | `kura prove`, `kura verify-proof` |
+//! | `keys` | `kura keys …` |
+//! | `serve` | `kura serve` (the daemon itself is [`crate::serve`]) |
+//! | `bench` | `kura bench`, `kura bench-peer` |
+
+pub mod bench;
+pub mod checkpoint;
+pub mod diff;
+pub mod export;
+pub mod init;
+pub mod keys;
+pub mod ledger;
+pub mod log;
+pub mod prove;
+pub mod query;
+pub mod record;
+pub mod search;
+pub mod serve;
+pub mod session;
+pub mod show;
+pub mod status;
+pub mod verify;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use kura_store::store::parse_id;
+use kura_store::{Store, StoreOptions};
+use proto::record::MAX_CONTENT_BYTES;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::args::{Args, Command, Outcome};
+use crate::output::Out;
+
+/// What every command may use: the output, the global options, the store's place.
+pub struct Ctx {
+    /// Standard output.
+    pub out: Out,
+    /// `--json`: print machine-readable JSON instead of text.
+    pub json: bool,
+    /// The database file, given or default.
+    pub db: PathBuf,
+    /// The database file only when given (`--db` or `KURA_DB`).
+    pub db_given: Option<PathBuf>,
+    /// How to open the store (`--synchronous`).
+    pub options: StoreOptions,
+}
+
+impl Ctx {
+    /// Opens the store at `--db`.
+    pub fn open_store(&self) -> anyhow::Result<Store> {
+        Ok(Store::open(&self.db, &self.options)?)
+    }
+}
+
+/// Runs the parsed command.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let options = StoreOptions {
+        synchronous: args.synchronous.parse()?,
+        ..StoreOptions::default()
+    };
+    let mut ctx = Ctx {
+        out: Out::new(),
+        json: args.json,
+        db: args.db(),
+        db_given: args.db_given.clone(),
+        options,
+    };
+    let outcome = args.command.run(&mut ctx)?;
+    ctx.out.finish()?;
+    Ok(outcome)
+}
+
+impl Command {
+    /// Hands the command to its type's `run`.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        match self {
+            Command::Init(c) => c.run(ctx),
+            Command::Session(c) => c.run(ctx),
+            Command::Ledger(c) => c.run(ctx),
+            Command::Record(c) => c.run(ctx),
+            Command::Log(c) => c.run(ctx),
+            Command::Diff(c) => c.run(ctx),
+            Command::Show(c) => c.run(ctx),
+            Command::Verify(c) => c.run(ctx),
+            Command::LogKey(c) => c.run(ctx),
+            Command::Checkpoint(c) => c.run(ctx),
+            Command::ProveConsistency(c) => c.run(ctx),
+            Command::Export(c) => c.run(ctx),
+            Command::Query(c) => c.run(ctx),
+            Command::Search(c) => c.run(ctx),
+            Command::Prove(c) => c.run(ctx),
+            Command::Status(c) => c.run(ctx),
+            Command::Keys(c) => c.run(ctx),
+            Command::Serve(c) => c.run(ctx),
+            Command::Bench(c) => c.run(ctx),
+            Command::BenchPeer(c) => c.run(ctx),
+            Command::VerifyProof(c) => c.run(ctx),
+        }
+    }
+}
+
+/// A record, ledger or session id from the command line.
+fn id(text: &str) -> anyhow::Result<Uuid> {
+    Ok(parse_id(text)?)
+}
+
+fn parse_json(text: &str) -> anyhow::Result<Value> {
+    serde_json::from_str(text).map_err(|e| anyhow::anyhow!("invalid JSON: {e}"))
+}
+
+/// A file's text (`-` for stdin), refused past the record content limit.
+fn read_input(path: &Path) -> anyhow::Result<String> {
+    let mut buf = Vec::new();
+    let limit = MAX_CONTENT_BYTES as u64 + 1;
+    if path == Path::new("-") {
+        std::io::stdin()
+            .take(limit)
+            .read_to_end(&mut buf)
+            .context("reading stdin")?;
+    } else {
+        std::fs::File::open(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .take(limit)
+            .read_to_end(&mut buf)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+    }
+    if buf.len() as u64 >= limit {
+        bail!(
+            "{} is larger than the {MAX_CONTENT_BYTES}-byte content limit",
+            path.display()
+        );
+    }
+    String::from_utf8(buf).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
+}
+
+/// Seals with the nkey seed at `path`, when given. On an install whose serve config names a
+/// keyring, `verify` checks who sealed every ledger: an unsigned seal would exit 0 here and
+/// fail there, so it is refused before anything is written.
+fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
+    let Some(path) = path else {
+        if let Some(ring) = crate::tlog::serve_config()?.and_then(|c| c.serve.keyring) {
+            bail!(
+                "this install checks who seals ([serve] keyring = {}): give --sealer-key with a \
+                 service seed, e.g. /etc/kura/keys/operator.nk",
+                ring.display()
+            );
+        }
+        return Ok(());
+    };
+    let key = kura_runtime::identity::read_seed(path)?;
+    store.set_sealer(Some(kura_tlog::sealer::Sealer::new(std::sync::Arc::new(
+        key,
+    ))?));
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! Inclusion proofs: `kura prove` writes one from the store, `kura verify-proof` checks one
+//! offline (no database needed; exit 1 if it fails).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use proto::proof::InclusionProof;
+use serde::Serialize;
+
+use super::{Ctx, id, read_input};
+use crate::args::Outcome;
+use crate::output::Out;
+
+/// Print an inclusion proof (JSON) that a record is in a sealed ledger.
+#[derive(Debug, clap::Args)]
+pub struct Prove {
+    /// The record id.
+    record: String,
+    /// The sealed ledger id.
+    #[arg(long)]
+    ledger: String,
+    /// Chain on to this signed checkpoint: the ledger's leaf in the seal log and its
+    /// inclusion proof in the checkpoint's tree.
+    #[arg(long, value_name = "FILE")]
+    checkpoint: Option<PathBuf>,
+    /// The log's verifier key the checkpoint must be signed by. Default: `[serve] log_verifier`.
+    #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+    log_key: Option<String>,
+}
+
+/// Check an inclusion proof offline (no database needed); exit 1 if it fails.
+#[derive(Debug, clap::Args)]
+pub struct VerifyProof {
+    /// The proof file (`-` for stdin).
+    file: PathBuf,
+    /// The root hash or ledger hash you trust; the proof must lead to it.
+    #[arg(long, value_name = "HASH")]
+    root: Option<String>,
+    /// The log's verifier key, to check a proof that chains on to a checkpoint.
+    /// Default: `[serve] log_verifier`.
+    #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+    log_key: Option<String>,
+}
+
+/// `kura verify-proof --json`.
+#[derive(Serialize)]
+struct Checked<'a> {
+    /// Where the ledger sits in a signed checkpoint, when the proof chains on to one.
+    checkpoint: Option<Chained<'a>>,
+    /// Why the proof failed, if it did.
+    error: Option<&'a str>,
+    /// The proved ledger's chained hash.
+    ledger_hash: &'a str,
+    /// The proved ledger.
+    ledger_id: &'a str,
+    /// The proof holds.
+    ok: bool,
+    /// The proved record.
+    record_id: &'a str,
+    /// The ledger's Merkle root.
+    root_hash: &'a str,
+}
+
+/// The checkpoint part of `kura verify-proof --json`.
+#[derive(Serialize)]
+struct Chained<'a> {
+    /// The ledger's leaf in the seal log.
+    leaf_index: u64,
+    /// The log's name.
+    origin: &'a str,
+    /// The checkpoint's tree size.
+    size: u64,
+}
+
+impl Prove {
+    /// Prints the proof as JSON (always JSON: it is meant to be handed on).
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let Prove {
+            record,
+            ledger,
+            checkpoint,
+            log_key,
+        } = self;
+        let mut proof = kura_store::proof::prove(&store, id(&record)?, id(&ledger)?)?;
+        if let Some(file) = checkpoint {
+            let vkey = crate::tlog::log_verifier(log_key)?;
+            let note = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            kura_store::proof::link_to_checkpoint(&store, &mut proof, &note, &vkey)?;
+        }
+        ctx.out.json(&proof)?;
+        Ok(Outcome::Ok)
+    }
+}
+
+impl VerifyProof {
+    /// Checks the proof (and its chain to a checkpoint, if it has one) and says so.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let VerifyProof {
+            file,
+            root,
+            log_key,
+        } = self;
+        let root = root.as_deref();
+        let text = read_input(&file)?;
+        let proof: InclusionProof = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!("{} is not a Kura inclusion proof: {e}", file.display())
+        })?;
+        let vkey = match proof.seal_log {
+            Some(_) => Some(crate::tlog::log_verifier(log_key)?),
+            None => None,
+        };
+        let mut chained = None;
+        let result = proof.verify(root).and_then(|()| match &vkey {
+            Some(v) => kura_tlog::proof::verify_link(&proof, v)
+                .map(|c| chained = Some(c))
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        });
+        let out = &mut ctx.out;
+        if ctx.json {
+            out.json_sorted(&Checked {
+                checkpoint: chained.as_ref().map(|c| Chained {
+                    leaf_index: c.leaf_index,
+                    origin: &c.origin,
+                    size: c.size,
+                }),
+                error: result.as_ref().err().map(String::as_str),
+                ledger_hash: &proof.ledger_hash,
+                ledger_id: &proof.ledger_id,
+                ok: result.is_ok(),
+                record_id: &proof.record.record_id,
+                root_hash: &proof.root_hash,
+            })?;
+        } else {
+            match &result {
+                Ok(()) => print_ok(
+                    out,
+                    &proof,
+                    root.is_some(),
+                    chained
+                        .as_ref()
+                        .map(|c| (c.leaf_index, c.origin.as_str(), c.size)),
+                )?,
+                Err(e) => out.line(format!("PROOF FAILED: {e}"))?,
+            }
+        }
+        Ok(if result.is_ok() {
+            Outcome::Ok
+        } else {
+            Outcome::VerifyFailed
+        })
+    }
+}
+
+/// The lines of a proof that holds: where the record sits, and where its ledger does.
+fn print_ok(
+    out: &mut Out,
+    proof: &InclusionProof,
+    trusted_root: bool,
+    chained: Option<(u64, &str, u64)>,
+) -> std::io::Result<()> {
+    out.line(format!(
+        "proof ok: record {} is leaf {} of {} in ledger {} (root {}, ledger hash {}){}",
+        proof.record.record_id,
+        proof.leaf_index,
+        proof.tree_size,
+        proof.ledger_id,
+        proof.root_hash,
+        proof.ledger_hash,
+        if trusted_root {
+            ", which is the trusted hash"
+        } else {
+            ""
+        }
+    ))?;
+    if let Some((leaf_index, origin, size)) = chained {
+        out.line(format!(
+            "chain ok: the ledger is leaf {} of the seal log in checkpoint {} of size {}, signed by the log key",
+            leaf_index, origin, size
+        ))?;
+    }
+    Ok(())
+}

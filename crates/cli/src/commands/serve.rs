@@ -1,0 +1,36 @@
+//! `kura serve`: read the config and run the daemon ([`crate::serve`]) until a signal.
+
+use std::path::PathBuf;
+
+use super::Ctx;
+use crate::args::Outcome;
+use crate::serve_config::ServeConfig;
+
+/// Run the kura daemon: integrity sweeps, WAL checkpoints, backups (settings from a TOML
+/// file and KURA_* variables, like the other daemons; the database is `common.db`).
+#[derive(Debug, clap::Args)]
+pub struct Serve {
+    /// TOML config file (default: $KURA_SERVE_CONFIG).
+    #[arg(long, env = "KURA_SERVE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the default configuration and exit.
+    #[arg(long)]
+    print_default_config: bool,
+}
+
+impl Serve {
+    /// Prints the default config, or runs the daemon until SIGINT/SIGTERM.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        if self.print_default_config {
+            ctx.out
+                .line(kura_runtime::to_toml(&ServeConfig::default()).trim_end())?;
+            return Ok(Outcome::Ok);
+        }
+        let (mut config, rt) = kura_runtime::start::<ServeConfig>("kura", self.config.as_deref())?;
+        if let Some(db) = ctx.db_given.clone() {
+            config.common.db = db;
+        }
+        rt.block_on(crate::serve::serve(config, kura_runtime::shutdown_signal()))?;
+        Ok(Outcome::Ok)
+    }
+}

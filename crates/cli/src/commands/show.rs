@@ -1,0 +1,121 @@
+//! `kura show`: a record, a ledger or a session, whichever the id names.
+
+use kura_store::Store;
+use kura_store::store::{RefLogEntry, Session};
+use proto::ledger::Ledger;
+use proto::record::Record;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Ctx, id};
+use crate::args::Outcome;
+use crate::output::{self, Out};
+
+/// Show a record, a ledger or a session.
+#[derive(Debug, clap::Args)]
+pub struct Show {
+    /// A record, ledger or session id.
+    id: String,
+}
+
+/// `kura show RECORD --json`.
+#[derive(Serialize)]
+struct RecordJson<'a> {
+    /// The ledgers holding it.
+    ledgers: &'a [Uuid],
+    /// The record.
+    record: &'a Record,
+}
+
+/// `kura show LEDGER --json`.
+#[derive(Serialize)]
+struct LedgerJson<'a> {
+    /// It is its session's head.
+    head: bool,
+    /// The ledger.
+    ledger: &'a Ledger,
+    /// Its records, in order.
+    records: &'a [Record],
+}
+
+/// `kura show SESSION --json`.
+#[derive(Serialize)]
+struct SessionJson<'a, F: Serialize> {
+    /// Sessions forked from its ledgers.
+    forks: &'a [F],
+    /// Its ref log (head moves).
+    reflog: &'a [RefLogEntry],
+    /// The session.
+    session: &'a Session,
+}
+
+impl Show {
+    /// Prints what the id names.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        show(&store, &mut ctx.out, ctx.json, id(&self.id)?)?;
+        Ok(Outcome::Ok)
+    }
+}
+
+fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<()> {
+    match store.kind_of(uid)? {
+        Some("record") => {
+            let r = store.read_record(uid)?;
+            let ledgers = store.ledgers_containing(uid)?;
+            if json {
+                out.json_sorted(&RecordJson {
+                    ledgers: &ledgers,
+                    record: &r,
+                })?;
+            } else {
+                output::record_block(out, &r, &ledgers)?;
+            }
+        }
+        Some("ledger") => show_ledger(store, out, json, uid)?,
+        Some(_) => {
+            let s = store.read_session(uid)?;
+            let reflog = store.reflog(uid)?;
+            let forks = kura_store::branch::forks_of(store.conn(), uid)?;
+            if json {
+                out.json_sorted(&SessionJson {
+                    forks: &forks,
+                    reflog: &reflog,
+                    session: &s,
+                })?;
+            } else {
+                output::session_block(out, &s, &reflog)?;
+                for f in &forks {
+                    out.line(format!(
+                        "Fork:    session {} grew from ledger {}",
+                        f.session_id, f.origin
+                    ))?;
+                }
+            }
+        }
+        None => anyhow::bail!("no record, ledger or session {uid}"),
+    }
+    Ok(())
+}
+
+fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<()> {
+    let l = store.read_ledger(uid)?;
+    let records = store.hydrate(uid)?;
+    let head = store.read_session(l.session_id)?.head_ledger_id == Some(uid);
+    if json {
+        out.json_sorted(&LedgerJson {
+            head,
+            ledger: &l,
+            records: &records,
+        })?;
+    } else {
+        let ring = crate::tlog::keyring(None).unwrap_or_default();
+        let sealer = output::sealer_name(store, ring.as_ref(), uid)?;
+        output::ledger_block(out, &l, head, sealer.as_deref())?;
+        out.line(format!("Session: {}", l.session_id))?;
+        for (i, r) in records.iter().enumerate() {
+            out.line(output::record_line(i, r))?;
+        }
+    }
+    Ok(())
+}

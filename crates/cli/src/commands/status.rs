@@ -1,0 +1,76 @@
+//! `kura status`: what is up, what is waiting, when the data was last checked.
+
+use super::Ctx;
+use crate::args::Outcome;
+use crate::output::Out;
+
+/// What is up, what is waiting, when the data was last checked.
+#[derive(Debug, clap::Args)]
+pub struct Status {}
+
+impl Status {
+    /// Prints the daemons, the backlog, the last sweep and backup, and the anchoring.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let (out, json) = (&mut ctx.out, ctx.json);
+        let st = kura_store::ops::status(&store)?;
+        if json {
+            out.json(&st)?;
+        } else {
+            print_status(out, &st)?;
+            out.line(crate::tlog::anchoring(store.path()))?;
+        }
+        Ok(Outcome::Ok)
+    }
+}
+fn print_status(out: &mut Out, st: &kura_store::ops::Status) -> anyhow::Result<()> {
+    out.line("daemons:")?;
+    if st.daemons.is_empty() {
+        out.line("  (none has started yet)")?;
+    }
+    for d in &st.daemons {
+        let nats = if d.kind == "kura" {
+            "-"
+        } else if d.nats_connected {
+            "nats ok"
+        } else {
+            "no nats"
+        };
+        let detail = d
+            .detail
+            .as_deref()
+            .map(|t| format!("  {t}"))
+            .unwrap_or_default();
+        out.line(format!(
+            "  {:<7} {:<22} pid {:<7} {:<5} last beat {}s ago  {nats}{detail}",
+            d.kind,
+            d.instance,
+            d.pid,
+            if d.up { "UP" } else { "DOWN" },
+            d.last_beat_s
+        ))?;
+    }
+    let b = &st.backlog;
+    out.line(format!(
+        "backlog: {} queued requests, {} pending / {} running / {} waiting turns, {} open approvals, {} outputs not yet read for memory",
+        b.queued_requests, b.pending_turns, b.running_turns, b.waiting_turns, b.open_approvals, b.unextracted_outputs
+    ))?;
+    match &st.last_sweep {
+        Some(s) => out.line(format!(
+            "last integrity sweep: {} {} ({})",
+            s.at,
+            if s.ok { "OK" } else { "FAILED" },
+            s.summary
+        ))?,
+        None => out.line("last integrity sweep: never (is `kura serve` running?)")?,
+    }
+    match &st.last_backup {
+        Some(s) => out.line(format!("last backup: {} {}", s.at, s.summary))?,
+        None => out.line("last backup: never")?,
+    }
+    out.line(format!(
+        "database: {} bytes (+ {} bytes WAL)",
+        st.db_bytes, st.wal_bytes
+    ))?;
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! `kura verify`: recompute every hash of a ledger, a session or the whole store, hold the
+//! seal log to a signed checkpoint, and report every problem (exit 1 if any).
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use kura_store::Store;
+use kura_store::verify::{Problem, Report, Scope};
+use serde::Serialize;
+
+use super::{Ctx, id};
+use crate::args::Outcome;
+use crate::output::Out;
+
+/// Recompute every hash and report every problem (exit 1 if any).
+#[derive(Debug, clap::Args)]
+pub struct Verify {
+    /// A ledger or session id.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    id: Option<String>,
+    /// Verify the whole database.
+    #[arg(long)]
+    all: bool,
+    /// A ledger hash you noted earlier (e.g. from `kura log`): verification fails if it
+    /// is no longer in the history, which catches even a consistent truncation.
+    #[arg(long, value_name = "HASH")]
+    trusted_head: Option<String>,
+    /// A signed checkpoint the store's seal log must extend (repeatable; the newest is
+    /// used). Default: the signer's and the witnesses' from the serve config.
+    #[arg(long = "checkpoint", value_name = "FILE")]
+    checkpoints: Vec<PathBuf>,
+    /// A witness directory to take checkpoints (and leaf copies) from (repeatable).
+    #[arg(long = "witness", value_name = "DIR")]
+    witnesses: Vec<PathBuf>,
+    /// The log's verifier key (`name+id+base64`). Default: `[serve] log_verifier`.
+    #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+    log_key: Option<String>,
+    /// The install's identities (`identities.toml`): every seal must be signed by one of
+    /// them. Default: `[serve] keyring`.
+    #[arg(long, env = "KURA_KEYRING", value_name = "FILE")]
+    keyring: Option<PathBuf>,
+}
+
+/// `kura verify --json`.
+#[derive(Serialize)]
+struct Verdict<'a> {
+    /// Ledgers checked.
+    ledgers_checked: u64,
+    /// No problem found.
+    ok: bool,
+    /// Every problem found.
+    problems: &'a [Problem],
+    /// Records checked.
+    records_checked: u64,
+    /// Sessions checked.
+    sessions_checked: u64,
+}
+
+impl Verify {
+    /// Verifies, prints the report, and says whether it passed.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let (out, json) = (&mut ctx.out, ctx.json);
+        let scope = scope(&store, self.id, self.all)?;
+        let trust = crate::tlog::Trust::resolve(
+            self.log_key,
+            self.checkpoints,
+            self.witnesses,
+            store.path(),
+        )?;
+        let keyring = crate::tlog::keyring(self.keyring)?;
+        let mut report = kura_store::verify::verify(
+            &store,
+            &scope,
+            self.trusted_head.as_deref(),
+            keyring.as_ref(),
+        )?;
+        let used = trust.check(&store, &mut report)?;
+        print_report(out, json, &report)?;
+        // After the verdict: which checkpoint held the store, or that nothing did.
+        if let Some(used) = used
+            && !json
+        {
+            out.line(used)?;
+        }
+        Ok(if report.ok() {
+            Outcome::Ok
+        } else {
+            Outcome::VerifyFailed
+        })
+    }
+}
+
+/// What to verify: `--all`, or the ledger or session the id names.
+fn scope(store: &Store, target: Option<String>, all: bool) -> anyhow::Result<Scope> {
+    Ok(match (target, all) {
+        (_, true) => Scope::All,
+        (Some(t), false) => {
+            let uid = id(&t)?;
+            match store.kind_of(uid)? {
+                Some("ledger") => Scope::Ledger(uid),
+                Some("session") => Scope::Session(uid),
+                Some(kind) => {
+                    bail!("{uid} is a {kind}; verify a ledger, a session or --all")
+                }
+                None => bail!("no ledger or session {uid}"),
+            }
+        }
+        (None, false) => bail!("give a ledger or session id, or --all"),
+    })
+}
+
+fn print_report(out: &mut Out, json: bool, report: &Report) -> anyhow::Result<()> {
+    if json {
+        out.json_sorted(&Verdict {
+            ledgers_checked: report.ledgers_checked,
+            ok: report.ok(),
+            problems: &report.problems,
+            records_checked: report.records_checked,
+            sessions_checked: report.sessions_checked,
+        })?;
+        return Ok(());
+    }
+    for p in &report.problems {
+        out.line(format!("FAIL {p}"))?;
+    }
+    let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    let summary = format!(
+        "{}, {}, {} checked",
+        plural(report.records_checked, "record"),
+        plural(report.ledgers_checked, "ledger"),
+        plural(report.sessions_checked, "session")
+    );
+    if report.ok() {
+        out.line(format!("verified: {summary}; every hash matches"))?;
+    } else {
+        out.line(format!(
+            "VERIFICATION FAILED: {} problems; {summary}",
+            report.problems.len()
+        ))?;
+    }
+    Ok(())
+}
