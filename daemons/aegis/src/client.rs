@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::keys;
 use crate::pending::{Chunk, PendingItem, PendingPage};
+use proto::Vote;
 use proto::doorbell::Verdicted;
 
 /// Most pages read (each at most 32 KiB): far more requests than anyone reviews at once.
@@ -255,7 +256,7 @@ pub async fn decide(
         .with_context(|| format!("request {request_id} is not waiting for a decision"))?;
     let mut d = ApprovalDecision {
         request_id,
-        decision: if approve { "approve" } else { "deny" }.into(),
+        decision: if approve { Vote::Approve } else { Vote::Deny },
         approver: name,
         note: note.to_owned(),
         signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use kura_store::Store;
-use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
+use kura_store::work::approvals::{ApprovalState, Vote};
 use kura_store::work::approvals::{
     add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, decide_by_policy_in,
     finalize_in, mark_asked_in, next_pending, raise_requirement_in, record_vote_in, reject_in,
@@ -14,9 +14,11 @@ use kura_store::work::approvals::{
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
+use kura_store::work::approvals::Approval;
+use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
 use proto::record::{NewRecord, RecordType};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::limit::{Key, Limiter};
@@ -64,9 +66,10 @@ pub fn evaluate(
             return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None }));
         }
         let content = request_content(tx, a.request_id)?;
-        let args = content.get("arguments").cloned().unwrap_or(Value::Null);
+        let request = ApprovalRequestContent::read(&content);
+        let args = request.as_ref().map_or(Value::Null, |r| Value::Object(r.arguments.clone()));
         let mut ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
-        if content.get("rerun_of").is_some() {
+        if request.is_some_and(|r| r.rerun_of.is_some()) {
             ruling = ruling.for_rerun();
         }
         let (state, woke) = match ruling.verdict {
@@ -108,11 +111,7 @@ pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uui
             let rec = append_to_turn_in(
                 tx,
                 a.turn_id,
-                &decision_record(
-                    AUTHOR,
-                    json!({"request_id": a.request_id, "outcome": Outcome::Deny, "rule": rule, "by": "expiry",
-                           "reason": "no decision before the deadline"}),
-                ),
+                &decision_record(AUTHOR, ExpiryContent::new(a.request_id, rule.clone()).to_value()),
             )?;
             tracing::info!(request_id = %a.request_id, "approval request expired: denied");
             woke.extend(finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?);
@@ -268,31 +267,61 @@ pub fn decide(
             return Ok(Err((None, format!("no approval request {}", d.request_id))));
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
-        let check = (|| -> Result<(&Approver, Vote, Option<Edit>), String> {
-            d.check_limits().map_err(|e| e.to_string())?;
-            let vote: Vote = d
-                .decision
-                .parse()
-                .map_err(|_| format!("decision must be approve or deny, not {:?}", d.decision))?;
-            let who = approvers
-                .iter()
-                .find(|x| x.name == d.approver)
-                .ok_or_else(|| untrusted(approvers, &d.approver))?;
-            keys::verify(&who.public_key, d, &a.request_hash)?;
-            check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
-            if a.state != ApprovalState::Asked {
-                return Err(format!(
-                    "request is not waiting for people (it is {})",
-                    a.state
-                ));
-            }
-            let edit = check_edit(d, vote, &a, approved_so_far, policy)?;
-            Ok((who, vote, edit))
-        })();
+        let check = check_decision(approvers, signed_within, d, &a, approved_so_far, policy);
         let (who, decision, edit) = match check {
             Ok(w) => w,
             Err(reason) => return Ok(Err((Some(a), reason))),
         };
+        record_vote(tx, d, a, who, decision, edit)
+    })?;
+    match outcome {
+        Ok(v) => Ok(v),
+        Err((a, reason)) => refuse(store, approvers, limiter, d, a, reason, &raw),
+    }
+}
+
+/// A refused decision: the request, when there is one, and why.
+type Refused = (Option<Approval>, String);
+
+/// Who may cast `d` on `a`, their vote and the edit it makes, or why it is refused: within
+/// limits, by a trusted approver, signed by their key for this very request, fresh, while
+/// the request waits for people, with an edit that may stand.
+fn check_decision<'a>(
+    approvers: &'a Approvers,
+    signed_within: Duration,
+    d: &ApprovalDecision,
+    a: &Approval,
+    approved_so_far: i64,
+    policy: &Policy,
+) -> Result<(&'a Approver, Vote, Option<Edit>), String> {
+    d.check_limits().map_err(|e| e.to_string())?;
+    let vote = d.decision;
+    let who = approvers
+        .iter()
+        .find(|x| x.name == d.approver)
+        .ok_or_else(|| untrusted(approvers, &d.approver))?;
+    keys::verify(&who.public_key, d, &a.request_hash)?;
+    check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
+    if a.state != ApprovalState::Asked {
+        return Err(format!(
+            "request is not waiting for people (it is {})",
+            a.state
+        ));
+    }
+    let edit = check_edit(d, vote, a, approved_so_far, policy)?;
+    Ok((who, vote, edit))
+}
+
+/// Records a checked vote in the request's turn and counts it: a deny or the last vote
+/// needed decides the request. A second vote by the same person is refused.
+fn record_vote(
+    tx: &kura_store::Transaction<'_>,
+    d: &ApprovalDecision,
+    a: Approval,
+    who: &Approver,
+    decision: Vote,
+    edit: Option<Edit>,
+) -> kura_store::Result<Result<Verdicted, Refused>> {
         // An edit that falls under a stricter rule: the request now needs that rule's quorum
         // and says so, before this vote is counted against it.
         let mut a = a;
@@ -304,17 +333,21 @@ pub fn decide(
             a.required = required;
         }
         let author = format!("user:{}", who.name);
-        let mut content = json!({
-            "request_id": a.request_id, "request_hash": a.request_hash, "outcome": d.decision,
-            "approver": author, "note": d.note, "signed_at": d.signed_at,
-            "signature": d.signature, "public_key": who.public_key, "rule": a.rule,
-        });
-        // The edited arguments are signed: the record keeps them, so anyone can check the
-        // signature and see what ran instead of what the model asked for.
-        if let (Some(_), Some(args)) = (&edit, &d.arguments) {
-            content["arguments"] = Value::Object(args.clone());
-        }
-        let vote = decision_record(&author, content);
+        let content = SignedVoteContent {
+            request_id: a.request_id,
+            request_hash: a.request_hash.clone(),
+            outcome: d.decision,
+            approver: author.clone(),
+            note: d.note.clone(),
+            signed_at: d.signed_at.clone(),
+            signature: d.signature.clone(),
+            public_key: who.public_key.clone(),
+            rule: a.rule.clone(),
+            // The edited arguments are signed: the record keeps them, so anyone can check
+            // the signature and see what ran instead of what the model asked for.
+            arguments: edit.as_ref().and(d.arguments.clone()),
+        };
+        let vote = decision_record(&author, content.to_value());
         // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
         // propagates instead of being recorded as a refusal.
         let (rec, count) = match record_vote_in(
@@ -366,34 +399,41 @@ pub fn decide(
             },
             woke,
         }))
-    })?;
-    match outcome {
-        Ok(v) => Ok(v),
-        Err((a, reason)) => {
-            tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
-            // Refusals are counted per request and *trusted* name: a name the sender made up
-            // is counted as untrusted, so inventing names cannot multiply rows or writes.
-            let approver = approvers
-                .iter()
-                .any(|x| x.name == d.approver)
-                .then(|| format!("user:{}", d.approver));
-            let key = (
-                a.as_ref()
-                    .map(|a| a.request_id.to_string())
-                    .unwrap_or_default(),
-                approver.clone().unwrap_or_default(),
-            );
-            // Past a few per window, a refusal is only counted in memory (see `limit`).
-            if limiter.admit(&key, std::time::Instant::now()) {
-                store.write(|tx| {
-                    reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, &raw)
-                })?;
-            }
-            let mut refused = rejected(format!("rejected: {reason}"));
-            refused.verdict.state = a.map(|a| a.state.to_string()).unwrap_or_default();
-            Ok(refused)
-        }
+}
+
+/// Records (or, past the rate limit, only counts) a refused decision and says why.
+#[allow(clippy::too_many_arguments)]
+fn refuse(
+    store: &mut Store,
+    approvers: &Approvers,
+    limiter: &mut Limiter,
+    d: &ApprovalDecision,
+    a: Option<Approval>,
+    reason: String,
+    raw: &str,
+) -> kura_store::Result<Verdicted> {
+    tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
+    // Refusals are counted per request and *trusted* name: a name the sender made up
+    // is counted as untrusted, so inventing names cannot multiply rows or writes.
+    let approver = approvers
+        .iter()
+        .any(|x| x.name == d.approver)
+        .then(|| format!("user:{}", d.approver));
+    let key = (
+        a.as_ref()
+            .map(|a| a.request_id.to_string())
+            .unwrap_or_default(),
+        approver.clone().unwrap_or_default(),
+    );
+    // Past a few per window, a refusal is only counted in memory (see `limit`).
+    if limiter.admit(&key, std::time::Instant::now()) {
+        store.write(|tx| {
+            reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, raw)
+        })?;
     }
+    let mut refused = rejected(format!("rejected: {reason}"));
+    refused.verdict.state = a.map(|a| a.state.to_string()).unwrap_or_default();
+    Ok(refused)
 }
 
 /// PROTOCOL.md's `signed_at` grammar and freshness window, checked against the parser aegis

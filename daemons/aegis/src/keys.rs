@@ -124,7 +124,7 @@ mod tests {
     fn decision(id: uuid::Uuid) -> ApprovalDecision {
         ApprovalDecision {
             request_id: id,
-            decision: "approve".into(),
+            decision: proto::Vote::Approve,
             approver: "oles".into(),
             note: "ok".into(),
             signed_at: "2026-11-21T00:00:00Z".into(),
@@ -161,7 +161,7 @@ mod tests {
             "another request id"
         );
         let mut flipped = d.clone();
-        flipped.decision = "deny".into();
+        flipped.decision = proto::Vote::Deny;
         assert!(
             verify(&kf.public_key, &flipped, "hash-a").is_err(),
             "altered decision"
