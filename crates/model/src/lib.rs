@@ -8,7 +8,7 @@ mod embed;
 mod openai;
 mod scripted;
 
-pub use embed::embed;
+pub use embed::{EmbedError, embed};
 
 use proto::record::{Record, RecordType};
 use serde::{Deserialize, Serialize};

@@ -156,20 +156,21 @@ fn untrusted(approvers: &Approvers, name: &str) -> String {
 /// wrong-request, replayed, duplicate or late decisions are refused and recorded.
 /// Refuses a `signed_at` that is not an RFC 3339 UTC time within `window` of `now`: a
 /// decision signed long ago (or "in the future") is stale or forged.
-fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), String> {
+fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), Refusal> {
     let shown: String = text.chars().take(40).collect();
-    let t = humantime::parse_rfc3339(text)
-        .map_err(|_| format!("signed_at {shown:?} is not an RFC 3339 UTC time"))?;
+    let t = humantime::parse_rfc3339(text).map_err(|_| {
+        Refusal::SignedAt(format!("signed_at {shown:?} is not an RFC 3339 UTC time"))
+    })?;
     let skew = now
         .duration_since(t)
         .or_else(|e| Ok::<_, ()>(e.duration()))
         .unwrap_or(Duration::MAX);
     if skew > window {
-        return Err(format!(
+        return Err(Refusal::SignedAt(format!(
             "signed_at {shown} is {} s from aegis's clock; decisions must be signed within {} s",
             skew.as_secs(),
             window.as_secs()
-        ));
+        )));
     }
     Ok(())
 }
@@ -191,8 +192,9 @@ fn rule_on_edit(
     args: &serde_json::Map<String, Value>,
     a: &kura_store::work::approvals::Approval,
     policy: &Policy,
-) -> Result<Edit, String> {
-    kura_policy::path::check_normal_args(args).map_err(|e| format!("the edited arguments: {e}"))?;
+) -> Result<Edit, Refusal> {
+    kura_policy::path::check_normal_args(args)
+        .map_err(|e| Refusal::Edit(format!("the edited arguments: {e}")))?;
     let args = Value::Object(args.clone());
     let ruling = policy.evaluate(
         &a.tool_name,
@@ -201,12 +203,13 @@ fn rule_on_edit(
         &a.session_id.to_string(),
     );
     if ruling.verdict == Verdict::Deny {
-        return Err(format!(
+        return Err(Refusal::Edit(format!(
             "the edited arguments are denied by policy ({})",
             ruling.rule
-        ));
+        )));
     }
-    let canonical = proto::canonical::canonical_json(&args).map_err(|e| e.to_string())?;
+    let canonical =
+        proto::canonical::canonical_json(&args).map_err(|e| Refusal::Edit(e.to_string()))?;
     let stricter = (a.rule.as_deref() != Some(ruling.rule.as_str()))
         .then(|| (ruling.rule, ruling.approvers.max(a.required)));
     Ok(Edit {
@@ -224,11 +227,13 @@ fn check_edit(
     a: &kura_store::work::approvals::Approval,
     approved_so_far: i64,
     policy: &Policy,
-) -> Result<Option<Edit>, String> {
+) -> Result<Option<Edit>, Refusal> {
     let edit = match &d.arguments {
         None => None,
         Some(_) if vote != Vote::Approve => {
-            return Err("only an approval can edit the arguments".into());
+            return Err(Refusal::Edit(
+                "only an approval can edit the arguments".into(),
+            ));
         }
         Some(args) => Some(rule_on_edit(args, a, policy)?),
     };
@@ -237,13 +242,13 @@ fn check_edit(
     }
     match (&a.edited_arguments, &edit) {
         (Some(bound), Some(e)) if *bound != e.canonical => {
-            Err("another approver approved other edited arguments; approve those or deny".into())
+            Err(Refusal::Edit("another approver approved other edited arguments; approve those or deny".into()))
         }
         (Some(_), None) => {
-            Err("this request was approved with edited arguments; approve those or deny".into())
+            Err(Refusal::Edit("this request was approved with edited arguments; approve those or deny".into()))
         }
         (None, Some(_)) if approved_so_far > 0 => {
-            Err("others approved the arguments as requested; approve them or deny".into())
+            Err(Refusal::Edit("others approved the arguments as requested; approve them or deny".into()))
         }
         _ => Ok(edit),
     }
@@ -264,7 +269,7 @@ pub fn decide(
     let raw = serde_json::to_string(d).unwrap_or_default();
     let outcome = store.write(|tx| {
         let Some(a) = approval(tx, d.request_id)? else {
-            return Ok(Err((None, format!("no approval request {}", d.request_id))));
+            return Ok(Err((None, Refusal::NoRequest(d.request_id))));
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
         let check = check_decision(approvers, signed_within, d, &a, approved_so_far, policy);
@@ -281,7 +286,37 @@ pub fn decide(
 }
 
 /// A refused decision: the request, when there is one, and why.
-type Refused = (Option<Approval>, String);
+type Refused = (Option<Approval>, Refusal);
+
+/// Why a person's decision is refused: each refusal is recorded, in these words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No such approval request.
+    #[error("no approval request {0}")]
+    NoRequest(Uuid),
+    /// Over PROTOCOL.md's limits.
+    #[error("{0}")]
+    Limits(#[from] proto::doorbell::DecisionLimit),
+    /// The approver is unknown, removed, or has no usable key.
+    #[error("{0}")]
+    Untrusted(String),
+    /// The signature does not hold.
+    #[error("{0}")]
+    Signature(#[from] keys::SignatureError),
+    /// `signed_at` is unreadable or too far from aegis's clock.
+    #[error("{0}")]
+    SignedAt(String),
+    /// The request is not waiting for people.
+    #[error("request is not waiting for people (it is {0})")]
+    NotWaiting(ApprovalState),
+    /// The edit may not stand.
+    #[error("{0}")]
+    Edit(String),
+    /// This person voted on this request already.
+    #[error("duplicate or replayed decision")]
+    Duplicate,
+}
 
 /// Who may cast `d` on `a`, their vote and the edit it makes, or why it is refused: within
 /// limits, by a trusted approver, signed by their key for this very request, fresh, while
@@ -293,20 +328,17 @@ fn check_decision<'a>(
     a: &Approval,
     approved_so_far: i64,
     policy: &Policy,
-) -> Result<(&'a Approver, Vote, Option<Edit>), String> {
-    d.check_limits().map_err(|e| e.to_string())?;
+) -> Result<(&'a Approver, Vote, Option<Edit>), Refusal> {
+    d.check_limits()?;
     let vote = d.decision;
     let who = approvers
         .iter()
         .find(|x| x.name == d.approver)
-        .ok_or_else(|| untrusted(approvers, &d.approver))?;
+        .ok_or_else(|| Refusal::Untrusted(untrusted(approvers, &d.approver)))?;
     keys::verify(&who.public_key, d, &a.request_hash)?;
     check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
     if a.state != ApprovalState::Asked {
-        return Err(format!(
-            "request is not waiting for people (it is {})",
-            a.state
-        ));
+        return Err(Refusal::NotWaiting(a.state));
     }
     let edit = check_edit(d, vote, a, approved_so_far, policy)?;
     Ok((who, vote, edit))
@@ -363,7 +395,7 @@ fn record_vote(
                 kind: ConflictKind::DuplicateVote,
                 ..
             }) => {
-                return Ok(Err((Some(a), "duplicate or replayed decision".to_owned())));
+                return Ok(Err((Some(a), Refusal::Duplicate)));
             }
             Err(e) => return Err(e),
         };
@@ -409,9 +441,10 @@ fn refuse(
     limiter: &mut Limiter,
     d: &ApprovalDecision,
     a: Option<Approval>,
-    reason: String,
+    reason: Refusal,
     raw: &str,
 ) -> kura_store::Result<Verdicted> {
+    let reason = reason.to_string();
     tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
     // Refusals are counted per request and *trusted* name: a name the sender made up
     // is counted as untrusted, so inventing names cannot multiply rows or writes.
@@ -472,11 +505,11 @@ mod protocol_md_signed_at {
             "20261122T100000Z",
             "2026-11-22T10:00:00,5Z",
         ] {
-            let err = check_signed_at(bad, at, window).expect_err(bad);
+            let err = check_signed_at(bad, at, window).expect_err(bad).to_string();
             assert!(err.contains("not an RFC 3339 UTC time"), "{bad}: {err}");
         }
         for stale in ["2026-11-22T09:49:59Z", "2026-11-22T10:10:00.001Z"] {
-            let err = check_signed_at(stale, at, window).expect_err(stale);
+            let err = check_signed_at(stale, at, window).expect_err(stale).to_string();
             assert!(
                 err.contains("must be signed within 600 s"),
                 "{stale}: {err}"

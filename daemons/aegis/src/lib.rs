@@ -48,19 +48,28 @@ pub struct Approver {
 #[serde(try_from = "Vec<Approver>", into = "Vec<Approver>")]
 pub struct Approvers(Vec<Approver>, Vec<(String, String)>);
 
+/// Why a list of approvers is refused at load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApproversError {
+    /// A name appears twice.
+    #[error("approver {0:?} is listed twice")]
+    NameTwice(String),
+    /// Two names share a key (M-of-N needs M keys).
+    #[error("approvers {0:?} and {1:?} have the same public key; each person needs their own")]
+    SharedKey(String, String),
+}
+
 impl TryFrom<Vec<Approver>> for Approvers {
-    type Error = String;
-    fn try_from(list: Vec<Approver>) -> Result<Self, String> {
+    type Error = ApproversError;
+    fn try_from(list: Vec<Approver>) -> Result<Self, ApproversError> {
         for (i, a) in list.iter().enumerate() {
             for b in &list[..i] {
                 if a.name == b.name {
-                    return Err(format!("approver {:?} is listed twice", a.name));
+                    return Err(ApproversError::NameTwice(a.name.clone()));
                 }
                 if a.public_key.eq_ignore_ascii_case(&b.public_key) {
-                    return Err(format!(
-                        "approvers {:?} and {:?} have the same public key; each person needs their own",
-                        b.name, a.name
-                    ));
+                    return Err(ApproversError::SharedKey(b.name.clone(), a.name.clone()));
                 }
             }
         }
