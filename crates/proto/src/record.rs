@@ -46,6 +46,9 @@ pub enum RecordError {
     /// Serialization failed (should not happen for valid JSON values).
     #[error("cannot canonicalize: {0}")]
     Canonical(String),
+    /// Stored content that is not JSON at all.
+    #[error("content is not JSON: {0}")]
+    NotJson(String),
 }
 
 macro_rules! record_types {
@@ -434,10 +437,11 @@ impl RecordColumns<'_> {
     }
 
     /// Recomputes the content hash from the raw `record_type`, `content` and `author_id`.
-    pub fn recompute_hash(&self) -> Result<String, String> {
+    pub fn recompute_hash(&self) -> Result<String, RecordError> {
         let content: Value =
-            serde_json::from_str(self.content).map_err(|e| format!("content is not JSON: {e}"))?;
-        record_hash(self.record_type, &content, self.author_id).map_err(|e| e.to_string())
+            serde_json::from_str(self.content).map_err(|e| RecordError::NotJson(e.to_string()))?;
+        record_hash(self.record_type, &content, self.author_id)
+            .map_err(|e| RecordError::Canonical(e.to_string()))
     }
 
     /// A short fingerprint of the leaf, handy in reports.

@@ -32,7 +32,7 @@ use proto::record::{NewRecord, Record, RecordType};
 use serde_json::{Map, Value};
 
 use crate::replay::Recorded;
-use crate::tools::{Effect, Refusal, Toolbox, excerpt, fit};
+use crate::tools::{Effect, Refusal, ToolError, Toolbox, excerpt, fit};
 use crate::{Approvals, WorkerConfig};
 
 /// One worker thread's state.
@@ -551,7 +551,7 @@ impl Worker {
             let refusal = format!(
                 "the call is {size} bytes, more than a record holds ({MAX_CALL_BYTES}); it was not run"
             );
-            self.record_result(claim, history, &call_id, Err(refusal))?;
+            self.record_result(claim, history, &call_id, Err(ToolError::Refused(refusal)))?;
             return Ok(CallEnd::Done);
         }
         let call = self.record(

@@ -2,6 +2,7 @@
 //! inside the kernel sandbox (see `crate::sandbox`), with `KURA_SESSION_ID` and
 //! `KURA_CALL_ID` set so its outside effects can be made idempotent.
 
+use crate::tools::ToolError;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -43,7 +44,7 @@ pub struct Run {
 impl Run {
     /// The program and its arguments: a non-empty list of strings without NUL bytes, the
     /// program on the allowlist.
-    fn argv(&self, args: &Map<String, Value>) -> Result<Vec<String>, String> {
+    fn argv(&self, args: &Map<String, Value>) -> Result<Vec<String>, ToolError> {
         let argv: Vec<String> = args
             .get("argv")
             .and_then(Value::as_array)
@@ -53,15 +54,21 @@ impl Run {
                     .collect::<Option<Vec<_>>>()
             })
             .filter(|a| !a.is_empty())
-            .ok_or("argument \"argv\" (a non-empty list of strings) is required")?;
+            .ok_or_else(|| {
+                ToolError::Arguments(
+                    "argument \"argv\" (a non-empty list of strings) is required".into(),
+                )
+            })?;
         if argv.iter().any(|a| a.contains('\0')) {
-            return Err("argv may not contain NUL bytes".into());
+            return Err(ToolError::Arguments(
+                "argv may not contain NUL bytes".into(),
+            ));
         }
         if !self.allowlist.iter().any(|p| p == &argv[0]) {
-            return Err(format!(
+            return Err(ToolError::Refused(format!(
                 "program {:?} is not in the shell allowlist",
                 argv[0]
-            ));
+            )));
         }
         Ok(argv)
     }
@@ -73,7 +80,7 @@ impl Run {
         ws: &Workspace,
         argv: &[String],
         limits: Limits,
-    ) -> Result<std::process::Child, String> {
+    ) -> Result<std::process::Child, ToolError> {
         let mut cmd = sandbox::command(
             &self.helper,
             self.mode,
@@ -98,7 +105,7 @@ impl Run {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", argv[0]))
+            .map_err(|e| ToolError::Failed(format!("cannot start {}: {e}", argv[0])))
     }
 
     /// Waits for the program, measuring the workspace as it runs: past the quota (or the
@@ -110,7 +117,7 @@ impl Run {
         guard: &Guard,
         exited: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
         kill_group: impl Fn(),
-    ) -> Result<(Option<std::process::ExitStatus>, bool), String> {
+    ) -> Result<(Option<std::process::ExitStatus>, bool), ToolError> {
         let deadline = Instant::now() + self.timeout;
         loop {
             let wait = deadline
@@ -130,13 +137,13 @@ impl Run {
         }
     }
 
-    fn refuse_unconfined(&self) -> Result<(), String> {
+    fn refuse_unconfined(&self) -> Result<(), ToolError> {
         match &self.state {
             SandboxState::Landlock(_) | SandboxState::Off => Ok(()),
-            SandboxState::Unavailable(why) => Err(format!(
+            SandboxState::Unavailable(why) => Err(ToolError::Refused(format!(
                 "shell.run is refused: the tool sandbox is unavailable on this host ({why}); \
                  an operator may set tools.sandbox = \"off\" to run tools unconfined"
-            )),
+            ))),
         }
     }
 }
@@ -154,7 +161,7 @@ impl Tool for Run {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"argv": {"type": "array", "items": {"type": "string"}}}, "required": ["argv"]})
     }
-    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
+    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError> {
         let argv = self.argv(args)?;
         self.refuse_unconfined()?;
         let (guard, left) = Guard::before_run(ws)?;
@@ -206,10 +213,13 @@ impl Tool for Run {
         });
         // A run can pass the quota between two checks, or just before it exits.
         if passed_quota || guard.passed(ws) {
-            return Err(guard.roll_back(ws));
+            return Err(ToolError::Quota(guard.roll_back(ws)));
         }
         let Some(status) = status else {
-            return Err(format!("timed out after {} ms", self.timeout.as_millis()));
+            return Err(ToolError::Failed(format!(
+                "timed out after {} ms",
+                self.timeout.as_millis()
+            )));
         };
         let mut result = Map::new();
         result.insert("exit_code".into(), json!(status.code()));

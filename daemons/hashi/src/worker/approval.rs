@@ -25,10 +25,13 @@ pub(super) enum Decided {
 
 /// A tool's outcome as a `tool.result`: what it returned, or why it failed, each cut to
 /// what a record holds.
-pub(super) fn result_content(outcome: Result<Value, String>, call_id: &str) -> ToolResultContent {
+pub(super) fn result_content(
+    outcome: Result<Value, ToolError>,
+    call_id: &str,
+) -> ToolResultContent {
     match outcome {
         Ok(v) => ToolResultContent::success(fit(v, MAX_RESULT_BYTES), call_id),
-        Err(e) => ToolResultContent::error(excerpt(&e, MAX_RESULT_BYTES), call_id),
+        Err(e) => ToolResultContent::error(excerpt(&e.to_string(), MAX_RESULT_BYTES), call_id),
     }
 }
 
@@ -45,13 +48,13 @@ impl Worker {
         let Some(r) = recorded else {
             let refusal = "a replay never runs a side effect again, and the recorded turn has no \
                            result for this call; not run";
-            self.record_result(claim, history, call_id, Err(refusal.into()))?;
+            self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal.into())))?;
             return Ok(CallEnd::Done);
         };
         let Some(mut content) = ToolResultContent::read(&r.content) else {
             let refusal = "a replay never runs a side effect again, and the recorded result \
                            cannot be read; not run";
-            self.record_result(claim, history, call_id, Err(refusal.into()))?;
+            self.record_result(claim, history, call_id, Err(ToolError::Failed(refusal.into())))?;
             return Ok(CallEnd::Done);
         };
         content.call_id = Some(call_id.to_owned());
@@ -76,18 +79,20 @@ impl Worker {
         call_id: &str,
     ) -> kura_store::Result<CallEnd> {
         let outcome = match self.tools.check(name) {
-            Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
-            Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
+            Err(Refusal::Unknown) => Err(ToolError::Refused(format!("unknown tool {name:?}"))),
+            Err(Refusal::Denied(rule)) => {
+                Err(ToolError::Refused(format!("denied by policy ({rule})")))
+            }
             Ok(tool)
                 if self.config.approvals == Approvals::Off
                     && claim.replay.is_some_and(|r| r.rerun)
                     && tool.effect() != Effect::Read =>
             {
-                Err(
+                Err(ToolError::Refused(
                     "a re-run of a side effect needs a person, and this worker has approvals \
                      off ([worker] approvals); not run"
                         .into(),
-                )
+                ))
             }
             Ok(_) if self.config.approvals == Approvals::Off => {
                 self.flush(claim, history)?;
@@ -116,7 +121,7 @@ impl Worker {
         arguments: &Map<String, Value>,
         call_id: &str,
         effect: Effect,
-    ) -> kura_store::Result<Result<CallEnd, String>> {
+    ) -> kura_store::Result<Result<CallEnd, ToolError>> {
         let meta = self
             .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
             .metadata;
@@ -183,7 +188,9 @@ impl Worker {
                     edited.as_deref(),
                 )
                 .map(Ok),
-            Some(Decided::Denied { rule }) => Ok(Err(format!("denied by aegis ({rule})"))),
+            Some(Decided::Denied { rule }) => Ok(Err(ToolError::Refused(format!(
+                "denied by aegis ({rule})"
+            )))),
             None => {
                 let parked = self.commit(claim, history, |tx| {
                     park_turn_in(tx, claim, request.request_id)
@@ -237,17 +244,17 @@ impl Worker {
     pub(super) fn edited_arguments(
         &self,
         edited: Option<&str>,
-    ) -> Result<Option<Map<String, Value>>, String> {
+    ) -> Result<Option<Map<String, Value>>, ToolError> {
         let Some(text) = edited else { return Ok(None) };
         let args: Map<String, Value> = serde_json::from_str(text)
-            .map_err(|e| format!("the edited arguments cannot be read: {e}"))?;
+            .map_err(|e| ToolError::Arguments(format!("the edited arguments cannot be read: {e}")))?;
         let mut normal = args.clone();
         self.tools.normalize_args(&mut normal);
         if normal != args {
-            return Err(format!(
+            return Err(ToolError::Refused(format!(
                 "the edited arguments are not in normal form (it is {}); not run",
                 excerpt(&Value::Object(normal).to_string(), 512)
-            ));
+            )));
         }
         Ok(Some(args))
     }
@@ -301,11 +308,11 @@ impl Worker {
         name: &str,
         arguments: &Map<String, Value>,
         call_id: &str,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolError> {
         let tool = self
             .tools
             .get(name)
-            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+            .ok_or_else(|| ToolError::Refused(format!("unknown tool {name:?}")))?;
         self.tools
             .workspace(&claim.session_id.to_string())
             .and_then(|ws| tool.run(&ws.for_call(call_id), arguments))
@@ -316,7 +323,7 @@ impl Worker {
         claim: &Claim,
         history: &mut Vec<Record>,
         call_id: &str,
-        outcome: Result<Value, String>,
+        outcome: Result<Value, ToolError>,
     ) -> kura_store::Result<()> {
         // Whatever a tool returned, the record fits: a result too big to store would fail
         // this turn on every attempt.

@@ -88,7 +88,7 @@ impl Worker {
                     .as_ref()
                     .and_then(|a| a.rule.clone())
                     .unwrap_or_default();
-                self.record_result(claim, history, call_id, Err(format!("denied by aegis ({rule})")))?;
+                self.record_result(claim, history, call_id, Err(ToolError::Refused(format!("denied by aegis ({rule})"))))?;
                 return Ok(CallEnd::Done);
             }
             Some(ApprovalState::Approved) if never_started => {
