@@ -11,6 +11,16 @@ use proto::record::{Record, RecordType};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+/// A replay asked for a step past the recorded turn's last.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the recorded turn (ledger {ledger}) has no step {step}")]
+pub struct NoStep {
+    /// The recorded turn's output ledger.
+    pub ledger: uuid::Uuid,
+    /// The step asked for (1-based).
+    pub step: usize,
+}
+
 /// A recorded tool call and, if it got one, its result.
 pub struct RecordedCall {
     pub call_id: String,
@@ -93,13 +103,10 @@ impl Recorded {
     }
 
     /// The recorded step after `taken` steps, for a replay that is not live.
-    pub fn step(&self, taken: usize) -> Result<Step, String> {
-        self.steps.get(taken).cloned().ok_or_else(|| {
-            format!(
-                "the recorded turn (ledger {}) has no step {}",
-                self.replay.of,
-                taken + 1
-            )
+    pub fn step(&self, taken: usize) -> Result<Step, NoStep> {
+        self.steps.get(taken).cloned().ok_or(NoStep {
+            ledger: self.replay.of,
+            step: taken + 1,
         })
     }
 

@@ -379,7 +379,10 @@ impl Worker {
             }
             // A replay that is not live takes every step from the record.
             let asked = match recorded.as_ref().filter(|r| !r.replay.live) {
-                Some(r) => r.step(input.steps_taken()).map(|s| vec![s]),
+                Some(r) => r
+                    .step(input.steps_taken())
+                    .map(|s| vec![s])
+                    .map_err(|e| e.to_string()),
                 None => self
                     .ask(&input)
                     .map_err(|e| format!("model provider failed: {e}")),
