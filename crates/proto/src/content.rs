@@ -390,6 +390,56 @@ impl SessionForkContent {
     }
 }
 
+/// `fs.write`'s result (the `result` of its `tool.result`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsWritten {
+    /// The file, in normal form.
+    pub path: String,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// One entry of an `fs.list` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEntry {
+    /// Its name.
+    pub name: String,
+    /// `file`, `dir`, `symlink` or another file type's name.
+    pub kind: String,
+    /// Its size in bytes.
+    pub size: i64,
+}
+
+/// `fs.list`'s result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsListing {
+    /// The directory, in normal form.
+    pub path: String,
+    /// Its entries, by name.
+    pub entries: Vec<FsEntry>,
+    /// Set when there were more entries than a listing holds.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub truncated: bool,
+}
+
+/// A tool's result too big for a record, replaced by what identifies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OversizedResult {
+    /// Always true.
+    pub truncated: bool,
+    /// Bytes of the result as JSON.
+    pub bytes: u64,
+    /// Hex SHA-256 of the result as JSON.
+    pub sha256: String,
+    /// Its beginning.
+    pub excerpt: String,
+}
+
+/// Any of these as the JSON value a record stores.
+pub fn to_json<T: Serialize>(content: &T) -> Value {
+    to_value(content)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -588,5 +638,43 @@ mod tests {
                 json!({"origin_ledger": l, "origin_session": s, "origin_hash": "h", "origin_label": label}),
             );
         }
+    }
+    #[test]
+    fn built_in_tool_results_hash_as_before() {
+        same(
+            to_json(&FsWritten {
+                path: "a".into(),
+                bytes: 3,
+            }),
+            json!({"path": "a", "bytes": 3usize}),
+        );
+        let entries = vec![FsEntry {
+            name: "x".into(),
+            kind: "file".into(),
+            size: 5,
+        }];
+        for truncated in [false, true] {
+            let mut old = json!({"path": ".", "entries": [{"name": "x", "kind": "file", "size": 5i64}]});
+            if truncated {
+                old["truncated"] = json!(true);
+            }
+            same(
+                to_json(&FsListing {
+                    path: ".".into(),
+                    entries: entries.clone(),
+                    truncated,
+                }),
+                old,
+            );
+        }
+        same(
+            to_json(&OversizedResult {
+                truncated: true,
+                bytes: 9,
+                sha256: "ab".into(),
+                excerpt: "{".into(),
+            }),
+            json!({"truncated": true, "bytes": 9usize, "sha256": "ab", "excerpt": "{"}),
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::io::Write as _;
 use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, FileType, OFlags};
+use proto::content::{FsEntry, FsListing, FsWritten, to_json};
 use serde_json::{Map, Value, json};
 
 use super::output::capture;
@@ -61,7 +62,7 @@ impl Tool for Read {
         let got = capture(std::fs::File::from(fd), MAX_READ).map_err(|e| format!("{rel}: {e}"))?;
         let mut out = Map::new();
         got.fields("content", &mut out);
-        out.insert("path".into(), json!(rel));
+        out.insert("path".into(), Value::String(rel));
         Ok(Value::Object(out))
     }
 }
@@ -108,16 +109,18 @@ impl Tool for List {
                 FileType::Symlink => "symlink",
                 other => kind_name(other),
             };
-            entries.push(json!({
-                "name": name.to_string_lossy(), "kind": kind, "size": st.st_size,
-            }));
+            entries.push(FsEntry {
+                name: name.to_string_lossy().into_owned(),
+                kind: kind.to_owned(),
+                size: st.st_size,
+            });
         }
-        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        let mut out = json!({"path": rel, "entries": entries});
-        if truncated {
-            out["truncated"] = json!(true);
-        }
-        Ok(out)
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(to_json(&FsListing {
+            path: rel,
+            entries,
+            truncated,
+        }))
     }
 }
 
@@ -188,7 +191,10 @@ impl Tool for Write {
         f.write_all(content.as_bytes())
             .map_err(|e| format!("{rel}: {e}"))?;
         f.sync_all().map_err(|e| format!("{rel}: {e}"))?;
-        Ok(json!({"path": rel, "bytes": content.len()}))
+        Ok(to_json(&FsWritten {
+            path: rel,
+            bytes: content.len() as u64,
+        }))
     }
 }
 

@@ -6,6 +6,7 @@ use std::io::Read;
 
 use base64::Engine as _;
 pub use kura_model::bounded::excerpt;
+use proto::content::{OversizedResult, to_json};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -103,12 +104,12 @@ pub fn fit(value: Value, max: usize) -> Value {
         return value;
     }
     let digest = hex::encode(Sha256::digest(text.as_bytes()));
-    json!({
-        "truncated": true,
-        "bytes": text.len(),
-        "sha256": digest,
+    to_json(&OversizedResult {
+        truncated: true,
+        bytes: text.len() as u64,
+        sha256: digest,
         // A quarter: escaping the JSON excerpt again at most doubles it.
-        "excerpt": excerpt(&text, (max / 4).min(KEEP_BINARY)),
+        excerpt: excerpt(&text, (max / 4).min(KEEP_BINARY)),
     })
 }
 
