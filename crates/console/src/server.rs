@@ -301,7 +301,12 @@ async fn page(
         Ok(m) => pages::layout(title, Some(&login), waiting, m).into_response(),
         Err(e) => (
             StatusCode::BAD_REQUEST,
-            pages::layout("error", Some(&login), waiting, pages::error(&format!("{e:#}"))),
+            pages::layout(
+                "error",
+                Some(&login),
+                waiting,
+                pages::error(&format!("{e:#}")),
+            ),
         )
             .into_response(),
     }
@@ -363,12 +368,7 @@ async fn history(
         })
         .await;
     page(&c, &headers, "session", |_| {
-        Ok(pages::history(
-            &h?,
-            page_no,
-            LEDGERS_PER_PAGE,
-            per_ledger,
-        ))
+        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger))
     })
     .await
 }
@@ -495,10 +495,7 @@ async fn memory(
             )?)
         })
         .await;
-    page(&c, &headers, "memory", |_| {
-        Ok(pages::memory(&text, &hits?))
-    })
-    .await
+    page(&c, &headers, "memory", |_| Ok(pages::memory(&text, &hits?))).await
 }
 
 /// Live updates: one event per change; the page re-reads itself. The stream ends when its

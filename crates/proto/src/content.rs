@@ -654,7 +654,8 @@ mod tests {
             size: 5,
         }];
         for truncated in [false, true] {
-            let mut old = json!({"path": ".", "entries": [{"name": "x", "kind": "file", "size": 5i64}]});
+            let mut old =
+                json!({"path": ".", "entries": [{"name": "x", "kind": "file", "size": 5i64}]});
             if truncated {
                 old["truncated"] = json!(true);
             }

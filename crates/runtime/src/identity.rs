@@ -270,7 +270,10 @@ impl Identities {
             check_name(&id.name)?;
             check_user_nkey(&id.nkey)?;
             if !names.insert(&id.name) {
-                return Err(KeyError::Listing(format!("the name {:?} is listed twice", id.name)));
+                return Err(KeyError::Listing(format!(
+                    "the name {:?} is listed twice",
+                    id.name
+                )));
             }
             // One key, one purpose: no key logs in for one identity and signs for another
             // (or for itself).
@@ -314,7 +317,8 @@ impl Identities {
 
     /// Writes `identities.toml` into `dir` (replacing it atomically).
     pub fn save(&self, dir: &Path) -> Result<(), IdentityError> {
-        self.check().map_err(|e| IdentityError::Refused(e.to_string()))?;
+        self.check()
+            .map_err(|e| IdentityError::Refused(e.to_string()))?;
         let mut text = String::from(
             "# Kura's bus identities: who may connect to NATS and as what (public keys only).\n\
              # Managed with `kura keys`; mikado builds the nats-server authorization from it.\n",
@@ -924,7 +928,8 @@ pub fn verify_reply(
     signature_b64: &str,
 ) -> Result<(), ReplyError> {
     use base64::Engine as _;
-    let key = nkeys::KeyPair::from_public_key(signer).map_err(|e| ReplyError::Key(e.to_string()))?;
+    let key =
+        nkeys::KeyPair::from_public_key(signer).map_err(|e| ReplyError::Key(e.to_string()))?;
     let sig = base64::engine::general_purpose::STANDARD
         .decode(signature_b64.trim())
         .map_err(|e| ReplyError::NotBase64(e.to_string()))?;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use kura_store::Store;
+use kura_store::work::approvals::Approval;
 use kura_store::work::approvals::{ApprovalState, Vote};
 use kura_store::work::approvals::{
     add_refusals_in, append_to_turn_in, approval, approvals_so_far, asked, decide_by_policy_in,
@@ -14,7 +15,6 @@ use kura_store::work::approvals::{
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
-use kura_store::work::approvals::Approval;
 use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
 use proto::record::{NewRecord, RecordType};
@@ -106,15 +106,27 @@ pub fn add_refusals(store: &mut Store, held: &[(Key, i64)]) -> kura_store::Resul
 pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uuid>> {
     store.write(|tx| {
         let mut woke = Vec::new();
-        for a in asked(tx)?.into_iter().filter(|a| a.deadline_ms.is_some_and(|d| d < now)) {
+        for a in asked(tx)?
+            .into_iter()
+            .filter(|a| a.deadline_ms.is_some_and(|d| d < now))
+        {
             let rule = a.rule.clone().unwrap_or_default();
             let rec = append_to_turn_in(
                 tx,
                 a.turn_id,
-                &decision_record(AUTHOR, ExpiryContent::new(a.request_id, rule.clone()).to_value()),
+                &decision_record(
+                    AUTHOR,
+                    ExpiryContent::new(a.request_id, rule.clone()).to_value(),
+                ),
             )?;
             tracing::info!(request_id = %a.request_id, "approval request expired: denied");
-            woke.extend(finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?);
+            woke.extend(finalize_in(
+                tx,
+                &a,
+                ApprovalState::Denied,
+                &rule,
+                rec.record_id,
+            )?);
         }
         Ok(woke)
     })
@@ -241,15 +253,15 @@ fn check_edit(
         return Ok(None);
     }
     match (&a.edited_arguments, &edit) {
-        (Some(bound), Some(e)) if *bound != e.canonical => {
-            Err(Refusal::Edit("another approver approved other edited arguments; approve those or deny".into()))
-        }
-        (Some(_), None) => {
-            Err(Refusal::Edit("this request was approved with edited arguments; approve those or deny".into()))
-        }
-        (None, Some(_)) if approved_so_far > 0 => {
-            Err(Refusal::Edit("others approved the arguments as requested; approve them or deny".into()))
-        }
+        (Some(bound), Some(e)) if *bound != e.canonical => Err(Refusal::Edit(
+            "another approver approved other edited arguments; approve those or deny".into(),
+        )),
+        (Some(_), None) => Err(Refusal::Edit(
+            "this request was approved with edited arguments; approve those or deny".into(),
+        )),
+        (None, Some(_)) if approved_so_far > 0 => Err(Refusal::Edit(
+            "others approved the arguments as requested; approve them or deny".into(),
+        )),
         _ => Ok(edit),
     }
 }
@@ -354,83 +366,83 @@ fn record_vote(
     decision: Vote,
     edit: Option<Edit>,
 ) -> kura_store::Result<Result<Verdicted, Refused>> {
-        // An edit that falls under a stricter rule: the request now needs that rule's quorum
-        // and says so, before this vote is counted against it.
-        let mut a = a;
-        if let Some((rule, required)) = edit.as_ref().and_then(|e| e.stricter.clone())
-            && a.edited_arguments.is_none()
-        {
-            raise_requirement_in(tx, a.request_id, &rule, required)?;
-            a.rule = Some(rule);
-            a.required = required;
+    // An edit that falls under a stricter rule: the request now needs that rule's quorum
+    // and says so, before this vote is counted against it.
+    let mut a = a;
+    if let Some((rule, required)) = edit.as_ref().and_then(|e| e.stricter.clone())
+        && a.edited_arguments.is_none()
+    {
+        raise_requirement_in(tx, a.request_id, &rule, required)?;
+        a.rule = Some(rule);
+        a.required = required;
+    }
+    let author = format!("user:{}", who.name);
+    let content = SignedVoteContent {
+        request_id: a.request_id,
+        request_hash: a.request_hash.clone(),
+        outcome: d.decision,
+        approver: author.clone(),
+        note: d.note.clone(),
+        signed_at: d.signed_at.clone(),
+        signature: d.signature.clone(),
+        public_key: who.public_key.clone(),
+        rule: a.rule.clone(),
+        // The edited arguments are signed: the record keeps them, so anyone can check
+        // the signature and see what ran instead of what the model asked for.
+        arguments: edit.as_ref().and(d.arguments.clone()),
+    };
+    let vote = decision_record(&author, content.to_value());
+    // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
+    // propagates instead of being recorded as a refusal.
+    let (rec, count) = match record_vote_in(
+        tx,
+        &a,
+        (&author, &who.public_key),
+        decision,
+        &vote,
+        &d.signature,
+    ) {
+        Ok(x) => x,
+        Err(StoreError::Conflict {
+            kind: ConflictKind::DuplicateVote,
+            ..
+        }) => {
+            return Ok(Err((Some(a), Refusal::Duplicate)));
         }
-        let author = format!("user:{}", who.name);
-        let content = SignedVoteContent {
-            request_id: a.request_id,
-            request_hash: a.request_hash.clone(),
-            outcome: d.decision,
-            approver: author.clone(),
-            note: d.note.clone(),
-            signed_at: d.signed_at.clone(),
-            signature: d.signature.clone(),
-            public_key: who.public_key.clone(),
-            rule: a.rule.clone(),
-            // The edited arguments are signed: the record keeps them, so anyone can check
-            // the signature and see what ran instead of what the model asked for.
-            arguments: edit.as_ref().and(d.arguments.clone()),
-        };
-        let vote = decision_record(&author, content.to_value());
-        // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
-        // propagates instead of being recorded as a refusal.
-        let (rec, count) = match record_vote_in(
-            tx,
-            &a,
-            (&author, &who.public_key),
-            decision,
-            &vote,
-            &d.signature,
-        ) {
-            Ok(x) => x,
-            Err(StoreError::Conflict {
-                kind: ConflictKind::DuplicateVote,
-                ..
-            }) => {
-                return Ok(Err((Some(a), Refusal::Duplicate)));
-            }
-            Err(e) => return Err(e),
-        };
-        if let Some(edit) = &edit
-            && a.edited_arguments.is_none()
-        {
-            set_edited_arguments_in(tx, a.request_id, &edit.canonical)?;
-        }
-        let rule = a.rule.clone().unwrap_or_default();
-        let (state, woke) = if decision == Vote::Deny {
-            (
-                ApprovalState::Denied,
-                finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?,
-            )
-        } else if count >= a.required {
-            (
-                ApprovalState::Approved,
-                finalize_in(tx, &a, ApprovalState::Approved, &rule, rec.record_id)?,
-            )
-        } else {
-            (ApprovalState::Asked, None)
-        };
-        let message = match state {
-            ApprovalState::Asked => format!("approval recorded ({count} of {} needed)", a.required),
-            s if edit.is_some() => format!("request {s} with edited arguments by {author}"),
-            s => format!("request {s} by {author}"),
-        };
-        Ok(Ok(Verdicted {
-            verdict: proto::doorbell::Verdicted {
-                ok: true,
-                state: state.to_string(),
-                message,
-            },
-            woke,
-        }))
+        Err(e) => return Err(e),
+    };
+    if let Some(edit) = &edit
+        && a.edited_arguments.is_none()
+    {
+        set_edited_arguments_in(tx, a.request_id, &edit.canonical)?;
+    }
+    let rule = a.rule.clone().unwrap_or_default();
+    let (state, woke) = if decision == Vote::Deny {
+        (
+            ApprovalState::Denied,
+            finalize_in(tx, &a, ApprovalState::Denied, &rule, rec.record_id)?,
+        )
+    } else if count >= a.required {
+        (
+            ApprovalState::Approved,
+            finalize_in(tx, &a, ApprovalState::Approved, &rule, rec.record_id)?,
+        )
+    } else {
+        (ApprovalState::Asked, None)
+    };
+    let message = match state {
+        ApprovalState::Asked => format!("approval recorded ({count} of {} needed)", a.required),
+        s if edit.is_some() => format!("request {s} with edited arguments by {author}"),
+        s => format!("request {s} by {author}"),
+    };
+    Ok(Ok(Verdicted {
+        verdict: proto::doorbell::Verdicted {
+            ok: true,
+            state: state.to_string(),
+            message,
+        },
+        woke,
+    }))
 }
 
 /// Records (or, past the rate limit, only counts) a refused decision and says why.
@@ -460,9 +472,7 @@ fn refuse(
     );
     // Past a few per window, a refusal is only counted in memory (see `limit`).
     if limiter.admit(&key, std::time::Instant::now()) {
-        store.write(|tx| {
-            reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, raw)
-        })?;
+        store.write(|tx| reject_in(tx, AUTHOR, a.as_ref(), approver.as_deref(), &reason, raw))?;
     }
     let mut refused = rejected(format!("rejected: {reason}"));
     refused.verdict.state = a.map(|a| a.state.to_string()).unwrap_or_default();
@@ -509,7 +519,9 @@ mod protocol_md_signed_at {
             assert!(err.contains("not an RFC 3339 UTC time"), "{bad}: {err}");
         }
         for stale in ["2026-11-22T09:49:59Z", "2026-11-22T10:10:00.001Z"] {
-            let err = check_signed_at(stale, at, window).expect_err(stale).to_string();
+            let err = check_signed_at(stale, at, window)
+                .expect_err(stale)
+                .to_string();
             assert!(
                 err.contains("must be signed within 600 s"),
                 "{stale}: {err}"

@@ -129,8 +129,8 @@ pub fn verify(
         .ok()
         .and_then(|b| b.try_into().ok())
         .ok_or(SignatureError::KeyNotHex)?;
-    let vk = VerifyingKey::from_bytes(&pk)
-        .map_err(|e| SignatureError::KeyInvalid(e.to_string()))?;
+    let vk =
+        VerifyingKey::from_bytes(&pk).map_err(|e| SignatureError::KeyInvalid(e.to_string()))?;
     let sig: [u8; 64] = hex::decode(&d.signature)
         .ok()
         .and_then(|b| b.try_into().ok())

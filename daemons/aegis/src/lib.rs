@@ -221,15 +221,22 @@ impl Handlers {
 
     fn wake(&self, turn: Option<uuid::Uuid>) {
         if let Some(turn_id) = turn {
-            self.bus
-                .ring(self.bus.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+            self.bus.ring(
+                self.bus.subjects.worker_dispatch(),
+                &WorkerDispatch { turn_id },
+            );
         }
     }
 
     /// hashi asks: decide by policy now and answer, so allow/deny cost one round trip.
     fn tool_approve(&self, req: ToolApprove) -> Reply<ToolApproved> {
         let mut store = self.store()?;
-        match decide::evaluate(&mut store, &self.policy, self.ask_timeout_ms, Some(req.request_id)) {
+        match decide::evaluate(
+            &mut store,
+            &self.policy,
+            self.ask_timeout_ms,
+            Some(req.request_id),
+        ) {
             Ok(Some(e)) => {
                 self.wake(e.woke);
                 Ok(ToolApproved {
@@ -250,7 +257,14 @@ impl Handlers {
             return Err(Verdicted::refused("limiter unavailable"));
         };
         let (approvers, policy) = (&self.approvers, &self.policy);
-        match decide::decide(&mut store, approvers, self.signed_within, &mut limiter, &d, policy) {
+        match decide::decide(
+            &mut store,
+            approvers,
+            self.signed_within,
+            &mut limiter,
+            &d,
+            policy,
+        ) {
             Ok(v) => {
                 self.wake(v.woke);
                 Ok(v.verdict)

@@ -55,7 +55,10 @@ impl Recorded {
                 RecordType::AgentThought => steps.push(Step::Thought(text())),
                 RecordType::ToolCall => {
                     let call = ToolCallContent::read(&r.content);
-                    let name = call.as_ref().map(|c| c.tool_name.clone()).unwrap_or_default();
+                    let name = call
+                        .as_ref()
+                        .map(|c| c.tool_name.clone())
+                        .unwrap_or_default();
                     // What the model asked, as given: the worker normalises it again.
                     let as_given = call
                         .as_ref()

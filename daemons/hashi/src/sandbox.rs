@@ -335,11 +335,9 @@ fn landlock(
                 "this kernel does not enforce Landlock (see README: the tool sandbox)",
             ))
         }
-        (_, LandlockStatus::NotImplemented) => {
-            Err(SandboxError::Unavailable(
-                "this kernel has no Landlock (see README: the tool sandbox)",
-            ))
-        }
+        (_, LandlockStatus::NotImplemented) => Err(SandboxError::Unavailable(
+            "this kernel has no Landlock (see README: the tool sandbox)",
+        )),
         (_, LandlockStatus::Available { effective_abi, .. }) => Ok(effective_abi as i32),
     }
 }

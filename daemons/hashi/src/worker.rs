@@ -23,11 +23,11 @@ use kura_store::work::{
     Claim, claim_next, complete_turn_in, fenced, now_ms, release, release_failed, renew,
 };
 use kura_store::{Store, StoreError};
-use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::content::{
     DeliverableContent, OmittedArguments, TextContent, ToolCallContent, ToolResultContent,
     call_id_of,
 };
+use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{NewRecord, Record, RecordType};
 use serde_json::{Map, Value};
 
@@ -425,10 +425,8 @@ impl Worker {
                     // The limit counts tool calls, not model responses: one response
                     // with a hundred calls runs no more than the limit allows.
                     if tool_calls(history) >= self.config.max_steps {
-                        let msg = format!(
-                            "step limit of {} tool calls reached",
-                            self.config.max_steps
-                        );
+                        let msg =
+                            format!("step limit of {} tool calls reached", self.config.max_steps);
                         self.fail(claim, history, &msg)?;
                         return Ok(Steps::Delivered);
                     }

@@ -257,7 +257,11 @@ fn decision(s: &Stack, who: &str, key_file: &str, item: &Value, approve: bool) -
             .as_str()
             .and_then(|i| i.parse().ok())
             .expect("id"),
-        decision: if approve { proto::Vote::Approve } else { proto::Vote::Deny },
+        decision: if approve {
+            proto::Vote::Approve
+        } else {
+            proto::Vote::Deny
+        },
         approver: who.into(),
         note: String::new(),
         signed_at: kura_store::time::now(),

@@ -6,8 +6,8 @@ use crate::tools::ToolError;
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
 
-use rustix::fs::{AtFlags, FileType, OFlags};
 use proto::content::{FsEntry, FsListing, FsWritten, to_json};
+use rustix::fs::{AtFlags, FileType, OFlags};
 use serde_json::{Map, Value, json};
 
 use super::output::capture;
@@ -84,7 +84,11 @@ impl Tool for List {
         let rel = match args.get("path") {
             None | Some(Value::Null) => ".".to_owned(),
             Some(Value::String(p)) => normalize(p)?,
-            Some(_) => return Err(ToolError::Arguments("argument \"path\" must be a string".into())),
+            Some(_) => {
+                return Err(ToolError::Arguments(
+                    "argument \"path\" must be a string".into(),
+                ));
+            }
         };
         let fd = ws.open_beneath(&rel, OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
         expect_kind(&fd, &rel, FileType::Directory)?;

@@ -256,10 +256,7 @@ impl Toolbox {
 }
 
 /// A string argument.
-pub(crate) fn arg_str<'a>(
-    args: &'a Map<String, Value>,
-    key: &str,
-) -> Result<&'a str, ToolError> {
+pub(crate) fn arg_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a str, ToolError> {
     args.get(key)
         .and_then(Value::as_str)
         .ok_or_else(|| ToolError::Arguments(format!("argument {key:?} (a string) is required")))

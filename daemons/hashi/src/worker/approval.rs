@@ -48,13 +48,23 @@ impl Worker {
         let Some(r) = recorded else {
             let refusal = "a replay never runs a side effect again, and the recorded turn has no \
                            result for this call; not run";
-            self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal.into())))?;
+            self.record_result(
+                claim,
+                history,
+                call_id,
+                Err(ToolError::Refused(refusal.into())),
+            )?;
             return Ok(CallEnd::Done);
         };
         let Some(mut content) = ToolResultContent::read(&r.content) else {
             let refusal = "a replay never runs a side effect again, and the recorded result \
                            cannot be read; not run";
-            self.record_result(claim, history, call_id, Err(ToolError::Failed(refusal.into())))?;
+            self.record_result(
+                claim,
+                history,
+                call_id,
+                Err(ToolError::Failed(refusal.into())),
+            )?;
             return Ok(CallEnd::Done);
         };
         content.call_id = Some(call_id.to_owned());
@@ -188,9 +198,9 @@ impl Worker {
                     edited.as_deref(),
                 )
                 .map(Ok),
-            Some(Decided::Denied { rule }) => Ok(Err(ToolError::Refused(format!(
-                "denied by aegis ({rule})"
-            )))),
+            Some(Decided::Denied { rule }) => {
+                Ok(Err(ToolError::Refused(format!("denied by aegis ({rule})"))))
+            }
             None => {
                 let parked = self.commit(claim, history, |tx| {
                     park_turn_in(tx, claim, request.request_id)
@@ -246,8 +256,9 @@ impl Worker {
         edited: Option<&str>,
     ) -> Result<Option<Map<String, Value>>, ToolError> {
         let Some(text) = edited else { return Ok(None) };
-        let args: Map<String, Value> = serde_json::from_str(text)
-            .map_err(|e| ToolError::Arguments(format!("the edited arguments cannot be read: {e}")))?;
+        let args: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
+            ToolError::Arguments(format!("the edited arguments cannot be read: {e}"))
+        })?;
         let mut normal = args.clone();
         self.tools.normalize_args(&mut normal);
         if normal != args {

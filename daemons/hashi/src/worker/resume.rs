@@ -25,7 +25,10 @@ fn dangling_calls(history: &[Record]) -> Vec<Dangling> {
         .map(|r| {
             let call = ToolCallContent::read(&r.content);
             Dangling {
-                name: call.as_ref().map(|c| c.tool_name.clone()).unwrap_or_default(),
+                name: call
+                    .as_ref()
+                    .map(|c| c.tool_name.clone())
+                    .unwrap_or_default(),
                 call_id: call_id_of(&r.content).unwrap_or("").to_owned(),
                 args: call.map(|c| c.arguments).unwrap_or_default(),
             }
@@ -88,7 +91,12 @@ impl Worker {
                     .as_ref()
                     .and_then(|a| a.rule.clone())
                     .unwrap_or_default();
-                self.record_result(claim, history, call_id, Err(ToolError::Refused(format!("denied by aegis ({rule})"))))?;
+                self.record_result(
+                    claim,
+                    history,
+                    call_id,
+                    Err(ToolError::Refused(format!("denied by aegis ({rule})"))),
+                )?;
                 return Ok(CallEnd::Done);
             }
             Some(ApprovalState::Approved) if never_started => {
