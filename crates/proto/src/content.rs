@@ -203,6 +203,26 @@ pub fn call_id_of(content: &Value) -> Option<&str> {
     CallId::deserialize(content).ok().and_then(|c| c.call_id)
 }
 
+/// The `text` a content carries (instructions, thoughts, deliverables, memory), if any.
+pub fn text_of(content: &Value) -> Option<&str> {
+    #[derive(Deserialize)]
+    struct Text<'a> {
+        #[serde(borrow)]
+        text: Option<&'a str>,
+    }
+    Text::deserialize(content).ok().and_then(|t| t.text)
+}
+
+/// A deliverable's `final` flag, if it has one (`false` asks for another turn).
+pub fn final_of(content: &Value) -> Option<bool> {
+    #[derive(Deserialize)]
+    struct Final {
+        #[serde(rename = "final")]
+        is_final: Option<bool>,
+    }
+    Final::deserialize(content).ok().and_then(|f| f.is_final)
+}
+
 /// Content of a `task.deliverable` record: a turn's output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeliverableContent {
@@ -530,6 +550,12 @@ mod tests {
         same(read.to_value(), odd.clone());
         assert_eq!(call_id_of(&odd), Some("c"));
         assert_eq!(call_id_of(&json!({"call_id": 5})), None);
+        assert_eq!(text_of(&json!({"text": "t", "x": 1})), Some("t"));
+        assert_eq!(text_of(&json!({"text": 1})), None);
+        assert_eq!(text_of(&json!("t")), None);
+        assert_eq!(final_of(&json!({"text": "t", "final": false})), Some(false));
+        assert_eq!(final_of(&json!({"text": "t"})), None);
+        assert_eq!(final_of(&json!({"final": "no"})), None);
     }
 
     #[test]

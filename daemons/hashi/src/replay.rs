@@ -6,9 +6,8 @@
 use kura_model::Step;
 use kura_store::Store;
 use kura_store::work::Replay;
-use proto::content::{TextContent, ToolCallContent, call_id_of};
+use proto::content::{ToolCallContent, call_id_of, text_of};
 use proto::record::{Record, RecordType};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// A replay asked for a step past the recorded turn's last.
@@ -46,11 +45,7 @@ impl Recorded {
         let mut steps = Vec::new();
         let mut calls: Vec<RecordedCall> = Vec::new();
         for r in &records {
-            let text = || {
-                TextContent::deserialize(&r.content)
-                    .map(|t| t.text)
-                    .unwrap_or_default()
-            };
+            let text = || text_of(&r.content).unwrap_or("").to_owned();
             match r.record_type {
                 RecordType::AgentThought => steps.push(Step::Thought(text())),
                 RecordType::ToolCall => {

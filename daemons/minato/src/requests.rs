@@ -52,7 +52,7 @@ fn instruction_text(tx: &Connection, record_id: Uuid) -> Result<String> {
         .query_row([record_id.to_string()], |r| r.get(0))?;
     Ok(serde_json::from_str::<serde_json::Value>(&text)
         .ok()
-        .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .and_then(|v| proto::content::text_of(&v).map(str::to_owned))
         .unwrap_or_default())
 }
 
@@ -170,7 +170,7 @@ pub fn decide_next_completion(
         // the session.
         let is_final = deliverable
             .as_ref()
-            .is_none_or(|d| d.content.get("final").and_then(|f| f.as_bool()) != Some(false));
+            .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
         // A replayed turn is one recorded turn: the next one (if any) is its own replay
         // request. Continuing here would run a live turn, side effects and all, in the fork.
         let replays = request_replays(tx, t.request_seq)?;
