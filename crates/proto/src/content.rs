@@ -442,6 +442,58 @@ pub struct FsListing {
     pub truncated: bool,
 }
 
+/// An output (a file's content, a program's stdout or stderr) as a built-in tool's result
+/// records it under a name: `name` holds the text (all of it, its head, or `""` when it is
+/// binary), and `name_truncated`, `name_binary`, `name_base64` (a binary head),
+/// `name_bytes` and `name_sha256` (the whole's size and digest) say how it was cut.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecordedOutput {
+    /// The text kept.
+    pub text: String,
+    /// Set when only the head is kept.
+    #[serde(skip_serializing_if = "is_false")]
+    pub truncated: bool,
+    /// Set when the output is not text.
+    #[serde(skip_serializing_if = "is_false")]
+    pub binary: bool,
+    /// A binary output's head, base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+    /// The whole output's size, when not all of it is kept as text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The whole output's hex SHA-256, when not all of it is kept as text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl RecordedOutput {
+    /// Adds this output's fields to a result, under `name`.
+    pub fn insert_into(&self, name: &str, into: &mut Map<String, Value>) {
+        if let Value::Object(fields) = to_value(self) {
+            for (key, value) in fields {
+                let key = if key == "text" {
+                    name.to_owned()
+                } else {
+                    format!("{name}_{key}")
+                };
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+/// How a program `shell.run` started ended: its exit code (`null` when a signal ended it)
+/// and the signal, if one did. Its outputs join these fields ([`RecordedOutput`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramExit {
+    /// The exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
 /// A tool's result too big for a record, replaced by what identifies it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OversizedResult {
@@ -702,6 +754,51 @@ mod tests {
                 excerpt: "{".into(),
             }),
             json!({"truncated": true, "bytes": 9usize, "sha256": "ab", "excerpt": "{"}),
+        );
+    }
+    #[test]
+    fn recorded_outputs_hash_as_before() {
+        let mut typed = Map::new();
+        RecordedOutput {
+            text: "he".into(),
+            truncated: true,
+            bytes: Some(11),
+            sha256: Some("ab".into()),
+            ..RecordedOutput::default()
+        }
+        .insert_into("out", &mut typed);
+        RecordedOutput {
+            binary: true,
+            base64: Some("AAE=".into()),
+            bytes: Some(2),
+            sha256: Some("cd".into()),
+            ..RecordedOutput::default()
+        }
+        .insert_into("err", &mut typed);
+        RecordedOutput {
+            text: "all".into(),
+            ..RecordedOutput::default()
+        }
+        .insert_into("whole", &mut typed);
+        same(
+            Value::Object(typed),
+            json!({"out": "he", "out_truncated": true, "out_bytes": 11u64, "out_sha256": "ab",
+                   "err": "", "err_binary": true, "err_base64": "AAE=", "err_bytes": 2u64,
+                   "err_sha256": "cd", "whole": "all"}),
+        );
+        same(
+            to_json(&ProgramExit {
+                exit_code: None,
+                signal: Some(9),
+            }),
+            json!({"exit_code": Option::<i32>::None, "signal": 9}),
+        );
+        same(
+            to_json(&ProgramExit {
+                exit_code: Some(0),
+                signal: None,
+            }),
+            json!({"exit_code": Some(0)}),
         );
     }
 }

@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use proto::content::{ProgramExit, to_json};
 use serde_json::{Map, Value, json};
 
 use super::output::{KEEP_BYTES, capture};
@@ -221,11 +222,14 @@ impl Tool for Run {
                 self.timeout.as_millis()
             )));
         };
-        let mut result = Map::new();
-        result.insert("exit_code".into(), json!(status.code()));
-        if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status) {
-            result.insert("signal".into(), json!(sig));
-        }
+        let exit = ProgramExit {
+            exit_code: status.code(),
+            signal: std::os::unix::process::ExitStatusExt::signal(&status),
+        };
+        let mut result = match to_json(&exit) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
         out.fields("stdout", &mut result);
         err.fields("stderr", &mut result);
         Ok(Value::Object(result))
