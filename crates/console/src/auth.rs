@@ -30,13 +30,52 @@ pub fn login_bytes(challenge: &str, origin: &str) -> Vec<u8> {
     format!("kura.console.login.v1\n{challenge}\n{origin}").into_bytes()
 }
 
+/// Why a public key is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// Not 64 hex digits.
+    #[error("a public key is 64 hex digits")]
+    NotHex,
+    /// Not an Ed25519 point.
+    #[error("not an Ed25519 public key: {0}")]
+    NotEd25519(String),
+}
+
+/// Why a login is refused, in the words the login page shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoginError {
+    /// The challenge is not one of ours, expired, or used already.
+    #[error("unknown or expired challenge; reload the page")]
+    Stale,
+    /// The browser's key is not a configured user's.
+    #[error("this browser's key is not trusted; show its key to the operator")]
+    Untrusted,
+    /// The configured user's key is unusable.
+    #[error("{0}")]
+    Key(#[from] KeyError),
+    /// The signature is not 128 hex digits.
+    #[error("the signature is not 128 hex digits")]
+    SignatureNotHex,
+    /// The signature is not the key's over this challenge and origin.
+    #[error("the signature does not verify")]
+    Mismatch,
+    /// Too many logins are open.
+    #[error("too many open logins; try again later")]
+    TooMany,
+    /// No randomness for a token.
+    #[error("no randomness for a login token")]
+    NoRandomness,
+}
+
 /// An Ed25519 public key from 64 hex digits.
-pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, String> {
+pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, KeyError> {
     let bytes: [u8; 32] = hex::decode(hex_key.trim())
         .ok()
         .and_then(|b| b.try_into().ok())
-        .ok_or("a public key is 64 hex digits")?;
-    VerifyingKey::from_bytes(&bytes).map_err(|e| format!("not an Ed25519 public key: {e}"))
+        .ok_or(KeyError::NotHex)?;
+    VerifyingKey::from_bytes(&bytes).map_err(|e| KeyError::NotEd25519(e.to_string()))
 }
 
 /// 32 random bytes as hex; `None` without randomness (then no login is safe to make).
@@ -158,37 +197,36 @@ impl Logins {
         origin: &str,
         public_key: &str,
         signature: &str,
-    ) -> Result<(String, Login), String> {
-        let stale = || "unknown or expired challenge; reload the page".to_owned();
+    ) -> Result<(String, Login), LoginError> {
         if !self.fresh(challenge) {
-            return Err(stale());
+            return Err(LoginError::Stale);
         }
         self.with(|s| {
             if s.used.contains_key(challenge) {
-                return Err(stale());
+                return Err(LoginError::Stale);
             }
             let user = users
                 .iter()
                 .find(|u| u.public_key.eq_ignore_ascii_case(public_key.trim()))
-                .ok_or("this browser's key is not trusted; show its key to the operator")?;
+                .ok_or(LoginError::Untrusted)?;
             let key = parse_key(&user.public_key)?;
             let sig: [u8; 64] = hex::decode(signature)
                 .ok()
                 .and_then(|b| b.try_into().ok())
-                .ok_or("the signature is not 128 hex digits")?;
+                .ok_or(LoginError::SignatureNotHex)?;
             key.verify(
                 &login_bytes(challenge, origin),
                 &Signature::from_bytes(&sig),
             )
-            .map_err(|_| "the signature does not verify".to_owned())?;
+            .map_err(|_| LoginError::Mismatch)?;
             if s.logins.len() >= MAX_OPEN {
-                return Err("too many open logins; try again later".to_owned());
+                return Err(LoginError::TooMany);
             }
             // Only a verified signature reaches here: strangers cannot fill this set.
             s.used
                 .insert(challenge.to_owned(), Instant::now() + CHALLENGE_TTL);
             let (Some(csrf), Some(token)) = (random_hex(), random_hex()) else {
-                return Err("no randomness for a login token".to_owned());
+                return Err(LoginError::NoRandomness);
             };
             let login = Login {
                 name: user.name.clone(),
@@ -300,7 +338,7 @@ mod tests {
                 &sig(&alice, &c, "http://evil.example"),
             )
             .expect_err("another origin");
-        assert!(e.contains("does not verify"), "{e}");
+        assert_eq!(e, LoginError::Mismatch);
         let c = logins.challenge().expect("challenge");
         let e = logins
             .login(
@@ -311,7 +349,7 @@ mod tests {
                 &sig(&mallory, &c, origin),
             )
             .expect_err("untrusted");
-        assert!(e.contains("not trusted"), "{e}");
+        assert_eq!(e, LoginError::Untrusted);
         let c = logins.challenge().expect("challenge");
         let good = sig(&alice, &c, origin);
         let (token, login) = logins
@@ -322,7 +360,7 @@ mod tests {
         let e = logins
             .login(&users, &c, origin, &pk(&alice), &good)
             .expect_err("replay");
-        assert!(e.contains("unknown or expired challenge"), "{e}");
+        assert_eq!(e, LoginError::Stale);
     }
 
     /// Attack: blind loads of the login page, and challenges made up or altered by a client.

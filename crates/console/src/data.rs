@@ -140,7 +140,7 @@ fn task(store: &Store, a: &Approval) -> anyhow::Result<(String, String)> {
     // A whole instruction is {"text": ...}; a cut one is shown as stored.
     let text = serde_json::from_str::<serde_json::Value>(&raw)
         .ok()
-        .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .and_then(|v| proto::content::text_of(&v).map(str::to_owned))
         .unwrap_or(raw);
     Ok((label, text))
 }

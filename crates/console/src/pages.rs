@@ -204,31 +204,63 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
     }
 }
 
+/// Why the console could not vouch for the last checkpoint, in the words the page shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// No checkpoint has been signed.
+    #[error(
+        "No checkpoint signed yet (kura serve signs one when it holds the log key): nothing to \
+         check against the pinned log key."
+    )]
+    NotSigned,
+    /// No log key is pinned to check it with.
+    #[error("not checked: no log key is pinned ([serve] log_verifier)")]
+    NotPinned,
+    /// The note does not open under the pinned key.
+    #[error("REFUSED: {0}")]
+    Refused(String),
+    /// Signed, but this database's seal log does not extend it.
+    #[error("ALARM: signed by {signer}, but {why}")]
+    Alarm {
+        /// The log key's name.
+        signer: String,
+        /// What does not match.
+        why: String,
+    },
+    /// The database could not be compared with it.
+    #[error("cannot compare with this database: {0}")]
+    Compare(String),
+    /// The database could not be read.
+    #[error("{0}")]
+    Unread(String),
+}
+
 /// Checks the signer's last checkpoint against the pinned log key and the store: what a
 /// person may trust, said in words (`Err` says why not).
 pub fn check_checkpoint(
     store: &kura_store::Store,
     note: Option<&str>,
     vkey: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, CheckpointError> {
     use kura_tlog::checkpoint::{extends, open};
-    let note = note.ok_or(
-        "No checkpoint signed yet (kura serve signs one when it holds the log key): nothing to \
-         check against the pinned log key.",
-    )?;
+    let note = note.ok_or(CheckpointError::NotSigned)?;
     let Some(vkey) = vkey else {
-        return Err("not checked: no log key is pinned ([serve] log_verifier)".into());
+        return Err(CheckpointError::NotPinned);
     };
     let name = vkey.split('+').next().unwrap_or_default();
-    let cp = open(note, vkey).map_err(|e| format!("REFUSED: {e}"))?;
+    let cp = open(note, vkey).map_err(|e| CheckpointError::Refused(e.to_string()))?;
     match extends(store.conn(), &cp) {
         Ok(Ok(())) => Ok(format!(
             "Checked by this console against the pinned log key {name}: signed, {} seals, \
              and this database's seal log still extends it.",
             cp.size
         )),
-        Ok(Err(why)) => Err(format!("ALARM: signed by {name}, but {why}")),
-        Err(e) => Err(format!("cannot compare with this database: {e}")),
+        Ok(Err(why)) => Err(CheckpointError::Alarm {
+            signer: name.to_owned(),
+            why: why.to_string(),
+        }),
+        Err(e) => Err(CheckpointError::Compare(e.to_string())),
     }
 }
 
@@ -237,7 +269,7 @@ pub fn check_checkpoint(
 pub fn verification(
     sweep: Option<&kura_store::ops::Sweep>,
     checkpoint: Option<&str>,
-    checked: &Result<String, String>,
+    checked: &Result<String, CheckpointError>,
     trust: &crate::Trust,
     alarm: Option<&str>,
 ) -> Markup {
@@ -253,7 +285,7 @@ pub fn verification(
         h2 { "Signed checkpoint" }
         @match checked {
             Ok(m) => p.ok.checked { (t(m)) },
-            Err(m) => p.fail.checked { (t(m)) },
+            Err(m) => p.fail.checked { (t(&m.to_string())) },
         }
         @if let Some(c) = checkpoint {
             details { summary { "The signed note" } pre.checkpoint { (t(c)) } }

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
 use maud::Markup;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::auth::{self, Login};
 use crate::relay::{RelayError, relay};
@@ -282,7 +282,7 @@ async fn page(
     console: &Shared,
     headers: &HeaderMap,
     title: &str,
-    body: impl FnOnce(&Login) -> Result<Markup, String>,
+    body: impl FnOnce(&Login) -> anyhow::Result<Markup>,
 ) -> Response {
     let Some(login) = console.auth.get(headers) else {
         return Redirect::to("/login").into_response();
@@ -301,14 +301,15 @@ async fn page(
         Ok(m) => pages::layout(title, Some(&login), waiting, m).into_response(),
         Err(e) => (
             StatusCode::BAD_REQUEST,
-            pages::layout("error", Some(&login), waiting, pages::error(&e)),
+            pages::layout(
+                "error",
+                Some(&login),
+                waiting,
+                pages::error(&format!("{e:#}")),
+            ),
         )
             .into_response(),
     }
-}
-
-fn shown<T>(r: anyhow::Result<T>) -> Result<T, String> {
-    r.map_err(|e| format!("{e:#}"))
 }
 
 #[derive(Deserialize)]
@@ -334,7 +335,7 @@ async fn sessions(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<P
         .read(move |s| data::sessions(s, page_no * SESSIONS_PER_PAGE, SESSIONS_PER_PAGE + 1))
         .await;
     page(&c, &headers, "sessions", |_| {
-        let mut rows = shown(rows)?;
+        let mut rows = rows?;
         let more = rows.len() as i64 > SESSIONS_PER_PAGE;
         rows.truncate(SESSIONS_PER_PAGE as usize);
         Ok(pages::sessions(&rows, page_no, more))
@@ -367,12 +368,7 @@ async fn history(
         })
         .await;
     page(&c, &headers, "session", |_| {
-        Ok(pages::history(
-            &shown(h)?,
-            page_no,
-            LEDGERS_PER_PAGE,
-            per_ledger,
-        ))
+        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger))
     })
     .await
 }
@@ -393,7 +389,7 @@ async fn diff(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<DiffQ
     let d = c
         .read(move |s| records::diff(s, data::id(&q.a)?, data::id(&q.b)?, page_no))
         .await;
-    page(&c, &headers, "diff", |_| Ok(views::diff(&shown(d)?))).await
+    page(&c, &headers, "diff", |_| Ok(views::diff(&d?))).await
 }
 
 /// One record, a chunk at a time: what a page cut is read here, never all at once.
@@ -410,7 +406,7 @@ async fn whole_record(
     let r = c
         .read(move |s| records::record_chunk(s, data::id(&id)?, from))
         .await;
-    page(&c, &headers, "record", |_| Ok(views::chunk(&shown(r)?))).await
+    page(&c, &headers, "record", |_| Ok(views::chunk(&r?))).await
 }
 
 async fn approvals(State(c): State<Shared>, headers: HeaderMap) -> Response {
@@ -419,7 +415,7 @@ async fn approvals(State(c): State<Shared>, headers: HeaderMap) -> Response {
     }
     let w = c.read(data::waiting).await;
     page(&c, &headers, "approvals", |me| {
-        Ok(pages::approvals(&shown(w)?, me))
+        Ok(pages::approvals(&w?, me))
     })
     .await
 }
@@ -439,9 +435,9 @@ async fn verification(State(c): State<Shared>, headers: HeaderMap) -> Response {
     let checked = c
         .read(move |s| Ok(pages::check_checkpoint(s, note.as_deref(), vkey.as_deref())))
         .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        .unwrap_or_else(|e| Err(pages::CheckpointError::Unread(e.to_string())));
     page(&c, &headers, "verification", |_| {
-        let st = shown(st)?;
+        let st = st?;
         let alarm = st
             .daemons
             .iter()
@@ -463,7 +459,7 @@ async fn status(State(c): State<Shared>, headers: HeaderMap) -> Response {
         return Redirect::to("/login").into_response();
     }
     let st = c.read(|s| Ok(kura_store::ops::status(s)?)).await;
-    page(&c, &headers, "status", |_| Ok(pages::status(&shown(st)?))).await
+    page(&c, &headers, "status", |_| Ok(pages::status(&st?))).await
 }
 
 #[derive(Deserialize)]
@@ -499,10 +495,7 @@ async fn memory(
             )?)
         })
         .await;
-    page(&c, &headers, "memory", |_| {
-        Ok(pages::memory(&text, &shown(hits)?))
-    })
-    .await
+    page(&c, &headers, "memory", |_| Ok(pages::memory(&text, &hits?))).await
 }
 
 /// Live updates: one event per change; the page re-reads itself. The stream ends when its
@@ -577,6 +570,16 @@ struct LoginForm {
     signature: String,
 }
 
+/// The login endpoint's answer: who is logged in, or why not.
+#[derive(Serialize)]
+struct LoginAnswer<'a> {
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
 async fn login(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let Ok(f) = serde_json::from_slice::<LoginForm>(&body) else {
         return (StatusCode::BAD_REQUEST, "not a login").into_response();
@@ -599,7 +602,11 @@ async fn login(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Resp
             );
             (
                 [(header::SET_COOKIE, cookie)],
-                axum::Json(serde_json::json!({"ok": true, "name": l.name})),
+                axum::Json(LoginAnswer {
+                    ok: true,
+                    name: Some(&l.name),
+                    message: None,
+                }),
             )
                 .into_response()
         }
@@ -607,7 +614,11 @@ async fn login(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Resp
             tracing::warn!(reason = %e, "console login refused");
             (
                 StatusCode::FORBIDDEN,
-                axum::Json(serde_json::json!({"ok": false, "message": e})),
+                axum::Json(LoginAnswer {
+                    ok: false,
+                    name: None,
+                    message: Some(e.to_string()),
+                }),
             )
                 .into_response()
         }

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use serde_json::{Map, json};
+use serde_json::Map;
 
 use super::bounded::{excerpt, read_head};
 use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput};
@@ -53,16 +53,27 @@ impl CommandProvider {
     }
 }
 
+/// What the program reads on stdin: the turn, its instruction, the previous turn's output
+/// (`null` in the first turn) and the sealed context's records.
+#[derive(Debug, serde::Serialize)]
+struct CommandInput<'a> {
+    session_id: uuid::Uuid,
+    turn: i64,
+    instruction: String,
+    previous_deliverable: Option<String>,
+    context: &'a [proto::record::Record],
+}
+
 impl Provider for CommandProvider {
     fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
-        let stdin = json!({
-            "session_id": input.session_id,
-            "turn": input.seq,
-            "instruction": input.instruction(),
-            "previous_deliverable": input.previous_deliverable(),
-            "context": input.context,
+        let stdin = serde_json::to_string(&CommandInput {
+            session_id: input.session_id,
+            turn: input.seq,
+            instruction: input.instruction(),
+            previous_deliverable: input.previous_deliverable(),
+            context: input.context,
         })
-        .to_string();
+        .map_err(|e| ProviderError::Fatal(format!("cannot write the turn's input: {e}")))?;
         let program = &self.argv[0];
         let mut child = Command::new(program)
             .args(&self.argv[1..])
@@ -163,6 +174,7 @@ mod tests {
     use std::time::Instant;
 
     use proto::record::{Record, RecordType};
+    use serde_json::json;
 
     use super::*;
 

@@ -8,7 +8,7 @@ mod embed;
 mod openai;
 mod scripted;
 
-pub use embed::embed;
+pub use embed::{EmbedError, embed};
 
 use proto::record::{Record, RecordType};
 use serde::{Deserialize, Serialize};
@@ -95,7 +95,7 @@ impl TurnInput<'_> {
 
 /// A record's content as text (`text` field, else compact JSON).
 pub fn content_text(r: &Record) -> String {
-    match r.content.get("text").and_then(Value::as_str) {
+    match proto::content::text_of(&r.content) {
         Some(t) => t.to_owned(),
         None => r.content.to_string(),
     }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use proto::content::{ToolCallContent, call_id_of};
 use proto::record::RecordType;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::bounded::excerpt;
@@ -51,6 +53,82 @@ fn wire_name(tool: &str) -> String {
     tool.replace('.', "_")
 }
 
+/// One function call in an assistant message.
+#[derive(Debug, Serialize)]
+struct WireCall {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction,
+}
+
+/// A function call's name (wire spelling) and its arguments as JSON text.
+#[derive(Debug, Serialize)]
+struct WireFunction {
+    name: String,
+    arguments: String,
+}
+
+/// A chat message: system, user, assistant (text and/or calls) or a tool's result.
+#[derive(Debug, Serialize)]
+struct Message {
+    role: &'static str,
+    /// Always sent; `null` for an assistant message that only calls tools.
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+}
+
+impl Message {
+    fn new(role: &'static str, content: Option<String>) -> Message {
+        Message {
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool as the model sees it.
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireToolFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolFunction<'a> {
+    name: String,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+/// A `/chat/completions` request.
+#[derive(Debug, Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<Message>,
+    tools: Vec<WireTool<'a>>,
+    tool_choice: &'static str,
+}
+
+/// The assistant message a `tool.call` record becomes part of.
+fn wire_call(content: &Value) -> WireCall {
+    let call = ToolCallContent::read(content);
+    WireCall {
+        id: call_id_of(content).unwrap_or("").to_owned(),
+        kind: "function",
+        function: WireFunction {
+            name: wire_name(call.as_ref().map_or("", |c| c.tool_name.as_str())),
+            arguments: call.map_or_else(|| "{}".into(), |c| Value::Object(c.arguments).to_string()),
+        },
+    }
+}
+
 /// The request body for this turn so far.
 pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
     let mut user = input.instruction();
@@ -59,73 +137,61 @@ pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
         user.push_str(&prev);
     }
     let mut messages = vec![
-        json!({"role": "system", "content": system}),
-        json!({"role": "user", "content": user}),
+        Message::new("system", Some(system.to_owned())),
+        Message::new("user", Some(user)),
     ];
     // Group thoughts and calls into assistant messages; each result follows as a tool message.
-    let mut pending: Option<Map<String, Value>> = None;
-    let flush = |pending: &mut Option<Map<String, Value>>, messages: &mut Vec<Value>| {
+    let mut pending: Option<Message> = None;
+    let flush = |pending: &mut Option<Message>, messages: &mut Vec<Message>| {
         if let Some(m) = pending.take() {
-            messages.push(Value::Object(m));
+            messages.push(m);
         }
     };
     for r in input.history {
         match r.record_type {
             RecordType::AgentThought => {
                 flush(&mut pending, &mut messages);
-                let mut m = Map::new();
-                m.insert("role".into(), json!("assistant"));
-                m.insert("content".into(), json!(content_text(r)));
-                pending = Some(m);
+                pending = Some(Message::new("assistant", Some(content_text(r))));
             }
             RecordType::ToolCall => {
-                let m = pending.get_or_insert_with(|| {
-                    let mut m = Map::new();
-                    m.insert("role".into(), json!("assistant"));
-                    m.insert("content".into(), Value::Null);
-                    m
-                });
-                let call = json!({
-                    "id": r.content.get("call_id").cloned().unwrap_or(json!("")),
-                    "type": "function",
-                    "function": {
-                        "name": wire_name(r.content.get("tool_name").and_then(Value::as_str).unwrap_or("")),
-                        "arguments": r.content.get("arguments").map(Value::to_string).unwrap_or_else(|| "{}".into()),
-                    }
-                });
-                match m.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                    Some(calls) => calls.push(call),
-                    None => {
-                        m.insert("tool_calls".into(), json!([call]));
-                    }
-                }
+                let m = pending.get_or_insert_with(|| Message::new("assistant", None));
+                m.tool_calls.push(wire_call(&r.content));
             }
             RecordType::ToolResult => {
                 flush(&mut pending, &mut messages);
+                // The result as recorded, less the pairing id (which travels beside it).
                 let mut content = r.content.clone();
                 if let Some(o) = content.as_object_mut() {
                     o.remove("call_id");
                 }
-                messages.push(json!({
-                    "role": "tool",
-                    "tool_call_id": r.content.get("call_id").cloned().unwrap_or(json!("")),
-                    "content": content.to_string(),
-                }));
+                let mut m = Message::new("tool", Some(content.to_string()));
+                m.tool_call_id = Some(call_id_of(&r.content).unwrap_or("").to_owned());
+                messages.push(m);
             }
             _ => {}
         }
     }
     flush(&mut pending, &mut messages);
-    let tools: Vec<Value> = input
+    let tools = input
         .tools
         .iter()
-        .map(|t| {
-            json!({"type": "function", "function": {
-                "name": wire_name(&t.name), "description": t.description, "parameters": t.parameters
-            }})
+        .map(|t| WireTool {
+            kind: "function",
+            function: WireToolFunction {
+                name: wire_name(&t.name),
+                description: &t.description,
+                parameters: &t.parameters,
+            },
         })
         .collect();
-    json!({"model": model, "messages": messages, "tools": tools, "tool_choice": "auto"})
+    let request = ChatRequest {
+        model,
+        messages,
+        tools,
+        tool_choice: "auto",
+    };
+    // Strings, numbers and maps with string keys: serializing cannot fail.
+    serde_json::to_value(&request).unwrap_or(Value::Null)
 }
 
 /// Reads a chat-completions response into steps.
@@ -255,5 +321,87 @@ impl Provider for OpenAi {
                 .map_err(|e| ProviderError::Fatal(format!("response is not JSON: {e}")))
         })?;
         parse_response(&response, input)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolSpec;
+    use proto::record::Record;
+    use std::collections::BTreeMap;
+
+    fn record(record_type: RecordType, content: Value) -> Record {
+        Record {
+            record_id: uuid::Uuid::nil(),
+            hash: String::new(),
+            record_type,
+            content,
+            author_id: "agent:hashi".into(),
+            metadata: BTreeMap::new(),
+            created_at: String::new(),
+        }
+    }
+
+    /// The typed request is the JSON the hand-built one was.
+    #[test]
+    fn request_body_is_the_chat_completions_shape() {
+        let context = [record(
+            RecordType::TaskInstruction,
+            json!({"text": "count the files"}),
+        )];
+        let history = [
+            record(RecordType::AgentThought, json!({"text": "listing"})),
+            record(
+                RecordType::ToolCall,
+                json!({"tool_name": "fs.list", "arguments": {"path": "."}, "call_id": "c1"}),
+            ),
+            record(
+                RecordType::ToolCall,
+                json!({"tool_name": "fs.read", "arguments": {"path": "a"}, "call_id": "c2"}),
+            ),
+            record(
+                RecordType::ToolResult,
+                json!({"status": "success", "result": ["a"], "call_id": "c1"}),
+            ),
+            record(
+                RecordType::ToolCall,
+                json!({"tool_name": "fs.read", "arguments": {"path": "b"}, "call_id": "c3"}),
+            ),
+        ];
+        let tools = [ToolSpec {
+            name: "fs.list".into(),
+            description: "List".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let input = TurnInput {
+            session_id: uuid::Uuid::nil(),
+            seq: 1,
+            context: &context,
+            history: &history,
+            tools: &tools,
+        };
+        let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
+        let expected = json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "count the files"},
+                {"role": "assistant", "content": "listing", "tool_calls": [
+                    call("c1", "fs_list", r#"{"path":"."}"#),
+                    call("c2", "fs_read", r#"{"path":"a"}"#),
+                ]},
+                {"role": "tool", "tool_call_id": "c1",
+                 "content": json!({"status": "success", "result": ["a"]}).to_string()},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    call("c3", "fs_read", r#"{"path":"b"}"#),
+                ]},
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "fs_list", "description": "List", "parameters": {"type": "object"}
+            }}],
+            "tool_choice": "auto",
+        });
+        assert_eq!(request_body("m", "be brief", &input), expected);
     }
 }

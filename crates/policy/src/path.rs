@@ -64,18 +64,38 @@ pub fn normalize_args(arguments: &mut Map<String, Value>) {
     }
 }
 
+/// Why arguments are not in normal form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotNormal {
+    /// The path has no normal form at all.
+    #[error("{0}; hashi would refuse to run it")]
+    Invalid(PathError),
+    /// The path has another spelling than its normal form.
+    #[error(
+        "path {given:?} is not in normal form: sign {normal:?} instead (the spelling policy rules \
+         on and the tool runs)"
+    )]
+    Spelling {
+        /// The path as given.
+        given: String,
+        /// Its normal form.
+        normal: String,
+    },
+}
+
 /// Whether `arguments` are already in normal form, so a tool runs exactly what was signed:
 /// the reason when a path has none, or what the normal form would be.
-pub fn check_normal_args(arguments: &Map<String, Value>) -> Result<(), String> {
+pub fn check_normal_args(arguments: &Map<String, Value>) -> Result<(), NotNormal> {
     let Some(Value::String(p)) = arguments.get("path") else {
         return Ok(());
     };
     match normalize(p) {
-        Err(e) => Err(format!("{e}; hashi would refuse to run it")),
-        Ok(n) if &n != p => Err(format!(
-            "path {p:?} is not in normal form: sign {n:?} instead (the spelling policy rules on \
-             and the tool runs)"
-        )),
+        Err(e) => Err(NotNormal::Invalid(e)),
+        Ok(n) if &n != p => Err(NotNormal::Spelling {
+            given: p.clone(),
+            normal: n,
+        }),
         Ok(_) => Ok(()),
     }
 }

@@ -73,6 +73,18 @@ impl Verdicted {
     }
 }
 
+/// aegis's answer to hashi's [`ToolApprove`]: policy has looked at the request, which is
+/// now in `state` (decided, or waiting for people).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolApproved {
+    /// Always true: a refusal is a [`Verdicted`].
+    pub ok: bool,
+    /// The request.
+    pub request_id: Uuid,
+    /// Where it is now.
+    pub state: crate::states::ApprovalState,
+}
+
 /// A decision's note: at most this many characters (Unicode scalar values), and the plain
 /// decision that carries it at most [`MAX_DOORBELL_BYTES`] (so a note of four-byte
 /// characters is shorter).
@@ -187,7 +199,7 @@ pub struct ApprovalDecision {
     /// The approval request (record id).
     pub request_id: Uuid,
     /// `approve` or `deny`.
-    pub decision: String,
+    pub decision: crate::states::Vote,
     /// The approver's name (their author id is `user:<name>`).
     pub approver: String,
     /// A short note or reason.

@@ -5,6 +5,7 @@
 
 pub mod canonical;
 pub mod consumers;
+pub mod content;
 pub mod doorbell;
 pub mod ids;
 pub mod ledger;

@@ -75,7 +75,7 @@ impl InclusionProof {
             ));
         }
         let cols = self.record.as_columns();
-        let recomputed = cols.recompute_hash()?;
+        let recomputed = cols.recompute_hash().map_err(|e| e.to_string())?;
         if recomputed != self.record.hash {
             return Err(format!(
                 "record {} content hash is {recomputed}, but the proof says {}",

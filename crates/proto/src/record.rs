@@ -11,6 +11,7 @@ use uuid::Uuid;
 use sha2::{Digest, Sha256};
 
 use crate::canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
+pub use crate::content::{TextContent, ToolCallContent, ToolResultContent, ToolStatus};
 
 /// Largest canonical content a record may carry (bytes). Records are memory, not blobs.
 pub const MAX_CONTENT_BYTES: usize = 4 * 1024 * 1024;
@@ -45,6 +46,9 @@ pub enum RecordError {
     /// Serialization failed (should not happen for valid JSON values).
     #[error("cannot canonicalize: {0}")]
     Canonical(String),
+    /// Stored content that is not JSON at all.
+    #[error("content is not JSON: {0}")]
+    NotJson(String),
 }
 
 macro_rules! record_types {
@@ -107,53 +111,6 @@ impl fmt::Display for RecordType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Plain text content: `{"text": "..."}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TextContent {
-    /// The text itself.
-    pub text: String,
-}
-
-/// Content of a `tool.call` record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCallContent {
-    /// Which tool, e.g. `fs.write`.
-    pub tool_name: String,
-    /// The tool's arguments, always a JSON object.
-    pub arguments: serde_json::Map<String, Value>,
-    /// A caller-chosen id pairing this call with its result, when the caller has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
-}
-
-/// How a tool call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolStatus {
-    /// The tool ran and succeeded.
-    Success,
-    /// The tool ran, or was refused, and failed.
-    Error,
-    /// Nobody knows whether the side effect happened (e.g. the worker died mid-call).
-    Unknown,
-}
-
-/// Content of a `tool.result` record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolResultContent {
-    /// The outcome.
-    pub status: ToolStatus,
-    /// What the tool returned, if anything.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// Why it failed, if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The `call_id` of the `tool.call` this answers, when it had one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
 }
 
 /// Typed views of record content. On disk content is always JSON.
@@ -276,6 +233,39 @@ impl NewRecord {
     }
 }
 
+/// The shapes the store accepts, kept apart from the typed contents (which name more keys)
+/// so that what a record may hold does not change when a writer's type grows.
+mod shape {
+    use serde::Deserialize;
+    use serde_json::{Map, Value};
+
+    use super::ToolStatus;
+
+    /// A `tool.call`: a tool name and an object of arguments.
+    #[derive(Deserialize)]
+    pub(super) struct ToolCall {
+        pub(super) tool_name: String,
+        #[allow(dead_code)]
+        arguments: Map<String, Value>,
+        #[allow(dead_code)]
+        #[serde(default)]
+        call_id: Option<String>,
+    }
+
+    /// A `tool.result`: a status, and optionally a result, an error and a call id.
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    pub(super) struct ToolResult {
+        status: ToolStatus,
+        #[serde(default)]
+        result: Option<Value>,
+        #[serde(default)]
+        error: Option<String>,
+        #[serde(default)]
+        call_id: Option<String>,
+    }
+}
+
 /// Checks that content fits its type's shape, without copying it.
 fn check_shape(record_type: RecordType, value: &Value) -> Result<(), RecordError> {
     let invalid = |reason: String| RecordError::InvalidContent {
@@ -284,13 +274,13 @@ fn check_shape(record_type: RecordType, value: &Value) -> Result<(), RecordError
     };
     match record_type {
         RecordType::ToolCall => {
-            let call = ToolCallContent::deserialize(value).map_err(|e| invalid(e.to_string()))?;
+            let call = shape::ToolCall::deserialize(value).map_err(|e| invalid(e.to_string()))?;
             if call.tool_name.trim().is_empty() {
                 return Err(invalid("tool_name is empty".into()));
             }
             Ok(())
         }
-        RecordType::ToolResult => ToolResultContent::deserialize(value)
+        RecordType::ToolResult => shape::ToolResult::deserialize(value)
             .map(|_| ())
             .map_err(|e| invalid(e.to_string())),
         _ => Ok(()),
@@ -447,10 +437,11 @@ impl RecordColumns<'_> {
     }
 
     /// Recomputes the content hash from the raw `record_type`, `content` and `author_id`.
-    pub fn recompute_hash(&self) -> Result<String, String> {
+    pub fn recompute_hash(&self) -> Result<String, RecordError> {
         let content: Value =
-            serde_json::from_str(self.content).map_err(|e| format!("content is not JSON: {e}"))?;
-        record_hash(self.record_type, &content, self.author_id).map_err(|e| e.to_string())
+            serde_json::from_str(self.content).map_err(|e| RecordError::NotJson(e.to_string()))?;
+        record_hash(self.record_type, &content, self.author_id)
+            .map_err(|e| RecordError::Canonical(e.to_string()))
     }
 
     /// A short fingerprint of the leaf, handy in reports.
@@ -555,10 +546,8 @@ mod tests {
         let mut rec = NewRecord::new(
             RecordType::ToolResult,
             Content::ToolResult(ToolResultContent {
-                status: ToolStatus::Unknown,
-                result: None,
-                error: Some("worker died".into()),
                 call_id: None,
+                ..ToolResultContent::unknown("worker died", "")
             }),
             "agent:hashi",
         );

@@ -12,6 +12,7 @@ use base64::Engine as _;
 
 use async_nats::{ConnectOptions, Event};
 use futures::StreamExt;
+use proto::doorbell::Verdicted;
 use proto::subjects::Subjects;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -220,6 +221,20 @@ fn next_attempt(servers: &[async_nats::Server]) -> Option<async_nats::ReconnectT
     })
 }
 
+/// What a request handler answers: its typed reply, or a refusal saying why not.
+pub type Reply<T> = Result<T, Verdicted>;
+
+/// A refusal as JSON bytes.
+fn reply_bytes(refused: &Verdicted) -> Vec<u8> {
+    // A struct of a bool and two strings always serializes.
+    serde_json::to_vec(refused).unwrap_or_default()
+}
+
+/// A refusal saying `message`, as JSON bytes.
+fn refusal_bytes(message: String) -> Vec<u8> {
+    reply_bytes(&Verdicted::refused(message))
+}
+
 impl Bus {
     /// Connects to `common.nats_url` as `name`. Returns at once even if NATS is down: the
     /// client keeps retrying, and each (re)connect wakes the consumers registered with
@@ -359,46 +374,53 @@ impl Bus {
         }))
     }
 
-    /// Answers requests of type `T` on `subject`: `handler` runs on a blocking thread (it
-    /// may use SQLite) and its bytes go back to the requester. Malformed requests are
-    /// logged, counted and answered with an error, never fatal.
-    pub async fn serve<T, F>(
+    /// Answers requests of type `Req` on `subject`: `handler` runs on a blocking thread (it
+    /// may use SQLite) and its typed answer — a `Resp`, or a [`Verdicted`] refusal saying
+    /// why not — goes back to the requester as JSON. Malformed requests are logged, counted
+    /// and refused, never fatal.
+    pub async fn serve<Req, Resp, F>(
         &self,
         subject: String,
         handler: F,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>>
     where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize,
+        F: Fn(Req) -> Reply<Resp> + Send + Sync + 'static,
     {
         self.serve_capped(subject, proto::doorbell::MAX_DOORBELL_BYTES, handler)
             .await
     }
 
     /// [`Bus::serve`] for requests of up to `cap` bytes.
-    pub async fn serve_capped<T, F>(
+    pub async fn serve_capped<Req, Resp, F>(
         &self,
         subject: String,
         cap: usize,
         handler: F,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>>
     where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(T) -> Vec<u8> + Send + Sync + 'static,
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize,
+        F: Fn(Req) -> Reply<Resp> + Send + Sync + 'static,
     {
         let stats = self.stats.clone();
         let name = subject.clone();
         self.serve_raw(subject, move |payload| {
-            let body = match proto::doorbell::parse_capped::<T>(payload, cap) {
+            let body = match proto::doorbell::parse_capped::<Req>(payload, cap) {
                 Ok(req) => {
                     stats.received.fetch_add(1, Ordering::Relaxed);
-                    handler(req)
+                    match handler(req) {
+                        Ok(resp) => serde_json::to_vec(&resp).unwrap_or_else(|e| {
+                            refusal_bytes(format!("the answer cannot be sent: {e}"))
+                        }),
+                        Err(refused) => reply_bytes(&refused),
+                    }
                 }
                 Err(e) => {
                     let total = stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
                     tracing::warn!(subject = %name, error = %e, rejected_total = total, "rejected doorbell");
-                    serde_json::to_vec(&serde_json::json!({"ok": false, "message": e.to_string()}))
-                        .unwrap_or_default()
+                    refusal_bytes(e.to_string())
                 }
             };
             (Vec::new(), body)
@@ -427,13 +449,7 @@ impl Bus {
                 let payload = msg.payload.clone();
                 let (extra, reply) = match tokio::task::spawn_blocking(move || h(&payload)).await {
                     Ok(answer) => answer,
-                    Err(e) => (
-                        Vec::new(),
-                        serde_json::to_vec(
-                            &serde_json::json!({"ok": false, "message": e.to_string()}),
-                        )
-                        .unwrap_or_default(),
-                    ),
+                    Err(e) => (Vec::new(), refusal_bytes(e.to_string())),
                 };
                 if let Some(to) = msg.reply {
                     let bytes = reply.len();

@@ -169,8 +169,56 @@ pub struct Identities {
     pub list: Vec<Identity>,
 }
 
+/// Why a name, a key, a list of identities or a nonce is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// A name that is not one word of letters, digits, `-` and `_`.
+    #[error("invalid name {0:?}: letters, digits, '-' and '_' only (at most 64)")]
+    Name(String),
+    /// An nkey that is not a user's.
+    #[error("{0:?} is not a user nkey (must start with U)")]
+    NotUser(String),
+    /// Not an nkey at all.
+    #[error("{nkey:?} is not an nkey: {message}")]
+    NotNkey {
+        /// What was given.
+        nkey: String,
+        /// Why it does not decode.
+        message: String,
+    },
+    /// A key pair cannot be made from a secret.
+    #[error("{0}")]
+    Derive(String),
+    /// A list of identities that breaks a rule (a name or key twice, a service unnamed
+    /// after its role, a list from before keys were split).
+    #[error("{0}")]
+    Listing(String),
+    /// The server's nonce is not a nonce: it is not signed.
+    #[error(
+        "the server sent a {0}-byte nonce that is not 1–{MAX_NONCE} base64url characters; \
+         refusing to sign it (is something other than Kura's nats-server on this port?)"
+    )]
+    Nonce(usize),
+}
+
+/// Why a reply's signature is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// The pinned key is not a public nkey.
+    #[error("{0}")]
+    Key(String),
+    /// The signature header is not base64.
+    #[error("signature is not base64: {0}")]
+    NotBase64(String),
+    /// The signature is not the pinned key's over this reply.
+    #[error("the signature does not match the pinned key")]
+    Mismatch,
+}
+
 /// An approver's or service's name: one word a subject-free file name can carry.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), KeyError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -179,18 +227,19 @@ fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "invalid name {name:?}: letters, digits, '-' and '_' only (at most 64)"
-        ))
+        Err(KeyError::Name(name.to_owned()))
     }
 }
 
 /// Whether `nkey` is a public user nkey (prefix `U`, valid checksum).
-pub fn check_user_nkey(nkey: &str) -> Result<[u8; 32], String> {
+pub fn check_user_nkey(nkey: &str) -> Result<[u8; 32], KeyError> {
     match nkeys::from_public_key(nkey) {
         Ok((_, bytes)) if nkey.starts_with('U') => Ok(bytes),
-        Ok(_) => Err(format!("{nkey:?} is not a user nkey (must start with U)")),
-        Err(e) => Err(format!("{nkey:?} is not an nkey: {e}")),
+        Ok(_) => Err(KeyError::NotUser(nkey.to_owned())),
+        Err(e) => Err(KeyError::NotNkey {
+            nkey: nkey.to_owned(),
+            message: e.to_string(),
+        }),
     }
 }
 
@@ -208,20 +257,23 @@ impl Identities {
             path: path.display().to_string(),
             message: e.message().to_owned(),
         })?;
-        ids.check().map_err(|message| IdentityError::Invalid {
+        ids.check().map_err(|e| IdentityError::Invalid {
             path: path.display().to_string(),
-            message,
+            message: e.to_string(),
         })?;
         Ok(ids)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), KeyError> {
         let (mut names, mut keys) = (BTreeSet::new(), BTreeSet::new());
         for id in &self.list {
             check_name(&id.name)?;
             check_user_nkey(&id.nkey)?;
             if !names.insert(&id.name) {
-                return Err(format!("the name {:?} is listed twice", id.name));
+                return Err(KeyError::Listing(format!(
+                    "the name {:?} is listed twice",
+                    id.name
+                )));
             }
             // One key, one purpose: no key logs in for one identity and signs for another
             // (or for itself).
@@ -230,10 +282,10 @@ impl Identities {
                 .chain(id.retired.iter().map(|r| &r.key))
             {
                 if !keys.insert(key) {
-                    return Err(format!(
+                    return Err(KeyError::Listing(format!(
                         "a key of {:?} is listed twice (one key, one identity, one purpose)",
                         id.name
-                    ));
+                    )));
                 }
             }
             for r in &id.retired {
@@ -244,20 +296,20 @@ impl Identities {
                     check_user_nkey(signer)?;
                 }
                 (None, false) => {
-                    return Err(format!(
+                    return Err(KeyError::Listing(format!(
                         "the service {:?} has no `signer`: this list was made before bus and \
                          statement keys were split; run `kura keys upgrade --dir DIR`",
                         id.name
-                    ));
+                    )));
                 }
                 (None, true) => {}
             }
             if !id.role.is_listed() && id.name != id.role.name() {
-                return Err(format!(
+                return Err(KeyError::Listing(format!(
                     "{:?}: a service identity is named after its role ({:?})",
                     id.name,
                     id.role.name()
-                ));
+                )));
             }
         }
         Ok(())
@@ -265,7 +317,8 @@ impl Identities {
 
     /// Writes `identities.toml` into `dir` (replacing it atomically).
     pub fn save(&self, dir: &Path) -> Result<(), IdentityError> {
-        self.check().map_err(IdentityError::Refused)?;
+        self.check()
+            .map_err(|e| IdentityError::Refused(e.to_string()))?;
         let mut text = String::from(
             "# Kura's bus identities: who may connect to NATS and as what (public keys only).\n\
              # Managed with `kura keys`; mikado builds the nats-server authorization from it.\n",
@@ -604,8 +657,8 @@ pub fn add_peer(dir: &Path, name: &str, nkey: &str) -> Result<Identity, Identity
 
 fn add_listed(dir: &Path, name: &str, role: Role, nkey: &str) -> Result<Identity, IdentityError> {
     let mut ids = Identities::load(dir)?;
-    check_name(name).map_err(IdentityError::Refused)?;
-    check_user_nkey(nkey).map_err(IdentityError::Refused)?;
+    check_name(name).map_err(|e| IdentityError::Refused(e.to_string()))?;
+    check_user_nkey(nkey).map_err(|e| IdentityError::Refused(e.to_string()))?;
     if ids.get(name).is_some() {
         return Err(IdentityError::Refused(format!(
             "{name:?} is already listed; remove it first to replace its key"
@@ -631,7 +684,7 @@ fn add_listed(dir: &Path, name: &str, role: Role, nkey: &str) -> Result<Identity
 /// decisions (see [`Identities::removed`]).
 pub fn remove(dir: &Path, name: &str) -> Result<Option<Identity>, IdentityError> {
     let mut ids = Identities::load(dir)?;
-    check_name(name).map_err(IdentityError::Refused)?;
+    check_name(name).map_err(|e| IdentityError::Refused(e.to_string()))?;
     let gone = match ids.list.iter().position(|i| i.name == name) {
         Some(pos) if !ids.list[pos].role.is_listed() => {
             return Err(IdentityError::Refused(format!(
@@ -718,15 +771,16 @@ pub fn derive_secret(root: &[u8; 32], label: &str) -> [u8; 32] {
 
 /// An identity's root key from its 32-byte secret (an approver's key file): it signs
 /// statements; [`Credentials`](crate::bus::Credentials) derive the bus key from it.
-pub fn root_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, String> {
-    nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, secret).map_err(|e| e.to_string())
+pub fn root_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, KeyError> {
+    nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, secret)
+        .map_err(|e| KeyError::Derive(e.to_string()))
 }
 
 /// The bus (NATS login) key of the identity whose root secret is `secret` — a service's seed
 /// or an approver's key file.
-pub fn bus_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, String> {
+pub fn bus_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, KeyError> {
     nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, derive_secret(&secret, BUS_LABEL))
-        .map_err(|e| e.to_string())
+        .map_err(|e| KeyError::Derive(e.to_string()))
 }
 
 /// The bus key of the identity whose root key (its seed) is `root`.
@@ -734,7 +788,7 @@ pub fn bus_key(root: &nkeys::KeyPair) -> Result<nkeys::KeyPair, IdentityError> {
     let bad = |e: String| IdentityError::Refused(format!("cannot derive the bus key: {e}"));
     let seed = root.seed().map_err(|e| bad(e.to_string()))?;
     let (_, raw) = nkeys::decode_seed(&seed).map_err(|e| bad(e.to_string()))?;
-    bus_key_from_secret(raw).map_err(bad)
+    bus_key_from_secret(raw).map_err(|e| bad(e.to_string()))
 }
 
 /// The longest nonce signed. nats-server sends 11 random bytes as 15 base64url characters;
@@ -743,7 +797,7 @@ pub const MAX_NONCE: usize = 64;
 
 /// Whether `nonce` looks like a server nonce (1–64 base64url characters) and nothing else: a
 /// Kura statement always carries a `.`, a newline or JSON punctuation, so it never passes.
-pub fn check_nonce(nonce: &[u8]) -> Result<(), String> {
+pub fn check_nonce(nonce: &[u8]) -> Result<(), KeyError> {
     let ok = !nonce.is_empty()
         && nonce.len() <= MAX_NONCE
         && nonce
@@ -752,11 +806,7 @@ pub fn check_nonce(nonce: &[u8]) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "the server sent a {}-byte nonce that is not 1–{MAX_NONCE} base64url characters; \
-             refusing to sign it (is something other than Kura's nats-server on this port?)",
-            nonce.len()
-        ))
+        Err(KeyError::Nonce(nonce.len()))
     }
 }
 
@@ -876,14 +926,15 @@ pub fn verify_reply(
     reply_to: &str,
     payload: &[u8],
     signature_b64: &str,
-) -> Result<(), String> {
+) -> Result<(), ReplyError> {
     use base64::Engine as _;
-    let key = nkeys::KeyPair::from_public_key(signer).map_err(|e| e.to_string())?;
+    let key =
+        nkeys::KeyPair::from_public_key(signer).map_err(|e| ReplyError::Key(e.to_string()))?;
     let sig = base64::engine::general_purpose::STANDARD
         .decode(signature_b64.trim())
-        .map_err(|e| format!("signature is not base64: {e}"))?;
+        .map_err(|e| ReplyError::NotBase64(e.to_string()))?;
     key.verify(&reply_signing_bytes(reply_to, payload), &sig)
-        .map_err(|_| "the signature does not match the pinned key".to_string())
+        .map_err(|_| ReplyError::Mismatch)
 }
 
 #[cfg(test)]

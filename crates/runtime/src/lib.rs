@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use bus::{Bus, Stats};
+pub use bus::{Bus, Reply, Stats};
 pub use config::{ConfigError, load, to_toml};
 pub use daemon::Daemon;
 pub use wake::{Stop, WakeRx, Waker, consumer_loop, wake_pair};

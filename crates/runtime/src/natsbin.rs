@@ -11,8 +11,40 @@ use std::time::{Duration, Instant};
 use crate::bus::Credentials;
 use crate::identity::{self, Role};
 
+/// Why the binary was not found, or the throwaway server not started or changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsError {
+    /// No `nats-server` binary where one was looked for.
+    #[error("nats-server not found (tried {0}); fetch it with scripts/fetch-nats-server")]
+    NotFound(String),
+    /// Its keys directory or config could not be made or read.
+    #[error("{0}")]
+    Keys(String),
+    /// The binary could not be started.
+    #[error("cannot start {bin}: {message}")]
+    Spawn {
+        /// The binary.
+        bin: String,
+        /// Why.
+        message: String,
+    },
+    /// It did not come up in time.
+    #[error("nats-server did not start on port {0}")]
+    NotUp(u16),
+    /// It is not running (so cannot be reloaded).
+    #[error("nats-server is not running")]
+    NotRunning,
+    /// It could not be told to reload.
+    #[error("cannot signal nats-server")]
+    Signal,
+    /// A client could not connect (or not after a reload).
+    #[error("{0}")]
+    Connect(String),
+}
+
 /// Where to look, in order, and what was found.
-pub fn find(configured: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find(configured: Option<&Path>) -> Result<PathBuf, NatsError> {
     let mut tried = Vec::new();
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(path) = configured {
@@ -46,10 +78,11 @@ pub fn find(configured: Option<&Path>) -> Result<PathBuf, String> {
         }
     }
     tried.push("$PATH".into());
-    Err(format!(
-        "nats-server not found (tried {}); fetch it with scripts/fetch-nats-server",
-        tried.join(", ")
-    ))
+    Err(NatsError::NotFound(tried.join(", ")))
+}
+
+fn keys_error(e: impl std::fmt::Display) -> NatsError {
+    NatsError::Keys(e.to_string())
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -91,16 +124,17 @@ impl NatsServer {
     }
 
     /// [`NatsServer::start`] without panicking (for `kura bench`).
-    pub fn try_start() -> Result<NatsServer, String> {
+    pub fn try_start() -> Result<NatsServer, NatsError> {
         NatsServer::try_start_on("127.0.0.1", &[])
     }
 
     /// Starts it listening on `listen` (e.g. `0.0.0.0`), its certificate also valid for
     /// `hosts` (the addresses other machines use).
-    pub fn try_start_on(listen: &str, hosts: &[String]) -> Result<NatsServer, String> {
+    pub fn try_start_on(listen: &str, hosts: &[String]) -> Result<NatsServer, NatsError> {
         let bin = find(None)?;
-        let keys = tempfile::tempdir().map_err(|e| format!("cannot make a keys dir: {e}"))?;
-        identity::init(keys.path(), hosts).map_err(|e| e.to_string())?;
+        let keys = tempfile::tempdir()
+            .map_err(|e| NatsError::Keys(format!("cannot make a keys dir: {e}")))?;
+        identity::init(keys.path(), hosts).map_err(keys_error)?;
         let mut s = NatsServer {
             child: None,
             port: free_port(),
@@ -149,8 +183,8 @@ impl NatsServer {
     }
 
     /// Credentials of service `role`.
-    pub fn credentials(&self, role: Role) -> Result<Credentials, String> {
-        let key = identity::read_seed(&self.seed(role)).map_err(|e| e.to_string())?;
+    pub fn credentials(&self, role: Role) -> Result<Credentials, NatsError> {
+        let key = identity::read_seed(&self.seed(role)).map_err(keys_error)?;
         Ok(Credentials {
             key: Some(Arc::new(key)),
             ca: Some(self.ca()),
@@ -158,36 +192,34 @@ impl NatsServer {
     }
 
     /// Connects as service `role`.
-    pub async fn client(&self, role: Role) -> Result<async_nats::Client, String> {
+    pub async fn client(&self, role: Role) -> Result<async_nats::Client, NatsError> {
         self.credentials(role)?
             .connect_once(role.name(), &self.url())
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| NatsError::Connect(format!("{e:#}")))
     }
 
     /// Lists an approver by the bus key derived from their root `key` and reloads the
     /// server; returns once they can connect.
-    pub fn add_approver(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
-        let bus = identity::bus_key(key).map_err(|e| e.to_string())?;
-        identity::add_approver(self.keys.path(), name, &bus.public_key())
-            .map_err(|e| e.to_string())?;
+    pub fn add_approver(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), NatsError> {
+        let bus = identity::bus_key(key).map_err(keys_error)?;
+        identity::add_approver(self.keys.path(), name, &bus.public_key()).map_err(keys_error)?;
         self.reloaded_for(name, key)
     }
 
     /// Lists another Kura (its `serve` key) as a peer that may ask for cosignatures, and
     /// reloads the server; returns once `key` can connect.
-    pub fn add_peer(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
-        let bus = identity::bus_key(key).map_err(|e| e.to_string())?;
-        identity::add_peer(self.keys.path(), name, &bus.public_key()).map_err(|e| e.to_string())?;
+    pub fn add_peer(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), NatsError> {
+        let bus = identity::bus_key(key).map_err(keys_error)?;
+        identity::add_peer(self.keys.path(), name, &bus.public_key()).map_err(keys_error)?;
         self.reloaded_for(name, key)
     }
 
-    fn reloaded_for(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), String> {
+    fn reloaded_for(&self, name: &str, key: &nkeys::KeyPair) -> Result<(), NatsError> {
         self.reload()?;
         let creds = Credentials {
             key: Some(Arc::new(
-                nkeys::KeyPair::from_seed(&key.seed().map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?,
+                nkeys::KeyPair::from_seed(&key.seed().map_err(keys_error)?).map_err(keys_error)?,
             )),
             ca: Some(self.ca()),
         };
@@ -195,52 +227,50 @@ impl NatsServer {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| NatsError::Connect(e.to_string()))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if rt.block_on(creds.connect_once("probe", &url)).is_ok() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(format!("{name} cannot connect after the reload"));
+                return Err(NatsError::Connect(format!(
+                    "{name} cannot connect after the reload"
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// Rewrites the config from the keys directory and signals the server to reload it.
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), NatsError> {
         self.write_config()?;
         let pid = self
             .child
             .as_ref()
             .map(Child::id)
-            .ok_or("nats-server is not running")?;
+            .ok_or(NatsError::NotRunning)?;
         let ok = Command::new("kill")
             .args(["-HUP", &pid.to_string()])
             .status()
-            .map_err(|e| e.to_string())?
+            .map_err(|_| NatsError::Signal)?
             .success();
-        if ok {
-            Ok(())
-        } else {
-            Err("cannot signal nats-server".into())
-        }
+        if ok { Ok(()) } else { Err(NatsError::Signal) }
     }
 
     fn config_path(&self) -> PathBuf {
         self.keys.path().join("nats-server.conf")
     }
 
-    fn write_config(&self) -> Result<(), String> {
+    fn write_config(&self) -> Result<(), NatsError> {
         let text = identity::server_config(
             &self.listen,
             self.port,
             self.keys.path(),
             &proto::subjects::Subjects::default(),
         )
-        .map_err(|e| e.to_string())?;
-        std::fs::write(self.config_path(), text).map_err(|e| e.to_string())
+        .map_err(keys_error)?;
+        std::fs::write(self.config_path(), text).map_err(keys_error)
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.
@@ -257,7 +287,7 @@ impl NatsServer {
     }
 
     /// [`NatsServer::restart`] without panicking.
-    pub fn try_restart(&mut self) -> Result<(), String> {
+    pub fn try_restart(&mut self) -> Result<(), NatsError> {
         self.kill();
         self.write_config()?;
         let child = Command::new(&self.bin)
@@ -266,12 +296,15 @@ impl NatsServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.bin.display()))?;
+            .map_err(|e| NatsError::Spawn {
+                bin: self.bin.display().to_string(),
+                message: e.to_string(),
+            })?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if Instant::now() >= deadline {
-                return Err(format!("nats-server did not start on port {}", self.port));
+                return Err(NatsError::NotUp(self.port));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -150,136 +150,103 @@ impl Kura {
         c
     }
 
+    /// Opens a ledger labelled `label` in `session`, after `parent` if given; its id.
+    pub fn open_ledger(&self, session: &str, label: &str, parent: Option<&str>) -> String {
+        let mut args = vec!["ledger", "open", "--session", session, "--label", label];
+        if let Some(p) = parent {
+            args.extend(["--parent", p]);
+        }
+        self.ok(&args)
+    }
+
+    /// Adds a record of `record_type` by `author` to `ledger`: `how` is `--text` or
+    /// `--content` (then `body` is JSON), `extra` any further arguments; its id.
+    pub fn add(
+        &self,
+        ledger: &str,
+        record_type: &str,
+        author: &str,
+        (how, body): (&str, &str),
+        extra: &[&str],
+    ) -> String {
+        let mut args = vec![
+            "record",
+            "add",
+            "--ledger",
+            ledger,
+            "--type",
+            record_type,
+            "--author",
+            author,
+            how,
+            body,
+        ];
+        args.extend(extra);
+        self.ok(&args)
+    }
+
     /// A session with two sealed turns (context, output, context, output), returning ids.
     pub fn demo_session(&self) -> Demo {
         let session = self.ok(&["session", "new", "--label", "demo"]);
-        let ctx1 = self.ok(&[
-            "ledger",
-            "open",
-            "--session",
-            &session,
-            "--label",
-            "turn-1-ctx",
-        ]);
-        let instr = self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+        let ctx1 = self.open_ledger(&session, "turn-1-ctx", None);
+        let instr = self.add(
             &ctx1,
-            "--type",
             "task.instruction",
-            "--author",
             "user:oles",
-            "--text",
-            "count the files",
-        ]);
+            ("--text", "count the files"),
+            &[],
+        );
         self.ok(&["ledger", "seal", &ctx1]);
-        let out1 = self.ok(&[
-            "ledger",
-            "open",
-            "--session",
-            &session,
-            "--label",
-            "turn-1-out",
-            "--parent",
-            &ctx1,
-        ]);
-        let thought = self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+        let out1 = self.open_ledger(&session, "turn-1-out", Some(&ctx1));
+        let thought = self.add(
             &out1,
-            "--type",
             "agent.thought",
-            "--author",
             "agent:hashi",
-            "--text",
-            "I will list them",
-            "--meta",
-            "step=1",
-        ]);
-        let call = self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+            ("--text", "I will list them"),
+            &["--meta", "step=1"],
+        );
+        let call = self.add(
             &out1,
-            "--type",
             "tool.call",
-            "--author",
             "agent:hashi",
-            "--content",
-            r#"{"tool_name":"fs.list","arguments":{"path":"."}}"#,
-        ]);
-        let result = self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+            (
+                "--content",
+                r#"{"tool_name":"fs.list","arguments":{"path":"."}}"#,
+            ),
+            &[],
+        );
+        let result = self.add(
             &out1,
-            "--type",
             "tool.result",
-            "--author",
             "tool:fs",
-            "--content",
-            r#"{"status":"success","result":["a","b"]}"#,
-        ]);
-        let deliv = self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+            ("--content", r#"{"status":"success","result":["a","b"]}"#),
+            &[],
+        );
+        let deliv = self.add(
             &out1,
-            "--type",
             "task.deliverable",
-            "--author",
             "agent:hashi",
-            "--text",
-            "two files",
-        ]);
+            ("--text", "two files"),
+            &[],
+        );
         self.ok(&["ledger", "seal", &out1]);
-        let ctx2 = self.ok(&[
-            "ledger",
-            "open",
-            "--session",
-            &session,
-            "--label",
-            "turn-2-ctx",
-            "--parent",
-            &out1,
-        ]);
-        self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+        let ctx2 = self.open_ledger(&session, "turn-2-ctx", Some(&out1));
+        self.add(
             &ctx2,
-            "--type",
             "task.instruction",
-            "--author",
             "user:oles",
-            "--text",
-            "now name them",
-        ]);
+            ("--text", "now name them"),
+            &[],
+        );
         self.ok(&["ledger", "seal", &ctx2]);
-        let out2 = self.ok(&[
-            "ledger",
-            "open",
-            "--session",
-            &session,
-            "--label",
-            "turn-2-out",
-            "--parent",
-            &ctx2,
-        ]);
-        self.ok(&[
-            "record",
-            "add",
-            "--ledger",
+        let out2 = self.open_ledger(&session, "turn-2-out", Some(&ctx2));
+        self.add(
             &out2,
-            "--type",
             "task.deliverable",
-            "--author",
             "agent:hashi",
-            "--text",
-            "a and b",
-        ]);
+            ("--text", "a and b"),
+            &[],
+        );
         self.ok(&["ledger", "seal", &out2]);
         Demo {
             session,

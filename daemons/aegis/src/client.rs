@@ -14,6 +14,8 @@ use uuid::Uuid;
 
 use crate::keys;
 use crate::pending::{Chunk, PendingItem, PendingPage};
+use proto::Vote;
+use proto::content::ApprovalRequestContent;
 use proto::doorbell::Verdicted;
 
 /// Most pages read (each at most 32 KiB): far more requests than anyone reviews at once.
@@ -193,14 +195,20 @@ pub fn verify(item: &PendingItem, content: &str) -> anyhow::Result<Verified> {
         &item.request_hash[..12.min(item.request_hash.len())]
     );
     let v: Value = serde_json::from_str(content).context("request content is not JSON")?;
+    let request = ApprovalRequestContent::read(&v).with_context(|| {
+        format!(
+            "request {} is not an approval request's content",
+            item.request_id
+        )
+    })?;
     Ok(Verified {
         request_id: item.request_id,
         request_hash: hash,
-        tool: v["tool_name"].as_str().unwrap_or_default().to_owned(),
-        arguments: v["arguments"].clone(),
-        effect: v["effect"].as_str().unwrap_or_default().to_owned(),
-        session_id: v["session_id"].clone(),
-        turn_id: v["turn_id"].clone(),
+        tool: request.tool_name,
+        arguments: Value::Object(request.arguments),
+        effect: request.effect.as_str().to_owned(),
+        session_id: Value::String(request.session_id.to_string()),
+        turn_id: Value::String(request.turn_id.to_string()),
         age_s: item.age_s,
         rule: item.rule.clone(),
         required: item.required,
@@ -255,7 +263,7 @@ pub async fn decide(
         .with_context(|| format!("request {request_id} is not waiting for a decision"))?;
     let mut d = ApprovalDecision {
         request_id,
-        decision: if approve { "approve" } else { "deny" }.into(),
+        decision: if approve { Vote::Approve } else { Vote::Deny },
         approver: name,
         note: note.to_owned(),
         signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -6,15 +6,17 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use kura_store::Store;
-use kura_store::work::approvals::{ApprovalState, Outcome, Vote};
+use kura_store::work::approvals::Approval;
+use kura_store::work::approvals::{ApprovalState, Vote};
 use kura_store::work::approvals::{
     approval, approvals_so_far, asked, next_pending, request_content,
 };
 use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
+use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
 use proto::record::{NewRecord, RecordType};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::limit::{Key, Limiter};
@@ -62,9 +64,10 @@ pub fn evaluate(
             return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None }));
         }
         let content = request_content(tx, a.request_id)?;
-        let args = content.get("arguments").cloned().unwrap_or(Value::Null);
+        let request = ApprovalRequestContent::read(&content);
+        let args = request.as_ref().map_or(Value::Null, |r| Value::Object(r.arguments.clone()));
         let mut ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
-        if content.get("rerun_of").is_some() {
+        if request.is_some_and(|r| r.rerun_of.is_some()) {
             ruling = ruling.for_rerun();
         }
         let (state, woke) = match ruling.verdict {
@@ -101,13 +104,16 @@ pub fn add_refusals(store: &mut Store, held: &[(Key, i64)]) -> kura_store::Resul
 pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uuid>> {
     store.write(|tx| {
         let mut woke = Vec::new();
-        for a in asked(tx)?.into_iter().filter(|a| a.deadline_ms.is_some_and(|d| d < now)) {
+        for a in asked(tx)?
+            .into_iter()
+            .filter(|a| a.deadline_ms.is_some_and(|d| d < now))
+        {
             let rule = a.rule.clone().unwrap_or_default();
-            let rec = tx.append_to_turn(a.turn_id,
+            let rec = tx.append_to_turn(
+                a.turn_id,
                 &decision_record(
                     AUTHOR,
-                    json!({"request_id": a.request_id, "outcome": Outcome::Deny, "rule": rule, "by": "expiry",
-                           "reason": "no decision before the deadline"}),
+                    ExpiryContent::new(a.request_id, rule.clone()).to_value(),
                 ),
             )?;
             tracing::info!(request_id = %a.request_id, "approval request expired: denied");
@@ -153,20 +159,21 @@ fn untrusted(approvers: &Approvers, name: &str) -> String {
 /// wrong-request, replayed, duplicate or late decisions are refused and recorded.
 /// Refuses a `signed_at` that is not an RFC 3339 UTC time within `window` of `now`: a
 /// decision signed long ago (or "in the future") is stale or forged.
-fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), String> {
+fn check_signed_at(text: &str, now: SystemTime, window: Duration) -> Result<(), Refusal> {
     let shown: String = text.chars().take(40).collect();
-    let t = humantime::parse_rfc3339(text)
-        .map_err(|_| format!("signed_at {shown:?} is not an RFC 3339 UTC time"))?;
+    let t = humantime::parse_rfc3339(text).map_err(|_| {
+        Refusal::SignedAt(format!("signed_at {shown:?} is not an RFC 3339 UTC time"))
+    })?;
     let skew = now
         .duration_since(t)
         .or_else(|e| Ok::<_, ()>(e.duration()))
         .unwrap_or(Duration::MAX);
     if skew > window {
-        return Err(format!(
+        return Err(Refusal::SignedAt(format!(
             "signed_at {shown} is {} s from aegis's clock; decisions must be signed within {} s",
             skew.as_secs(),
             window.as_secs()
-        ));
+        )));
     }
     Ok(())
 }
@@ -188,8 +195,9 @@ fn rule_on_edit(
     args: &serde_json::Map<String, Value>,
     a: &kura_store::work::approvals::Approval,
     policy: &Policy,
-) -> Result<Edit, String> {
-    kura_policy::path::check_normal_args(args).map_err(|e| format!("the edited arguments: {e}"))?;
+) -> Result<Edit, Refusal> {
+    kura_policy::path::check_normal_args(args)
+        .map_err(|e| Refusal::Edit(format!("the edited arguments: {e}")))?;
     let args = Value::Object(args.clone());
     let ruling = policy.evaluate(
         &a.tool_name,
@@ -198,12 +206,13 @@ fn rule_on_edit(
         &a.session_id.to_string(),
     );
     if ruling.verdict == Verdict::Deny {
-        return Err(format!(
+        return Err(Refusal::Edit(format!(
             "the edited arguments are denied by policy ({})",
             ruling.rule
-        ));
+        )));
     }
-    let canonical = proto::canonical::canonical_json(&args).map_err(|e| e.to_string())?;
+    let canonical =
+        proto::canonical::canonical_json(&args).map_err(|e| Refusal::Edit(e.to_string()))?;
     let stricter = (a.rule.as_deref() != Some(ruling.rule.as_str()))
         .then(|| (ruling.rule, ruling.approvers.max(a.required)));
     Ok(Edit {
@@ -221,11 +230,13 @@ fn check_edit(
     a: &kura_store::work::approvals::Approval,
     approved_so_far: i64,
     policy: &Policy,
-) -> Result<Option<Edit>, String> {
+) -> Result<Option<Edit>, Refusal> {
     let edit = match &d.arguments {
         None => None,
         Some(_) if vote != Vote::Approve => {
-            return Err("only an approval can edit the arguments".into());
+            return Err(Refusal::Edit(
+                "only an approval can edit the arguments".into(),
+            ));
         }
         Some(args) => Some(rule_on_edit(args, a, policy)?),
     };
@@ -233,15 +244,15 @@ fn check_edit(
         return Ok(None);
     }
     match (&a.edited_arguments, &edit) {
-        (Some(bound), Some(e)) if *bound != e.canonical => {
-            Err("another approver approved other edited arguments; approve those or deny".into())
-        }
-        (Some(_), None) => {
-            Err("this request was approved with edited arguments; approve those or deny".into())
-        }
-        (None, Some(_)) if approved_so_far > 0 => {
-            Err("others approved the arguments as requested; approve them or deny".into())
-        }
+        (Some(bound), Some(e)) if *bound != e.canonical => Err(Refusal::Edit(
+            "another approver approved other edited arguments; approve those or deny".into(),
+        )),
+        (Some(_), None) => Err(Refusal::Edit(
+            "this request was approved with edited arguments; approve those or deny".into(),
+        )),
+        (None, Some(_)) if approved_so_far > 0 => Err(Refusal::Edit(
+            "others approved the arguments as requested; approve them or deny".into(),
+        )),
         _ => Ok(edit),
     }
 }
@@ -261,134 +272,201 @@ pub fn decide(
     let raw = serde_json::to_string(d).unwrap_or_default();
     let outcome = store.write(|tx| {
         let Some(a) = approval(tx, d.request_id)? else {
-            return Ok(Err((None, format!("no approval request {}", d.request_id))));
+            return Ok(Err((None, Refusal::NoRequest(d.request_id))));
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
-        let check = (|| -> Result<(&Approver, Vote, Option<Edit>), String> {
-            d.check_limits().map_err(|e| e.to_string())?;
-            let vote: Vote = d
-                .decision
-                .parse()
-                .map_err(|_| format!("decision must be approve or deny, not {:?}", d.decision))?;
-            let who = approvers
-                .iter()
-                .find(|x| x.name == d.approver)
-                .ok_or_else(|| untrusted(approvers, &d.approver))?;
-            keys::verify(&who.public_key, d, &a.request_hash)?;
-            check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
-            if a.state != ApprovalState::Asked {
-                return Err(format!(
-                    "request is not waiting for people (it is {})",
-                    a.state
-                ));
-            }
-            let edit = check_edit(d, vote, &a, approved_so_far, policy)?;
-            Ok((who, vote, edit))
-        })();
+        let check = check_decision(approvers, signed_within, d, &a, approved_so_far, policy);
         let (who, decision, edit) = match check {
             Ok(w) => w,
             Err(reason) => return Ok(Err((Some(a), reason))),
         };
-        // An edit that falls under a stricter rule: the request now needs that rule's quorum
-        // and says so, before this vote is counted against it.
-        let mut a = a;
-        if let Some((rule, required)) = edit.as_ref().and_then(|e| e.stricter.clone())
-            && a.edited_arguments.is_none()
-        {
-            tx.raise_requirement(a.request_id, &rule, required)?;
-            a.rule = Some(rule);
-            a.required = required;
-        }
-        let author = format!("user:{}", who.name);
-        let mut content = json!({
-            "request_id": a.request_id, "request_hash": a.request_hash, "outcome": d.decision,
-            "approver": author, "note": d.note, "signed_at": d.signed_at,
-            "signature": d.signature, "public_key": who.public_key, "rule": a.rule,
-        });
-        // The edited arguments are signed: the record keeps them, so anyone can check the
-        // signature and see what ran instead of what the model asked for.
-        if let (Some(_), Some(args)) = (&edit, &d.arguments) {
-            content["arguments"] = Value::Object(args.clone());
-        }
-        let vote = decision_record(&author, content);
-        // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
-        // propagates instead of being recorded as a refusal.
-        let (rec, count) = match tx.record_vote(
-            &a,
-            (&author, &who.public_key),
-            decision,
-            &vote,
-            &d.signature,
-        ) {
-            Ok(x) => x,
-            Err(StoreError::Conflict {
-                kind: ConflictKind::DuplicateVote,
-                ..
-            }) => {
-                return Ok(Err((Some(a), "duplicate or replayed decision".to_owned())));
-            }
-            Err(e) => return Err(e),
-        };
-        if let Some(edit) = &edit
-            && a.edited_arguments.is_none()
-        {
-            tx.set_edited_arguments(a.request_id, &edit.canonical)?;
-        }
-        let rule = a.rule.clone().unwrap_or_default();
-        let (state, woke) = if decision == Vote::Deny {
-            (
-                ApprovalState::Denied,
-                tx.finalize(&a, ApprovalState::Denied, &rule, rec.record_id)?,
-            )
-        } else if count >= a.required {
-            (
-                ApprovalState::Approved,
-                tx.finalize(&a, ApprovalState::Approved, &rule, rec.record_id)?,
-            )
-        } else {
-            (ApprovalState::Asked, None)
-        };
-        let message = match state {
-            ApprovalState::Asked => format!("approval recorded ({count} of {} needed)", a.required),
-            s if edit.is_some() => format!("request {s} with edited arguments by {author}"),
-            s => format!("request {s} by {author}"),
-        };
-        Ok(Ok(Verdicted {
-            verdict: proto::doorbell::Verdicted {
-                ok: true,
-                state: state.to_string(),
-                message,
-            },
-            woke,
-        }))
+        record_vote(tx, d, a, who, decision, edit)
     })?;
     match outcome {
         Ok(v) => Ok(v),
-        Err((a, reason)) => {
-            tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
-            // Refusals are counted per request and *trusted* name: a name the sender made up
-            // is counted as untrusted, so inventing names cannot multiply rows or writes.
-            let approver = approvers
-                .iter()
-                .any(|x| x.name == d.approver)
-                .then(|| format!("user:{}", d.approver));
-            let key = (
-                a.as_ref()
-                    .map(|a| a.request_id.to_string())
-                    .unwrap_or_default(),
-                approver.clone().unwrap_or_default(),
-            );
-            // Past a few per window, a refusal is only counted in memory (see `limit`).
-            if limiter.admit(&key, std::time::Instant::now()) {
-                store.write(|tx| {
-                    tx.reject(AUTHOR, a.as_ref(), approver.as_deref(), &reason, &raw)
-                })?;
-            }
-            let mut refused = rejected(format!("rejected: {reason}"));
-            refused.verdict.state = a.map(|a| a.state.to_string()).unwrap_or_default();
-            Ok(refused)
-        }
+        Err((a, reason)) => refuse(store, approvers, limiter, d, a, reason, &raw),
     }
+}
+
+/// A refused decision: the request, when there is one, and why.
+type Refused = (Option<Approval>, Refusal);
+
+/// Why a person's decision is refused: each refusal is recorded, in these words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No such approval request.
+    #[error("no approval request {0}")]
+    NoRequest(Uuid),
+    /// Over PROTOCOL.md's limits.
+    #[error("{0}")]
+    Limits(#[from] proto::doorbell::DecisionLimit),
+    /// The approver is unknown, removed, or has no usable key.
+    #[error("{0}")]
+    Untrusted(String),
+    /// The signature does not hold.
+    #[error("{0}")]
+    Signature(#[from] keys::SignatureError),
+    /// `signed_at` is unreadable or too far from aegis's clock.
+    #[error("{0}")]
+    SignedAt(String),
+    /// The request is not waiting for people.
+    #[error("request is not waiting for people (it is {0})")]
+    NotWaiting(ApprovalState),
+    /// The edit may not stand.
+    #[error("{0}")]
+    Edit(String),
+    /// This person voted on this request already.
+    #[error("duplicate or replayed decision")]
+    Duplicate,
+}
+
+/// Who may cast `d` on `a`, their vote and the edit it makes, or why it is refused: within
+/// limits, by a trusted approver, signed by their key for this very request, fresh, while
+/// the request waits for people, with an edit that may stand.
+fn check_decision<'a>(
+    approvers: &'a Approvers,
+    signed_within: Duration,
+    d: &ApprovalDecision,
+    a: &Approval,
+    approved_so_far: i64,
+    policy: &Policy,
+) -> Result<(&'a Approver, Vote, Option<Edit>), Refusal> {
+    d.check_limits()?;
+    let vote = d.decision;
+    let who = approvers
+        .iter()
+        .find(|x| x.name == d.approver)
+        .ok_or_else(|| Refusal::Untrusted(untrusted(approvers, &d.approver)))?;
+    keys::verify(&who.public_key, d, &a.request_hash)?;
+    check_signed_at(&d.signed_at, SystemTime::now(), signed_within)?;
+    if a.state != ApprovalState::Asked {
+        return Err(Refusal::NotWaiting(a.state));
+    }
+    let edit = check_edit(d, vote, a, approved_so_far, policy)?;
+    Ok((who, vote, edit))
+}
+
+/// Records a checked vote in the request's turn and counts it: a deny or the last vote
+/// needed decides the request. A second vote by the same person is refused.
+fn record_vote(
+    tx: &kura_store::Tx<'_>,
+    d: &ApprovalDecision,
+    a: Approval,
+    who: &Approver,
+    decision: Vote,
+    edit: Option<Edit>,
+) -> kura_store::Result<Result<Verdicted, Refused>> {
+    // An edit that falls under a stricter rule: the request now needs that rule's quorum
+    // and says so, before this vote is counted against it.
+    let mut a = a;
+    if let Some((rule, required)) = edit.as_ref().and_then(|e| e.stricter.clone())
+        && a.edited_arguments.is_none()
+    {
+        tx.raise_requirement(a.request_id, &rule, required)?;
+        a.rule = Some(rule);
+        a.required = required;
+    }
+    let author = format!("user:{}", who.name);
+    let content = SignedVoteContent {
+        request_id: a.request_id,
+        request_hash: a.request_hash.clone(),
+        outcome: d.decision,
+        approver: author.clone(),
+        note: d.note.clone(),
+        signed_at: d.signed_at.clone(),
+        signature: d.signature.clone(),
+        public_key: who.public_key.clone(),
+        rule: a.rule.clone(),
+        // The edited arguments are signed: the record keeps them, so anyone can check
+        // the signature and see what ran instead of what the model asked for.
+        arguments: edit.as_ref().and(d.arguments.clone()),
+    };
+    let vote = decision_record(&author, content.to_value());
+    // Only a second vote is the sender's fault; a full disk or an I/O error is ours and
+    // propagates instead of being recorded as a refusal.
+    let (rec, count) = match tx.record_vote(
+        &a,
+        (&author, &who.public_key),
+        decision,
+        &vote,
+        &d.signature,
+    ) {
+        Ok(x) => x,
+        Err(StoreError::Conflict {
+            kind: ConflictKind::DuplicateVote,
+            ..
+        }) => {
+            return Ok(Err((Some(a), Refusal::Duplicate)));
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(edit) = &edit
+        && a.edited_arguments.is_none()
+    {
+        tx.set_edited_arguments(a.request_id, &edit.canonical)?;
+    }
+    let rule = a.rule.clone().unwrap_or_default();
+    let (state, woke) = if decision == Vote::Deny {
+        (
+            ApprovalState::Denied,
+            tx.finalize(&a, ApprovalState::Denied, &rule, rec.record_id)?,
+        )
+    } else if count >= a.required {
+        (
+            ApprovalState::Approved,
+            tx.finalize(&a, ApprovalState::Approved, &rule, rec.record_id)?,
+        )
+    } else {
+        (ApprovalState::Asked, None)
+    };
+    let message = match state {
+        ApprovalState::Asked => format!("approval recorded ({count} of {} needed)", a.required),
+        s if edit.is_some() => format!("request {s} with edited arguments by {author}"),
+        s => format!("request {s} by {author}"),
+    };
+    Ok(Ok(Verdicted {
+        verdict: proto::doorbell::Verdicted {
+            ok: true,
+            state: state.to_string(),
+            message,
+        },
+        woke,
+    }))
+}
+
+/// Records (or, past the rate limit, only counts) a refused decision and says why.
+#[allow(clippy::too_many_arguments)]
+fn refuse(
+    store: &mut Store,
+    approvers: &Approvers,
+    limiter: &mut Limiter,
+    d: &ApprovalDecision,
+    a: Option<Approval>,
+    reason: Refusal,
+    raw: &str,
+) -> kura_store::Result<Verdicted> {
+    let reason = reason.to_string();
+    tracing::warn!(request_id = %d.request_id, approver = %d.approver, %reason, "rejected approval decision");
+    // Refusals are counted per request and *trusted* name: a name the sender made up
+    // is counted as untrusted, so inventing names cannot multiply rows or writes.
+    let approver = approvers
+        .iter()
+        .any(|x| x.name == d.approver)
+        .then(|| format!("user:{}", d.approver));
+    let key = (
+        a.as_ref()
+            .map(|a| a.request_id.to_string())
+            .unwrap_or_default(),
+        approver.clone().unwrap_or_default(),
+    );
+    // Past a few per window, a refusal is only counted in memory (see `limit`).
+    if limiter.admit(&key, std::time::Instant::now()) {
+        store.write(|tx| tx.reject(AUTHOR, a.as_ref(), approver.as_deref(), &reason, raw))?;
+    }
+    let mut refused = rejected(format!("rejected: {reason}"));
+    refused.verdict.state = a.map(|a| a.state.to_string()).unwrap_or_default();
+    Ok(refused)
 }
 
 /// PROTOCOL.md's `signed_at` grammar and freshness window, checked against the parser aegis
@@ -427,11 +505,13 @@ mod protocol_md_signed_at {
             "20261122T100000Z",
             "2026-11-22T10:00:00,5Z",
         ] {
-            let err = check_signed_at(bad, at, window).expect_err(bad);
+            let err = check_signed_at(bad, at, window).expect_err(bad).to_string();
             assert!(err.contains("not an RFC 3339 UTC time"), "{bad}: {err}");
         }
         for stale in ["2026-11-22T09:49:59Z", "2026-11-22T10:10:00.001Z"] {
-            let err = check_signed_at(stale, at, window).expect_err(stale);
+            let err = check_signed_at(stale, at, window)
+                .expect_err(stale)
+                .to_string();
             assert!(
                 err.contains("must be signed within 600 s"),
                 "{stale}: {err}"

@@ -101,20 +101,42 @@ pub fn sign(key: &SigningKey, d: &mut ApprovalDecision, request_hash: &str) {
     d.signature = hex::encode(key.sign(&d.signing_bytes(request_hash)).to_bytes());
 }
 
+/// Why a decision's signature is not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    /// The trusted key in aegis's config is not 32 bytes of hex.
+    #[error("trusted public key is not 32 bytes of hex")]
+    KeyNotHex,
+    /// The trusted key is not an Ed25519 point.
+    #[error("trusted public key is invalid: {0}")]
+    KeyInvalid(String),
+    /// The decision carries no signature, or not 64 bytes of hex.
+    #[error("signature is missing or not 64 bytes of hex")]
+    Missing,
+    /// The signature is not this key's over this decision and request.
+    #[error("signature does not verify for this request and key")]
+    Mismatch,
+}
+
 /// Checks `d`'s signature with `public_key` (hex) against `request_hash`.
-pub fn verify(public_key: &str, d: &ApprovalDecision, request_hash: &str) -> Result<(), String> {
+pub fn verify(
+    public_key: &str,
+    d: &ApprovalDecision,
+    request_hash: &str,
+) -> Result<(), SignatureError> {
     let pk: [u8; 32] = hex::decode(public_key)
         .ok()
         .and_then(|b| b.try_into().ok())
-        .ok_or("trusted public key is not 32 bytes of hex")?;
+        .ok_or(SignatureError::KeyNotHex)?;
     let vk =
-        VerifyingKey::from_bytes(&pk).map_err(|e| format!("trusted public key is invalid: {e}"))?;
+        VerifyingKey::from_bytes(&pk).map_err(|e| SignatureError::KeyInvalid(e.to_string()))?;
     let sig: [u8; 64] = hex::decode(&d.signature)
         .ok()
         .and_then(|b| b.try_into().ok())
-        .ok_or("signature is missing or not 64 bytes of hex")?;
+        .ok_or(SignatureError::Missing)?;
     vk.verify(&d.signing_bytes(request_hash), &Signature::from_bytes(&sig))
-        .map_err(|_| "signature does not verify for this request and key".to_owned())
+        .map_err(|_| SignatureError::Mismatch)
 }
 
 #[cfg(test)]
@@ -124,7 +146,7 @@ mod tests {
     fn decision(id: uuid::Uuid) -> ApprovalDecision {
         ApprovalDecision {
             request_id: id,
-            decision: "approve".into(),
+            decision: proto::Vote::Approve,
             approver: "oles".into(),
             note: "ok".into(),
             signed_at: "2026-11-21T00:00:00Z".into(),
@@ -161,7 +183,7 @@ mod tests {
             "another request id"
         );
         let mut flipped = d.clone();
-        flipped.decision = "deny".into();
+        flipped.decision = proto::Vote::Deny;
         assert!(
             verify(&kf.public_key, &flipped, "hash-a").is_err(),
             "altered decision"

@@ -14,10 +14,11 @@ mod tests;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use kura_runtime::{Common, Daemon};
+use kura_runtime::{Common, Daemon, Reply};
 use proto::consumers::AEGIS_REQUESTS;
 use proto::doorbell::{
-    ApprovalDecision, PendingQuery, RecordFetch, ToolApprove, Verdicted, WorkerDispatch,
+    ApprovalDecision, PendingQuery, RecordFetch, ToolApprove, ToolApproved, Verdicted,
+    WorkerDispatch,
 };
 use serde::{Deserialize, Serialize};
 
@@ -47,19 +48,28 @@ pub struct Approver {
 #[serde(try_from = "Vec<Approver>", into = "Vec<Approver>")]
 pub struct Approvers(Vec<Approver>, Vec<(String, String)>);
 
+/// Why a list of approvers is refused at load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApproversError {
+    /// A name appears twice.
+    #[error("approver {0:?} is listed twice")]
+    NameTwice(String),
+    /// Two names share a key (M-of-N needs M keys).
+    #[error("approvers {0:?} and {1:?} have the same public key; each person needs their own")]
+    SharedKey(String, String),
+}
+
 impl TryFrom<Vec<Approver>> for Approvers {
-    type Error = String;
-    fn try_from(list: Vec<Approver>) -> Result<Self, String> {
+    type Error = ApproversError;
+    fn try_from(list: Vec<Approver>) -> Result<Self, ApproversError> {
         for (i, a) in list.iter().enumerate() {
             for b in &list[..i] {
                 if a.name == b.name {
-                    return Err(format!("approver {:?} is listed twice", a.name));
+                    return Err(ApproversError::NameTwice(a.name.clone()));
                 }
                 if a.public_key.eq_ignore_ascii_case(&b.public_key) {
-                    return Err(format!(
-                        "approvers {:?} and {:?} have the same public key; each person needs their own",
-                        b.name, a.name
-                    ));
+                    return Err(ApproversError::SharedKey(b.name.clone(), a.name.clone()));
                 }
             }
         }
@@ -190,8 +200,113 @@ fn trusted_approvers(config: &AegisConfig) -> anyhow::Result<Approvers> {
     Ok(approvers)
 }
 
-fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_default()
+/// What aegis's request handlers share: the store, the policy, who may decide, the refusal
+/// limiter and the bus (to wake a turn a decision frees).
+struct Handlers {
+    store: Mutex<kura_store::Store>,
+    policy: Arc<policy::Policy>,
+    approvers: Arc<Approvers>,
+    limiter: Arc<Mutex<limit::Limiter>>,
+    bus: kura_runtime::Bus,
+    ask_timeout_ms: i64,
+    signed_within: std::time::Duration,
+}
+
+impl Handlers {
+    fn store(&self) -> Reply<std::sync::MutexGuard<'_, kura_store::Store>> {
+        self.store
+            .lock()
+            .map_err(|_| Verdicted::refused("store unavailable"))
+    }
+
+    fn wake(&self, turn: Option<uuid::Uuid>) {
+        if let Some(turn_id) = turn {
+            self.bus.ring(
+                self.bus.subjects.worker_dispatch(),
+                &WorkerDispatch { turn_id },
+            );
+        }
+    }
+
+    /// hashi asks: decide by policy now and answer, so allow/deny cost one round trip.
+    fn tool_approve(&self, req: ToolApprove) -> Reply<ToolApproved> {
+        let mut store = self.store()?;
+        match decide::evaluate(
+            &mut store,
+            &self.policy,
+            self.ask_timeout_ms,
+            Some(req.request_id),
+        ) {
+            Ok(Some(e)) => {
+                self.wake(e.woke);
+                Ok(ToolApproved {
+                    ok: true,
+                    request_id: e.request_id,
+                    state: e.state,
+                })
+            }
+            Ok(None) => Err(Verdicted::refused("no such request")),
+            Err(e) => Err(Verdicted::refused(e.to_string())),
+        }
+    }
+
+    /// People decide.
+    fn decide(&self, d: ApprovalDecision) -> Reply<Verdicted> {
+        let mut store = self.store()?;
+        let Ok(mut limiter) = self.limiter.lock() else {
+            return Err(Verdicted::refused("limiter unavailable"));
+        };
+        let (approvers, policy) = (&self.approvers, &self.policy);
+        match decide::decide(
+            &mut store,
+            approvers,
+            self.signed_within,
+            &mut limiter,
+            &d,
+            policy,
+        ) {
+            Ok(v) => {
+                self.wake(v.woke);
+                Ok(v.verdict)
+            }
+            Err(e) => Err(Verdicted::refused(e.to_string())),
+        }
+    }
+
+    /// People ask what is waiting: pages that fit a message, each request as its record.
+    fn pending(&self, q: PendingQuery) -> Reply<pending::PendingPage> {
+        let store = self.store()?;
+        pending::page(&store, q.after).map_err(|e| Verdicted::refused(e.to_string()))
+    }
+
+    /// ... and fetch the content too big to send inline, piece by piece.
+    fn fetch(&self, f: RecordFetch) -> Reply<pending::Chunk> {
+        let store = self.store()?;
+        match pending::fetch(&store, f.request_id, f.offset) {
+            Ok(Some(chunk)) => Ok(chunk),
+            Ok(None) => Err(Verdicted::refused("no such request")),
+            Err(e) => Err(Verdicted::refused(e.to_string())),
+        }
+    }
+}
+
+/// Answers hashi's and people's requests, each subject with its handler.
+async fn serve(handlers: Arc<Handlers>) -> anyhow::Result<()> {
+    let (bus, h) = (handlers.bus.clone(), handlers.clone());
+    bus.serve(bus.subjects.tool_approve(), move |r| h.tool_approve(r))
+        .await?;
+    // A decision may carry edited arguments, so its cap is larger than a doorbell's.
+    let h = handlers.clone();
+    let cap = proto::doorbell::MAX_DECISION_BYTES;
+    bus.serve_capped(bus.subjects.approval_decide(), cap, move |d| h.decide(d))
+        .await?;
+    let h = handlers.clone();
+    bus.serve(bus.subjects.approval_pending(), move |q| h.pending(q))
+        .await?;
+    let h = handlers;
+    bus.serve(bus.subjects.approval_fetch(), move |f| h.fetch(f))
+        .await?;
+    Ok(())
 }
 
 /// Runs the daemon until `shutdown` resolves.
@@ -204,93 +319,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let approvers = Arc::new(trusted_approvers(&config.aegis)?);
     let mut daemon = Daemon::start("aegis", &config.common).await?;
     let bus = daemon.bus().clone();
-    let serve_store = Arc::new(Mutex::new(daemon.open_store()?));
+    let mut serve_store = daemon.open_store()?;
     // Published before any request is decided, so hashi applies exactly this policy's allow
     // and deny rules itself (a restart with another file replaces it).
-    let policy_hash = {
-        let mut store = serve_store
-            .lock()
-            .map_err(|_| anyhow::anyhow!("store lock poisoned"))?;
-        store.write(|tx| tx.publish_policy(&policy))?
-    };
-
-    // hashi asks: decide by policy now and answer, so allow/deny cost one round trip.
-    let (st, p, b) = (serve_store.clone(), policy.clone(), bus.clone());
-    bus.serve::<ToolApprove, _>(bus.subjects.tool_approve(), move |req| {
-        let Ok(mut store) = st.lock() else {
-            return json_bytes(&Verdicted::refused("store unavailable"));
-        };
-        match decide::evaluate(&mut store, &p, timeout, Some(req.request_id)) {
-            Ok(Some(e)) => {
-                if let Some(turn_id) = e.woke {
-                    b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
-                }
-                json_bytes(
-                    &serde_json::json!({"ok": true, "request_id": e.request_id, "state": e.state}),
-                )
-            }
-            Ok(None) => json_bytes(&Verdicted::refused("no such request")),
-            Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
-        }
-    })
-    .await?;
-    // People decide.
+    let policy_hash = serve_store.write(|tx| tx.publish_policy(&policy))?;
     let limiter = Arc::new(Mutex::new(limit::Limiter::default()));
-    let (st, a, b, l, p) = (
-        serve_store.clone(),
-        approvers.clone(),
-        bus.clone(),
-        limiter.clone(),
-        policy.clone(),
-    );
-    let signed_within = std::time::Duration::from_millis(config.aegis.signed_within_ms);
-    // A decision may carry edited arguments, so its cap is larger than a doorbell's.
-    bus.serve_capped::<ApprovalDecision, _>(
-        bus.subjects.approval_decide(),
-        proto::doorbell::MAX_DECISION_BYTES,
-        move |d| {
-            let Ok(mut store) = st.lock() else {
-                return json_bytes(&Verdicted::refused("store unavailable"));
-            };
-            let Ok(mut limiter) = l.lock() else {
-                return json_bytes(&Verdicted::refused("limiter unavailable"));
-            };
-            match decide::decide(&mut store, &a, signed_within, &mut limiter, &d, &p) {
-                Ok(v) => {
-                    if let Some(turn_id) = v.woke {
-                        b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
-                    }
-                    json_bytes(&v.verdict)
-                }
-                Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
-            }
-        },
-    )
-    .await?;
-    // People ask what is waiting: pages that fit a message, each request as its record.
-    let st = serve_store.clone();
-    bus.serve::<PendingQuery, _>(bus.subjects.approval_pending(), move |q| {
-        let Ok(store) = st.lock() else {
-            return json_bytes(&Verdicted::refused("store unavailable"));
-        };
-        match pending::page(&store, q.after) {
-            Ok(page) => json_bytes(&page),
-            Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
-        }
-    })
-    .await?;
-    // ... and fetch the content too big to send inline, piece by piece.
-    let st = serve_store.clone();
-    bus.serve::<RecordFetch, _>(bus.subjects.approval_fetch(), move |f| {
-        let Ok(store) = st.lock() else {
-            return json_bytes(&Verdicted::refused("store unavailable"));
-        };
-        match pending::fetch(&store, f.request_id, f.offset) {
-            Ok(Some(chunk)) => json_bytes(&chunk),
-            Ok(None) => json_bytes(&Verdicted::refused("no such request")),
-            Err(e) => json_bytes(&Verdicted::refused(e.to_string())),
-        }
-    })
+    serve(Arc::new(Handlers {
+        store: Mutex::new(serve_store),
+        policy: policy.clone(),
+        approvers: approvers.clone(),
+        limiter: limiter.clone(),
+        bus: bus.clone(),
+        ask_timeout_ms: timeout,
+        signed_within: std::time::Duration::from_millis(config.aegis.signed_within_ms),
+    }))
     .await?;
 
     // The recovery loop: requests filed while aegis or NATS was down, and expiry (polled at

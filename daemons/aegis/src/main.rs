@@ -73,100 +73,25 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 fn main() -> ExitCode {
     let args = Args::parse();
     let config_path = args.config.path("aegis");
-    if let Command::Daemon(lifecycle) = args.command {
-        return lifecycle.exec("aegis", config_path.as_deref(), aegis::run);
-    }
-    if let Command::Keygen { name, key } = &args.command {
-        let path = key.clone().unwrap_or_else(aegis::keys::default_key_path);
-        return match aegis::keys::keygen(name, &path) {
-            Ok(k) => {
-                println!("key written to {} (keep it private)", path.display());
-                let nkey = hex::decode(&k.secret_key)
-                    .ok()
-                    .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                    .and_then(|b| kura_runtime::identity::bus_key_from_secret(b).ok())
-                    .map(|kp| kp.public_key())
-                    .unwrap_or_default();
-                // The keys directory the reader's `kura keys` commands use, when it is not the
-                // Pi's default /etc/kura/keys.
-                let dir = std::env::var("KURA_KEYS_DIR")
-                    .map(|d| format!(" --dir {d}"))
-                    .unwrap_or_default();
-                println!(
-                    "On the Pi, let it onto the bus (its bus key is derived from this file):\n\n  \
-                     kura keys add-approver{dir} --name {} --nkey {nkey}\n\n\
-                     and trust its signatures in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
-                    k.name, k.name, k.public_key
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(format!("{e:#}")),
-        };
-    }
+    let key = match args.command {
+        Command::Daemon(lifecycle) => {
+            return lifecycle.exec("aegis", config_path.as_deref(), aegis::run);
+        }
+        Command::Keygen { name, key } => return keygen(&name, key),
+        Command::Pending { ref key, .. }
+        | Command::Approve { ref key, .. }
+        | Command::Deny { ref key, .. } => key.clone(),
+    };
     let (config, rt) = match kura_runtime::start_client::<Config>("aegis", config_path.as_deref()) {
         Ok(x) => x,
         Err(e) => return fail(format!("{e:#}")),
     };
-    let subjects = match config.common.subjects() {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
-    let endpoint = |key: Option<PathBuf>| -> Result<aegis::client::Endpoint, String> {
-        let reply_key = config.aegis.reply_key.clone().ok_or(
-            "aegis's key is not pinned: set [aegis] reply_key (`kura keys list` on the Pi shows \
-             aegis's nkey) or KURA_AEGIS__REPLY_KEY",
-        )?;
-        let seed = config.common.seed_file();
-        Ok(aegis::client::Endpoint {
-            url: config.common.nats_url.clone(),
-            subjects: subjects.clone(),
-            ca: config.common.ca_file(seed.as_deref()),
-            reply_key,
-            key_path: key.unwrap_or_else(aegis::keys::default_key_path),
-        })
-    };
-    let at = match &args.command {
-        Command::Pending { key, .. } | Command::Approve { key, .. } | Command::Deny { key, .. } => {
-            match endpoint(key.clone()) {
-                Ok(at) => at,
-                Err(e) => return fail(e),
-            }
-        }
-        Command::Keygen { .. } | Command::Daemon(_) => return ExitCode::SUCCESS,
+    let at = match endpoint(&config, key) {
+        Ok(at) => at,
+        Err(e) => return fail(format!("{e:#}")),
     };
     match args.command {
-        Command::Pending { json, .. } => match rt.block_on(aegis::client::pending(&at)) {
-            Ok(items) if json => {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&items).unwrap_or_default()
-                );
-                ExitCode::SUCCESS
-            }
-            Ok(items) => {
-                if items.is_empty() {
-                    println!("nothing is waiting for a decision");
-                }
-                for i in items {
-                    // Model-written text: no terminal control reaches the screen.
-                    let line = format!(
-                        "{}  {} {}  session {}  turn {}  {}s old  rule {}  {}/{} approvals",
-                        i.request_id,
-                        i.tool,
-                        i.arguments,
-                        i.session_id.as_str().unwrap_or("?"),
-                        i.turn_id.as_str().unwrap_or("?"),
-                        i.age_s,
-                        i.rule,
-                        i.approvals,
-                        i.required
-                    );
-                    println!("{}", proto::text::escape_controls(&line));
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(format!("{e:#}")),
-        },
+        Command::Pending { json, .. } => pending(&rt, &at, json),
         Command::Approve {
             request_id, note, ..
         } => decide(&rt, &at, &request_id, true, &note),
@@ -175,6 +100,88 @@ fn main() -> ExitCode {
         } => decide(&rt, &at, &request_id, false, &reason),
         Command::Keygen { .. } | Command::Daemon(_) => ExitCode::SUCCESS,
     }
+}
+
+/// Writes a new approver key to `key` (or the default path) and prints how to trust it.
+fn keygen(name: &str, key: Option<PathBuf>) -> ExitCode {
+    let path = key.unwrap_or_else(aegis::keys::default_key_path);
+    let k = match aegis::keys::keygen(name, &path) {
+        Ok(k) => k,
+        Err(e) => return fail(format!("{e:#}")),
+    };
+    println!("key written to {} (keep it private)", path.display());
+    let nkey = hex::decode(&k.secret_key)
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .and_then(|b| kura_runtime::identity::bus_key_from_secret(b).ok())
+        .map(|kp| kp.public_key())
+        .unwrap_or_default();
+    // The keys directory the reader's `kura keys` commands use, when it is not the
+    // Pi's default /etc/kura/keys.
+    let dir = std::env::var("KURA_KEYS_DIR")
+        .map(|d| format!(" --dir {d}"))
+        .unwrap_or_default();
+    println!(
+        "On the Pi, let it onto the bus (its bus key is derived from this file):\n\n  \
+         kura keys add-approver{dir} --name {} --nkey {nkey}\n\n\
+         and trust its signatures in aegis's config:\n\n[[aegis.approvers]]\nname = \"{}\"\npublic_key = \"{}\"",
+        k.name, k.name, k.public_key
+    );
+    ExitCode::SUCCESS
+}
+
+/// Where and as whom the person's commands talk to aegis (its reply key must be pinned).
+fn endpoint(config: &Config, key: Option<PathBuf>) -> anyhow::Result<aegis::client::Endpoint> {
+    let subjects = config.common.subjects()?;
+    let reply_key = config.aegis.reply_key.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "aegis's key is not pinned: set [aegis] reply_key (`kura keys list` on the Pi shows \
+             aegis's nkey) or KURA_AEGIS__REPLY_KEY"
+        )
+    })?;
+    let seed = config.common.seed_file();
+    Ok(aegis::client::Endpoint {
+        url: config.common.nats_url.clone(),
+        subjects,
+        ca: config.common.ca_file(seed.as_deref()),
+        reply_key,
+        key_path: key.unwrap_or_else(aegis::keys::default_key_path),
+    })
+}
+
+/// Lists the requests waiting for people, verified, as lines or JSON.
+fn pending(rt: &tokio::runtime::Runtime, at: &aegis::client::Endpoint, json: bool) -> ExitCode {
+    let items = match rt.block_on(aegis::client::pending(at)) {
+        Ok(items) => items,
+        Err(e) => return fail(format!("{e:#}")),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&items).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    }
+    if items.is_empty() {
+        println!("nothing is waiting for a decision");
+    }
+    for i in items {
+        // Model-written text: no terminal control reaches the screen.
+        let line = format!(
+            "{}  {} {}  session {}  turn {}  {}s old  rule {}  {}/{} approvals",
+            i.request_id,
+            i.tool,
+            i.arguments,
+            i.session_id.as_str().unwrap_or("?"),
+            i.turn_id.as_str().unwrap_or("?"),
+            i.age_s,
+            i.rule,
+            i.approvals,
+            i.required
+        );
+        println!("{}", proto::text::escape_controls(&line));
+    }
+    ExitCode::SUCCESS
 }
 
 /// Signs and sends a decision; exit 0 if accepted, 1 if aegis refused it, 2 on errors.

@@ -75,7 +75,7 @@ fn asked_request(store: &mut Store) -> uuid::Uuid {
 fn signed(key: &SigningKey, name: &str, request_id: uuid::Uuid, hash: &str) -> ApprovalDecision {
     let mut d = ApprovalDecision {
         request_id,
-        decision: "approve".into(),
+        decision: proto::Vote::Approve,
         approver: name.into(),
         note: String::new(),
         signed_at: kura_store::time::now(),
@@ -507,7 +507,7 @@ fn protocol_md_test_vectors_match_the_code() {
     .expect("hash");
     let mut d = ApprovalDecision {
         request_id: value("request_id").parse().expect("uuid"),
-        decision: value("decision"),
+        decision: value("decision").parse().expect("vote"),
         approver: value("approver"),
         note: value("note"),
         signed_at: value("signed_at"),
@@ -663,7 +663,7 @@ decision = "deny""#,
         "{v:?}"
     );
     let mut deny = edit(&alice, "alice", request_id, &hash, "lists/a.md");
-    deny.decision = "deny".into();
+    deny.decision = proto::Vote::Deny;
     keys::sign(&alice, &mut deny, &hash);
     let v = run(&deny);
     assert!(!v.ok && v.message.contains("only an approval"), "{v:?}");

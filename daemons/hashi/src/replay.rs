@@ -6,8 +6,19 @@
 use kura_model::Step;
 use kura_store::Store;
 use kura_store::work::Replay;
+use proto::content::{ToolCallContent, call_id_of, text_of};
 use proto::record::{Record, RecordType};
 use serde_json::{Map, Value};
+
+/// A replay asked for a step past the recorded turn's last.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the recorded turn (ledger {ledger}) has no step {step}")]
+pub struct NoStep {
+    /// The recorded turn's output ledger.
+    pub ledger: uuid::Uuid,
+    /// The step asked for (1-based).
+    pub step: usize,
+}
 
 /// A recorded tool call and, if it got one, its result.
 pub struct RecordedCall {
@@ -34,54 +45,34 @@ impl Recorded {
         let mut steps = Vec::new();
         let mut calls: Vec<RecordedCall> = Vec::new();
         for r in &records {
-            let text = || {
-                r.content
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned()
-            };
+            let text = || text_of(&r.content).unwrap_or("").to_owned();
             match r.record_type {
                 RecordType::AgentThought => steps.push(Step::Thought(text())),
                 RecordType::ToolCall => {
-                    let name = r
-                        .content
-                        .get("tool_name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_owned();
+                    let call = ToolCallContent::read(&r.content);
+                    let name = call
+                        .as_ref()
+                        .map(|c| c.tool_name.clone())
+                        .unwrap_or_default();
                     // What the model asked, as given: the worker normalises it again.
-                    let arguments = r
-                        .content
-                        .get("arguments_as_given")
-                        .or_else(|| r.content.get("arguments"))
-                        .and_then(Value::as_object)
-                        .cloned()
+                    let as_given = call
+                        .as_ref()
+                        .and_then(|c| c.arguments_as_given.clone().or(Some(c.arguments.clone())))
                         .unwrap_or_default();
                     steps.push(Step::ToolCall {
                         name: name.clone(),
-                        arguments: arguments.clone(),
+                        arguments: as_given,
                     });
                     calls.push(RecordedCall {
-                        call_id: r
-                            .content
-                            .get("call_id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned(),
+                        call_id: call_id_of(&r.content).unwrap_or("").to_owned(),
                         name,
-                        arguments: r
-                            .content
-                            .get("arguments")
-                            .and_then(Value::as_object)
-                            .cloned()
-                            .unwrap_or_default(),
+                        arguments: call.map(|c| c.arguments).unwrap_or_default(),
                         result: None,
                         used: false,
                     });
                 }
                 RecordType::ToolResult => {
-                    let id = r.content.get("call_id").and_then(Value::as_str);
+                    let id = call_id_of(&r.content);
                     if let Some(c) = calls.iter_mut().find(|c| Some(c.call_id.as_str()) == id) {
                         c.result = Some(r.clone());
                     }
@@ -110,13 +101,10 @@ impl Recorded {
     }
 
     /// The recorded step after `taken` steps, for a replay that is not live.
-    pub fn step(&self, taken: usize) -> Result<Step, String> {
-        self.steps.get(taken).cloned().ok_or_else(|| {
-            format!(
-                "the recorded turn (ledger {}) has no step {}",
-                self.replay.of,
-                taken + 1
-            )
+    pub fn step(&self, taken: usize) -> Result<Step, NoStep> {
+        self.steps.get(taken).cloned().ok_or(NoStep {
+            ledger: self.replay.of,
+            step: taken + 1,
         })
     }
 

@@ -258,25 +258,43 @@ fn set_limits(l: Limits) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Why this process could not be confined.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The kernel has no (enforcing) Landlock.
+    #[error("{0}")]
+    Unavailable(&'static str),
+    /// Building or applying a ruleset or filter failed.
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl SandboxError {
+    fn setup(e: impl std::fmt::Display) -> SandboxError {
+        SandboxError::Setup(e.to_string())
+    }
+}
+
 /// Confines this process with Landlock; the kernel's ABI version on success.
 fn landlock(
     workspace: &Path,
     extra_read_only: &[PathBuf],
     extra_read_write: &[PathBuf],
     network: bool,
-) -> Result<i32, String> {
+) -> Result<i32, SandboxError> {
     let abi = TARGET_ABI;
     let read = AccessFs::from_read(abi);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
-        .map_err(|e| e.to_string())?
+        .map_err(SandboxError::setup)?
         .scope(Scope::from_all(abi))
-        .map_err(|e| e.to_string())?;
+        .map_err(SandboxError::setup)?;
     if !network {
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
-            .map_err(|e| e.to_string())?;
+            .map_err(SandboxError::setup)?;
     }
     let mut rules: Vec<PathBeneath<PathFd>> = Vec::new();
     let mut add = |path: &Path, access: landlock::BitFlags<AccessFs>| {
@@ -309,15 +327,17 @@ fn landlock(
     let created = ruleset
         .create()
         .and_then(|c| c.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)))
-        .map_err(|e| e.to_string())?;
-    let status = created.restrict_self().map_err(|e| e.to_string())?;
+        .map_err(SandboxError::setup)?;
+    let status = created.restrict_self().map_err(SandboxError::setup)?;
     match (status.ruleset, status.landlock) {
         (RulesetStatus::NotEnforced, _) | (_, LandlockStatus::NotEnabled) => {
-            Err("this kernel does not enforce Landlock (see README: the tool sandbox)".into())
+            Err(SandboxError::Unavailable(
+                "this kernel does not enforce Landlock (see README: the tool sandbox)",
+            ))
         }
-        (_, LandlockStatus::NotImplemented) => {
-            Err("this kernel has no Landlock (see README: the tool sandbox)".into())
-        }
+        (_, LandlockStatus::NotImplemented) => Err(SandboxError::Unavailable(
+            "this kernel has no Landlock (see README: the tool sandbox)",
+        )),
         (_, LandlockStatus::Available { effective_abi, .. }) => Ok(effective_abi as i32),
     }
 }
@@ -349,21 +369,21 @@ const DENIED: &[i64] = &[
 ];
 
 /// Installs the seccomp filter: [`DENIED`] always, and `socket` unless network is granted.
-fn seccomp(network: bool) -> Result<(), String> {
+fn seccomp(network: bool) -> Result<(), SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&s| (s, vec![])).collect();
     if !network {
         rules.insert(libc::SYS_socket, vec![]);
     }
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(SandboxError::setup)?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EACCES as u32),
         arch,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(SandboxError::setup)?;
     let program: seccompiler::BpfProgram = filter
         .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
-    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
+        .map_err(|e: seccompiler::BackendError| SandboxError::setup(e))?;
+    seccompiler::apply_filter(&program).map_err(SandboxError::setup)
 }

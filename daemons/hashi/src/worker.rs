@@ -17,12 +17,16 @@ use kura_store::work::approvals::{ApprovalState, approval, approval_for_call};
 use kura_store::work::policy;
 use kura_store::work::{Claim, claim_next, fenced, now_ms, release, release_failed, renew};
 use kura_store::{Store, StoreError};
+use proto::content::{
+    DeliverableContent, OmittedArguments, TextContent, ToolCallContent, ToolResultContent,
+    call_id_of,
+};
 use proto::doorbell::{ToolApprove, WorkerComplete};
-use proto::record::{NewRecord, Record, RecordType, ToolStatus};
-use serde_json::{Map, Value, json};
+use proto::record::{NewRecord, Record, RecordType};
+use serde_json::{Map, Value};
 
 use crate::replay::Recorded;
-use crate::tools::{Effect, Refusal, Toolbox, excerpt, fit};
+use crate::tools::{Effect, Refusal, ToolError, Toolbox, excerpt, fit};
 use crate::{Approvals, WorkerConfig};
 
 /// One worker thread's state.
@@ -74,6 +78,16 @@ enum CallEnd {
     Parked(uuid::Uuid),
 }
 
+/// What one model response's steps did to the turn.
+enum Steps {
+    /// The turn goes on: ask the model again.
+    Continue,
+    /// A deliverable (or a failure) ended it.
+    Delivered,
+    /// It waits for people.
+    Parked(uuid::Uuid),
+}
+
 /// Largest tool result stored: a record holds 4 MiB of canonical JSON, and the rest of the
 /// result record (status, call id) must fit beside it.
 const MAX_RESULT_BYTES: usize = 1024 * 1024;
@@ -108,14 +122,14 @@ fn must_be_durable_before_asking(staged: &[NewRecord], history: &[Record]) -> bo
         call_id.is_some_and(|id| {
             history.iter().any(|r| {
                 r.record_type == RecordType::ToolCall
-                    && r.content.get("call_id").and_then(Value::as_str) == Some(id)
+                    && call_id_of(&r.content) == Some(id)
                     && r.metadata.get("effect").map(String::as_str) == Some(Effect::Read.as_str())
             })
         })
     };
     staged.iter().any(|r| match r.record_type {
         RecordType::AgentThought => false,
-        RecordType::ToolResult => !read_call(r.content.get("call_id").and_then(Value::as_str)),
+        RecordType::ToolResult => !read_call(call_id_of(&r.content)),
         _ => true,
     })
 }
@@ -294,24 +308,28 @@ impl Worker {
         })
     }
 
+    /// Earlier attempts all failed (or their workers died): ends the turn, briefly.
+    fn give_up(&mut self, claim: &Claim, history: &mut Vec<Record>) -> kura_store::Result<End> {
+        let last = claim
+            .last_error
+            .as_deref()
+            .unwrap_or("its worker stopped without a word");
+        let msg = format!(
+            "gave up after {} failed attempts; the last: {}",
+            claim.attempt - 1,
+            excerpt(last, MAX_QUOTE_BYTES)
+        );
+        self.fail(claim, history, &msg)?;
+        let ledger = self.complete(claim, history)?;
+        Ok(End::Completed(ledger))
+    }
+
     fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura_store::Result<End> {
         self.staged.clear();
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
-            // Earlier attempts all failed (or their workers died): end the turn, briefly.
-            let last = claim
-                .last_error
-                .as_deref()
-                .unwrap_or("its worker stopped without a word");
-            let msg = format!(
-                "gave up after {} failed attempts; the last: {}",
-                claim.attempt - 1,
-                excerpt(last, MAX_QUOTE_BYTES)
-            );
-            self.fail(claim, &mut history, &msg)?;
-            let ledger = self.complete(claim, &mut history)?;
-            return Ok(End::Completed(ledger));
+            return self.give_up(claim, &mut history);
         }
         if claim.resumed
             && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?
@@ -355,7 +373,10 @@ impl Worker {
             }
             // A replay that is not live takes every step from the record.
             let asked = match recorded.as_ref().filter(|r| !r.replay.live) {
-                Some(r) => r.step(input.steps_taken()).map(|s| vec![s]),
+                Some(r) => r
+                    .step(input.steps_taken())
+                    .map(|s| vec![s])
+                    .map_err(|e| e.to_string()),
                 None => self
                     .ask(&input)
                     .map_err(|e| format!("model provider failed: {e}")),
@@ -368,58 +389,60 @@ impl Worker {
                     break;
                 }
             };
-            for step in steps {
-                match step {
-                    Step::Thought(t) => {
-                        let r =
-                            self.record(claim, RecordType::AgentThought, json!({"text": t}), &[]);
-                        self.append(claim, &mut history, r)?;
-                    }
-                    Step::ToolCall { name, arguments } => {
-                        // The limit counts tool calls, not model responses: one response
-                        // with a hundred calls runs no more than the limit allows.
-                        if tool_calls(&history) >= self.config.max_steps {
-                            let msg = format!(
-                                "step limit of {} tool calls reached",
-                                self.config.max_steps
-                            );
-                            self.fail(claim, &mut history, &msg)?;
-                            delivered = true;
-                            break;
-                        }
-                        if let CallEnd::Parked(request) = self.call_tool(
-                            claim,
-                            &mut history,
-                            &name,
-                            arguments,
-                            recorded.as_mut(),
-                        )? {
-                            return Ok(End::Parked(request));
-                        }
-                    }
-                    Step::Deliver {
-                        text,
-                        is_final,
-                        extra,
-                    } => {
-                        let mut content = extra;
-                        content.insert("text".into(), json!(text));
-                        content.insert("final".into(), json!(is_final));
-                        let r = self.record(
-                            claim,
-                            RecordType::TaskDeliverable,
-                            Value::Object(content),
-                            &[],
-                        );
-                        self.append(claim, &mut history, r)?;
-                        delivered = true;
-                        break;
-                    }
-                }
+            match self.take_steps(claim, &mut history, steps, recorded.as_mut())? {
+                Steps::Continue => {}
+                Steps::Delivered => delivered = true,
+                Steps::Parked(request) => return Ok(End::Parked(request)),
             }
         }
         let ledger = self.complete(claim, &mut history)?;
         Ok(End::Completed(ledger))
+    }
+
+    /// Records and acts on one model response's steps, in order, until one delivers, fails
+    /// the turn or parks it.
+    fn take_steps(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        steps: Vec<Step>,
+        mut recorded: Option<&mut Recorded>,
+    ) -> kura_store::Result<Steps> {
+        for step in steps {
+            match step {
+                Step::Thought(t) => {
+                    let content = TextContent::new(t).to_value();
+                    let r = self.record(claim, RecordType::AgentThought, content, &[]);
+                    self.append(claim, history, r)?;
+                }
+                Step::ToolCall { name, arguments } => {
+                    // The limit counts tool calls, not model responses: one response
+                    // with a hundred calls runs no more than the limit allows.
+                    if tool_calls(history) >= self.config.max_steps {
+                        let msg =
+                            format!("step limit of {} tool calls reached", self.config.max_steps);
+                        self.fail(claim, history, &msg)?;
+                        return Ok(Steps::Delivered);
+                    }
+                    if let CallEnd::Parked(request) =
+                        self.call_tool(claim, history, &name, arguments, recorded.as_deref_mut())?
+                    {
+                        return Ok(Steps::Parked(request));
+                    }
+                }
+                Step::Deliver {
+                    text,
+                    is_final,
+                    extra,
+                } => {
+                    let content = DeliverableContent::new(text, is_final, extra).to_value();
+                    let r = self.record(claim, RecordType::TaskDeliverable, content, &[]);
+                    self.append(claim, history, r)?;
+                    return Ok(Steps::Delivered);
+                }
+            }
+        }
+        Ok(Steps::Continue)
     }
 
     /// Asks the provider, retrying transient failures with backoff.
@@ -451,14 +474,11 @@ impl Worker {
         message: &str,
     ) -> kura_store::Result<()> {
         tracing::error!(turn_id = %claim.turn_id, %message, "turn failed");
-        let e = self.record(claim, RecordType::SysError, json!({"text": message}), &[]);
+        let error = TextContent::new(message).to_value();
+        let e = self.record(claim, RecordType::SysError, error, &[]);
         self.append(claim, history, e)?;
-        let d = self.record(
-            claim,
-            RecordType::TaskDeliverable,
-            json!({"text": format!("the turn failed: {message}"), "final": true, "error": true}),
-            &[],
-        );
+        let failed = DeliverableContent::failed(format!("the turn failed: {message}"));
+        let d = self.record(claim, RecordType::TaskDeliverable, failed.to_value(), &[]);
         self.append(claim, history, d)
     }
 
@@ -498,11 +518,11 @@ impl Worker {
             .map(|t| t.effect().as_str())
             .unwrap_or("unknown");
         let shown_name = excerpt(name, 256);
-        let mut content =
-            json!({"tool_name": shown_name, "arguments": arguments, "call_id": call_id});
+        let mut typed = ToolCallContent::new(shown_name.clone(), arguments.clone(), &call_id);
         if as_given != arguments {
-            content["arguments_as_given"] = Value::Object(as_given);
+            typed.arguments_as_given = Some(as_given);
         }
+        let content = typed.to_value();
         let size = content.to_string().len();
         if size > MAX_CALL_BYTES {
             // Too big to record, so it is not run either: what runs is always on record.
@@ -512,15 +532,21 @@ impl Worker {
             let call = self.record(
                 claim,
                 RecordType::ToolCall,
-                json!({"tool_name": shown_name, "arguments": {}, "call_id": call_id,
-                       "arguments_omitted": {"bytes": size, "sha256": digest}}),
+                ToolCallContent {
+                    arguments_omitted: Some(OmittedArguments {
+                        bytes: size as u64,
+                        sha256: digest,
+                    }),
+                    ..ToolCallContent::new(shown_name, Map::new(), &call_id)
+                }
+                .to_value(),
                 &[("effect", effect.to_owned())],
             );
             self.append(claim, history, call)?;
             let refusal = format!(
                 "the call is {size} bytes, more than a record holds ({MAX_CALL_BYTES}); it was not run"
             );
-            self.record_result(claim, history, &call_id, Err(refusal), Map::new())?;
+            self.record_result(claim, history, &call_id, Err(ToolError::Refused(refusal)))?;
             return Ok(CallEnd::Done);
         }
         let call = self.record(

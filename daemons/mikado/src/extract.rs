@@ -65,7 +65,7 @@ pub fn from_deliverable(content: &Value) -> Vec<Item> {
         content.get("decisions"),
         RecordType::MemoryDecision,
     ));
-    if let Some(t) = content.get("text").and_then(Value::as_str) {
+    if let Some(t) = proto::content::text_of(content) {
         out.extend(marked_lines(t));
     }
     out

@@ -139,12 +139,8 @@ impl Extractor {
             for (source, items) in &work {
                 for m in tx.remember(AUTHOR, source, session, items)? {
                     if m.new {
-                        if let Some(v) = m
-                            .record
-                            .content
-                            .get("text")
-                            .and_then(|t| t.as_str())
-                            .and_then(|t| vectors.get(t))
+                        if let Some(v) =
+                            proto::content::text_of(&m.record.content).and_then(|t| vectors.get(t))
                         {
                             tx.store_vector(m.record.record_id, &self.config.embeddings_model, v)?;
                         }

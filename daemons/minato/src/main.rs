@@ -196,7 +196,7 @@ fn print_submitted(out: &minato::submit::Submitted, json: bool) {
                 eprintln!("session {s} complete");
             }
             match status.deliverable.as_ref().map(|d| &d.content) {
-                Some(c) => match c.get("text").and_then(|t| t.as_str()) {
+                Some(c) => match proto::content::text_of(c) {
                     Some(t) => println!("{t}"),
                     None => println!("{c}"),
                 },

@@ -44,8 +44,7 @@ pub enum Decision {
 
 fn instruction_text(tx: &Tx<'_>, record_id: Uuid) -> Result<String> {
     let v = tx.read_record(record_id)?.content;
-    Ok(v.get("text")
-        .and_then(|t| t.as_str())
+    Ok(proto::content::text_of(&v)
         .map(str::to_owned)
         .unwrap_or_default())
 }
@@ -164,7 +163,7 @@ pub fn decide_next_completion(
         // the session.
         let is_final = deliverable
             .as_ref()
-            .is_none_or(|d| d.content.get("final").and_then(|f| f.as_bool()) != Some(false));
+            .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
         // A replayed turn is one recorded turn: the next one (if any) is its own replay
         // request. Continuing here would run a live turn, side effects and all, in the fork.
         let replays = request_replays(tx, t.request_seq)?;

@@ -257,7 +257,11 @@ fn decision(s: &Stack, who: &str, key_file: &str, item: &Value, approve: bool) -
             .as_str()
             .and_then(|i| i.parse().ok())
             .expect("id"),
-        decision: if approve { "approve" } else { "deny" }.into(),
+        decision: if approve {
+            proto::Vote::Approve
+        } else {
+            proto::Vote::Deny
+        },
         approver: who.into(),
         note: String::new(),
         signed_at: kura_store::time::now(),
@@ -328,7 +332,7 @@ fn forged_unknown_misdirected_replayed_and_racing_decisions_are_refused() {
     );
     // Altered after signing.
     let mut altered = decision(&s, "oles", "oles.key", a, false);
-    altered.decision = "approve".into();
+    altered.decision = proto::Vote::Approve;
     assert!(
         send(&s, &altered)["message"]
             .as_str()

@@ -2,9 +2,11 @@
 //! beneath the workspace handle and used through the very descriptor that was checked;
 //! anything that is not a regular file or a directory is refused by name.
 
+use crate::tools::ToolError;
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
 
+use proto::content::{FsEntry, FsListing, FsWritten, to_json};
 use rustix::fs::{AtFlags, FileType, OFlags};
 use serde_json::{Map, Value, json};
 
@@ -26,17 +28,17 @@ pub struct List;
 pub struct Write;
 
 /// The type of an open descriptor, refusing what is not `want`.
-fn expect_kind(fd: &OwnedFd, rel: &str, want: FileType) -> Result<rustix::fs::Stat, String> {
+fn expect_kind(fd: &OwnedFd, rel: &str, want: FileType) -> Result<rustix::fs::Stat, ToolError> {
     let st = rustix::fs::fstat(fd).map_err(|e| format!("{rel}: {e}"))?;
     let kind = FileType::from_raw_mode(st.st_mode);
     if kind == want {
         Ok(st)
     } else {
-        Err(format!(
+        Err(ToolError::Refused(format!(
             "{rel} is a {}, not a {}; refused",
             kind_name(kind),
             kind_name(want)
-        ))
+        )))
     }
 }
 
@@ -53,14 +55,14 @@ impl Tool for Read {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
     }
-    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
+    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError> {
         let rel = normalize(arg_str(args, "path")?)?;
         let fd = ws.open_beneath(&rel, OFlags::RDONLY, 0)?;
         expect_kind(&fd, &rel, FileType::RegularFile)?;
         let got = capture(std::fs::File::from(fd), MAX_READ).map_err(|e| format!("{rel}: {e}"))?;
         let mut out = Map::new();
         got.fields("content", &mut out);
-        out.insert("path".into(), json!(rel));
+        out.insert("path".into(), Value::String(rel));
         Ok(Value::Object(out))
     }
 }
@@ -78,11 +80,15 @@ impl Tool for List {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"path": {"type": "string"}}})
     }
-    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
+    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError> {
         let rel = match args.get("path") {
             None | Some(Value::Null) => ".".to_owned(),
             Some(Value::String(p)) => normalize(p)?,
-            Some(_) => return Err("argument \"path\" must be a string".into()),
+            Some(_) => {
+                return Err(ToolError::Arguments(
+                    "argument \"path\" must be a string".into(),
+                ));
+            }
         };
         let fd = ws.open_beneath(&rel, OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
         expect_kind(&fd, &rel, FileType::Directory)?;
@@ -107,16 +113,18 @@ impl Tool for List {
                 FileType::Symlink => "symlink",
                 other => kind_name(other),
             };
-            entries.push(json!({
-                "name": name.to_string_lossy(), "kind": kind, "size": st.st_size,
-            }));
+            entries.push(FsEntry {
+                name: name.to_string_lossy().into_owned(),
+                kind: kind.to_owned(),
+                size: st.st_size,
+            });
         }
-        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        let mut out = json!({"path": rel, "entries": entries});
-        if truncated {
-            out["truncated"] = json!(true);
-        }
-        Ok(out)
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(to_json(&FsListing {
+            path: rel,
+            entries,
+            truncated,
+        }))
     }
 }
 
@@ -135,7 +143,7 @@ impl Tool for Write {
             "path": {"type": "string"}, "content": {"type": "string"}, "append": {"type": "boolean"}
         }, "required": ["path", "content"]})
     }
-    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String> {
+    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError> {
         let rel = normalize(arg_str(args, "path")?)?;
         let content = arg_str(args, "content")?;
         let append = args.get("append").and_then(Value::as_bool).unwrap_or(false);
@@ -169,11 +177,11 @@ impl Tool for Write {
             used - old.min(used) + added
         };
         if after > ws.quota() {
-            return Err(format!(
+            return Err(ToolError::Quota(format!(
                 "the workspace quota of {} bytes would be exceeded ({} in use, this write makes {after}); refused",
                 ws.quota(),
                 used
-            ));
+            )));
         }
         if !append {
             rustix::fs::ftruncate(&fd, 0).map_err(|e| format!("{rel}: {e}"))?;
@@ -187,7 +195,10 @@ impl Tool for Write {
         f.write_all(content.as_bytes())
             .map_err(|e| format!("{rel}: {e}"))?;
         f.sync_all().map_err(|e| format!("{rel}: {e}"))?;
-        Ok(json!({"path": rel, "bytes": content.len()}))
+        Ok(to_json(&FsWritten {
+            path: rel,
+            bytes: content.len() as u64,
+        }))
     }
 }
 
@@ -261,7 +272,7 @@ mod tests {
             "link",
         ] {
             let err = Read.run(&ws, &args(json!({"path": bad}))).expect_err(bad);
-            assert!(!err.contains("s3cret"), "{bad}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{bad}: {err}");
         }
         for bad in [
             "../x",
@@ -310,11 +321,11 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("fs.read of a FIFO must return, not hang");
         let err = got.expect_err("a FIFO is not a regular file");
-        assert!(err.contains("FIFO"), "{err}");
+        assert!(err.to_string().contains("FIFO"), "{err}");
         let err = Write
             .run(&ws, &args(json!({"path": "pipe", "content": "x"})))
             .expect_err("no writes to a FIFO");
-        assert!(err.contains("FIFO"), "{err}");
+        assert!(err.to_string().contains("FIFO"), "{err}");
     }
 
     /// Attack: swapping a directory for a symlink between the check and the open sent
@@ -397,7 +408,7 @@ mod tests {
         let err = Write
             .run(&ws, &args(json!({"path": "c", "content": "z".repeat(100)})))
             .expect_err("over the quota");
-        assert!(err.contains("quota"), "{err}");
+        assert!(err.to_string().contains("quota"), "{err}");
         assert!(
             !ws.root().join("c").exists()
                 || std::fs::metadata(ws.root().join("c")).expect("meta").len() == 0
@@ -408,7 +419,7 @@ mod tests {
                 &args(json!({"path": "a", "content": "q".repeat(100), "append": true})),
             )
             .expect_err("append over the quota");
-        assert!(err.contains("quota"), "{err}");
+        assert!(err.to_string().contains("quota"), "{err}");
     }
 
     /// Attack: reading a ~1 MiB binary file produced a result too big to store.

@@ -18,6 +18,36 @@ use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
 
 pub use proto::Effect;
 
+/// Why a tool call did not run, or failed. Its words go into the `tool.result` record as
+/// they are, so each kind carries them whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The arguments are missing or malformed.
+    #[error("{0}")]
+    Arguments(String),
+    /// A path with no normal form (absolute, climbing out, empty, NUL).
+    #[error("{0}")]
+    Path(#[from] kura_policy::path::PathError),
+    /// Not allowed: outside the workspace, through a symlink, off the allowlist, without
+    /// the sandbox, unknown or denied by policy.
+    #[error("{0}")]
+    Refused(String),
+    /// The workspace quota would be passed (what the call wrote is rolled back).
+    #[error("{0}")]
+    Quota(String),
+    /// The tool ran and failed: I/O, the program, a timeout.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A failure of the tool's own, in words (I/O and the like).
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::Failed(message)
+    }
+}
+
 /// A tool an agent can call.
 pub trait Tool: Send + Sync {
     /// Its name, e.g. `fs.read`.
@@ -29,7 +59,7 @@ pub trait Tool: Send + Sync {
     /// JSON schema of the arguments (for models that call tools).
     fn parameters(&self) -> Value;
     /// Runs it inside the session's workspace. `Err` is the tool's own failure message.
-    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, String>;
+    fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError>;
 }
 
 /// Which tools exist and which may run.
@@ -216,7 +246,7 @@ impl Toolbox {
     }
 
     /// The workspace of a session (created on first use).
-    pub fn workspace(&self, session: &str) -> Result<Workspace, String> {
+    pub fn workspace(&self, session: &str) -> Result<Workspace, ToolError> {
         Workspace::open(
             Path::new(&self.config.workspace_root),
             session,
@@ -226,10 +256,10 @@ impl Toolbox {
 }
 
 /// A string argument.
-pub(crate) fn arg_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a str, String> {
+pub(crate) fn arg_str<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a str, ToolError> {
     args.get(key)
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("argument {key:?} (a string) is required"))
+        .ok_or_else(|| ToolError::Arguments(format!("argument {key:?} (a string) is required")))
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use std::io::Read;
 
 use base64::Engine as _;
 pub use kura_model::bounded::excerpt;
-use serde_json::{Map, Value, json};
+use proto::content::{OversizedResult, RecordedOutput, to_json};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// Bytes of one output kept in full; more is cut to this and marked.
@@ -68,31 +69,24 @@ impl Captured {
             }
             Err(_) => None,
         };
-        let mut marked = |key: &str, v: Value| into.insert(format!("{name}_{key}"), v);
+        let mut out = RecordedOutput::default();
         match text {
             Some(t) => {
-                if cut {
-                    marked("truncated", json!(true));
-                }
-                into.insert(name.to_owned(), json!(t));
+                out.truncated = cut;
+                out.text = t.to_owned();
             }
             None => {
                 let head = &self.head[..self.head.len().min(KEEP_BINARY)];
-                marked("binary", json!(true));
-                marked(
-                    "base64",
-                    json!(base64::engine::general_purpose::STANDARD.encode(head)),
-                );
-                if self.total > head.len() as u64 {
-                    marked("truncated", json!(true));
-                }
-                into.insert(name.to_owned(), json!(""));
+                out.binary = true;
+                out.base64 = Some(base64::engine::general_purpose::STANDARD.encode(head));
+                out.truncated = self.total > head.len() as u64;
             }
         }
         if cut || text.is_none() {
-            into.insert(format!("{name}_bytes"), json!(self.total));
-            into.insert(format!("{name}_sha256"), json!(self.sha256));
+            out.bytes = Some(self.total);
+            out.sha256 = Some(self.sha256.clone());
         }
+        out.insert_into(name, into);
     }
 }
 
@@ -103,18 +97,19 @@ pub fn fit(value: Value, max: usize) -> Value {
         return value;
     }
     let digest = hex::encode(Sha256::digest(text.as_bytes()));
-    json!({
-        "truncated": true,
-        "bytes": text.len(),
-        "sha256": digest,
+    to_json(&OversizedResult {
+        truncated: true,
+        bytes: text.len() as u64,
+        sha256: digest,
         // A quarter: escaping the JSON excerpt again at most doubles it.
-        "excerpt": excerpt(&text, (max / 4).min(KEEP_BINARY)),
+        excerpt: excerpt(&text, (max / 4).min(KEEP_BINARY)),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn fields(c: &Captured) -> Value {
         let mut m = Map::new();

@@ -5,6 +5,7 @@
 //! created (or replaced) are removed and the ones it grew are cut back to their size before —
 //! and a workspace still over its quota takes no further writes until something is deleted.
 
+use crate::tools::ToolError;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ pub struct Guard {
 impl Guard {
     /// Takes stock before a run; refuses when the workspace is already full. Returns the
     /// guard and the bytes left (the largest file the program may write).
-    pub fn before_run(ws: &Workspace) -> Result<(Guard, u64), String> {
+    pub fn before_run(ws: &Workspace) -> Result<(Guard, u64), ToolError> {
         let (mut before, mut used, mut too_many) = (BTreeMap::new(), 0u64, false);
         ws.walk(&mut |rel, size, ino| {
             used = used.saturating_add(size);
@@ -44,13 +45,13 @@ impl Guard {
             }
         })?;
         if too_many {
-            return Err(format!(
+            return Err(ToolError::Quota(format!(
                 "the workspace holds more than {MAX_FILES} files; remove some before running programs"
-            ));
+            )));
         }
         let quota = ws.quota();
         if used >= quota {
-            return Err(full(used, quota));
+            return Err(ToolError::Quota(full(used, quota)));
         }
         Ok((
             Guard {

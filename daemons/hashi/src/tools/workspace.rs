@@ -2,6 +2,7 @@
 //! the kernel (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), never re-resolved by
 //! name after a check, so no symlink swapped in between can lead a tool outside.
 
+use crate::tools::ToolError;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,28 +42,34 @@ pub fn kind_name(t: FileType) -> &'static str {
 
 /// The one spelling of a workspace path that policy rules, records and the tool all use
 /// (shared with aegis, which rules on edits: see [`kura_policy::path`]).
-pub fn normalize(rel: &str) -> Result<String, String> {
-    kura_policy::path::normalize(rel).map_err(|e| e.to_string())
+pub fn normalize(rel: &str) -> Result<String, ToolError> {
+    Ok(kura_policy::path::normalize(rel)?)
 }
 
 /// Why opening beneath the workspace failed, in words about the path.
-fn open_error(rel: &str, e: Errno) -> String {
+fn open_error(rel: &str, e: Errno) -> ToolError {
     match e {
-        Errno::LOOP => format!("path {rel:?} goes through a symlink; refused"),
-        Errno::XDEV => format!("path {rel:?} leads outside the workspace; refused"),
-        Errno::NOENT => format!("{rel}: no such file or directory"),
-        Errno::NOTDIR => format!("{rel}: a part of it is not a directory"),
-        Errno::ISDIR => format!("{rel}: is a directory"),
-        Errno::NOSYS => "this kernel lacks openat2 (Linux 5.6+); file tools are refused".into(),
-        other => format!("{rel}: {}", std::io::Error::from(other)),
+        Errno::LOOP => ToolError::Refused(format!("path {rel:?} goes through a symlink; refused")),
+        Errno::XDEV => {
+            ToolError::Refused(format!("path {rel:?} leads outside the workspace; refused"))
+        }
+        Errno::NOENT => ToolError::Failed(format!("{rel}: no such file or directory")),
+        Errno::NOTDIR => ToolError::Failed(format!("{rel}: a part of it is not a directory")),
+        Errno::ISDIR => ToolError::Failed(format!("{rel}: is a directory")),
+        Errno::NOSYS => ToolError::Refused(
+            "this kernel lacks openat2 (Linux 5.6+); file tools are refused".into(),
+        ),
+        other => ToolError::Failed(format!("{rel}: {}", std::io::Error::from(other))),
     }
 }
 
 impl Workspace {
     /// Creates (if needed) and opens `<root>/<session>`, with room for `quota` bytes.
-    pub fn open(root: &Path, session: &str, quota: u64) -> Result<Workspace, String> {
+    pub fn open(root: &Path, session: &str, quota: u64) -> Result<Workspace, ToolError> {
         if session.is_empty() || session.contains(['/', '\\', '\0']) || session.starts_with('.') {
-            return Err(format!("invalid session directory name {session:?}"));
+            return Err(ToolError::Refused(format!(
+                "invalid session directory name {session:?}"
+            )));
         }
         std::fs::create_dir_all(root)
             .map_err(|e| format!("cannot create workspace root {}: {e}", root.display()))?;
@@ -77,7 +84,11 @@ impl Workspace {
         .map_err(|e| format!("cannot open workspace root {}: {e}", root.display()))?;
         match rustix::fs::mkdirat(&top, session, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => return Err(format!("cannot create workspace {session}: {e}")),
+            Err(e) => {
+                return Err(ToolError::Failed(format!(
+                    "cannot create workspace {session}: {e}"
+                )));
+            }
         }
         // The session directory itself may not be a symlink someone planted (one component:
         // O_NOFOLLOW is enough).
@@ -125,7 +136,7 @@ impl Workspace {
 
     /// Opens the normalised path `rel` beneath the workspace. Non-blocking, so a FIFO is
     /// opened (and then refused by its type) instead of hanging the worker.
-    pub fn open_beneath(&self, rel: &str, flags: OFlags, mode: u32) -> Result<OwnedFd, String> {
+    pub fn open_beneath(&self, rel: &str, flags: OFlags, mode: u32) -> Result<OwnedFd, ToolError> {
         self.open_in(self.dir.as_fd(), rel, flags, mode)
     }
 
@@ -135,7 +146,7 @@ impl Workspace {
         rel: &str,
         flags: OFlags,
         mode: u32,
-    ) -> Result<OwnedFd, String> {
+    ) -> Result<OwnedFd, ToolError> {
         let flags = flags | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW;
         let mode = Mode::from_raw_mode(mode);
         match rustix::fs::openat2(
@@ -157,9 +168,11 @@ impl Workspace {
     /// The directory that will hold the normalised path `rel` (created beneath the
     /// workspace one component at a time, each opened by the kernel without following
     /// symlinks), and the file's name in it.
-    pub fn parent_for_write<'a>(&self, rel: &'a str) -> Result<(OwnedFd, &'a str), String> {
+    pub fn parent_for_write<'a>(&self, rel: &'a str) -> Result<(OwnedFd, &'a str), ToolError> {
         if rel == "." {
-            return Err("path names the workspace itself, not a file".into());
+            return Err(ToolError::Refused(
+                "path names the workspace itself, not a file".into(),
+            ));
         }
         let (dirs, name) = match rel.rsplit_once('/') {
             Some((d, n)) => (Some(d), n),
@@ -178,7 +191,7 @@ impl Workspace {
 
     /// Bytes held by regular files in the workspace (walked by descriptor; symlinks are
     /// not followed).
-    pub fn usage(&self) -> Result<u64, String> {
+    pub fn usage(&self) -> Result<u64, ToolError> {
         let mut total = 0u64;
         self.walk(&mut |_, size, _| total = total.saturating_add(size))?;
         Ok(total)
@@ -186,21 +199,21 @@ impl Workspace {
 
     /// Calls `visit` with the normal-form path, size and inode number of every regular file
     /// in the workspace (walked by descriptor; symlinks are not followed).
-    pub fn walk(&self, visit: &mut dyn FnMut(&str, u64, u64)) -> Result<(), String> {
+    pub fn walk(&self, visit: &mut dyn FnMut(&str, u64, u64)) -> Result<(), ToolError> {
         let top = self.open_beneath(".", OFlags::DIRECTORY | OFlags::RDONLY, 0)?;
         walk_files(top, "", 0, visit)
     }
 
     /// Cuts the regular file at normal-form `rel` back to `len` bytes (never through a
     /// symlink; a file that is gone is left alone).
-    pub fn truncate_file(&self, rel: &str, len: u64) -> Result<(), String> {
+    pub fn truncate_file(&self, rel: &str, len: u64) -> Result<(), ToolError> {
         let fd = self.open_beneath(rel, OFlags::WRONLY | OFlags::NONBLOCK, 0)?;
         rustix::fs::ftruncate(&fd, len).map_err(|e| open_error(rel, e))
     }
 
     /// Removes the regular file at normal-form `rel` (nothing else: a directory, a symlink
     /// or a file that is gone is left alone).
-    pub fn remove_file(&self, rel: &str) -> Result<(), String> {
+    pub fn remove_file(&self, rel: &str) -> Result<(), ToolError> {
         let (dir, name) = self.parent_for_write(rel)?;
         match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
@@ -254,9 +267,11 @@ fn walk_files(
     prefix: &str,
     depth: usize,
     visit: &mut dyn FnMut(&str, u64, u64),
-) -> Result<(), String> {
+) -> Result<(), ToolError> {
     if depth > MAX_DEPTH {
-        return Err("the workspace nests directories too deeply to measure".into());
+        return Err(ToolError::Quota(
+            "the workspace nests directories too deeply to measure".into(),
+        ));
     }
     let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| e.to_string())?;
     for entry in entries {
@@ -269,7 +284,7 @@ fn walk_files(
             Ok(st) => st,
             // Removed while we walked.
             Err(Errno::NOENT) => continue,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(ToolError::Failed(e.to_string())),
         };
         let rel = format!("{prefix}{}", name.to_string_lossy());
         match FileType::from_raw_mode(st.st_mode) {

@@ -3,6 +3,37 @@
 //! served instead of a side effect run again; the tool run and its `tool.result` recorded.
 
 use super::*;
+use proto::content::Rerun;
+
+/// What aegis (or the published policy) decided on a request a turn waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Decided {
+    /// The call may run: with the arguments people edited (canonical JSON), if they did.
+    Approved {
+        /// The rule it was decided under.
+        #[allow(dead_code)]
+        rule: String,
+        /// Edited arguments, canonical JSON.
+        edited: Option<String>,
+    },
+    /// The call must not run.
+    Denied {
+        /// The rule it was decided under.
+        rule: String,
+    },
+}
+
+/// A tool's outcome as a `tool.result`: what it returned, or why it failed, each cut to
+/// what a record holds.
+pub(super) fn result_content(
+    outcome: Result<Value, ToolError>,
+    call_id: &str,
+) -> ToolResultContent {
+    match outcome {
+        Ok(v) => ToolResultContent::success(fit(v, MAX_RESULT_BYTES), call_id),
+        Err(e) => ToolResultContent::error(excerpt(&e.to_string(), MAX_RESULT_BYTES), call_id),
+    }
+}
 
 impl Worker {
     /// A replay's side-effecting call: never run again. The recorded result is served,
@@ -17,16 +48,31 @@ impl Worker {
         let Some(r) = recorded else {
             let refusal = "a replay never runs a side effect again, and the recorded turn has no \
                            result for this call; not run";
-            self.record_result(claim, history, call_id, Err(refusal.into()), Map::new())?;
+            self.record_result(
+                claim,
+                history,
+                call_id,
+                Err(ToolError::Refused(refusal.into())),
+            )?;
             return Ok(CallEnd::Done);
         };
-        let mut content = r.content.as_object().cloned().unwrap_or_default();
-        content.insert("call_id".into(), json!(call_id));
-        content.insert("replayed".into(), json!(r.record_id));
+        let Some(mut content) = ToolResultContent::read(&r.content) else {
+            let refusal = "a replay never runs a side effect again, and the recorded result \
+                           cannot be read; not run";
+            self.record_result(
+                claim,
+                history,
+                call_id,
+                Err(ToolError::Failed(refusal.into())),
+            )?;
+            return Ok(CallEnd::Done);
+        };
+        content.call_id = Some(call_id.to_owned());
+        content.replayed = Some(r.record_id);
         let served = self.record(
             claim,
             RecordType::ToolResult,
-            Value::Object(content),
+            content.to_value(),
             &[("replays", r.record_id.to_string())],
         );
         self.append(claim, history, served)?;
@@ -43,18 +89,20 @@ impl Worker {
         call_id: &str,
     ) -> kura_store::Result<CallEnd> {
         let outcome = match self.tools.check(name) {
-            Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
-            Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
+            Err(Refusal::Unknown) => Err(ToolError::Refused(format!("unknown tool {name:?}"))),
+            Err(Refusal::Denied(rule)) => {
+                Err(ToolError::Refused(format!("denied by policy ({rule})")))
+            }
             Ok(tool)
                 if self.config.approvals == Approvals::Off
                     && claim.replay.is_some_and(|r| r.rerun)
                     && tool.effect() != Effect::Read =>
             {
-                Err(
+                Err(ToolError::Refused(
                     "a re-run of a side effect needs a person, and this worker has approvals \
                      off ([worker] approvals); not run"
                         .into(),
-                )
+                ))
             }
             Ok(_) if self.config.approvals == Approvals::Off => {
                 self.flush(claim, history)?;
@@ -62,86 +110,106 @@ impl Worker {
             }
             Ok(tool) => {
                 let effect = tool.effect();
-                let meta = self
-                    .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
-                    .metadata;
-                let author = self.config.author.clone();
-                // A side effect a replay asks to repeat goes to people, whatever the policy.
-                let rerun = claim.replay.is_some_and(|r| r.rerun) && effect != Effect::Read;
-                let published = if rerun {
-                    None
-                } else {
-                    self.published_policy()?
-                };
-                let session = claim.session_id.to_string();
-                // One commit: what the model said, the call, the request — and, when the
-                // published policy allows or denies it, the decision (and for an allowed
-                // call the mark that it is starting). Only `ask` needs aegis and a person.
-                let (request, ruled) = self.commit(claim, history, |tx| {
-                    let a = tx.request_approval(
-                        claim,
-                        call_id,
-                        name,
-                        arguments,
-                        effect,
-                        &author,
-                        meta.clone(),
-                    )?;
-                    let Some((hash, p)) = published else {
-                        return Ok((a, None));
-                    };
-                    // aegis may have published another policy since it was read.
-                    if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
-                        return Ok((a, None));
-                    }
-                    let args = Value::Object(arguments.clone());
-                    let ruling = p.evaluate(name, effect.as_str(), &args, &session);
-                    let allow = match ruling.verdict {
-                        Verdict::Ask => return Ok((a, None)),
-                        v => v == Verdict::Allow,
-                    };
-                    tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
-                    if allow {
-                        tx.mark_started(a.request_id, claim.epoch)?;
-                    }
-                    Ok((a, Some((allow, ruling.rule))))
-                })?;
-                let decided = match ruled {
-                    Some((true, _)) => {
-                        let outcome = self.run_tool(claim, name, arguments, call_id);
-                        self.record_result(claim, history, call_id, outcome, Map::new())?;
-                        return Ok(CallEnd::Done);
-                    }
-                    Some((false, rule)) => Some((false, rule, None)),
-                    None => self.await_decision(request.request_id)?,
-                };
-                match decided {
-                    Some((true, _, edited)) => {
-                        return self.run_approved(
-                            claim,
-                            history,
-                            request.request_id,
-                            name,
-                            arguments,
-                            call_id,
-                            edited.as_deref(),
-                        );
-                    }
-                    Some((false, rule, _)) => Err(format!("denied by aegis ({rule})")),
-                    None => {
-                        let parked = self
-                            .commit(claim, history, |tx| tx.park_turn(claim, request.request_id))?;
-                        if !parked {
-                            tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
-                                "decided while parking; the turn is claimable again");
-                        }
-                        return Ok(CallEnd::Parked(request.request_id));
-                    }
+                match self.ask_approval(claim, history, name, arguments, call_id, effect)? {
+                    Ok(end) => return Ok(end),
+                    Err(refusal) => Err(refusal),
                 }
             }
         };
-        self.record_result(claim, history, call_id, outcome, Map::new())?;
+        self.record_result(claim, history, call_id, outcome)?;
         Ok(CallEnd::Done)
+    }
+
+    /// Files the approval request and has it decided: by the published policy in the same
+    /// commit, else by aegis (briefly awaited). Runs an approved call (`Ok`), says why a
+    /// denied one is not run (`Err`), or parks the turn when people must decide.
+    fn ask_approval(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call_id: &str,
+        effect: Effect,
+    ) -> kura_store::Result<Result<CallEnd, ToolError>> {
+        let meta = self
+            .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
+            .metadata;
+        let author = self.config.author.clone();
+        // A side effect a replay asks to repeat goes to people, whatever the policy.
+        let rerun = claim.replay.is_some_and(|r| r.rerun) && effect != Effect::Read;
+        let published = if rerun {
+            None
+        } else {
+            self.published_policy()?
+        };
+        let session = claim.session_id.to_string();
+        // One commit: what the model said, the call, the request — and, when the
+        // published policy allows or denies it, the decision (and for an allowed
+        // call the mark that it is starting). Only `ask` needs aegis and a person.
+        let (request, ruled) = self.commit(claim, history, |tx| {
+            let a = tx.request_approval(
+                claim,
+                call_id,
+                name,
+                arguments,
+                effect,
+                &author,
+                meta.clone(),
+            )?;
+            let Some((hash, p)) = published else {
+                return Ok((a, None));
+            };
+            // aegis may have published another policy since it was read.
+            if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
+                return Ok((a, None));
+            }
+            let args = Value::Object(arguments.clone());
+            let ruling = p.evaluate(name, effect.as_str(), &args, &session);
+            let allow = match ruling.verdict {
+                Verdict::Ask => return Ok((a, None)),
+                v => v == Verdict::Allow,
+            };
+            tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
+            if allow {
+                tx.mark_started(a.request_id, claim.epoch)?;
+            }
+            Ok((a, Some((allow, ruling.rule))))
+        })?;
+        let decided = match ruled {
+            Some((true, _)) => {
+                let outcome = self.run_tool(claim, name, arguments, call_id);
+                self.record_result(claim, history, call_id, outcome)?;
+                return Ok(Ok(CallEnd::Done));
+            }
+            Some((false, rule)) => Some(Decided::Denied { rule }),
+            None => self.await_decision(request.request_id)?,
+        };
+        match decided {
+            Some(Decided::Approved { edited, .. }) => self
+                .run_approved(
+                    claim,
+                    history,
+                    request.request_id,
+                    name,
+                    arguments,
+                    call_id,
+                    edited.as_deref(),
+                )
+                .map(Ok),
+            Some(Decided::Denied { rule }) => {
+                Ok(Err(ToolError::Refused(format!("denied by aegis ({rule})"))))
+            }
+            None => {
+                let parked =
+                    self.commit(claim, history, |tx| tx.park_turn(claim, request.request_id))?;
+                if !parked {
+                    tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
+                        "decided while parking; the turn is claimable again");
+                }
+                Ok(Ok(CallEnd::Parked(request.request_id)))
+            }
+        }
     }
 
     /// Runs a call people (or policy) approved: with the arguments they edited, if they
@@ -165,17 +233,17 @@ impl Worker {
             Ok(None) => (self.run_tool(claim, name, arguments, call_id), None),
             Err(why) => (Err(why), None),
         };
-        let mut how = Map::new();
-        if let Some(args) = edit {
-            // What ran, beside the call the model asked for: the ledger shows both.
-            how.insert("arguments_edited".into(), Value::Object(args));
-        }
+        let mut content = result_content(outcome, call_id);
+        // What ran, beside the call the model asked for: the ledger shows both.
+        content.arguments_edited = edit;
         if claim.replay.is_some_and(|r| r.rerun) {
             // A re-run is a new run: its result names the approval it ran under, so it is a
             // record of its own, never the recorded run's (identical records are stored once).
-            how.insert("rerun".into(), json!({"approval_request": request_id}));
+            content.rerun = Some(Rerun {
+                approval_request: request_id,
+            });
         }
-        self.record_result(claim, history, call_id, outcome, how)?;
+        self.append_result(claim, history, content)?;
         Ok(CallEnd::Done)
     }
 
@@ -184,17 +252,18 @@ impl Worker {
     pub(super) fn edited_arguments(
         &self,
         edited: Option<&str>,
-    ) -> Result<Option<Map<String, Value>>, String> {
+    ) -> Result<Option<Map<String, Value>>, ToolError> {
         let Some(text) = edited else { return Ok(None) };
-        let args: Map<String, Value> = serde_json::from_str(text)
-            .map_err(|e| format!("the edited arguments cannot be read: {e}"))?;
+        let args: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
+            ToolError::Arguments(format!("the edited arguments cannot be read: {e}"))
+        })?;
         let mut normal = args.clone();
         self.tools.normalize_args(&mut normal);
         if normal != args {
-            return Err(format!(
+            return Err(ToolError::Refused(format!(
                 "the edited arguments are not in normal form (it is {}); not run",
                 excerpt(&Value::Object(normal).to_string(), 512)
-            ));
+            )));
         }
         Ok(Some(args))
     }
@@ -204,7 +273,7 @@ impl Worker {
     pub(super) fn await_decision(
         &mut self,
         request_id: uuid::Uuid,
-    ) -> kura_store::Result<Option<(bool, String, Option<String>)>> {
+    ) -> kura_store::Result<Option<Decided>> {
         // With NATS down nobody can be rung: look once (aegis may already have decided by
         // polling) and park at once, so the worker moves on instead of sitting out the wait
         // for every call — aegis decides parked requests on its next poll.
@@ -231,8 +300,13 @@ impl Worker {
             detail: "vanished while its turn waited".into(),
         })?;
         Ok(match a.state {
-            ApprovalState::Approved => Some((true, a.rule.unwrap_or_default(), a.edited_arguments)),
-            ApprovalState::Denied => Some((false, a.rule.unwrap_or_default(), None)),
+            ApprovalState::Approved => Some(Decided::Approved {
+                rule: a.rule.unwrap_or_default(),
+                edited: a.edited_arguments,
+            }),
+            ApprovalState::Denied => Some(Decided::Denied {
+                rule: a.rule.unwrap_or_default(),
+            }),
             ApprovalState::Asked | ApprovalState::Pending => None,
         })
     }
@@ -243,11 +317,11 @@ impl Worker {
         name: &str,
         arguments: &Map<String, Value>,
         call_id: &str,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolError> {
         let tool = self
             .tools
             .get(name)
-            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+            .ok_or_else(|| ToolError::Refused(format!("unknown tool {name:?}")))?;
         self.tools
             .workspace(&claim.session_id.to_string())
             .and_then(|ws| tool.run(&ws.for_call(call_id), arguments))
@@ -258,24 +332,21 @@ impl Worker {
         claim: &Claim,
         history: &mut Vec<Record>,
         call_id: &str,
-        outcome: Result<Value, String>,
-        how: Map<String, Value>,
+        outcome: Result<Value, ToolError>,
     ) -> kura_store::Result<()> {
         // Whatever a tool returned, the record fits: a result too big to store would fail
         // this turn on every attempt.
-        let mut content = match outcome {
-            Ok(v) => {
-                json!({"status": ToolStatus::Success, "result": fit(v, MAX_RESULT_BYTES), "call_id": call_id})
-            }
-            Err(e) => {
-                json!({"status": ToolStatus::Error, "error": excerpt(&e, MAX_RESULT_BYTES), "call_id": call_id})
-            }
-        };
-        // How it ran (edited arguments, a replay's re-run) beside what it returned.
-        if let Value::Object(c) = &mut content {
-            c.extend(how);
-        }
-        let result = self.record(claim, RecordType::ToolResult, content, &[]);
+        self.append_result(claim, history, result_content(outcome, call_id))
+    }
+
+    /// Stages a `tool.result`.
+    pub(super) fn append_result(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        content: ToolResultContent,
+    ) -> kura_store::Result<()> {
+        let result = self.record(claim, RecordType::ToolResult, content.to_value(), &[]);
         self.append(claim, history, result)
     }
 }

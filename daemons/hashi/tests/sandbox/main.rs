@@ -45,7 +45,7 @@ impl Setup {
         self.toolbox.workspace(session).expect("workspace")
     }
 
-    fn run(&self, session: &str, argv: &[&str]) -> Result<Value, String> {
+    fn run(&self, session: &str, argv: &[&str]) -> Result<Value, hashi::tools::ToolError> {
         let args: Map<String, Value> = json!({"argv": argv}).as_object().cloned().expect("object");
         let tool = self.toolbox.get("shell.run").expect("shell.run");
         tool.run(&self.ws(session), &args)
@@ -231,7 +231,7 @@ fn shell_timeout_kills_the_whole_process_group() {
     let err = s
         .run("s1", &["sh", "-c", "sleep 300 & sleep 301"])
         .expect_err("timed out");
-    assert!(err.contains("timed out"), "{err}");
+    assert!(err.to_string().contains("timed out"), "{err}");
     // Background descendants of a program that exits are killed too.
     let r = s
         .run("s1", &["sh", "-c", "sleep 302 & echo started"])
@@ -288,7 +288,7 @@ fn shell_cannot_fill_the_workspace_past_its_quota_with_many_files() {
             ],
         )
         .expect_err("stopped at the quota");
-    assert!(err.contains("quota"), "{err}");
+    assert!(err.to_string().contains("quota"), "{err}");
     let used = s.ws("s1").usage().expect("usage");
     assert!(used <= quota, "{used} bytes in a {quota}-byte workspace");
     // Filled exactly to its quota, the workspace takes no more.
@@ -299,7 +299,7 @@ fn shell_cannot_fill_the_workspace_past_its_quota_with_many_files() {
     let again = s
         .run("s1", &["sh", "-c", "echo more > g"])
         .expect_err("a full workspace takes no more");
-    assert!(again.contains("quota is used up"), "{again}");
+    assert!(again.to_string().contains("quota is used up"), "{again}");
     assert!(!s.ws("s1").root().join("g").exists());
 }
 
@@ -329,7 +329,7 @@ fn shell_cannot_fill_the_workspace_past_its_quota_by_growing_old_files() {
             ],
         )
         .expect_err("stopped at the quota");
-    assert!(err.contains("cut back"), "{err}");
+    assert!(err.to_string().contains("cut back"), "{err}");
     let used = s.ws("s2").usage().expect("usage");
     assert!(used <= quota, "{used} bytes in a {quota}-byte workspace");
     assert_eq!(used, before, "every grown file is back to its size");
@@ -375,5 +375,5 @@ fn shell_refused_when_the_sandbox_is_unavailable() {
         .expect("tool")
         .run(&ws, &args)
         .expect_err("refused");
-    assert!(err.contains("sandbox is unavailable"), "{err}");
+    assert!(err.to_string().contains("sandbox is unavailable"), "{err}");
 }
