@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use kura_runtime::bus::Credentials;
 use kura_runtime::{Bus, Daemon, Stop};
 use kura_store::Store;
-use kura_store::ops::{backup, sweep};
 use kura_tlog::checkpoint::LogKey;
 use kura_tlog::cosign::Witness;
 use kura_tlog::witness;
+use kura_work::ops::{backup, sweep};
 
 use crate::serve_config::{Maintenance, ServeConfig};
 use crate::witnessing::{self, Asked, GitWitness, Handed, WitnessPeer};

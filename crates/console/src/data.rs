@@ -4,7 +4,7 @@
 
 use kura_store::Store;
 use kura_store::store::parse_id;
-use kura_store::work::approvals::{Approval, asked, votes};
+use kura_work::approvals::{Approval, asked, votes};
 use rusqlite::params;
 use uuid::Uuid;
 

@@ -267,7 +267,7 @@ pub fn check_checkpoint(
 /// Verification state: the last sweep, the last checkpoint (checked here against the pinned
 /// log key) and its witnesses, any alarm.
 pub fn verification(
-    sweep: Option<&kura_store::ops::Sweep>,
+    sweep: Option<&kura_work::ops::Sweep>,
     checkpoint: Option<&str>,
     checked: &Result<String, CheckpointError>,
     trust: &crate::Trust,
@@ -300,7 +300,7 @@ pub fn verification(
 }
 
 /// `kura status` as a page.
-pub fn status(st: &kura_store::ops::Status) -> Markup {
+pub fn status(st: &kura_work::ops::Status) -> Markup {
     html! {
         h1 { "Status" }
         table {

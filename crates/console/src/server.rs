@@ -424,7 +424,7 @@ async fn verification(State(c): State<Shared>, headers: HeaderMap) -> Response {
     if c.auth.get(&headers).is_none() {
         return Redirect::to("/login").into_response();
     }
-    let st = c.read(|s| Ok(kura_store::ops::status(s)?)).await;
+    let st = c.read(|s| Ok(kura_work::ops::status(s)?)).await;
     let checkpoint = c
         .trust
         .checkpoint_file
@@ -458,7 +458,7 @@ async fn status(State(c): State<Shared>, headers: HeaderMap) -> Response {
     if c.auth.get(&headers).is_none() {
         return Redirect::to("/login").into_response();
     }
-    let st = c.read(|s| Ok(kura_store::ops::status(s)?)).await;
+    let st = c.read(|s| Ok(kura_work::ops::status(s)?)).await;
     page(&c, &headers, "status", |_| Ok(pages::status(&st?))).await
 }
 

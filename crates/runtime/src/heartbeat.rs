@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use kura_store::Store;
-pub use kura_store::ops::HEARTBEAT_INTERVAL as INTERVAL;
+pub use kura_work::ops::HEARTBEAT_INTERVAL as INTERVAL;
 
 use crate::{Bus, Common};
 
@@ -58,7 +58,7 @@ impl Heartbeat {
                             .and_then(|o| Store::open(&common.db, &o).ok());
                     }
                     if let Some(st) = store.as_mut()
-                        && let Err(e) = kura_store::ops::heartbeat(
+                        && let Err(e) = kura_work::ops::heartbeat(
                             st,
                             &instance,
                             &kind,
@@ -74,7 +74,7 @@ impl Heartbeat {
                         Ok(Beat::Changed) | Err(RecvTimeoutError::Timeout) => {}
                         Ok(Beat::Stop) | Err(RecvTimeoutError::Disconnected) => {
                             if let Some(st) = store.as_mut() {
-                                let _ = kura_store::ops::heartbeat(
+                                let _ = kura_work::ops::heartbeat(
                                     st,
                                     &instance,
                                     &kind,

@@ -1,11 +1,12 @@
 //! `execute` and `query_row` through the connection's prepared-statement cache: rusqlite's
 //! own `Connection::execute`/`query_row` parse their SQL on every call (and compile every
-//! trigger the statement fires), which was a tenth of a worker's CPU per turn.
+//! trigger the statement fires), which was a tenth of a worker's CPU per turn. Public for
+//! `kura-work`, which runs its SQL through the same cache.
 
 use rusqlite::{Connection, Params, Row};
 
 /// Cached counterparts of `Connection::execute` and `Connection::query_row`.
-pub(crate) trait Cached {
+pub trait Cached {
     /// `execute`, with the statement kept prepared for the next call.
     fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
 

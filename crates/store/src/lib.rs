@@ -1,5 +1,6 @@
 //! Kura's store: the SQLite file every Kura process shares and the only source of truth —
-//! records, ledgers, sessions, work tables, the memory index — and the reports read from it
+//! records, ledgers, sessions, the memory index (and the schema of the work tables
+//! `kura-work` keeps) — and the reports read from it
 //! (verify, diff, proofs). Synchronous by design: no async runtime, no NATS. Writes go
 //! through [`Store::write`] and the named operations of its [`Tx`]; the transparency log
 //! (seal log, checkpoints, witnesses) is `kura_tlog`'s, appended to inside the seal.
@@ -9,7 +10,6 @@ mod cached;
 pub mod diff;
 pub mod error;
 pub mod memory;
-pub mod ops;
 pub mod proof;
 #[cfg(test)]
 #[path = "tests/seallog.rs"]
@@ -18,8 +18,8 @@ pub mod store;
 pub mod time;
 mod tx;
 pub mod verify;
-pub mod work;
 
+pub use cached::Cached;
 pub use error::{ConflictKind, Result, StoreError};
 pub use store::{Store, StoreOptions, Synchronous};
 pub use tx::{Db, Tx};

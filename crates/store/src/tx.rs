@@ -2,23 +2,24 @@
 //! [`Store::write`](crate::Store::write), with the named operations a daemon may run inside
 //! one transaction — the SQL and the `rusqlite` types stay inside the store.
 
-use std::collections::BTreeMap;
-
 use proto::record::{NewRecord, Record};
-use proto::{ApprovalState, Effect, Ledger, SessionStatus, Vote};
-use serde_json::{Map, Value};
+use proto::{Ledger, SessionStatus};
 use uuid::Uuid;
 
 use crate::error::Result;
 use crate::memory::{Item, Remembered};
 use crate::store::{Appended, Session};
-use crate::work::Claim;
-use crate::work::approvals::Approval;
 use kura_tlog::sealer::Sealer;
 
 /// What the store's reads run on: a [`crate::Store`] or a [`Tx`] (sealed; the connection
 /// inside stays the store's).
-pub trait Db: sealed::Sealed {}
+pub trait Db: sealed::Sealed {
+    /// The SQL connection to read with: the seam for `kura-work`, which reads the work
+    /// tables this store's migrations create.
+    fn sql(&self) -> &rusqlite::Connection {
+        sealed::Sealed::db(self)
+    }
+}
 
 pub(crate) mod sealed {
     /// The connection under a [`super::Db`].
@@ -110,136 +111,10 @@ impl Tx<'_> {
         crate::store::set_session_status_in(self.0, id, status)
     }
 
-    /// Marks a queued request accepted into `session_id`.
-    pub fn mark_accepted(&self, request_seq: i64, session_id: Uuid) -> Result<()> {
-        crate::work::mark_accepted_in(self.0, request_seq, session_id)
-    }
-
-    /// Queues a turn of a session on its sealed context ledger; returns the turn id.
-    pub fn insert_turn(
-        &self,
-        session_id: Uuid,
-        seq: i64,
-        request_seq: i64,
-        context_ledger_id: Uuid,
-    ) -> Result<Uuid> {
-        crate::work::insert_turn_in(self.0, session_id, seq, request_seq, context_ledger_id)
-    }
-
-    /// Seals a claimed turn's output and marks it done; returns the output ledger.
-    pub fn complete_turn(&self, claim: &Claim, sealer: Option<&Sealer>) -> Result<Uuid> {
-        crate::work::complete_turn_in(self.0, claim, sealer)
-    }
-
-    /// Appends to a turn's output ledger.
-    pub fn append_to_turn(&self, turn_id: Uuid, rec: &NewRecord) -> Result<Record> {
-        crate::work::approvals::append_to_turn_in(self.0, turn_id, rec)
-    }
-
-    /// Records a tool call's approval request (and its record in the turn).
-    #[allow(clippy::too_many_arguments)]
-    pub fn request_approval(
-        &self,
-        claim: &Claim,
-        call_id: &str,
-        tool_name: &str,
-        arguments: &Map<String, Value>,
-        effect: Effect,
-        author: &str,
-        metadata: BTreeMap<String, String>,
-    ) -> Result<Approval> {
-        crate::work::approvals::request_approval_in(
-            self.0, claim, call_id, tool_name, arguments, effect, author, metadata,
-        )
-    }
-
-    /// Parks a claimed turn until `request_id` is decided; false if it was decided already
-    /// (the turn is claimable again instead).
-    pub fn park_turn(&self, claim: &Claim, request_id: Uuid) -> Result<bool> {
-        crate::work::approvals::park_turn_in(self.0, claim, request_id)
-    }
-
-    /// Notes that the approved call started under `epoch`.
-    pub fn mark_started(&self, request_id: Uuid, epoch: i64) -> Result<()> {
-        crate::work::approvals::mark_started_in(self.0, request_id, epoch)
-    }
-
-    /// Puts a request to the approvers under `rule`, with `required` votes by `deadline_ms`.
-    pub fn mark_asked(
-        &self,
-        request_id: Uuid,
-        rule: &str,
-        required: i64,
-        deadline_ms: i64,
-    ) -> Result<()> {
-        crate::work::approvals::mark_asked_in(self.0, request_id, rule, required, deadline_ms)
-    }
-
-    /// Records an approver's vote; returns its record and the votes so far.
-    pub fn record_vote(
-        &self,
-        a: &Approval,
-        approver: (&str, &str),
-        decision: Vote,
-        record: &NewRecord,
-        signature: &str,
-    ) -> Result<(Record, i64)> {
-        crate::work::approvals::record_vote_in(self.0, a, approver, decision, record, signature)
-    }
-
-    /// Raises the votes a request needs.
-    pub fn raise_requirement(&self, request_id: Uuid, rule: &str, required: i64) -> Result<()> {
-        crate::work::approvals::raise_requirement_in(self.0, request_id, rule, required)
-    }
-
-    /// Keeps the arguments an approver edited.
-    pub fn set_edited_arguments(&self, request_id: Uuid, canonical: &str) -> Result<()> {
-        crate::work::approvals::set_edited_arguments_in(self.0, request_id, canonical)
-    }
-
-    /// Decides a request by policy; returns the turn it woke, if any.
-    pub fn decide_by_policy(
-        &self,
-        a: &Approval,
-        allow: bool,
-        rule: &str,
-        policy_hash: &str,
-        metadata: BTreeMap<String, String>,
-    ) -> Result<Option<Uuid>> {
-        crate::work::approvals::decide_by_policy_in(self.0, a, allow, rule, policy_hash, metadata)
-    }
-
-    /// Closes a request as `state`; returns the turn it woke, if any.
-    pub fn finalize(
-        &self,
-        a: &Approval,
-        state: ApprovalState,
-        rule: &str,
-        decision_record: Uuid,
-    ) -> Result<Option<Uuid>> {
-        crate::work::approvals::finalize_in(self.0, a, state, rule, decision_record)
-    }
-
-    /// Counts `n` refused decisions by `approver`.
-    pub fn add_refusals(&self, request_id: &str, approver: &str, n: i64) -> Result<()> {
-        crate::work::approvals::add_refusals_in(self.0, request_id, approver, n)
-    }
-
-    /// Records a refused decision message; true if it was recorded.
-    pub fn reject(
-        &self,
-        author: &str,
-        request: Option<&Approval>,
-        approver: Option<&str>,
-        reason: &str,
-        message: &str,
-    ) -> Result<bool> {
-        crate::work::approvals::reject_in(self.0, author, request, approver, reason, message)
-    }
-
-    /// Publishes a policy; returns its hash.
-    pub fn publish_policy(&self, policy: &kura_policy::Policy) -> Result<String> {
-        crate::work::policy::publish_in(self.0, policy)
+    /// Stores a record on its own (not in any ledger); content already stored returns the
+    /// existing record.
+    pub fn write_record(&self, new: &NewRecord) -> Result<Record> {
+        crate::store::write_record_in(self.0, new)
     }
 
     /// Remembers `items` taken from `source`.

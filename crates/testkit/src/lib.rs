@@ -11,6 +11,7 @@ pub mod rogue;
 pub mod stack;
 pub mod wal;
 
+use kura_work::WorkTx;
 use std::path::{Path, PathBuf};
 
 pub use nats::{NatsServer, free_port, publish_as};
@@ -34,7 +35,7 @@ pub fn bin(name: &str) -> PathBuf {
 /// A pending turn for `instruction`, filed the way minato files one (a queued request, a
 /// sealed context ledger holding the instruction), for in-process tests of hashi and aegis.
 pub fn pending_turn(store: &mut kura_store::Store, instruction: &str) -> uuid::Uuid {
-    use kura_store::work::submit;
+    use kura_work::submit;
     let request = submit(store, instruction, "user:oles", None).expect("submit");
     let session = store.create_session("s").expect("session");
     let ctx = store

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crate::{NatsServer, bin};
 use kura_runtime::bus::Credentials;
 use kura_runtime::identity::Role;
-use kura_store::work::{RequestStatus, request_status};
 use kura_store::{Store, StoreOptions};
+use kura_work::{RequestStatus, request_status};
 
 /// Which binary runs a daemon instance (`hashi-2` → `hashi`; `serve` → `kura serve`).
 pub fn binary(instance: &str) -> &'static str {

@@ -2,17 +2,16 @@
 //! votes, expiry. Every decision is an `approval.decision` record in the turn's ledger;
 //! every refused message is a recorded rejection.
 
+use kura_work::WorkTx;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use kura_store::Store;
-use kura_store::work::approvals::Approval;
-use kura_store::work::approvals::{ApprovalState, Vote};
-use kura_store::work::approvals::{
-    approval, approvals_so_far, asked, next_pending, request_content,
-};
-use kura_store::work::now_ms;
 use kura_store::{ConflictKind, StoreError};
+use kura_work::approvals::Approval;
+use kura_work::approvals::{ApprovalState, Vote};
+use kura_work::approvals::{approval, approvals_so_far, asked, next_pending, request_content};
+use kura_work::now_ms;
 use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
 use proto::record::{NewRecord, RecordType};
@@ -193,7 +192,7 @@ struct Edit {
 /// and a rule that needs more people raises the request's quorum.
 fn rule_on_edit(
     args: &serde_json::Map<String, Value>,
-    a: &kura_store::work::approvals::Approval,
+    a: &kura_work::approvals::Approval,
     policy: &Policy,
 ) -> Result<Edit, Refusal> {
     kura_policy::path::check_normal_args(args)
@@ -227,7 +226,7 @@ fn rule_on_edit(
 fn check_edit(
     d: &ApprovalDecision,
     vote: Vote,
-    a: &kura_store::work::approvals::Approval,
+    a: &kura_work::approvals::Approval,
     approved_so_far: i64,
     policy: &Policy,
 ) -> Result<Option<Edit>, Refusal> {

@@ -11,6 +11,7 @@ pub mod policy;
 #[cfg(test)]
 mod tests;
 
+use kura_work::WorkTx;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -350,7 +351,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .map(|mut l| l.drain(std::time::Instant::now()))
             .unwrap_or_default();
         decide::add_refusals(&mut store, &held)?;
-        let mut woke = decide::expire_overdue(&mut store, kura_store::work::now_ms())?;
+        let mut woke = decide::expire_overdue(&mut store, kura_work::now_ms())?;
         let evaluated = decide::evaluate(&mut store, &p, timeout, None)?;
         woke.extend(evaluated.as_ref().and_then(|e| e.woke));
         for turn_id in woke {

@@ -6,7 +6,7 @@
 
 use base64::Engine as _;
 use kura_store::Store;
-use kura_store::work::approvals::{Approval, asked};
+use kura_work::approvals::{Approval, asked};
 use rusqlite::OptionalExtension as _;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

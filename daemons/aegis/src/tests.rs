@@ -3,8 +3,9 @@
 
 use ed25519_dalek::SigningKey;
 use kura_store::store::{Store, StoreOptions};
-use kura_store::work::approvals::{ApprovalState, Effect, approval};
-use kura_store::work::{claim_next, fenced, now_ms};
+use kura_work::WorkTx;
+use kura_work::approvals::{ApprovalState, Effect, approval};
+use kura_work::{claim_next, fenced, now_ms};
 use proto::doorbell::ApprovalDecision;
 use proto::record::RecordType;
 

@@ -5,7 +5,7 @@
 
 use kura_model::Step;
 use kura_store::Store;
-use kura_store::work::Replay;
+use kura_work::Replay;
 use proto::content::{ToolCallContent, call_id_of, text_of};
 use proto::record::{Record, RecordType};
 use serde_json::{Map, Value};

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use kura_model::{Provider, ProviderError, Step, TurnInput};
 use kura_runtime::{Bus, Common, Stop};
-use kura_store::work::{claim_next, fenced, now_ms, turn};
 use kura_store::{Store, StoreOptions};
+use kura_work::{claim_next, fenced, now_ms, turn};
 use proto::TurnState;
 use proto::record::{NewRecord, RecordType};
 use serde_json::{Value, json};

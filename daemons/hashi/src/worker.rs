@@ -5,6 +5,7 @@
 mod approval;
 mod resume;
 
+use kura_work::WorkTx;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +14,10 @@ use std::time::Duration;
 use kura_model::{Provider, ProviderError, Step, ToolSpec, TurnInput};
 use kura_policy::{Policy, Verdict};
 use kura_runtime::{Bus, Stop};
-use kura_store::work::approvals::{ApprovalState, approval, approval_for_call};
-use kura_store::work::policy;
-use kura_store::work::{Claim, claim_next, fenced, now_ms, release, release_failed, renew};
 use kura_store::{Store, StoreError};
+use kura_work::approvals::{ApprovalState, approval, approval_for_call};
+use kura_work::policy;
+use kura_work::{Claim, claim_next, fenced, now_ms, release, release_failed, renew};
 use proto::content::{
     DeliverableContent, OmittedArguments, TextContent, ToolCallContent, ToolResultContent,
     call_id_of,

@@ -10,7 +10,7 @@ use kura_runtime::Bus;
 use kura_store::Store;
 use kura_store::memory::Item;
 use kura_store::store::parse_id;
-use kura_store::work::{cursor, set_cursor};
+use kura_work::{cursor, set_cursor};
 use proto::doorbell::RecordWritten;
 use proto::record::{Record, RecordType};
 use rusqlite::OptionalExtension;

@@ -4,12 +4,13 @@
 
 use kura_store::Tx;
 use kura_store::error::{Result, StoreError};
-use kura_store::work::{
+use kura_store::{Store, memory};
+use kura_tlog::sealer::Sealer;
+use kura_work::WorkTx;
+use kura_work::{
     cursor, last_deliverable, next_done_turn_after, next_request_after, next_turn_seq,
     request_instruction, request_replays, set_cursor,
 };
-use kura_store::{Store, memory};
-use kura_tlog::sealer::Sealer;
 use proto::SessionStatus;
 use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
 use uuid::Uuid;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::{Bus, Common, wake_pair};
 use kura_store::Store;
-use kura_store::work::{Replay, RequestStatus, request_status, submit_replay};
+use kura_work::{Replay, RequestStatus, request_status, submit_replay};
 use proto::doorbell::{SessionComplete, SessionCreate};
 use uuid::Uuid;
 
@@ -143,7 +143,7 @@ pub async fn replay(
     timeout: Duration,
 ) -> anyhow::Result<Replayed> {
     let mut store = Store::open(&common.db, &common.store_options()?)?;
-    let recorded = kura_store::work::recorded_turns(store.conn(), session)?;
+    let recorded = kura_work::recorded_turns(store.conn(), session)?;
     let todo: Vec<_> = recorded
         .into_iter()
         .filter(|t| t.seq >= from_turn)

@@ -3,11 +3,12 @@
 
 use kura_store::store::{Store, StoreOptions};
 use kura_store::verify::{Scope, verify};
-use kura_store::work::approvals::{self, ApprovalState, Effect};
-use kura_store::work::{
+use kura_store::{ConflictKind, StoreError};
+use kura_work::WorkTx;
+use kura_work::approvals::{self, ApprovalState, Effect};
+use kura_work::{
     Claim, claim_next, complete_turn, fenced, now_ms, release, renew, request_status, submit, turn,
 };
-use kura_store::{ConflictKind, StoreError};
 use proto::SessionStatus;
 use proto::record::{Content, NewRecord, RecordType};
 use serde_json::json;

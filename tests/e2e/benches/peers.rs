@@ -64,7 +64,7 @@ fn checkpointed_bytes(db: &Path) -> f64 {
 }
 
 fn session_of(s: &Stack, request: i64) -> String {
-    kura_store::work::request_status(s.store().conn(), request)
+    kura_work::request_status(s.store().conn(), request)
         .expect("status")
         .session_id
         .expect("accepted")

@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kura_store::work::{request_status, submit};
 use kura_store::{Store, StoreOptions};
+use kura_work::{request_status, submit};
 use minato::requests::accept_next_request;
 use proto::record::RecordType;
 use serde_json::{Value, json};

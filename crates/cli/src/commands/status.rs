@@ -13,7 +13,7 @@ impl Status {
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
-        let st = kura_store::ops::status(&store)?;
+        let st = kura_work::ops::status(&store)?;
         if json {
             out.json(&st)?;
         } else {
@@ -23,7 +23,7 @@ impl Status {
         Ok(Outcome::Ok)
     }
 }
-fn print_status(out: &mut Out, st: &kura_store::ops::Status) -> anyhow::Result<()> {
+fn print_status(out: &mut Out, st: &kura_work::ops::Status) -> anyhow::Result<()> {
     out.line("daemons:")?;
     if st.daemons.is_empty() {
         out.line("  (none has started yet)")?;

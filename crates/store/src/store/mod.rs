@@ -40,6 +40,12 @@ pub(crate) use migrations::back_to_version_7;
 pub use records::Query;
 pub(crate) use records::{read_record_in, record_id_by_hash, write_record_in};
 
+/// Reads one record through any [`Db`](crate::Db): a store, a transaction, or (for
+/// `kura-work`) the connection under either.
+pub fn read_record(db: &(impl crate::Db + ?Sized), id: Uuid) -> Result<proto::Record> {
+    read_record_in(crate::Db::sql(db), id)
+}
+
 /// Builds a record from a row of the seven record columns in stored order.
 pub(crate) fn record_from_row_pub(
     row: &rusqlite::Row<'_>,

@@ -3,6 +3,7 @@
 //! served instead of a side effect run again; the tool run and its `tool.result` recorded.
 
 use super::*;
+use kura_work::WorkTx;
 use proto::content::Rerun;
 
 /// What aegis (or the published policy) decided on a request a turn waits for.

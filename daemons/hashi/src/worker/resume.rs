@@ -3,6 +3,7 @@
 //! unknown (a side effect is never repeated).
 
 use super::*;
+use kura_work::WorkTx;
 
 /// A `tool.call` of this turn with no `tool.result`: what it asked for.
 struct Dangling {

@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use kura_runtime::identity::Role;
-use kura_store::work::request_status;
 use kura_testkit::stack::{self, Stack};
 use kura_testkit::{bin, console};
+use kura_work::request_status;
 
 pub const DAEMONS: [&str; 6] = ["minato", "hashi-1", "hashi-2", "aegis", "mikado", "serve"];
 
@@ -77,9 +77,8 @@ pub fn submit_many(s: &Stack, n: usize, prefix: &str, ring: bool) -> Vec<i64> {
     let mut last = None;
     let out = (0..n)
         .map(|i| {
-            let r =
-                kura_store::work::submit(&mut store, &format!("{prefix} {i}"), "user:bench", None)
-                    .expect("submit");
+            let r = kura_work::submit(&mut store, &format!("{prefix} {i}"), "user:bench", None)
+                .expect("submit");
             last = Some(r.record_id);
             r.request_seq
         })

@@ -138,7 +138,7 @@ fn settle(s: &Stack, requests: &[i64]) -> usize {
         let done = requests
             .iter()
             .filter(|r| {
-                kura_store::work::request_status(store.conn(), **r)
+                kura_work::request_status(store.conn(), **r)
                     .map(|st| st.complete)
                     .unwrap_or(false)
             })
@@ -234,7 +234,7 @@ fn check(
     if !pass {
         eprintln!("--- {scenario} failed");
         for r in requests {
-            if !kura_store::work::request_status(store.conn(), *r).is_ok_and(|st| st.complete) {
+            if !kura_work::request_status(store.conn(), *r).is_ok_and(|st| st.complete) {
                 eprintln!("{}", explain(&store, *r));
             }
         }

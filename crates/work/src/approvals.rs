@@ -2,7 +2,8 @@
 //! or people), and a turn that must wait for people is parked (`waiting`) without holding a
 //! worker, then made claimable again when the decision lands.
 
-use crate::cached::Cached;
+use kura_store::store::parse_id;
+use kura_store::{Cached, ConflictKind, Db, Result, StoreError, Tx, time};
 use proto::record::{NewRecord, RecordType};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -12,9 +13,6 @@ use uuid::Uuid;
 pub use proto::{ApprovalState, Effect, Outcome, Vote};
 
 use super::turns::Claim;
-use crate::error::{Result, StoreError};
-use crate::store::{append_in, parse_id};
-use crate::time;
 
 /// An approval row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,19 +86,15 @@ fn one(conn: &Connection, filter: &str, arg: &str) -> Result<Option<Approval>> {
 }
 
 /// Reads an approval by request id.
-pub fn approval(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Option<Approval>> {
-    let conn = crate::tx::conn(conn);
+pub fn approval(conn: &impl Db, request_id: Uuid) -> Result<Option<Approval>> {
+    let conn = conn.sql();
     one(conn, "request_id = ?1", &request_id.to_string())
 }
 
 /// The approval filed for a tool call of `turn_id`, if any. A call id is unique within a
 /// turn, not across turns: a replay reuses the recorded turn's call ids.
-pub fn approval_for_call(
-    conn: &impl crate::tx::Db,
-    turn_id: Uuid,
-    call_id: &str,
-) -> Result<Option<Approval>> {
-    let conn = crate::tx::conn(conn);
+pub fn approval_for_call(conn: &impl Db, turn_id: Uuid, call_id: &str) -> Result<Option<Approval>> {
+    let conn = conn.sql();
     let sql = format!("SELECT {COLUMNS} FROM approvals WHERE turn_id = ?1 AND call_id = ?2");
     conn.prepare_cached(&sql)?
         .query_row([turn_id.to_string(), call_id.to_owned()], from_row)
@@ -111,8 +105,8 @@ pub fn approval_for_call(
 /// Files a request inside a fenced transaction: an `approval.request` record (the call, its
 /// arguments, effect, turn and session) in the turn's output ledger, and a `pending` row.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn request_approval_in(
-    tx: &Connection,
+pub(crate) fn request_approval(
+    tx: &Tx<'_>,
     claim: &Claim,
     call_id: &str,
     tool_name: &str,
@@ -140,8 +134,8 @@ pub(crate) fn request_approval_in(
         author_id: author.to_owned(),
         metadata,
     };
-    let a = append_in(tx, claim.output_ledger_id, &rec)?;
-    tx.execute_cached(
+    let a = tx.append(claim.output_ledger_id, &rec)?;
+    tx.sql().execute_cached(
 "INSERT INTO approvals (request_id, request_hash, turn_id, session_id, call_id, tool_name, effect, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
@@ -166,41 +160,44 @@ pub(crate) fn request_approval_in(
 /// Parks a claimed turn until `request_id` is decided, freeing its worker (fenced by caller).
 /// Returns `false` when the request was already decided: the turn is then claimable again
 /// at once instead of parked.
-pub(crate) fn park_turn_in(tx: &Connection, claim: &Claim, request_id: Uuid) -> Result<bool> {
+pub(crate) fn park_turn(tx: &Tx<'_>, claim: &Claim, request_id: Uuid) -> Result<bool> {
     // The decision may have landed after the worker last looked and before this transaction:
-    // `finalize_in` then found the turn still running and woke nobody. Parking it now would
+    // `finalize` then found the turn still running and woke nobody. Parking it now would
     // leave it waiting forever on a decided request (the fault suite caught exactly that
     // once in 300 kills), so a decided request makes the turn claimable instead.
     let state: Option<ApprovalState> = tx
+        .sql()
         .prepare_cached("SELECT state FROM approvals WHERE request_id = ?1")?
         .query_row([request_id.to_string()], |r| r.get(0))
         .optional()?;
     let decided = state.is_some_and(ApprovalState::is_decided);
-    tx.prepare_cached(
-        "UPDATE turns SET state = CASE WHEN ?3 THEN 'pending' ELSE 'waiting' END,
+    tx.sql()
+        .prepare_cached(
+            "UPDATE turns SET state = CASE WHEN ?3 THEN 'pending' ELSE 'waiting' END,
                 waiting_on = CASE WHEN ?3 THEN NULL ELSE ?2 END,
                 lease_owner = NULL, lease_until_ms = NULL, attempts = 0
           WHERE turn_id = ?1",
-    )?
-    .execute(params![
-        claim.turn_id.to_string(),
-        request_id.to_string(),
-        decided
-    ])?;
+        )?
+        .execute(params![
+            claim.turn_id.to_string(),
+            request_id.to_string(),
+            decided
+        ])?;
     Ok(!decided)
 }
 
 /// Notes that the approved call is about to run under `epoch` (fenced by caller), so a
 /// successor knows it may have taken effect.
-pub(crate) fn mark_started_in(tx: &Connection, request_id: Uuid, epoch: i64) -> Result<()> {
-    tx.prepare_cached("UPDATE approvals SET started_epoch = ?2 WHERE request_id = ?1")?
+pub(crate) fn mark_started(tx: &Tx<'_>, request_id: Uuid, epoch: i64) -> Result<()> {
+    tx.sql()
+        .prepare_cached("UPDATE approvals SET started_epoch = ?2 WHERE request_id = ?1")?
         .execute(params![request_id.to_string(), epoch])?;
     Ok(())
 }
 
 /// The oldest approval policy has not looked at yet.
-pub fn next_pending(conn: &impl crate::tx::Db) -> Result<Option<Approval>> {
-    let conn = crate::tx::conn(conn);
+pub fn next_pending(conn: &impl Db) -> Result<Option<Approval>> {
+    let conn = conn.sql();
     let sql = format!(
         "SELECT {COLUMNS} FROM approvals WHERE state = 'pending' ORDER BY approval_seq LIMIT 1"
     );
@@ -211,8 +208,8 @@ pub fn next_pending(conn: &impl crate::tx::Db) -> Result<Option<Approval>> {
 }
 
 /// Approvals waiting for people, oldest first.
-pub fn asked(conn: &impl crate::tx::Db) -> Result<Vec<Approval>> {
-    let conn = crate::tx::conn(conn);
+pub fn asked(conn: &impl Db) -> Result<Vec<Approval>> {
+    let conn = conn.sql();
     let sql =
         format!("SELECT {COLUMNS} FROM approvals WHERE state = 'asked' ORDER BY approval_seq");
     let mut stmt = conn.prepare_cached(&sql)?;
@@ -225,14 +222,14 @@ pub fn asked(conn: &impl crate::tx::Db) -> Result<Vec<Approval>> {
 }
 
 /// Marks an approval as waiting for `required` people under `rule`.
-pub(crate) fn mark_asked_in(
-    tx: &Connection,
+pub(crate) fn mark_asked(
+    tx: &Tx<'_>,
     request_id: Uuid,
     rule: &str,
     required: i64,
     deadline_ms: i64,
 ) -> Result<()> {
-    tx.execute_cached(
+    tx.sql().execute_cached(
 "UPDATE approvals SET state = 'asked', rule = ?2, required = ?3, deadline_ms = ?4 WHERE request_id = ?1 AND state = 'pending'",
         params![request_id.to_string(), rule, required, deadline_ms],
     )?;
@@ -250,19 +247,15 @@ fn output_ledger(conn: &Connection, turn_id: Uuid) -> Result<Uuid> {
 }
 
 /// Appends a record to the turn's output ledger (decisions, votes, rejections).
-pub(crate) fn append_to_turn_in(
-    tx: &Connection,
-    turn_id: Uuid,
-    rec: &NewRecord,
-) -> Result<proto::Record> {
-    Ok(append_in(tx, output_ledger(tx, turn_id)?, rec)?.record)
+pub(crate) fn append_to_turn(tx: &Tx<'_>, turn_id: Uuid, rec: &NewRecord) -> Result<proto::Record> {
+    Ok(tx.append(output_ledger(tx.sql(), turn_id)?, rec)?.record)
 }
 
 /// Records a vote (its record built by the caller, appended here) and returns the record
 /// and how many votes of that kind the request now has. A second vote by the same approver
 /// is refused.
-pub(crate) fn record_vote_in(
-    tx: &Connection,
+pub(crate) fn record_vote(
+    tx: &Tx<'_>,
     a: &Approval,
     (approver, public_key): (&str, &str),
     decision: Vote,
@@ -271,6 +264,7 @@ pub(crate) fn record_vote_in(
 ) -> Result<(proto::Record, i64)> {
     // One vote per person and per key: a key trusted under two names still votes once.
     let exists: Option<i64> = tx
+        .sql()
         .query_row(
             "SELECT 1 FROM approval_votes
               WHERE request_id = ?1 AND (approver = ?2 OR lower(public_key) = lower(?3))",
@@ -280,18 +274,18 @@ pub(crate) fn record_vote_in(
         .optional()?;
     if exists.is_some() {
         return Err(StoreError::Conflict {
-            kind: crate::ConflictKind::DuplicateVote,
+            kind: ConflictKind::DuplicateVote,
             id: a.request_id.to_string(),
         });
     }
-    let rec = append_to_turn_in(tx, a.turn_id, record)?;
-    tx.execute_cached(
+    let rec = append_to_turn(tx, a.turn_id, record)?;
+    tx.sql().execute_cached(
 "INSERT INTO approval_votes (request_id, approver, decision, record_id, signature, public_key)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![a.request_id.to_string(), approver, decision, rec.record_id.to_string(), signature, public_key],
     )?;
     // M of N counts distinct keys.
-    let n = tx.query_row_cached(
+    let n = tx.sql().query_row_cached(
         "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
           WHERE request_id = ?1 AND decision = ?2",
         params![a.request_id.to_string(), decision],
@@ -301,8 +295,8 @@ pub(crate) fn record_vote_in(
 }
 
 /// How many distinct keys have approved `request_id` so far.
-pub fn approvals_so_far(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<i64> {
-    let conn = crate::tx::conn(conn);
+pub fn approvals_so_far(conn: &impl Db, request_id: Uuid) -> Result<i64> {
+    let conn = conn.sql();
     Ok(conn.query_row_cached(
         "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
           WHERE request_id = ?1 AND decision = 'approve'",
@@ -312,8 +306,8 @@ pub fn approvals_so_far(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<i
 }
 
 /// Who has voted on `request_id`, in order: (author id, vote).
-pub fn votes(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Vec<(String, String)>> {
-    let conn = crate::tx::conn(conn);
+pub fn votes(conn: &impl Db, request_id: Uuid) -> Result<Vec<(String, String)>> {
+    let conn = conn.sql();
     let mut stmt = conn.prepare_cached(
         "SELECT approver, decision FROM approval_votes WHERE request_id = ?1 ORDER BY rowid",
     )?;
@@ -323,13 +317,13 @@ pub fn votes(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Vec<(String,
 
 /// Puts an asked request under `rule` with `required` approvals: an approval edited the
 /// call into a stricter rule's reach. Never lowers the quorum.
-pub(crate) fn raise_requirement_in(
-    tx: &Connection,
+pub(crate) fn raise_requirement(
+    tx: &Tx<'_>,
     request_id: Uuid,
     rule: &str,
     required: i64,
 ) -> Result<()> {
-    tx.execute_cached(
+    tx.sql().execute_cached(
         "UPDATE approvals SET rule = ?2, required = MAX(required, ?3) \
          WHERE request_id = ?1 AND state = 'asked'",
         params![request_id.to_string(), rule, required],
@@ -338,12 +332,8 @@ pub(crate) fn raise_requirement_in(
 }
 
 /// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
-pub(crate) fn set_edited_arguments_in(
-    tx: &Connection,
-    request_id: Uuid,
-    canonical: &str,
-) -> Result<()> {
-    tx.execute_cached(
+pub(crate) fn set_edited_arguments(tx: &Tx<'_>, request_id: Uuid, canonical: &str) -> Result<()> {
+    tx.sql().execute_cached(
         "UPDATE approvals SET edited_arguments = ?2 WHERE request_id = ?1 AND state = 'asked'",
         params![request_id.to_string(), canonical],
     )?;
@@ -356,8 +346,8 @@ pub(crate) const POLICY_AUTHOR: &str = "sys:aegis";
 
 /// Decides `a` by the policy `policy_hash` in force: an `approval.decision` naming the rule
 /// and the policy, and the request's new state; returns a parked turn this wakes.
-pub(crate) fn decide_by_policy_in(
-    tx: &Connection,
+pub(crate) fn decide_by_policy(
+    tx: &Tx<'_>,
     a: &Approval,
     allow: bool,
     rule: &str,
@@ -376,32 +366,32 @@ pub(crate) fn decide_by_policy_in(
         author_id: POLICY_AUTHOR.to_owned(),
         metadata,
     };
-    let rec = append_to_turn_in(tx, a.turn_id, &rec)?;
-    finalize_in(tx, a, state, rule, rec.record_id)
+    let rec = append_to_turn(tx, a.turn_id, &rec)?;
+    finalize(tx, a, state, rule, rec.record_id)
 }
 
 /// Finalizes a request (`approved` or `denied`; `decision_record` is the record that
 /// decided it, already in the ledger) and makes a turn parked on it claimable again.
 /// Returns the turn id when it was parked (to re-dispatch).
-pub(crate) fn finalize_in(
-    tx: &Connection,
+pub(crate) fn finalize(
+    tx: &Tx<'_>,
     a: &Approval,
     state: ApprovalState,
     rule: &str,
     decision_record: Uuid,
 ) -> Result<Option<Uuid>> {
-    let changed = tx.execute_cached(
+    let changed = tx.sql().execute_cached(
 "UPDATE approvals SET state = ?2, rule = COALESCE(rule, ?3), decision_record_id = ?4, decided_at = ?5
           WHERE request_id = ?1 AND state IN ('pending', 'asked')",
         params![a.request_id.to_string(), state, rule, decision_record.to_string(), time::now()],
     )?;
     if changed == 0 {
         return Err(StoreError::Conflict {
-            kind: crate::ConflictKind::AlreadyDecided,
+            kind: ConflictKind::AlreadyDecided,
             id: a.request_id.to_string(),
         });
     }
-    let woke = tx.execute_cached(
+    let woke = tx.sql().execute_cached(
 "UPDATE turns SET state = 'pending', waiting_on = NULL WHERE turn_id = ?1 AND state = 'waiting' AND waiting_on = ?2",
         params![a.turn_id.to_string(), a.request_id.to_string()],
     )?;
@@ -412,13 +402,8 @@ pub(crate) fn finalize_in(
 /// in the turn's ledger when the request is known and its ledger still open.
 /// Adds `n` refusals (counted elsewhere first, e.g. by a rate limit) for `request_id` (""
 /// for unknown requests) and `approver`.
-pub(crate) fn add_refusals_in(
-    tx: &Connection,
-    request_id: &str,
-    approver: &str,
-    n: i64,
-) -> Result<()> {
-    tx.execute_cached(
+pub(crate) fn add_refusals(tx: &Tx<'_>, request_id: &str, approver: &str, n: i64) -> Result<()> {
+    tx.sql().execute_cached(
         "INSERT INTO approval_rejection_counts (request_id, approver, refused) VALUES (?1, ?2, ?3)
          ON CONFLICT (request_id, approver) DO UPDATE SET refused = refused + excluded.refused",
         params![request_id, approver, n],
@@ -438,8 +423,8 @@ pub(crate) const RECORDED_UNKNOWN: i64 = 100;
 /// sender cannot multiply rows by inventing names), and [`RECORDED_UNKNOWN`] naming no known
 /// request, are kept as rows and `sys.error` records, so a flood of forgeries cannot grow the
 /// store without bound. Returns whether this one was recorded in full.
-pub(crate) fn reject_in(
-    tx: &Connection,
+pub(crate) fn reject(
+    tx: &Tx<'_>,
     author: &str,
     request: Option<&Approval>,
     approver: Option<&str>,
@@ -450,14 +435,14 @@ pub(crate) fn reject_in(
         .map(|a| a.request_id.to_string())
         .unwrap_or_default();
     let who: String = approver.unwrap_or("").chars().take(200).collect();
-    add_refusals_in(tx, &key, &who, 1)?;
+    add_refusals(tx, &key, &who, 1)?;
     let recorded: i64 = match request {
-        Some(a) => tx.query_row_cached(
+        Some(a) => tx.sql().query_row_cached(
             "SELECT count(*) FROM approval_rejections WHERE request_id = ?1 AND approver IS ?2",
             params![a.request_id.to_string(), approver],
             |r| r.get(0),
         )?,
-        None => tx.query_row_cached(
+        None => tx.sql().query_row_cached(
             "SELECT count(*) FROM approval_rejections WHERE request_id IS NULL",
             [],
             |r| r.get(0),
@@ -471,7 +456,7 @@ pub(crate) fn reject_in(
     if recorded >= limit {
         return Ok(false);
     }
-    tx.execute_cached(
+    tx.sql().execute_cached(
 "INSERT INTO approval_rejections (request_id, approver, reason, message, at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![request.map(|a| a.request_id.to_string()), approver, reason, message, time::now()],
     )?;
@@ -490,7 +475,7 @@ pub(crate) fn reject_in(
             metadata: Default::default(),
         };
         // The ledger may be sealed already (decided long ago); the row is enough then.
-        match append_to_turn_in(tx, a.turn_id, &rec) {
+        match append_to_turn(tx, a.turn_id, &rec) {
             Ok(_) | Err(StoreError::Sealed(_)) => {}
             Err(e) => return Err(e),
         }
@@ -499,8 +484,8 @@ pub(crate) fn reject_in(
 }
 
 /// The arguments of a request (from its record), for `aegis pending`.
-pub fn request_arguments(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Value> {
-    let conn = crate::tx::conn(conn);
+pub fn request_arguments(conn: &impl Db, request_id: Uuid) -> Result<Value> {
+    let conn = conn.sql();
     Ok(request_content(conn, request_id)?
         .get("arguments")
         .cloned()
@@ -508,8 +493,8 @@ pub fn request_arguments(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<
 }
 
 /// The `approval.request` record's content.
-pub fn request_content(conn: &impl crate::tx::Db, request_id: Uuid) -> Result<Value> {
-    let conn = crate::tx::conn(conn);
+pub fn request_content(conn: &impl Db, request_id: Uuid) -> Result<Value> {
+    let conn = conn.sql();
     let content: String = conn.query_row_cached(
         "SELECT content FROM records WHERE record_id = ?1",
         [request_id.to_string()],

@@ -2,16 +2,13 @@
 //! epoch, and every write a worker makes checks it, so a worker whose lease was taken over
 //! can no longer write to the turn.
 
-use crate::cached::Cached;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use kura_store::store::parse_id;
+use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use uuid::Uuid;
 
 pub use proto::TurnState;
-
-use crate::error::{Result, StoreError};
-use crate::store::{Store, open_ledger_in, parse_id, seal_in};
-use crate::time;
 
 /// A turn row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -109,8 +106,8 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn>> {
 }
 
 /// Reads a turn.
-pub fn turn(conn: &impl crate::tx::Db, turn_id: Uuid) -> Result<Turn> {
-    let conn = crate::tx::conn(conn);
+pub fn turn(conn: &impl Db, turn_id: Uuid) -> Result<Turn> {
+    let conn = conn.sql();
     let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1");
     conn.prepare_cached(&sql)?
         .query_row([turn_id.to_string()], turn_from_row)
@@ -129,8 +126,9 @@ pub fn claim_next(
     lease_ms: i64,
     now_ms: i64,
 ) -> Result<Option<Claim>> {
-    store.write_raw(|tx| {
+    store.write(|tx| {
         let found: Option<String> = tx
+            .sql()
             .prepare_cached(
                 // Fewest failed attempts first: a turn that keeps failing (or whose worker
                 // died) waits behind fresh work instead of starving it.
@@ -144,9 +142,11 @@ pub fn claim_next(
         let Some(id) = found else { return Ok(None) };
         let t = turn(tx, parse_id(&id)?)?;
         let (attempts, last_error): (i64, Option<String>) = tx
+            .sql()
             .prepare_cached("SELECT attempts, last_error FROM turns WHERE turn_id = ?1")?
             .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let (replay_of, live, rerun): (Option<String>, bool, bool) = tx
+            .sql()
             .prepare_cached(
                 // Only the request's first turn replays: a continuation (a deliverable that
                 // asked for another turn) is not the recorded turn.
@@ -166,11 +166,11 @@ pub fn claim_next(
             Some(o) => o,
             None => {
                 let label = format!("turn-{}-out", t.seq);
-                let l = open_ledger_in(tx, t.session_id, &label, &[t.context_ledger_id])?;
+                let l = tx.open_ledger(t.session_id, &label, &[t.context_ledger_id])?;
                 l.ledger_id
             }
         };
-        tx.prepare_cached(
+        tx.sql().prepare_cached(
             "UPDATE turns SET state = 'running', epoch = epoch + 1, lease_owner = ?2,
                     lease_until_ms = ?3, claims = claims + 1, output_ledger_id = ?4,
                     attempts = attempts + 1, retry_at_ms = NULL
@@ -196,6 +196,7 @@ pub fn claim_next(
 /// Checks, inside `tx`, that `claim` still holds the turn.
 fn check_fence(tx: &Connection, claim: &Claim) -> Result<()> {
     let row: Option<(i64, TurnState)> = tx
+        .sql()
         .prepare_cached("SELECT epoch, state FROM turns WHERE turn_id = ?1")?
         .query_row([claim.turn_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
@@ -221,10 +222,10 @@ fn check_fence(tx: &Connection, claim: &Claim) -> Result<()> {
 pub fn fenced<T>(
     store: &mut Store,
     claim: &Claim,
-    f: impl FnOnce(&crate::Tx<'_>) -> Result<T>,
+    f: impl FnOnce(&Tx<'_>) -> Result<T>,
 ) -> Result<T> {
     store.write(|tx| {
-        check_fence(tx.0, claim)?;
+        check_fence(tx.sql(), claim)?;
         f(tx)
     })
 }
@@ -232,7 +233,8 @@ pub fn fenced<T>(
 /// Extends the lease; fails (fenced) if another worker took the turn over.
 pub fn renew(store: &mut Store, claim: &Claim, lease_ms: i64, now_ms: i64) -> Result<()> {
     fenced(store, claim, |tx| {
-        tx.0.prepare_cached("UPDATE turns SET lease_until_ms = ?2 WHERE turn_id = ?1")?
+        tx.sql()
+            .prepare_cached("UPDATE turns SET lease_until_ms = ?2 WHERE turn_id = ?1")?
             .execute(params![claim.turn_id.to_string(), now_ms + lease_ms])?;
         Ok(())
     })
@@ -242,12 +244,13 @@ pub fn renew(store: &mut Store, claim: &Claim, lease_ms: i64, now_ms: i64) -> Re
 /// claim does not count as a failed attempt.
 pub fn release(store: &mut Store, claim: &Claim) -> Result<()> {
     fenced(store, claim, |tx| {
-        tx.0.prepare_cached(
-            "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
+        tx.sql()
+            .prepare_cached(
+                "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
                     attempts = MAX(attempts - 1, 0)
               WHERE turn_id = ?1",
-        )?
-        .execute([claim.turn_id.to_string()])?;
+            )?
+            .execute([claim.turn_id.to_string()])?;
         Ok(())
     })
 }
@@ -265,16 +268,17 @@ pub fn release_failed(
         end -= 1;
     }
     fenced(store, claim, |tx| {
-        tx.0.prepare_cached(
-            "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
+        tx.sql()
+            .prepare_cached(
+                "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until_ms = NULL,
                     retry_at_ms = ?2, last_error = ?3
               WHERE turn_id = ?1",
-        )?
-        .execute(params![
-            claim.turn_id.to_string(),
-            retry_at_ms,
-            &error[..end]
-        ])?;
+            )?
+            .execute(params![
+                claim.turn_id.to_string(),
+                retry_at_ms,
+                &error[..end]
+            ])?;
         Ok(())
     })
 }
@@ -287,19 +291,19 @@ const MAX_ERROR_BYTES: usize = 1000;
 pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
     let sealer = store.sealer().cloned();
     fenced(store, claim, |tx| {
-        complete_turn_in(tx.0, claim, sealer.as_ref())
+        complete_turn_in(tx, claim, sealer.as_ref())
     })
 }
 
 /// [`complete_turn`] inside a fenced transaction the caller holds (so the last records of a
 /// turn, its seal and its completion are one commit).
 pub(crate) fn complete_turn_in(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     claim: &Claim,
     sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<Uuid> {
-    seal_in(tx, claim.output_ledger_id, sealer)?;
-    tx.prepare_cached(
+    tx.seal(claim.output_ledger_id, sealer)?;
+    tx.sql().prepare_cached(
         "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
                 attempts = 0, retry_at_ms = NULL,
                 done_seq = (SELECT COALESCE(MAX(done_seq), 0) + 1 FROM turns)
@@ -310,8 +314,8 @@ pub(crate) fn complete_turn_in(
 }
 
 /// The next turn number of a session.
-pub fn next_turn_seq(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<i64> {
-    let conn = crate::tx::conn(conn);
+pub fn next_turn_seq(conn: &impl Db, session_id: Uuid) -> Result<i64> {
+    let conn = conn.sql();
     Ok(conn.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1",
         [session_id.to_string()],
@@ -320,15 +324,15 @@ pub fn next_turn_seq(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<i64>
 }
 
 /// Files a pending turn whose sealed context is `context_ledger_id`.
-pub(crate) fn insert_turn_in(
-    conn: &Connection,
+pub(crate) fn insert_turn(
+    tx: &Tx<'_>,
     session_id: Uuid,
     seq: i64,
     request_seq: i64,
     context_ledger_id: Uuid,
 ) -> Result<Uuid> {
     let turn_id = proto::new_id();
-    conn.execute_cached(
+    tx.sql().execute_cached(
 "INSERT INTO turns (turn_id, session_id, seq, request_seq, context_ledger_id, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
@@ -345,11 +349,8 @@ pub(crate) fn insert_turn_in(
 }
 
 /// The first completed turn after `done_seq` position `position`, with its `done_seq`.
-pub fn next_done_turn_after(
-    conn: &impl crate::tx::Db,
-    position: i64,
-) -> Result<Option<(Turn, i64)>> {
-    let conn = crate::tx::conn(conn);
+pub fn next_done_turn_after(conn: &impl Db, position: i64) -> Result<Option<(Turn, i64)>> {
+    let conn = conn.sql();
     let row: Option<(String, i64)> = conn
         .prepare_cached(
             "SELECT turn_id, done_seq FROM turns WHERE done_seq > ?1 ORDER BY done_seq LIMIT 1",

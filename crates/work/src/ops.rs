@@ -1,7 +1,6 @@
 //! Operations on the store: integrity sweeps, online backups, and the status a Pi owner
 //! reads first (daemons' heartbeats, backlog, last sweep, sizes).
 
-use crate::cached::Cached;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -9,8 +8,8 @@ use proto::consumers::{MIKADO_MEMORY, MINATO_REQUESTS};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use crate::verify::{Scope, verify};
-use crate::{Result, Store, StoreError};
+use kura_store::verify::{Scope, verify};
+use kura_store::{Cached, Db, Result, Store, StoreError};
 
 /// How often a daemon beats; `kura status` calls it down after three missed beats.
 pub const HEARTBEAT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -26,25 +25,25 @@ pub fn heartbeat(
     stopped: bool,
     detail: Option<&str>,
 ) -> Result<()> {
-    store.write_raw(|tx| {
-        tx.execute_cached(
+    store.write(|tx| {
+        tx.sql().execute_cached(
 "INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (instance) DO UPDATE SET kind = excluded.kind, pid = excluded.pid,
                started_at = excluded.started_at, heartbeat_ms = excluded.heartbeat_ms,
                nats_connected = excluded.nats_connected, stopped = excluded.stopped,
                detail = excluded.detail",
-            params![instance, kind, std::process::id(), started, crate::work::now_ms(), connected, stopped, detail],
+            params![instance, kind, std::process::id(), started, crate::now_ms(), connected, stopped, detail],
         )?;
         Ok(())
     })
 }
 
 fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str) -> Result<()> {
-    store.write_raw(|tx| {
-        tx.execute_cached(
+    store.write(|tx| {
+        tx.sql().execute_cached(
             "INSERT INTO sweeps (kind, at, ok, duration_ms, summary) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![kind, crate::time::now(), ok, ms as i64, summary],
+            params![kind, kura_store::time::now(), ok, ms as i64, summary],
         )?;
         Ok(())
     })
@@ -82,7 +81,7 @@ pub fn backup(store: &mut Store, dir: &Path, keep: usize) -> Result<PathBuf> {
         path: dir.to_path_buf(),
         source: e,
     })?;
-    let stamp = crate::time::now().replace([':', '.'], "");
+    let stamp = kura_store::time::now().replace([':', '.'], "");
     let path = dir.join(format!("kura-{stamp}.db"));
     store.conn().backup(rusqlite::MAIN_DB, &path, None)?;
     let mut old: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -174,7 +173,7 @@ pub struct Status {
 /// Reads the status.
 pub fn status(store: &Store) -> Result<Status> {
     let c = store.conn();
-    let now = crate::work::now_ms();
+    let now = crate::now_ms();
     let stale = HEARTBEAT_INTERVAL.as_millis() as i64 * 3;
     let mut stmt = c.prepare("SELECT instance, kind, pid, heartbeat_ms, nats_connected, stopped, detail FROM daemons ORDER BY kind, instance")?;
     let daemons = stmt

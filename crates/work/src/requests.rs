@@ -1,14 +1,11 @@
 //! Session requests: the queue people submit instructions to, and where each request stands.
 
-use crate::cached::Cached;
+use kura_store::store::parse_id;
+use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
 use proto::record::{Content, NewRecord, Record, RecordType};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use uuid::Uuid;
-
-use crate::error::{Result, StoreError};
-use crate::store::{Store, parse_id, read_session_in};
-use crate::time;
 
 /// A submitted request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -43,13 +40,13 @@ pub fn submit(
 }
 
 /// [`submit`] for a turn that replays the recorded turn whose output ledger is
-/// `replay.of` (see [`crate::work::turns::Replay`]).
+/// `replay.of` (see [`crate::Replay`]).
 pub fn submit_replay(
     store: &mut Store,
     instruction: &str,
     author: &str,
     session: Option<Uuid>,
-    replay: Option<crate::work::turns::Replay>,
+    replay: Option<crate::Replay>,
 ) -> Result<Request> {
     if instruction.trim().is_empty() {
         return Err(StoreError::Invalid("the instruction is empty".into()));
@@ -59,12 +56,12 @@ pub fn submit_replay(
         Content::text(instruction),
         author,
     );
-    store.write_raw(|tx| {
+    store.write(|tx| {
         if let Some(s) = session {
-            read_session_in(tx, s)?;
+            tx.read_session(s)?;
         }
-        let stored = crate::store::write_record_in(tx, &rec)?;
-        tx.execute_cached(
+        let stored = tx.write_record(&rec)?;
+        tx.sql().execute_cached(
 "INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -77,7 +74,7 @@ pub fn submit_replay(
             ],
         )?;
         Ok(Request {
-            request_seq: tx.last_insert_rowid(),
+            request_seq: tx.sql().last_insert_rowid(),
             record_id: stored.record_id,
             session_id: session,
         })
@@ -85,8 +82,8 @@ pub fn submit_replay(
 }
 
 /// The first request after `position` in the queue, if any.
-pub fn next_request_after(conn: &impl crate::tx::Db, position: i64) -> Result<Option<Queued>> {
-    let conn = crate::tx::conn(conn);
+pub fn next_request_after(conn: &impl Db, position: i64) -> Result<Option<Queued>> {
+    let conn = conn.sql();
     let row: Option<(i64, String, Option<String>)> = conn
         .prepare_cached(
             "SELECT request_seq, record_id, session_id FROM requests
@@ -105,12 +102,8 @@ pub fn next_request_after(conn: &impl crate::tx::Db, position: i64) -> Result<Op
 }
 
 /// Marks a request accepted into `session_id`.
-pub(crate) fn mark_accepted_in(
-    conn: &Connection,
-    request_seq: i64,
-    session_id: Uuid,
-) -> Result<()> {
-    conn.execute_cached(
+pub(crate) fn mark_accepted(tx: &Tx<'_>, request_seq: i64, session_id: Uuid) -> Result<()> {
+    tx.sql().execute_cached(
         "UPDATE requests SET session_id = ?2, accepted_at = ?3 WHERE request_seq = ?1",
         params![request_seq, session_id.to_string(), time::now()],
     )?;
@@ -118,8 +111,8 @@ pub(crate) fn mark_accepted_in(
 }
 
 /// The instruction record of a request.
-pub fn request_instruction(conn: &impl crate::tx::Db, request_seq: i64) -> Result<Uuid> {
-    let conn = crate::tx::conn(conn);
+pub fn request_instruction(conn: &impl Db, request_seq: i64) -> Result<Uuid> {
+    let conn = conn.sql();
     let id: String = conn.query_row_cached(
         "SELECT record_id FROM requests WHERE request_seq = ?1",
         [request_seq],
@@ -130,8 +123,8 @@ pub fn request_instruction(conn: &impl crate::tx::Db, request_seq: i64) -> Resul
 
 /// Whether request `request_seq` replays a recorded turn: a replay has exactly the recorded
 /// turns, so its session never grows a live turn after it, whatever its deliverable says.
-pub fn request_replays(conn: &impl crate::tx::Db, request_seq: i64) -> Result<bool> {
-    let conn = crate::tx::conn(conn);
+pub fn request_replays(conn: &impl Db, request_seq: i64) -> Result<bool> {
+    let conn = conn.sql();
     Ok(conn.query_row_cached(
         "SELECT replay_of IS NOT NULL FROM requests WHERE request_seq = ?1",
         [request_seq],
@@ -140,15 +133,17 @@ pub fn request_replays(conn: &impl crate::tx::Db, request_seq: i64) -> Result<bo
 }
 
 /// The last `task.deliverable` in a ledger, if any.
-pub fn last_deliverable(conn: &impl crate::tx::Db, ledger_id: Uuid) -> Result<Option<Record>> {
-    let conn = crate::tx::conn(conn);
-    let sql = "SELECT r.record_id, r.hash, r.record_type, r.content, r.author_id, r.metadata, r.created_at
+pub fn last_deliverable(conn: &impl Db, ledger_id: Uuid) -> Result<Option<Record>> {
+    let conn = conn.sql();
+    let sql = "SELECT r.record_id
                  FROM ledger_records m JOIN records r ON r.record_id = m.record_id
                 WHERE m.ledger_id = ?1 AND r.record_type = 'task.deliverable'
                 ORDER BY m.position DESC LIMIT 1";
-    conn.prepare_cached(sql)?
-        .query_row([ledger_id.to_string()], crate::store::record_from_row_pub)
-        .optional()?
+    let id: Option<String> = conn
+        .prepare_cached(sql)?
+        .query_row([ledger_id.to_string()], |r| r.get(0))
+        .optional()?;
+    id.map(|id| kura_store::store::read_record(conn, parse_id(&id)?))
         .transpose()
 }
 
@@ -164,8 +159,8 @@ pub struct RequestStatus {
 }
 
 /// Reads a request's status.
-pub fn request_status(conn: &impl crate::tx::Db, request_seq: i64) -> Result<RequestStatus> {
-    let conn = crate::tx::conn(conn);
+pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus> {
+    let conn = conn.sql();
     let session: Option<Option<String>> = conn
         .query_row(
             "SELECT session_id FROM requests WHERE request_seq = ?1",
@@ -232,8 +227,8 @@ pub struct RecordedTurn {
 }
 
 /// `session_id`'s finished turns, in order.
-pub fn recorded_turns(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<Vec<RecordedTurn>> {
-    let conn = crate::tx::conn(conn);
+pub fn recorded_turns(conn: &impl Db, session_id: Uuid) -> Result<Vec<RecordedTurn>> {
+    let conn = conn.sql();
     let mut stmt = conn.prepare_cached(
         "SELECT t.seq, t.context_ledger_id, t.output_ledger_id, i.content, i.author_id
            FROM turns t JOIN requests q ON q.request_seq = t.request_seq

@@ -1,0 +1,146 @@
+//! Work state shared by the daemons, kept in the store's database: session requests, turns
+//! with leases and fencing epochs, approvals, consumer cursors that advance in the same
+//! transaction as the work, the published policy, and the daemons' heartbeats and sweeps
+//! ([`ops`]). The store owns the schema (one database, one migration list); this crate owns
+//! the SQL over the work tables. Writes are the operations of [`WorkTx`] on the store's
+//! [`kura_store::Tx`]; reads take any [`kura_store::Db`]. The policy over these tables (what
+//! a context holds, when a session ends) lives in the daemons.
+
+pub mod approvals;
+mod cursor;
+pub mod ops;
+pub mod policy;
+mod requests;
+mod turns;
+mod tx;
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kura_store::Result;
+use kura_tlog::sealer::Sealer;
+use proto::record::{NewRecord, Record};
+use proto::{ApprovalState, Effect, Vote};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+pub use approvals::Approval;
+pub use cursor::{cursor, set_cursor};
+pub use requests::{
+    Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
+    recorded_turns, request_instruction, request_replays, request_status, submit, submit_replay,
+};
+pub use turns::{
+    Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,
+    next_turn_seq, release, release_failed, renew, turn,
+};
+
+/// Milliseconds since the Unix epoch, the clock leases are measured on.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The work operations a daemon runs inside one store transaction ([`kura_store::Store::write`]
+/// or [`fenced`]): they commit together with the records written beside them.
+pub trait WorkTx {
+    /// Marks a queued request accepted into `session_id`.
+    fn mark_accepted(&self, request_seq: i64, session_id: Uuid) -> Result<()>;
+
+    /// Queues a turn of a session on its sealed context ledger; returns the turn id.
+    fn insert_turn(
+        &self,
+        session_id: Uuid,
+        seq: i64,
+        request_seq: i64,
+        context_ledger_id: Uuid,
+    ) -> Result<Uuid>;
+
+    /// Seals a claimed turn's output and marks it done; returns the output ledger.
+    fn complete_turn(&self, claim: &Claim, sealer: Option<&Sealer>) -> Result<Uuid>;
+
+    /// Appends to a turn's output ledger.
+    fn append_to_turn(&self, turn_id: Uuid, rec: &NewRecord) -> Result<Record>;
+
+    /// Records a tool call's approval request (and its record in the turn).
+    #[allow(clippy::too_many_arguments)]
+    fn request_approval(
+        &self,
+        claim: &Claim,
+        call_id: &str,
+        tool_name: &str,
+        arguments: &Map<String, Value>,
+        effect: Effect,
+        author: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<Approval>;
+
+    /// Parks a claimed turn until `request_id` is decided; false if it was decided already
+    /// (the turn is claimable again instead).
+    fn park_turn(&self, claim: &Claim, request_id: Uuid) -> Result<bool>;
+
+    /// Notes that the approved call started under `epoch`.
+    fn mark_started(&self, request_id: Uuid, epoch: i64) -> Result<()>;
+
+    /// Puts a request to the approvers under `rule`, with `required` votes by `deadline_ms`.
+    fn mark_asked(
+        &self,
+        request_id: Uuid,
+        rule: &str,
+        required: i64,
+        deadline_ms: i64,
+    ) -> Result<()>;
+
+    /// Records an approver's vote; returns its record and the votes so far.
+    fn record_vote(
+        &self,
+        a: &Approval,
+        approver: (&str, &str),
+        decision: Vote,
+        record: &NewRecord,
+        signature: &str,
+    ) -> Result<(Record, i64)>;
+
+    /// Raises the votes a request needs.
+    fn raise_requirement(&self, request_id: Uuid, rule: &str, required: i64) -> Result<()>;
+
+    /// Keeps the arguments an approver edited.
+    fn set_edited_arguments(&self, request_id: Uuid, canonical: &str) -> Result<()>;
+
+    /// Decides a request by policy; returns the turn it woke, if any.
+    fn decide_by_policy(
+        &self,
+        a: &Approval,
+        allow: bool,
+        rule: &str,
+        policy_hash: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<Option<Uuid>>;
+
+    /// Closes a request as `state`; returns the turn it woke, if any.
+    fn finalize(
+        &self,
+        a: &Approval,
+        state: ApprovalState,
+        rule: &str,
+        decision_record: Uuid,
+    ) -> Result<Option<Uuid>>;
+
+    /// Counts `n` refused decisions by `approver`.
+    fn add_refusals(&self, request_id: &str, approver: &str, n: i64) -> Result<()>;
+
+    /// Records a refused decision message; true if it was recorded.
+    fn reject(
+        &self,
+        author: &str,
+        request: Option<&Approval>,
+        approver: Option<&str>,
+        reason: &str,
+        message: &str,
+    ) -> Result<bool>;
+
+    /// Publishes a policy; returns its hash.
+    fn publish_policy(&self, policy: &kura_policy::Policy) -> Result<String>;
+}
