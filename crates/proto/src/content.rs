@@ -390,6 +390,30 @@ impl PolicyDecisionContent {
     }
 }
 
+/// Content of the `sys.error` record kept for a refused approval decision (a forged, stale or
+/// malformed vote): what was refused, by whom it claimed to be, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RejectionContent {
+    /// `rejected approval decision: <reason>`.
+    pub text: String,
+    /// The approval request the decision named (record id).
+    pub request_id: Uuid,
+    /// The approver the decision claimed, if it named one (`null` otherwise).
+    pub approver: Option<String>,
+    /// The refused message as received.
+    pub message: String,
+    /// When it was refused (RFC 3339 UTC); with the message, it makes each rejection its own
+    /// record.
+    pub at: String,
+}
+
+impl RejectionContent {
+    /// The JSON value a record stores.
+    pub fn to_value(&self) -> Value {
+        to_value(self)
+    }
+}
+
 /// Content of a `session.fork` record: the sealed ledger a forked session starts from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionForkContent {
@@ -699,6 +723,30 @@ mod tests {
             .to_value(),
             json!({"request_id": r, "outcome": Outcome::Allow, "rule": "reads", "by": "policy", "policy": "ph"}),
         );
+    }
+
+    #[test]
+    fn rejection_hashes_as_before() {
+        let r = Uuid::from_u128(7);
+        for approver in [Some("user:ann"), None] {
+            same(
+                RejectionContent {
+                    text: "rejected approval decision: bad signature".into(),
+                    request_id: r,
+                    approver: approver.map(str::to_owned),
+                    message: "{}".into(),
+                    at: "2026-01-01T00:00:00Z".into(),
+                }
+                .to_value(),
+                json!({
+                    "text": format!("rejected approval decision: {}", "bad signature"),
+                    "request_id": r,
+                    "approver": approver,
+                    "message": "{}",
+                    "at": "2026-01-01T00:00:00Z",
+                }),
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::merkle::{decode_hash, leaf_hash, verify_inclusion};
+use crate::merkle::{ProofError, decode_hash, leaf_hash, verify_inclusion};
+use crate::record::RecordError;
 
 /// A self-contained inclusion proof, as `kura prove` prints it and `kura verify-proof` reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,52 +59,113 @@ impl InclusionProof {
     /// `root_hash`, the ledger hash over (header, size, root) — and, when given, that
     /// `trusted` (a root hash or a ledger hash the verifier got elsewhere) is what the proof
     /// leads to.
-    pub fn verify(&self, trusted: Option<&str>) -> Result<(), String> {
+    pub fn verify(&self, trusted: Option<&str>) -> Result<(), InclusionError> {
         if self.format != Self::FORMAT {
-            return Err(format!("unknown proof format {:?}", self.format));
+            return Err(InclusionError::Format(self.format.clone()));
         }
         if self.ledger.ledger_id != self.ledger_id {
-            return Err("ledger header is for another ledger".into());
+            return Err(InclusionError::OtherLedger);
         }
         let recomputed_ledger = self
             .ledger
             .ledger_hash(self.tree_size as u64, &self.root_hash);
         if !recomputed_ledger.eq_ignore_ascii_case(&self.ledger_hash) {
-            return Err(format!(
-                "ledger hash over this header, size {} and root is {recomputed_ledger}, not {}",
-                self.tree_size, self.ledger_hash
-            ));
+            return Err(InclusionError::LedgerHash {
+                size: self.tree_size,
+                recomputed: recomputed_ledger,
+                claimed: self.ledger_hash.clone(),
+            });
         }
         let cols = self.record.as_columns();
-        let recomputed = cols.recompute_hash().map_err(|e| e.to_string())?;
+        let recomputed = cols.recompute_hash()?;
         if recomputed != self.record.hash {
-            return Err(format!(
-                "record {} content hash is {recomputed}, but the proof says {}",
-                self.record.record_id, self.record.hash
-            ));
+            return Err(InclusionError::RecordHash {
+                record_id: self.record.record_id.clone(),
+                recomputed,
+                claimed: self.record.hash.clone(),
+            });
         }
         if let Some(trusted) = trusted
             && !trusted.eq_ignore_ascii_case(&self.root_hash)
             && !trusted.eq_ignore_ascii_case(&self.ledger_hash)
         {
-            return Err(format!(
-                "proof leads to root {} / ledger hash {}, neither is the trusted {trusted}",
-                self.root_hash, self.ledger_hash
-            ));
+            return Err(InclusionError::Untrusted {
+                root_hash: self.root_hash.clone(),
+                ledger_hash: self.ledger_hash.clone(),
+                trusted: trusted.to_owned(),
+            });
         }
-        let root = decode_hash(&self.root_hash).ok_or("root_hash is not 32 bytes of hex")?;
+        let root = decode_hash(&self.root_hash).ok_or(InclusionError::RootNotHex)?;
         let path = self
             .audit_path
             .iter()
-            .map(|h| {
-                decode_hash(h)
-                    .ok_or_else(|| format!("audit path entry {h:?} is not 32 bytes of hex"))
-            })
+            .map(|h| decode_hash(h).ok_or_else(|| InclusionError::PathNotHex(h.clone())))
             .collect::<Result<Vec<_>, _>>()?;
         let leaf = leaf_hash(&cols.leaf_bytes());
-        verify_inclusion(&leaf, self.leaf_index, self.tree_size, &path, &root)
-            .map_err(|e| e.to_string())
+        Ok(verify_inclusion(
+            &leaf,
+            self.leaf_index,
+            self.tree_size,
+            &path,
+            &root,
+        )?)
     }
+}
+
+/// Why an [`InclusionProof`] does not hold.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InclusionError {
+    /// Not a format this version reads.
+    #[error("unknown proof format {0:?}")]
+    Format(String),
+    /// The header names another ledger than the proof.
+    #[error("ledger header is for another ledger")]
+    OtherLedger,
+    /// The ledger hash over (header, size, root) is not the one the proof claims.
+    #[error("ledger hash over this header, size {size} and root is {recomputed}, not {claimed}")]
+    LedgerHash {
+        /// The proof's tree size.
+        size: usize,
+        /// The hash recomputed from the proof.
+        recomputed: String,
+        /// The hash the proof claims.
+        claimed: String,
+    },
+    /// The record's columns do not form a record.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The record's content hash is not the one the proof claims.
+    #[error("record {record_id} content hash is {recomputed}, but the proof says {claimed}")]
+    RecordHash {
+        /// The record.
+        record_id: String,
+        /// The hash recomputed from its columns.
+        recomputed: String,
+        /// The hash the proof claims.
+        claimed: String,
+    },
+    /// The proof holds, but leads to neither the trusted root nor the trusted ledger hash.
+    #[error(
+        "proof leads to root {root_hash} / ledger hash {ledger_hash}, neither is the trusted {trusted}"
+    )]
+    Untrusted {
+        /// The proof's root.
+        root_hash: String,
+        /// The proof's ledger hash.
+        ledger_hash: String,
+        /// What the verifier trusts.
+        trusted: String,
+    },
+    /// `root_hash` is not a hash.
+    #[error("root_hash is not 32 bytes of hex")]
+    RootNotHex,
+    /// An audit path entry is not a hash.
+    #[error("audit path entry {0:?} is not 32 bytes of hex")]
+    PathNotHex(String),
+    /// The audit path does not lead from the leaf to the root.
+    #[error(transparent)]
+    Path(#[from] ProofError),
 }
 
 #[cfg(test)]
@@ -169,7 +231,7 @@ mod tests {
         p.verify(Some(&p.ledger_hash.clone()))
             .expect("trusted ledger hash");
         let err = p.verify(Some(&"0".repeat(64))).expect_err("untrusted root");
-        assert!(err.contains("neither is the trusted"), "{err}");
+        assert!(err.to_string().contains("neither is the trusted"), "{err}");
     }
 
     #[test]
@@ -178,7 +240,8 @@ mod tests {
         p.tree_size = 8; // same path shape as 7 for leaf 2
         let err = p.verify(None).expect_err("wrong size");
         assert!(
-            err.contains("ledger hash over this header, size 8"),
+            err.to_string()
+                .contains("ledger hash over this header, size 8"),
             "{err}"
         );
     }
@@ -188,11 +251,14 @@ mod tests {
         let mut p = sample_proof();
         p.record.metadata = r#"{"k":"v"}"#.into();
         let err = p.verify(None).expect_err("tampered metadata");
-        assert!(err.contains("audit path leads to root"), "{err}");
+        assert!(
+            err.to_string().contains("audit path leads to root"),
+            "{err}"
+        );
         let mut p = sample_proof();
         p.record.content = r#"{"text":"step 9"}"#.into();
         let err = p.verify(None).expect_err("tampered content");
-        assert!(err.contains("content hash is"), "{err}");
+        assert!(err.to_string().contains("content hash is"), "{err}");
         let mut p = sample_proof();
         p.leaf_index = 3;
         assert!(p.verify(None).is_err(), "wrong index");

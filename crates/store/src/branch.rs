@@ -4,10 +4,10 @@
 
 use std::collections::HashSet;
 
+use proto::content::SessionForkContent;
 use proto::ledger::{Ledger, LedgerState};
 use proto::record::{NewRecord, RecordType};
 use rusqlite::Connection;
-use serde_json::json;
 use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
@@ -119,8 +119,13 @@ pub(crate) fn fork_in(
         first.ledger_id,
         &NewRecord {
             record_type: RecordType::SessionFork,
-            content: json!({"origin_ledger": origin, "origin_session": o.session_id,
-                            "origin_hash": origin_hash, "origin_label": o.label}),
+            content: SessionForkContent {
+                origin_ledger: origin,
+                origin_session: o.session_id,
+                origin_hash,
+                origin_label: Some(o.label.clone()),
+            }
+            .to_value(),
             author_id: AUTHOR.to_owned(),
             metadata: Default::default(),
         },

@@ -4,10 +4,11 @@
 
 use kura_store::store::parse_id;
 use kura_store::{Cached, ConflictKind, Db, Result, StoreError, Tx, time};
+use proto::content::{ApprovalRequestContent, PolicyDecisionContent, RejectionContent};
 use proto::record::{NewRecord, RecordType};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 pub use proto::{ApprovalState, Effect, Outcome, Vote};
@@ -115,22 +116,23 @@ pub(crate) fn request_approval(
     author: &str,
     metadata: std::collections::BTreeMap<String, String>,
 ) -> Result<Approval> {
-    let mut content = json!({
-        "call_id": call_id,
-        "tool_name": tool_name,
-        "arguments": arguments,
-        "effect": effect,
-        "turn_id": claim.turn_id,
-        "session_id": claim.session_id,
-    });
-    // A replay's side effect asked about again: aegis sends it to people whatever the
-    // policy, and the person sees which recorded turn it repeats.
-    if let Some(r) = claim.replay.filter(|r| r.rerun && effect != Effect::Read) {
-        content["rerun_of"] = json!(r.of);
-    }
+    let content = ApprovalRequestContent {
+        call_id: call_id.to_owned(),
+        tool_name: tool_name.to_owned(),
+        arguments: arguments.clone(),
+        effect,
+        turn_id: claim.turn_id,
+        session_id: claim.session_id,
+        // A replay's side effect asked about again: aegis sends it to people whatever the
+        // policy, and the person sees which recorded turn it repeats.
+        rerun_of: claim
+            .replay
+            .filter(|r| r.rerun && effect != Effect::Read)
+            .map(|r| r.of),
+    };
     let rec = NewRecord {
         record_type: RecordType::ApprovalRequest,
-        content,
+        content: content.to_value(),
         author_id: author.to_owned(),
         metadata,
     };
@@ -361,8 +363,14 @@ pub(crate) fn decide_by_policy(
     };
     let rec = NewRecord {
         record_type: RecordType::ApprovalDecision,
-        content: json!({"request_id": a.request_id, "outcome": outcome, "rule": rule,
-                        "by": "policy", "policy": policy_hash}),
+        content: PolicyDecisionContent {
+            request_id: a.request_id,
+            outcome,
+            rule: rule.to_owned(),
+            by: "policy".to_owned(),
+            policy: policy_hash.to_owned(),
+        }
+        .to_value(),
         author_id: POLICY_AUTHOR.to_owned(),
         metadata,
     };
@@ -464,13 +472,14 @@ pub(crate) fn reject(
         let rec = NewRecord {
             record_type: RecordType::SysError,
             // The refused message and the time make each rejection its own record.
-            content: json!({
-                "text": format!("rejected approval decision: {reason}"),
-                "request_id": a.request_id,
-                "approver": approver,
-                "message": message,
-                "at": time::now(),
-            }),
+            content: RejectionContent {
+                text: format!("rejected approval decision: {reason}"),
+                request_id: a.request_id,
+                approver: approver.map(str::to_owned),
+                message: message.to_owned(),
+                at: time::now(),
+            }
+            .to_value(),
             author_id: author.to_owned(),
             metadata: Default::default(),
         };

@@ -112,12 +112,15 @@ impl VerifyProof {
             None => None,
         };
         let mut chained = None;
-        let result = proof.verify(root).and_then(|()| match &vkey {
-            Some(v) => kura_tlog::proof::verify_link(&proof, v)
-                .map(|c| chained = Some(c))
-                .map_err(|e| e.to_string()),
-            None => Ok(()),
-        });
+        let result = proof
+            .verify(root)
+            .map_err(|e| e.to_string())
+            .and_then(|()| match &vkey {
+                Some(v) => kura_tlog::proof::verify_link(&proof, v)
+                    .map(|c| chained = Some(c))
+                    .map_err(|e| e.to_string()),
+                None => Ok(()),
+            });
         let out = &mut ctx.out;
         if ctx.json {
             out.json_sorted(&Checked {
