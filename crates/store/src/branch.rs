@@ -17,7 +17,7 @@ use crate::store::{
 };
 
 /// The author of fork records.
-pub const AUTHOR: &str = "sys:kura";
+pub(crate) const AUTHOR: &str = "sys:kura";
 /// A reason is a short line.
 const MAX_REASON: usize = 200;
 

@@ -1,6 +1,7 @@
 //! The store's write transaction as callers see it: [`Tx`], handed out by
 //! [`Store::write`](crate::Store::write), with the named operations a daemon may run inside
-//! one transaction — the SQL and the `rusqlite` types stay inside the store.
+//! one transaction — the SQL stays inside the store, and `kura-work`'s operations on the work
+//! tables reach the connection only through [`Db::sql`].
 
 use proto::record::{NewRecord, Record};
 use proto::{Ledger, SessionStatus};
