@@ -144,3 +144,6 @@ pub trait WorkTx {
     /// Publishes a policy; returns its hash.
     fn publish_policy(&self, policy: &kura_policy::Policy) -> Result<String>;
 }
+
+#[cfg(test)]
+mod tests;

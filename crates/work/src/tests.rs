@@ -1,0 +1,119 @@
+//! The work operations through the store's transaction: a turn claimed, fenced, parked on an
+//! approval and woken by its decision; a duplicate vote and a second decision refused.
+
+use kura_store::{ConflictKind, Store, StoreError, StoreOptions};
+use proto::record::{NewRecord, RecordType};
+use proto::{ApprovalState, Effect, Vote};
+use serde_json::json;
+
+use crate::{WorkTx, approvals, claim_next, fenced, now_ms, submit, turn};
+
+fn pending_turn(store: &mut Store) -> uuid::Uuid {
+    let request = submit(store, "write a file", "user:oles", None).expect("submit");
+    let session = store.create_session("s").expect("session");
+    let ctx = store
+        .open_ledger(session.session_id, "turn-1-ctx", &[])
+        .expect("ctx");
+    store
+        .write(|tx| tx.append_existing(ctx.ledger_id, request.record_id))
+        .expect("append");
+    store.seal_ledger(ctx.ledger_id).expect("seal");
+    store
+        .write(|tx| {
+            tx.mark_accepted(request.request_seq, session.session_id)?;
+            tx.insert_turn(session.session_id, 1, request.request_seq, ctx.ledger_id)
+        })
+        .expect("turn")
+}
+
+#[test]
+fn a_parked_turn_wakes_on_its_decision_and_a_stale_claim_is_fenced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store =
+        Store::create(&dir.path().join("w.db"), &StoreOptions::default()).expect("create");
+    let turn_id = pending_turn(&mut store);
+    let claim = claim_next(&mut store, "w1", 60_000, now_ms())
+        .expect("claim")
+        .expect("a turn");
+    assert_eq!(claim.turn_id, turn_id);
+
+    let args = json!({"path": "a.txt"})
+        .as_object()
+        .cloned()
+        .expect("object");
+    let a = fenced(&mut store, &claim, |tx| {
+        tx.request_approval(
+            &claim,
+            "c1",
+            "fs.write",
+            &args,
+            Effect::Write,
+            "agent:hashi",
+            Default::default(),
+        )
+    })
+    .expect("request");
+    assert_eq!(a.state, ApprovalState::Pending);
+    assert!(
+        fenced(&mut store, &claim, |tx| tx.park_turn(&claim, a.request_id)).expect("park"),
+        "an undecided request parks the turn"
+    );
+
+    // People decide: one vote, a second by the same key refused, then the decision.
+    let vote = NewRecord::new(
+        RecordType::ApprovalDecision,
+        proto::record::Content::text("approve"),
+        "user:ann",
+    );
+    store
+        .write(|tx| {
+            tx.mark_asked(a.request_id, "people", 1, now_ms() + 60_000)?;
+            tx.record_vote(&a, ("user:ann", "ab"), Vote::Approve, &vote, "sig")
+        })
+        .expect("vote");
+    let again =
+        store.write(|tx| tx.record_vote(&a, ("user:bob", "AB"), Vote::Approve, &vote, "sig"));
+    assert!(matches!(
+        again,
+        Err(StoreError::Conflict {
+            kind: ConflictKind::DuplicateVote,
+            ..
+        })
+    ));
+    let woke = store
+        .write(|tx| tx.finalize(&a, ApprovalState::Approved, "people", a.request_id))
+        .expect("finalize");
+    assert_eq!(woke, Some(turn_id));
+    let twice = store.write(|tx| tx.finalize(&a, ApprovalState::Denied, "people", a.request_id));
+    assert!(matches!(
+        twice,
+        Err(StoreError::Conflict {
+            kind: ConflictKind::AlreadyDecided,
+            ..
+        })
+    ));
+    assert_eq!(
+        approvals::approval(&store, a.request_id)
+            .expect("read")
+            .map(|a| a.state),
+        Some(ApprovalState::Approved)
+    );
+
+    // The woken turn is claimed anew under a higher epoch; the old claim no longer writes.
+    let next = claim_next(&mut store, "w2", 60_000, now_ms())
+        .expect("claim")
+        .expect("the woken turn");
+    assert!(next.epoch > claim.epoch);
+    let stale = fenced(&mut store, &claim, |_| Ok(()));
+    assert!(matches!(stale, Err(StoreError::Fenced { .. })));
+    let sealer = store.sealer().cloned();
+    let out = fenced(&mut store, &next, |tx| {
+        tx.complete_turn(&next, sealer.as_ref())
+    })
+    .expect("complete");
+    assert_eq!(out, next.output_ledger_id);
+    assert_eq!(
+        turn(&store, turn_id).expect("turn").state,
+        proto::TurnState::Done
+    );
+}
