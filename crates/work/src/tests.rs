@@ -30,7 +30,7 @@ fn pending_turn(store: &mut Store) -> uuid::Uuid {
 fn a_parked_turn_wakes_on_its_decision_and_a_stale_claim_is_fenced() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store =
-        Store::create(&dir.path().join("w.db"), &StoreOptions::default()).expect("create");
+        Store::create(dir.path().join("w.db"), &StoreOptions::default()).expect("create");
     let turn_id = pending_turn(&mut store);
     let claim = claim_next(&mut store, "w1", 60_000, now_ms())
         .expect("claim")
