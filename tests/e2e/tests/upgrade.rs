@@ -111,9 +111,9 @@ fn a_database_written_by_main_of_2026_11_25_opens_verifies_and_keeps_working() {
 
     // And new work lands on top of the old history: aegis publishes this stack's policy
     // (allow) over the old one (writes asked a person) and rules the write.
-    s.spawn("aegis", "aegis");
-    s.spawn("minato", "minato");
-    s.spawn("hashi", "hashi");
+    for daemon in ["aegis", "minato", "hashi"] {
+        s.spawn(daemon, daemon);
+    }
     let request = s.submit("keep working after the upgrade");
     let done = s.wait_complete(request, MINUTE);
     let deliverable = done.deliverable.expect("a deliverable");

@@ -37,6 +37,18 @@ pub(super) fn result_content(
 }
 
 impl Worker {
+    /// Answers a call that was not run with `why` as its result.
+    fn answer_unrun(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        call_id: &str,
+        why: ToolError,
+    ) -> kura_store::Result<CallEnd> {
+        self.record_result(claim, history, call_id, Err(why))?;
+        Ok(CallEnd::Done)
+    }
+
     /// A replay's side-effecting call: never run again. The recorded result is served,
     /// naming the record it replays; a call the recorded turn did not make is refused.
     pub(super) fn serve_recorded(
@@ -49,24 +61,12 @@ impl Worker {
         let Some(r) = recorded else {
             let refusal = "a replay never runs a side effect again, and the recorded turn has no \
                            result for this call; not run";
-            self.record_result(
-                claim,
-                history,
-                call_id,
-                Err(ToolError::Refused(refusal.into())),
-            )?;
-            return Ok(CallEnd::Done);
+            return self.answer_unrun(claim, history, call_id, ToolError::Refused(refusal.into()));
         };
         let Some(mut content) = ToolResultContent::read(&r.content) else {
             let refusal = "a replay never runs a side effect again, and the recorded result \
                            cannot be read; not run";
-            self.record_result(
-                claim,
-                history,
-                call_id,
-                Err(ToolError::Failed(refusal.into())),
-            )?;
-            return Ok(CallEnd::Done);
+            return self.answer_unrun(claim, history, call_id, ToolError::Failed(refusal.into()));
         };
         content.call_id = Some(call_id.to_owned());
         content.replayed = Some(r.record_id);
