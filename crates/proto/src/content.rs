@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
-use uuid::Uuid;
+use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 use crate::states::{Effect, Outcome, Vote};
 
@@ -109,7 +109,7 @@ pub enum ToolStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rerun {
     /// The `approval.request` record the re-run was approved by.
-    pub approval_request: Uuid,
+    pub approval_request: RequestId,
 }
 
 /// Content of a `tool.result` record.
@@ -132,7 +132,7 @@ pub struct ToolResultContent {
     pub call_id: Option<String>,
     /// A replay's served result: the recorded `tool.result` it repeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replayed: Option<Uuid>,
+    pub replayed: Option<RecordId>,
     /// What ran instead of the call the model asked for: arguments people edited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_edited: Option<Map<String, Value>>,
@@ -281,12 +281,12 @@ pub struct ApprovalRequestContent {
     /// What the tool can do.
     pub effect: Effect,
     /// The turn that asks.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
     /// Its session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// A replay's repeated side effect: the recorded turn it repeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerun_of: Option<Uuid>,
+    pub rerun_of: Option<TurnId>,
 }
 
 impl ApprovalRequestContent {
@@ -306,7 +306,7 @@ impl ApprovalRequestContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SignedVoteContent {
     /// The approval request (record id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// The request record's content hash the vote is bound to.
     pub request_hash: String,
     /// The vote.
@@ -339,7 +339,7 @@ impl SignedVoteContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExpiryContent {
     /// The approval request (record id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Always a denial.
     pub outcome: Outcome,
     /// The rule that sent the request to people.
@@ -352,7 +352,7 @@ pub struct ExpiryContent {
 
 impl ExpiryContent {
     /// The denial of `request_id`, asked under `rule`, past its deadline.
-    pub fn new(request_id: Uuid, rule: String) -> Self {
+    pub fn new(request_id: RequestId, rule: String) -> Self {
         ExpiryContent {
             request_id,
             outcome: Outcome::Deny,
@@ -372,7 +372,7 @@ impl ExpiryContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyDecisionContent {
     /// The approval request (record id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Allow or deny.
     pub outcome: Outcome,
     /// The rule that decided.
@@ -397,7 +397,7 @@ pub struct RejectionContent {
     /// `rejected approval decision: <reason>`.
     pub text: String,
     /// The approval request the decision named (record id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// The approver the decision claimed, if it named one (`null` otherwise).
     pub approver: Option<String>,
     /// The refused message as received.
@@ -418,9 +418,9 @@ impl RejectionContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionForkContent {
     /// The origin ledger.
-    pub origin_ledger: Uuid,
+    pub origin_ledger: LedgerId,
     /// The origin ledger's session.
-    pub origin_session: Uuid,
+    pub origin_session: SessionId,
     /// The origin ledger's hash.
     pub origin_hash: String,
     /// The origin's label, if it had one (`null` otherwise).
@@ -541,6 +541,7 @@ mod tests {
     use super::*;
     use crate::canonical::canonical_json;
     use serde_json::json;
+    use uuid::Uuid;
 
     fn same(typed: Value, old: Value) {
         assert_eq!(
@@ -610,9 +611,9 @@ mod tests {
         let edited = ToolResultContent {
             arguments_edited: Some(args()),
             rerun: Some(Rerun {
-                approval_request: id,
+                approval_request: id.into(),
             }),
-            replayed: Some(id),
+            replayed: Some(id.into()),
             ..ToolResultContent::success(json!(3), "c")
         };
         same(
@@ -663,8 +664,8 @@ mod tests {
             tool_name: "fs.write".into(),
             arguments: args(),
             effect: Effect::Write,
-            turn_id: t,
-            session_id: s,
+            turn_id: t.into(),
+            session_id: s.into(),
             rerun_of: None,
         };
         let old = json!({"call_id": "c", "tool_name": "fs.write", "arguments": args(),
@@ -672,7 +673,7 @@ mod tests {
         same(request.to_value(), old.clone());
         assert_eq!(ApprovalRequestContent::read(&old), Some(request.clone()));
         let rerun = ApprovalRequestContent {
-            rerun_of: Some(r),
+            rerun_of: Some(r.into()),
             ..request
         };
         let mut old_rerun = old;
@@ -680,7 +681,7 @@ mod tests {
         same(rerun.to_value(), old_rerun);
 
         let vote = SignedVoteContent {
-            request_id: r,
+            request_id: r.into(),
             request_hash: "h".into(),
             outcome: Vote::Approve,
             approver: "user:alice".into(),
@@ -708,13 +709,13 @@ mod tests {
         same(edit.to_value(), old_edit);
 
         same(
-            ExpiryContent::new(r, "people".into()).to_value(),
+            ExpiryContent::new(r.into(), "people".into()).to_value(),
             json!({"request_id": r, "outcome": Outcome::Deny, "rule": "people", "by": "expiry",
                    "reason": "no decision before the deadline"}),
         );
         same(
             PolicyDecisionContent {
-                request_id: r,
+                request_id: r.into(),
                 outcome: Outcome::Allow,
                 rule: "reads".into(),
                 by: "policy".into(),
@@ -732,7 +733,7 @@ mod tests {
             same(
                 RejectionContent {
                     text: "rejected approval decision: bad signature".into(),
-                    request_id: r,
+                    request_id: r.into(),
                     approver: approver.map(str::to_owned),
                     message: "{}".into(),
                     at: "2026-01-01T00:00:00Z".into(),
@@ -755,8 +756,8 @@ mod tests {
         for label in [None, Some("v1".to_owned())] {
             same(
                 SessionForkContent {
-                    origin_ledger: l,
-                    origin_session: s,
+                    origin_ledger: l.into(),
+                    origin_session: s.into(),
                     origin_hash: "h".into(),
                     origin_label: label.clone(),
                 }

@@ -5,7 +5,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
+use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 /// Largest doorbell payload accepted or produced, in bytes.
 pub const MAX_DOORBELL_BYTES: usize = 1024;
@@ -80,7 +80,7 @@ pub struct ToolApproved {
     /// Always true: a refusal is a [`Verdicted`].
     pub ok: bool,
     /// The request.
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Where it is now.
     pub state: crate::states::ApprovalState,
 }
@@ -121,10 +121,10 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, DoorbellError> {
 #[serde(deny_unknown_fields)]
 pub struct SessionCreate {
     /// The `task.instruction` record.
-    pub record_id: Uuid,
+    pub record_id: RecordId,
     /// An existing session to continue, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
 }
 
 /// `hashi.cmd.worker.dispatch`: a turn is ready to be claimed.
@@ -132,7 +132,7 @@ pub struct SessionCreate {
 #[serde(deny_unknown_fields)]
 pub struct WorkerDispatch {
     /// The turn row to claim.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
 }
 
 /// `hashi.evt.worker.complete`: a turn's output ledger is sealed.
@@ -140,9 +140,9 @@ pub struct WorkerDispatch {
 #[serde(deny_unknown_fields)]
 pub struct WorkerComplete {
     /// The finished turn.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
     /// Its sealed output ledger.
-    pub ledger_id: Uuid,
+    pub ledger_id: LedgerId,
 }
 
 /// `minato.evt.session.complete`: a session reached its end.
@@ -150,7 +150,7 @@ pub struct WorkerComplete {
 #[serde(deny_unknown_fields)]
 pub struct SessionComplete {
     /// The finished session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
 }
 
 /// `mikado.evt.record.written`: a new record is in the store.
@@ -158,7 +158,7 @@ pub struct SessionComplete {
 #[serde(deny_unknown_fields)]
 pub struct RecordWritten {
     /// The record.
-    pub record_id: Uuid,
+    pub record_id: RecordId,
 }
 
 /// `aegis.cmd.tool.approve`: a tool call waits for a decision.
@@ -166,7 +166,7 @@ pub struct RecordWritten {
 #[serde(deny_unknown_fields)]
 pub struct ToolApprove {
     /// The approval request row / record.
-    pub request_id: Uuid,
+    pub request_id: RequestId,
 }
 
 /// `aegis.cmd.approval.pending`: a person asks what is waiting for them.
@@ -185,7 +185,7 @@ pub struct PendingQuery {
 #[serde(deny_unknown_fields)]
 pub struct RecordFetch {
     /// The approval request (record id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Byte offset into the record's canonical content text.
     #[serde(default)]
     pub offset: u64,
@@ -197,7 +197,7 @@ pub struct RecordFetch {
 #[serde(deny_unknown_fields)]
 pub struct ApprovalDecision {
     /// The approval request (record id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// `approve` or `deny`.
     pub decision: crate::states::Vote,
     /// The approver's name (their author id is `user:<name>`).
@@ -260,6 +260,7 @@ impl ApprovalDecision {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use uuid::Uuid;
 
     fn uuid_strategy() -> impl Strategy<Value = Uuid> {
         any::<u128>().prop_map(Uuid::from_u128)
@@ -278,7 +279,7 @@ mod tests {
     proptest! {
         #[test]
         fn worker_complete_round_trips(t in uuid_strategy(), l in uuid_strategy()) {
-            let m = WorkerComplete { turn_id: t, ledger_id: l };
+            let m = WorkerComplete { turn_id: t.into(), ledger_id: l.into() };
             let bytes = encode(&m).expect("encodes");
             prop_assert!(bytes.len() <= MAX_DOORBELL_BYTES);
             prop_assert_eq!(parse::<WorkerComplete>(&bytes).expect("parses"), m);
@@ -286,20 +287,20 @@ mod tests {
 
         #[test]
         fn session_create_round_trips(r in uuid_strategy(), s in proptest::option::of(uuid_strategy())) {
-            let m = SessionCreate { record_id: r, session_id: s };
+            let m = SessionCreate { record_id: r.into(), session_id: s.map(Into::into) };
             let bytes = encode(&m).expect("encodes");
             prop_assert_eq!(parse::<SessionCreate>(&bytes).expect("parses"), m);
         }
 
         #[test]
         fn other_doorbells_round_trip(a in uuid_strategy()) {
-            let d = WorkerDispatch { turn_id: a };
+            let d = WorkerDispatch { turn_id: a.into() };
             prop_assert_eq!(parse::<WorkerDispatch>(&encode(&d).expect("e")).expect("p"), d);
-            let s = SessionComplete { session_id: a };
+            let s = SessionComplete { session_id: a.into() };
             prop_assert_eq!(parse::<SessionComplete>(&encode(&s).expect("e")).expect("p"), s);
-            let r = RecordWritten { record_id: a };
+            let r = RecordWritten { record_id: a.into() };
             prop_assert_eq!(parse::<RecordWritten>(&encode(&r).expect("e")).expect("p"), r);
-            let t = ToolApprove { request_id: a };
+            let t = ToolApprove { request_id: a.into() };
             prop_assert_eq!(parse::<ToolApprove>(&encode(&t).expect("e")).expect("p"), t);
         }
 

@@ -1,7 +1,7 @@
 //! Ledgers: ordered, append-only collections of records, sealed into a hash chain like git commits.
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
+use crate::ids::{LedgerId, SessionId};
 
 use crate::canonical::sha256_hex;
 
@@ -29,13 +29,13 @@ impl LedgerState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
     /// UUIDv7.
-    pub ledger_id: Uuid,
+    pub ledger_id: LedgerId,
     /// The session (branch) this ledger belongs to.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// Human-readable label, e.g. `turn-3-out`.
     pub label: String,
     /// Lineage, like git commit parents. Parents are always sealed.
-    pub parent_ids: Vec<Uuid>,
+    pub parent_ids: Vec<LedgerId>,
     /// Open or sealed.
     pub state: LedgerState,
     /// How many records are in it.

@@ -17,7 +17,7 @@ pub mod subjects;
 pub mod text;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
-pub use ids::new_id;
+pub use ids::{LedgerId, RecordId, RequestId, SessionId, TurnId, new_id};
 pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
 pub use proof::InclusionProof;
 pub use record::{

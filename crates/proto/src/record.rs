@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
+use crate::ids::RecordId;
 
 use sha2::{Digest, Sha256};
 
@@ -330,7 +330,7 @@ fn check_numbers(value: &Value) -> Result<(), RecordError> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// UUIDv7, time-sortable.
-    pub record_id: Uuid,
+    pub record_id: RecordId,
     /// SHA-256 of the canonical (type, content, author): the content address.
     pub hash: String,
     /// The semantic type.

@@ -8,7 +8,7 @@ use proto::content::SessionForkContent;
 use proto::ledger::{Ledger, LedgerState};
 use proto::record::{NewRecord, RecordType};
 use rusqlite::Connection;
-use uuid::Uuid;
+use proto::{LedgerId, SessionId};
 
 use crate::error::{Result, StoreError};
 use crate::store::{
@@ -22,7 +22,7 @@ pub(crate) const AUTHOR: &str = "sys:kura";
 const MAX_REASON: usize = 200;
 
 /// `ledger` and every ledger it descends from.
-pub fn ancestors(conn: &impl crate::tx::Db, ledger: Uuid) -> Result<HashSet<Uuid>> {
+pub fn ancestors(conn: &impl crate::tx::Db, ledger: LedgerId) -> Result<HashSet<LedgerId>> {
     let conn = crate::tx::conn(conn);
     let mut seen = HashSet::new();
     let mut todo = vec![ledger];
@@ -51,8 +51,8 @@ pub fn ancestors(conn: &impl crate::tx::Db, ledger: Uuid) -> Result<HashSet<Uuid
 /// unreachable history.
 pub(crate) fn reset_head_in(
     conn: &Connection,
-    session_id: Uuid,
-    target: Uuid,
+    session_id: SessionId,
+    target: LedgerId,
     reason: &str,
 ) -> Result<RefLogEntry> {
     let reason = reason.trim();
@@ -98,7 +98,7 @@ pub(crate) fn reset_head_in(
 /// origin; it is sealed at once (by `sealer`, when given), so it is the new session's head.
 pub(crate) fn fork_in(
     conn: &Connection,
-    origin: Uuid,
+    origin: LedgerId,
     label: &str,
     sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<(Session, Ledger)> {
@@ -138,15 +138,15 @@ pub(crate) fn fork_in(
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Fork {
     /// The forked session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// Its first ledger.
-    pub ledger_id: Uuid,
+    pub ledger_id: LedgerId,
     /// The ledger of this session it grew from.
-    pub origin: Uuid,
+    pub origin: LedgerId,
 }
 
 /// Sessions that grew from a ledger of `session_id`, oldest first.
-pub fn forks_of(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<Vec<Fork>> {
+pub fn forks_of(conn: &impl crate::tx::Db, session_id: SessionId) -> Result<Vec<Fork>> {
     let conn = crate::tx::conn(conn);
     let mut stmt = conn.prepare_cached(
         "SELECT l.session_id, l.ledger_id, j.value
@@ -175,7 +175,7 @@ pub fn forks_of(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<Vec<Fork>
 }
 
 /// Sealed ledgers of `session_id` its head no longer reaches (left behind by a reset).
-pub fn unreachable(conn: &impl crate::tx::Db, session_id: Uuid) -> Result<HashSet<Uuid>> {
+pub fn unreachable(conn: &impl crate::tx::Db, session_id: SessionId) -> Result<HashSet<LedgerId>> {
     let conn = crate::tx::conn(conn);
     let session = read_session_in(conn, session_id)?;
     let reach = match session.head_ledger_id {
@@ -202,8 +202,8 @@ impl Store {
     /// unreachable history.
     pub fn reset_head(
         &mut self,
-        session_id: Uuid,
-        target: Uuid,
+        session_id: SessionId,
+        target: LedgerId,
         reason: &str,
     ) -> Result<RefLogEntry> {
         self.write_raw(|tx| reset_head_in(tx, session_id, target, reason))
@@ -212,7 +212,7 @@ impl Store {
     /// Creates a session forked from the sealed ledger `origin` (of any session): its first
     /// ledger holds one `session.fork` record naming the origin and is sealed at once (by
     /// this store's sealer), so it is the new session's head.
-    pub fn fork(&mut self, origin: Uuid, label: &str) -> Result<(Session, Ledger)> {
+    pub fn fork(&mut self, origin: LedgerId, label: &str) -> Result<(Session, Ledger)> {
         let sealer = self.sealer().cloned();
         self.write_raw(|tx| fork_in(tx, origin, label, sealer.as_ref()))
     }

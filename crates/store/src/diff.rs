@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use proto::record::Record;
 use serde::Serialize;
-use uuid::Uuid;
+use proto::LedgerId;
 
 use crate::error::Result;
 use crate::store::Store;
@@ -13,9 +13,9 @@ use crate::store::Store;
 #[derive(Debug, Clone, Serialize)]
 pub struct LedgerDiff {
     /// The first ledger.
-    pub ledger_a: Uuid,
+    pub ledger_a: LedgerId,
     /// The second ledger.
-    pub ledger_b: Uuid,
+    pub ledger_b: LedgerId,
     /// Records whose hash appears only in A.
     pub only_a: Vec<Record>,
     /// Records whose hash appears only in B.
@@ -25,7 +25,7 @@ pub struct LedgerDiff {
 }
 
 /// Compares two ledgers by record hash.
-pub fn diff(store: &Store, a: Uuid, b: Uuid) -> Result<LedgerDiff> {
+pub fn diff(store: &Store, a: LedgerId, b: LedgerId) -> Result<LedgerDiff> {
     let ra = store.hydrate(a)?;
     let rb = store.hydrate(b)?;
     let ha: HashSet<&str> = ra.iter().map(|r| r.hash.as_str()).collect();
@@ -90,6 +90,6 @@ mod tests {
         assert_eq!(texts(&d.both), ["shared"]);
         let same = diff(&s, a.ledger_id, a.ledger_id).expect("self diff");
         assert!(same.only_a.is_empty() && same.only_b.is_empty());
-        assert!(diff(&s, a.ledger_id, proto::new_id()).is_err());
+        assert!(diff(&s, a.ledger_id, proto::new_id().into()).is_err());
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proto::record::{Content, NewRecord, Record, RecordType};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
-use uuid::Uuid;
+use proto::{RecordId, SessionId};
 
 use crate::error::{Result, StoreError};
 use crate::store::{parse_id, record_from_row_pub, write_record_in};
@@ -40,7 +40,7 @@ pub(crate) fn remember_in(
     tx: &Connection,
     author: &str,
     source: &Record,
-    session_id: Uuid,
+    session_id: SessionId,
     items: &[Item],
 ) -> Result<Vec<Remembered>> {
     let mut out = Vec::new();
@@ -71,7 +71,7 @@ pub(crate) fn remember_in(
 
 /// Indexes a newly stored memory record (`memory.fact`, `memory.decision`) for search; any
 /// other record is left alone. Called in the transaction that stores it.
-pub(crate) fn index_new_in(tx: &Connection, record_id: &Uuid, new: &NewRecord) -> Result<()> {
+pub(crate) fn index_new_in(tx: &Connection, record_id: &RecordId, new: &NewRecord) -> Result<()> {
     if !matches!(
         new.record_type,
         RecordType::MemoryFact | RecordType::MemoryDecision
@@ -97,9 +97,9 @@ fn edge(tx: &Connection, src: &str, rel: &str, dst: &str) -> Result<()> {
 }
 
 /// A decision by record id, or by its exact text (as `author` would have recorded it).
-fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<Uuid>> {
+fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<RecordId>> {
     if let Some(id) = proto::ids::parse_id(key.trim()) {
-        return Ok(Some(id));
+        return Ok(Some(id.into()));
     }
     let rec = NewRecord::new(
         RecordType::MemoryDecision,
@@ -115,7 +115,7 @@ fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<Uuid
 /// Stores an embedding for a memory record.
 pub(crate) fn store_vector_in(
     tx: &Connection,
-    record_id: Uuid,
+    record_id: RecordId,
     model: &str,
     vector: &[f32],
 ) -> Result<()> {
@@ -135,7 +135,7 @@ pub struct Search {
     /// Only this type (`memory.fact` or `memory.decision`).
     pub record_type: Option<RecordType>,
     /// Only memory from this session.
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
     /// At most this many hits.
     pub limit: usize,
     /// The query's embedding, for hybrid ranking (with the vectors' model).
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(only_b.len(), 1);
         assert_eq!(only_b[0].record.record_type, RecordType::MemoryDecision);
         // A vector match finds what words alone do not.
-        let ids: Vec<Uuid> = search(
+        let ids: Vec<RecordId> = search(
             s.conn(),
             &Search {
                 query: "router".into(),
@@ -470,8 +470,8 @@ mod tests {
         .map(|h| h.record.record_id)
         .collect();
         s.write_raw(|tx| {
-            store_vector_in(tx, ids[0], "m", &[1.0, 0.0])?;
-            store_vector_in(tx, ids[1], "m", &[0.0, 1.0])
+            store_vector_in(tx, ids[0].into(), "m", &[1.0, 0.0])?;
+            store_vector_in(tx, ids[1].into(), "m", &[0.0, 1.0])
         })
         .expect("vectors");
         let hits = search(

@@ -4,14 +4,14 @@
 use proto::ledger::LedgerState;
 use proto::merkle;
 use proto::proof::{InclusionProof, SealLogLink};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId};
 
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 
 /// Builds the inclusion proof of `record_id` in the sealed ledger `ledger_id` (first
 /// position if the record appears more than once).
-pub fn prove(store: &Store, record_id: Uuid, ledger_id: Uuid) -> Result<InclusionProof> {
+pub fn prove(store: &Store, record_id: RecordId, ledger_id: LedgerId) -> Result<InclusionProof> {
     let ledger = store.read_ledger(ledger_id)?;
     store.read_record(record_id)?;
     let (LedgerState::Sealed, Some(root_hash), Some(ledger_hash), Some(sealed_at)) = (

@@ -5,7 +5,7 @@
 
 use proto::record::{NewRecord, Record};
 use proto::{Ledger, SessionStatus};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, SessionId};
 
 use crate::error::Result;
 use crate::memory::{Item, Remembered};
@@ -72,28 +72,28 @@ impl std::fmt::Debug for Tx<'_> {
 
 impl Tx<'_> {
     /// Reads one record.
-    pub fn read_record(&self, id: Uuid) -> Result<Record> {
+    pub fn read_record(&self, id: RecordId) -> Result<Record> {
         crate::store::read_record_in(self.0, id)
     }
 
     /// Appends a new record to an open ledger.
-    pub fn append(&self, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
+    pub fn append(&self, ledger_id: LedgerId, new: &NewRecord) -> Result<Appended> {
         crate::store::append_in(self.0, ledger_id, new)
     }
 
     /// Appends a record already in the store to an open ledger; returns its position.
-    pub fn append_existing(&self, ledger_id: Uuid, record_id: Uuid) -> Result<u64> {
+    pub fn append_existing(&self, ledger_id: LedgerId, record_id: RecordId) -> Result<u64> {
         crate::store::append_existing_in(self.0, ledger_id, record_id)
     }
 
     /// Opens a ledger in a session on top of sealed `parents`.
-    pub fn open_ledger(&self, session_id: Uuid, label: &str, parents: &[Uuid]) -> Result<Ledger> {
+    pub fn open_ledger(&self, session_id: SessionId, label: &str, parents: &[LedgerId]) -> Result<Ledger> {
         crate::store::open_ledger_in(self.0, session_id, label, parents)
     }
 
     /// Seals a ledger (a leaf in the seal log, signed by `sealer` if given); true if it was
     /// sealed now rather than already.
-    pub fn seal(&self, ledger_id: Uuid, sealer: Option<&Sealer>) -> Result<(Ledger, bool)> {
+    pub fn seal(&self, ledger_id: LedgerId, sealer: Option<&Sealer>) -> Result<(Ledger, bool)> {
         crate::store::seal_in(self.0, ledger_id, sealer)
     }
 
@@ -103,12 +103,12 @@ impl Tx<'_> {
     }
 
     /// Reads a session.
-    pub fn read_session(&self, id: Uuid) -> Result<Session> {
+    pub fn read_session(&self, id: SessionId) -> Result<Session> {
         crate::store::read_session_in(self.0, id)
     }
 
     /// Sets a session's status.
-    pub fn set_session_status(&self, id: Uuid, status: SessionStatus) -> Result<()> {
+    pub fn set_session_status(&self, id: SessionId, status: SessionStatus) -> Result<()> {
         crate::store::set_session_status_in(self.0, id, status)
     }
 
@@ -123,14 +123,14 @@ impl Tx<'_> {
         &self,
         author: &str,
         source: &Record,
-        session_id: Uuid,
+        session_id: SessionId,
         items: &[Item],
     ) -> Result<Vec<Remembered>> {
         crate::memory::remember_in(self.0, author, source, session_id, items)
     }
 
     /// Stores a record's embedding.
-    pub fn store_vector(&self, record_id: Uuid, model: &str, vector: &[f32]) -> Result<()> {
+    pub fn store_vector(&self, record_id: RecordId, model: &str, vector: &[f32]) -> Result<()> {
         crate::memory::store_vector_in(self.0, record_id, model, vector)
     }
 }

@@ -15,7 +15,7 @@ use proto::record::{RecordColumns, RecordType};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
-use uuid::Uuid;
+use proto::{LedgerId, SessionId};
 
 use crate::error::Result;
 use crate::store::{RefLogEntry, Store};
@@ -24,9 +24,9 @@ use crate::store::{RefLogEntry, Store};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
     /// One ledger and all its ancestors.
-    Ledger(Uuid),
+    Ledger(LedgerId),
     /// Every ledger of a session, their ancestors, and the session's ref log.
-    Session(Uuid),
+    Session(SessionId),
     /// Everything in the database.
     All,
 }

@@ -8,7 +8,7 @@
 //! leaf; a rewind (the head moved back to an older ledger) adds no leaf — it names one the
 //! log already holds, and the ref log's own chain records the move.
 
-use uuid::Uuid;
+use proto::{LedgerId, SessionId};
 
 #[cfg(feature = "sqlite")]
 mod stored;
@@ -19,7 +19,7 @@ pub use stored::{
 };
 
 /// The leaf data of a sealed ledger.
-pub fn leaf_data(ledger_id: Uuid, session_id: Uuid, ledger_hash: &str) -> String {
+pub fn leaf_data(ledger_id: LedgerId, session_id: SessionId, ledger_hash: &str) -> String {
     let v = serde_json::json!({
         "ledger_hash": ledger_hash,
         "ledger_id": ledger_id.to_string(),

@@ -5,7 +5,7 @@ use proto::ledger::{Ledger, LedgerHeader, LedgerState, ParentRef};
 use proto::merkle;
 use proto::record::{NewRecord, OwnedColumns, Record};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, SessionId};
 
 use super::records::{RECORD_COLUMNS, columns_from_row, insert_record, record_from_row};
 use super::{Store, parse_id, sessions};
@@ -82,7 +82,7 @@ pub(crate) fn ledger_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Ledger>>
     })())
 }
 
-pub(crate) fn read_ledger_in(conn: &Connection, id: Uuid) -> Result<Ledger> {
+pub(crate) fn read_ledger_in(conn: &Connection, id: LedgerId) -> Result<Ledger> {
     let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledgers WHERE ledger_id = ?1");
     conn.prepare_cached(&sql)?
         .query_row([id.to_string()], ledger_from_row)
@@ -95,7 +95,7 @@ pub(crate) fn read_ledger_in(conn: &Connection, id: Uuid) -> Result<Ledger> {
 }
 
 /// Every member of a ledger with its record's raw columns, in position order.
-pub(crate) fn member_rows(conn: &Connection, ledger_id: Uuid) -> Result<Vec<MemberRow>> {
+pub(crate) fn member_rows(conn: &Connection, ledger_id: LedgerId) -> Result<Vec<MemberRow>> {
     let mut stmt = conn.prepare_cached(
         "SELECT m.position, r.record_id, r.hash, r.record_type, r.content, r.author_id,
                 r.metadata, r.created_at, m.leaf_hash
@@ -129,7 +129,7 @@ pub(crate) fn leaf_hashes(members: &[MemberRow]) -> Vec<merkle::Hash> {
 }
 
 /// The parents as the chain commits to them (each must be sealed).
-pub(crate) fn parent_refs(conn: &Connection, parents: &[Uuid]) -> Result<Vec<ParentRef>> {
+pub(crate) fn parent_refs(conn: &Connection, parents: &[LedgerId]) -> Result<Vec<ParentRef>> {
     parents
         .iter()
         .map(|p| {
@@ -158,7 +158,7 @@ pub(crate) fn header(ledger: &Ledger, parents: Vec<ParentRef>, sealed_at: &str) 
 }
 
 /// The next free position of an open ledger (refusing sealed or missing ledgers).
-fn next_position(conn: &Connection, ledger_id: Uuid) -> Result<i64> {
+fn next_position(conn: &Connection, ledger_id: LedgerId) -> Result<i64> {
     let (state, count): (String, i64) = conn
         .prepare_cached("SELECT state, record_count FROM ledgers WHERE ledger_id = ?1")?
         .query_row([ledger_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -176,7 +176,7 @@ fn next_position(conn: &Connection, ledger_id: Uuid) -> Result<i64> {
 /// Adds a member row for stored columns at `position` (the next one).
 fn add_member(
     conn: &Connection,
-    ledger_id: Uuid,
+    ledger_id: LedgerId,
     position: i64,
     columns: &OwnedColumns,
 ) -> Result<()> {
@@ -191,14 +191,14 @@ fn add_member(
 }
 
 /// Appends a new record to an open ledger inside the caller's transaction.
-pub(crate) fn append_in(conn: &Connection, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
+pub(crate) fn append_in(conn: &Connection, ledger_id: LedgerId, new: &NewRecord) -> Result<Appended> {
     let count = next_position(conn, ledger_id)?;
     append_at(conn, ledger_id, count, new)
 }
 
 /// Appends at `count`, the ledger's next position, which the caller has just read (the
 /// append-only trigger refuses any other).
-fn append_at(conn: &Connection, ledger_id: Uuid, count: i64, new: &NewRecord) -> Result<Appended> {
+fn append_at(conn: &Connection, ledger_id: LedgerId, count: i64, new: &NewRecord) -> Result<Appended> {
     let stored = insert_record(conn, new)?;
     add_member(conn, ledger_id, count, &stored.columns)?;
     Ok(Appended {
@@ -212,8 +212,8 @@ fn append_at(conn: &Connection, ledger_id: Uuid, count: i64, new: &NewRecord) ->
 /// transaction — e.g. the same instruction in every context ledger of a session.
 pub(crate) fn append_existing_in(
     conn: &Connection,
-    ledger_id: Uuid,
-    record_id: Uuid,
+    ledger_id: LedgerId,
+    record_id: RecordId,
 ) -> Result<u64> {
     let count = next_position(conn, ledger_id)?;
     let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
@@ -232,9 +232,9 @@ pub(crate) fn append_existing_in(
 /// Opens a ledger inside the caller's transaction (parents must be sealed).
 pub(crate) fn open_ledger_in(
     conn: &Connection,
-    session_id: Uuid,
+    session_id: SessionId,
     label: &str,
-    parents: &[Uuid],
+    parents: &[LedgerId],
 ) -> Result<Ledger> {
     check_label(label)?;
     for (i, p) in parents.iter().enumerate() {
@@ -245,7 +245,7 @@ pub(crate) fn open_ledger_in(
     sessions::read_session_in(conn, session_id)?;
     parent_refs(conn, parents)?;
     let ledger = Ledger {
-        ledger_id: proto::new_id(),
+        ledger_id: LedgerId::new(),
         session_id,
         label: label.to_owned(),
         parent_ids: parents.to_vec(),
@@ -256,7 +256,7 @@ pub(crate) fn open_ledger_in(
         created_at: time::now(),
         sealed_at: None,
     };
-    let parent_ids: Vec<String> = parents.iter().map(Uuid::to_string).collect();
+    let parent_ids: Vec<String> = parents.iter().map(LedgerId::to_string).collect();
     conn.execute_cached(
         "INSERT INTO ledgers (ledger_id, session_id, label, parent_ids, state, created_at)
          VALUES (?1, ?2, ?3, ?4, 'open', ?5)",
@@ -275,7 +275,7 @@ pub(crate) fn open_ledger_in(
 /// `sealer` signs the ledger hash (recorded beside it) when given.
 pub(crate) fn seal_in(
     conn: &Connection,
-    ledger_id: Uuid,
+    ledger_id: LedgerId,
     sealer: Option<&kura_tlog::sealer::Sealer>,
 ) -> Result<(Ledger, bool)> {
     let mut ledger = read_ledger_in(conn, ledger_id)?;
@@ -324,20 +324,20 @@ impl Store {
     /// Opens a new ledger in `session_id` with the given parents (which must be sealed).
     pub fn open_ledger(
         &mut self,
-        session_id: Uuid,
+        session_id: SessionId,
         label: &str,
-        parents: &[Uuid],
+        parents: &[LedgerId],
     ) -> Result<Ledger> {
         self.write_raw(|tx| open_ledger_in(tx, session_id, label, parents))
     }
 
     /// Appends one record to an open ledger: one durable transaction, one new member row.
-    pub fn append(&mut self, ledger_id: Uuid, new: &NewRecord) -> Result<Appended> {
+    pub fn append(&mut self, ledger_id: LedgerId, new: &NewRecord) -> Result<Appended> {
         self.write_raw(|tx| append_in(tx, ledger_id, new))
     }
 
     /// Appends many records in one transaction (group commit): all or none.
-    pub fn append_batch(&mut self, ledger_id: Uuid, batch: &[NewRecord]) -> Result<Vec<Appended>> {
+    pub fn append_batch(&mut self, ledger_id: LedgerId, batch: &[NewRecord]) -> Result<Vec<Appended>> {
         self.write_raw(|tx| {
             // The ledger is looked up once: inside this transaction only these appends move
             // its count.
@@ -353,18 +353,18 @@ impl Store {
     /// Seals an open ledger: fixes its Merkle root and chained ledger hash and moves its
     /// session's head to it (logged in the ref log). Sealing a sealed ledger changes nothing
     /// and returns it with `false`.
-    pub fn seal_ledger(&mut self, ledger_id: Uuid) -> Result<(Ledger, bool)> {
+    pub fn seal_ledger(&mut self, ledger_id: LedgerId) -> Result<(Ledger, bool)> {
         let sealer = self.sealer.clone();
         self.write_raw(|tx| seal_in(tx, ledger_id, sealer.as_ref()))
     }
 
     /// Reads one ledger's row.
-    pub fn read_ledger(&self, id: Uuid) -> Result<Ledger> {
+    pub fn read_ledger(&self, id: LedgerId) -> Result<Ledger> {
         read_ledger_in(&self.conn, id)
     }
 
     /// The ledger's records, in order.
-    pub fn hydrate(&self, ledger_id: Uuid) -> Result<Vec<Record>> {
+    pub fn hydrate(&self, ledger_id: LedgerId) -> Result<Vec<Record>> {
         read_ledger_in(&self.conn, ledger_id)?;
         let cols = RECORD_COLUMNS
             .split(", ")
@@ -386,7 +386,7 @@ impl Store {
 
     /// Up to `limit` of the ledger's records from position `from`, in order (one page of a
     /// long ledger, read by its primary key without touching the rest).
-    pub fn hydrate_range(&self, ledger_id: Uuid, from: u64, limit: usize) -> Result<Vec<Record>> {
+    pub fn hydrate_range(&self, ledger_id: LedgerId, from: u64, limit: usize) -> Result<Vec<Record>> {
         read_ledger_in(&self.conn, ledger_id)?;
         let cols = RECORD_COLUMNS
             .split(", ")
@@ -412,13 +412,13 @@ impl Store {
     }
 
     /// Members with raw columns, for proofs and exports.
-    pub fn members(&self, ledger_id: Uuid) -> Result<Vec<MemberRow>> {
+    pub fn members(&self, ledger_id: LedgerId) -> Result<Vec<MemberRow>> {
         read_ledger_in(&self.conn, ledger_id)?;
         member_rows(&self.conn, ledger_id)
     }
 
     /// The ledgers of a session, newest first (creation order is id order: UUIDv7).
-    pub fn session_ledgers(&self, session_id: Uuid) -> Result<Vec<Ledger>> {
+    pub fn session_ledgers(&self, session_id: SessionId) -> Result<Vec<Ledger>> {
         sessions::read_session_in(&self.conn, session_id)?;
         let sql = format!(
             "SELECT {LEDGER_COLUMNS} FROM ledgers WHERE session_id = ?1 ORDER BY ledger_id DESC"
@@ -433,7 +433,7 @@ impl Store {
     }
 
     /// The ids of every ledger that contains `record_id`.
-    pub fn ledgers_containing(&self, record_id: Uuid) -> Result<Vec<Uuid>> {
+    pub fn ledgers_containing(&self, record_id: RecordId) -> Result<Vec<LedgerId>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT DISTINCT ledger_id FROM ledger_records WHERE record_id = ?1 ORDER BY ledger_id",
         )?;

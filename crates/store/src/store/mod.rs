@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use proto::LedgerId;
 use uuid::Uuid;
 
 use crate::error::{Result, StoreError};
@@ -22,7 +23,7 @@ pub(crate) use sessions::{create_session_in, read_session_in, set_session_status
 /// The parents of a ledger as its hash commits to them (for proofs).
 pub(crate) fn parent_refs_pub(
     conn: &Connection,
-    parents: &[Uuid],
+    parents: &[LedgerId],
 ) -> Result<Vec<proto::ParentRef>> {
     ledgers::parent_refs(conn, parents)
 }
@@ -42,7 +43,7 @@ pub(crate) use records::{read_record_in, record_id_by_hash, write_record_in};
 
 /// Reads one record through any [`Db`](crate::Db): a store, a transaction, or (for
 /// `kura-work`) the connection under either.
-pub fn read_record(db: &(impl crate::Db + ?Sized), id: Uuid) -> Result<proto::Record> {
+pub fn read_record(db: &(impl crate::Db + ?Sized), id: proto::RecordId) -> Result<proto::Record> {
     read_record_in(crate::Db::sql(db), id)
 }
 
@@ -403,8 +404,12 @@ fn not_kura(path: &Path, e: rusqlite::Error) -> StoreError {
 }
 
 /// Parses a user-supplied id.
-pub fn parse_id(text: &str) -> Result<Uuid> {
-    proto::ids::parse_id(text.trim()).ok_or_else(|| StoreError::InvalidId(text.to_owned()))
+/// Parses a user-supplied id as the kind `T` the caller expects (`Uuid` when the kind is not
+/// known yet).
+pub fn parse_id<T: From<Uuid>>(text: &str) -> Result<T> {
+    proto::ids::parse_id(text.trim())
+        .map(T::from)
+        .ok_or_else(|| StoreError::InvalidId(text.to_owned()))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use proto::record::{NewRecord, OwnedColumns, Record, RecordType};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use uuid::Uuid;
+use proto::{RecordId, SessionId};
 
 use super::{Store, parse_id};
 use crate::error::{Result, StoreError};
@@ -24,7 +24,7 @@ pub struct Query {
     /// Only this author.
     pub author_id: Option<String>,
     /// Only records in ledgers of this session.
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
     /// At most this many (newest first); `None` means 100.
     pub limit: Option<u32>,
 }
@@ -64,7 +64,7 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
     let hash_column = super::hashcol::to_column(&parts.hash).ok_or_else(|| {
         StoreError::Invalid(format!("content hash {} is not SHA-256 hex", parts.hash))
     })?;
-    let record_id = proto::new_id();
+    let record_id = RecordId::new();
     let columns = OwnedColumns {
         record_id: record_id.to_string(),
         hash: parts.hash,
@@ -152,7 +152,7 @@ pub(crate) fn record_from_columns(c: &OwnedColumns) -> Result<Record> {
 
 /// Writes (or finds, by content hash) a record inside the caller's transaction.
 /// Reads one record.
-pub(crate) fn read_record_in(conn: &Connection, id: Uuid) -> Result<Record> {
+pub(crate) fn read_record_in(conn: &Connection, id: RecordId) -> Result<Record> {
     let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
     conn.prepare_cached(&sql)?
         .query_row([id.to_string()], record_from_row)
@@ -193,7 +193,7 @@ impl Store {
     }
 
     /// Reads one record.
-    pub fn read_record(&self, id: Uuid) -> Result<Record> {
+    pub fn read_record(&self, id: RecordId) -> Result<Record> {
         read_record_in(&self.conn, id)
     }
 

@@ -4,6 +4,7 @@ use crate::cached::Cached;
 use proto::SessionStatus;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+use proto::{LedgerId, SessionId};
 use uuid::Uuid;
 
 use super::labels::check_label;
@@ -15,11 +16,11 @@ use crate::time;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     /// UUIDv7.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// Human-readable label.
     pub label: String,
     /// The latest sealed ledger, if any.
-    pub head_ledger_id: Option<Uuid>,
+    pub head_ledger_id: Option<LedgerId>,
     /// Whether work may still come.
     pub status: SessionStatus,
     /// When it was created.
@@ -86,7 +87,7 @@ fn serde_json_canonicalizer_bytes<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 /// Reads a session inside the caller's transaction.
-pub(crate) fn read_session_in(conn: &Connection, id: Uuid) -> Result<Session> {
+pub(crate) fn read_session_in(conn: &Connection, id: SessionId) -> Result<Session> {
     conn.prepare_cached(
         "SELECT session_id, label, head_ledger_id, status, created_at FROM sessions WHERE session_id = ?1",
     )?
@@ -139,8 +140,8 @@ pub(crate) fn reflog_in(conn: &Connection, session_id: &str) -> Result<Vec<RefLo
 /// (the `sessions_head_logged` trigger refuses the reverse).
 pub(crate) fn move_head(
     conn: &Connection,
-    session_id: Uuid,
-    new_head: Uuid,
+    session_id: SessionId,
+    new_head: LedgerId,
     new_head_hash: &str,
     reason: &str,
 ) -> Result<RefLogEntry> {
@@ -185,7 +186,7 @@ pub(crate) fn move_head(
 /// Sets a session's status inside the caller's transaction.
 pub(crate) fn set_session_status_in(
     conn: &Connection,
-    id: Uuid,
+    id: SessionId,
     status: SessionStatus,
 ) -> Result<()> {
     conn.execute_cached(
@@ -199,7 +200,7 @@ pub(crate) fn set_session_status_in(
 pub(crate) fn create_session_in(conn: &Connection, label: &str) -> Result<Session> {
     check_label(label)?;
     let session = Session {
-        session_id: proto::new_id(),
+        session_id: SessionId::new(),
         label: label.to_owned(),
         head_ledger_id: None,
         status: SessionStatus::Active,
@@ -219,12 +220,12 @@ impl Store {
     }
 
     /// Reads one session.
-    pub fn read_session(&self, id: Uuid) -> Result<Session> {
+    pub fn read_session(&self, id: SessionId) -> Result<Session> {
         read_session_in(&self.conn, id)
     }
 
     /// The session's ref log, oldest first.
-    pub fn reflog(&self, session_id: Uuid) -> Result<Vec<RefLogEntry>> {
+    pub fn reflog(&self, session_id: SessionId) -> Result<Vec<RefLogEntry>> {
         read_session_in(&self.conn, session_id)?;
         reflog_in(&self.conn, &session_id.to_string())
     }
@@ -243,6 +244,7 @@ impl Store {
     }
 
     /// Whether `id` names a record, a ledger or a session (for commands that take any).
+    // `Uuid`: the kind is what this finds out.
     pub fn kind_of(&self, id: Uuid) -> Result<Option<&'static str>> {
         let id = id.to_string();
         for (kind, sql) in [

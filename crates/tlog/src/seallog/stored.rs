@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tlog_tiles::{Hash, HashReader};
+use proto::{LedgerId, SessionId};
 use uuid::Uuid;
 
 use super::leaf_data;
@@ -79,8 +80,8 @@ pub fn size_in(conn: &Connection) -> Result<u64> {
 /// Appends a sealed ledger as the next leaf (inside the sealing transaction).
 pub fn append_in(
     conn: &Connection,
-    ledger_id: Uuid,
-    session_id: Uuid,
+    ledger_id: LedgerId,
+    session_id: SessionId,
     ledger_hash: &str,
 ) -> Result<u64> {
     let n = size_in(conn)?;
@@ -162,7 +163,7 @@ pub fn inclusion_proof_in(conn: &Connection, index: u64, size: u64) -> Result<Ve
 }
 
 /// The leaf of a sealed ledger: (index, leaf data).
-pub fn leaf_of_in(conn: &Connection, ledger_id: Uuid) -> Result<Option<(u64, String)>> {
+pub fn leaf_of_in(conn: &Connection, ledger_id: LedgerId) -> Result<Option<(u64, String)>> {
     Ok(conn
         .query_row(
             "SELECT leaf_index, leaf_data FROM seal_log_leaves WHERE ledger_id = ?1",
@@ -230,7 +231,7 @@ fn check_leaves(conn: &Connection, problems: &mut Problems) -> Result<Vec<Hash>>
             hash,
             state.as_deref(),
         ) {
-            (Ok(l), Some(Ok(s)), Some(h), Some("sealed")) => Some(leaf_data(l, s, &h)),
+            (Ok(l), Some(Ok(s)), Some(h), Some("sealed")) => Some(leaf_data(l.into(), s.into(), &h)),
             _ => None,
         };
         if now.as_deref() != Some(data.as_str()) && problems.len() < 20 {
