@@ -284,9 +284,9 @@ pub struct ApprovalRequestContent {
     pub turn_id: TurnId,
     /// Its session.
     pub session_id: SessionId,
-    /// A replay's repeated side effect: the recorded turn it repeats.
+    /// A replay's repeated side effect: the output ledger of the recorded turn it repeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerun_of: Option<TurnId>,
+    pub rerun_of: Option<LedgerId>,
 }
 
 impl ApprovalRequestContent {

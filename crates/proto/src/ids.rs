@@ -133,6 +133,21 @@ new_uuid!(
     RequestId, "approval request"
 );
 
+impl RecordId {
+    /// The approval request this `approval.request` record opens (a request is known by its
+    /// record's id).
+    pub const fn as_request(self) -> RequestId {
+        RequestId(self.0)
+    }
+}
+
+impl RequestId {
+    /// The `approval.request` record that opened this request.
+    pub const fn record(self) -> RecordId {
+        RecordId(self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

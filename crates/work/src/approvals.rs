@@ -9,7 +9,7 @@ use proto::record::{NewRecord, RecordType};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 pub use proto::{ApprovalState, Effect, Outcome, Vote};
 
@@ -21,13 +21,13 @@ pub struct Approval {
     /// Queue position (aegis scans in this order).
     pub approval_seq: i64,
     /// The `approval.request` record's id.
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// That record's content hash: what an approver's signature covers.
     pub request_hash: String,
     /// The waiting turn.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
     /// Its session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// The tool call's id.
     pub call_id: String,
     /// The tool.
@@ -87,14 +87,14 @@ fn one(conn: &Connection, filter: &str, arg: &str) -> Result<Option<Approval>> {
 }
 
 /// Reads an approval by request id.
-pub fn approval(conn: &impl Db, request_id: Uuid) -> Result<Option<Approval>> {
+pub fn approval(conn: &impl Db, request_id: RequestId) -> Result<Option<Approval>> {
     let conn = conn.sql();
     one(conn, "request_id = ?1", &request_id.to_string())
 }
 
 /// The approval filed for a tool call of `turn_id`, if any. A call id is unique within a
 /// turn, not across turns: a replay reuses the recorded turn's call ids.
-pub fn approval_for_call(conn: &impl Db, turn_id: Uuid, call_id: &str) -> Result<Option<Approval>> {
+pub fn approval_for_call(conn: &impl Db, turn_id: TurnId, call_id: &str) -> Result<Option<Approval>> {
     let conn = conn.sql();
     let sql = format!("SELECT {COLUMNS} FROM approvals WHERE turn_id = ?1 AND call_id = ?2");
     conn.prepare_cached(&sql)?
@@ -152,7 +152,7 @@ pub(crate) fn request_approval(
             time::now()
         ],
     )?;
-    approval(tx, a.record.record_id)?.ok_or_else(|| StoreError::Corrupt {
+    approval(tx, a.record.record_id.as_request())?.ok_or_else(|| StoreError::Corrupt {
         what: "approval",
         id: a.record.record_id.to_string(),
         detail: "row vanished inside its own transaction".into(),
@@ -162,7 +162,7 @@ pub(crate) fn request_approval(
 /// Parks a claimed turn until `request_id` is decided, freeing its worker (fenced by caller).
 /// Returns `false` when the request was already decided: the turn is then claimable again
 /// at once instead of parked.
-pub(crate) fn park_turn(tx: &Tx<'_>, claim: &Claim, request_id: Uuid) -> Result<bool> {
+pub(crate) fn park_turn(tx: &Tx<'_>, claim: &Claim, request_id: RequestId) -> Result<bool> {
     // The decision may have landed after the worker last looked and before this transaction:
     // `finalize` then found the turn still running and woke nobody. Parking it now would
     // leave it waiting forever on a decided request (the fault suite caught exactly that
@@ -190,7 +190,7 @@ pub(crate) fn park_turn(tx: &Tx<'_>, claim: &Claim, request_id: Uuid) -> Result<
 
 /// Notes that the approved call is about to run under `epoch` (fenced by caller), so a
 /// successor knows it may have taken effect.
-pub(crate) fn mark_started(tx: &Tx<'_>, request_id: Uuid, epoch: i64) -> Result<()> {
+pub(crate) fn mark_started(tx: &Tx<'_>, request_id: RequestId, epoch: i64) -> Result<()> {
     tx.sql()
         .prepare_cached("UPDATE approvals SET started_epoch = ?2 WHERE request_id = ?1")?
         .execute(params![request_id.to_string(), epoch])?;
@@ -226,7 +226,7 @@ pub fn asked(conn: &impl Db) -> Result<Vec<Approval>> {
 /// Marks an approval as waiting for `required` people under `rule`.
 pub(crate) fn mark_asked(
     tx: &Tx<'_>,
-    request_id: Uuid,
+    request_id: RequestId,
     rule: &str,
     required: i64,
     deadline_ms: i64,
@@ -239,7 +239,7 @@ pub(crate) fn mark_asked(
 }
 
 /// Output ledger of a turn.
-fn output_ledger(conn: &Connection, turn_id: Uuid) -> Result<Uuid> {
+fn output_ledger(conn: &Connection, turn_id: TurnId) -> Result<LedgerId> {
     let out: Option<String> = conn.query_row_cached(
         "SELECT output_ledger_id FROM turns WHERE turn_id = ?1",
         [turn_id.to_string()],
@@ -249,7 +249,7 @@ fn output_ledger(conn: &Connection, turn_id: Uuid) -> Result<Uuid> {
 }
 
 /// Appends a record to the turn's output ledger (decisions, votes, rejections).
-pub(crate) fn append_to_turn(tx: &Tx<'_>, turn_id: Uuid, rec: &NewRecord) -> Result<proto::Record> {
+pub(crate) fn append_to_turn(tx: &Tx<'_>, turn_id: TurnId, rec: &NewRecord) -> Result<proto::Record> {
     Ok(tx.append(output_ledger(tx.sql(), turn_id)?, rec)?.record)
 }
 
@@ -297,7 +297,7 @@ pub(crate) fn record_vote(
 }
 
 /// How many distinct keys have approved `request_id` so far.
-pub fn approvals_so_far(conn: &impl Db, request_id: Uuid) -> Result<i64> {
+pub fn approvals_so_far(conn: &impl Db, request_id: RequestId) -> Result<i64> {
     let conn = conn.sql();
     Ok(conn.query_row_cached(
         "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
@@ -308,7 +308,7 @@ pub fn approvals_so_far(conn: &impl Db, request_id: Uuid) -> Result<i64> {
 }
 
 /// Who has voted on `request_id`, in order: (author id, vote).
-pub fn votes(conn: &impl Db, request_id: Uuid) -> Result<Vec<(String, String)>> {
+pub fn votes(conn: &impl Db, request_id: RequestId) -> Result<Vec<(String, String)>> {
     let conn = conn.sql();
     let mut stmt = conn.prepare_cached(
         "SELECT approver, decision FROM approval_votes WHERE request_id = ?1 ORDER BY rowid",
@@ -321,7 +321,7 @@ pub fn votes(conn: &impl Db, request_id: Uuid) -> Result<Vec<(String, String)>> 
 /// call into a stricter rule's reach. Never lowers the quorum.
 pub(crate) fn raise_requirement(
     tx: &Tx<'_>,
-    request_id: Uuid,
+    request_id: RequestId,
     rule: &str,
     required: i64,
 ) -> Result<()> {
@@ -334,7 +334,7 @@ pub(crate) fn raise_requirement(
 }
 
 /// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
-pub(crate) fn set_edited_arguments(tx: &Tx<'_>, request_id: Uuid, canonical: &str) -> Result<()> {
+pub(crate) fn set_edited_arguments(tx: &Tx<'_>, request_id: RequestId, canonical: &str) -> Result<()> {
     tx.sql().execute_cached(
         "UPDATE approvals SET edited_arguments = ?2 WHERE request_id = ?1 AND state = 'asked'",
         params![request_id.to_string(), canonical],
@@ -355,7 +355,7 @@ pub(crate) fn decide_by_policy(
     rule: &str,
     policy_hash: &str,
     metadata: std::collections::BTreeMap<String, String>,
-) -> Result<Option<Uuid>> {
+) -> Result<Option<TurnId>> {
     let (state, outcome) = if allow {
         (ApprovalState::Approved, Outcome::Allow)
     } else {
@@ -386,8 +386,8 @@ pub(crate) fn finalize(
     a: &Approval,
     state: ApprovalState,
     rule: &str,
-    decision_record: Uuid,
-) -> Result<Option<Uuid>> {
+    decision_record: RecordId,
+) -> Result<Option<TurnId>> {
     let changed = tx.sql().execute_cached(
 "UPDATE approvals SET state = ?2, rule = COALESCE(rule, ?3), decision_record_id = ?4, decided_at = ?5
           WHERE request_id = ?1 AND state IN ('pending', 'asked')",
@@ -493,7 +493,7 @@ pub(crate) fn reject(
 }
 
 /// The arguments of a request (from its record), for `aegis pending`.
-pub fn request_arguments(conn: &impl Db, request_id: Uuid) -> Result<Value> {
+pub fn request_arguments(conn: &impl Db, request_id: RequestId) -> Result<Value> {
     let conn = conn.sql();
     Ok(request_content(conn, request_id)?
         .get("arguments")
@@ -502,7 +502,7 @@ pub fn request_arguments(conn: &impl Db, request_id: Uuid) -> Result<Value> {
 }
 
 /// The `approval.request` record's content.
-pub fn request_content(conn: &impl Db, request_id: Uuid) -> Result<Value> {
+pub fn request_content(conn: &impl Db, request_id: RequestId) -> Result<Value> {
     let conn = conn.sql();
     let content: String = conn.query_row_cached(
         "SELECT content FROM records WHERE record_id = ?1",

@@ -22,7 +22,7 @@ use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, Record};
 use proto::{ApprovalState, Effect, Vote};
 use serde_json::{Map, Value};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 pub use approvals::Approval;
 pub use cursor::{cursor, set_cursor};
@@ -47,22 +47,22 @@ pub fn now_ms() -> i64 {
 /// or [`fenced`]): they commit together with the records written beside them.
 pub trait WorkTx {
     /// Marks a queued request accepted into `session_id`.
-    fn mark_accepted(&self, request_seq: i64, session_id: Uuid) -> Result<()>;
+    fn mark_accepted(&self, request_seq: i64, session_id: SessionId) -> Result<()>;
 
     /// Queues a turn of a session on its sealed context ledger; returns the turn id.
     fn insert_turn(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         seq: i64,
         request_seq: i64,
-        context_ledger_id: Uuid,
-    ) -> Result<Uuid>;
+        context_ledger_id: LedgerId,
+    ) -> Result<TurnId>;
 
     /// Seals a claimed turn's output and marks it done; returns the output ledger.
-    fn complete_turn(&self, claim: &Claim, sealer: Option<&Sealer>) -> Result<Uuid>;
+    fn complete_turn(&self, claim: &Claim, sealer: Option<&Sealer>) -> Result<LedgerId>;
 
     /// Appends to a turn's output ledger.
-    fn append_to_turn(&self, turn_id: Uuid, rec: &NewRecord) -> Result<Record>;
+    fn append_to_turn(&self, turn_id: TurnId, rec: &NewRecord) -> Result<Record>;
 
     /// Records a tool call's approval request (and its record in the turn).
     #[allow(clippy::too_many_arguments)]
@@ -79,15 +79,15 @@ pub trait WorkTx {
 
     /// Parks a claimed turn until `request_id` is decided; false if it was decided already
     /// (the turn is claimable again instead).
-    fn park_turn(&self, claim: &Claim, request_id: Uuid) -> Result<bool>;
+    fn park_turn(&self, claim: &Claim, request_id: RequestId) -> Result<bool>;
 
     /// Notes that the approved call started under `epoch`.
-    fn mark_started(&self, request_id: Uuid, epoch: i64) -> Result<()>;
+    fn mark_started(&self, request_id: RequestId, epoch: i64) -> Result<()>;
 
     /// Puts a request to the approvers under `rule`, with `required` votes by `deadline_ms`.
     fn mark_asked(
         &self,
-        request_id: Uuid,
+        request_id: RequestId,
         rule: &str,
         required: i64,
         deadline_ms: i64,
@@ -104,10 +104,10 @@ pub trait WorkTx {
     ) -> Result<(Record, i64)>;
 
     /// Raises the votes a request needs.
-    fn raise_requirement(&self, request_id: Uuid, rule: &str, required: i64) -> Result<()>;
+    fn raise_requirement(&self, request_id: RequestId, rule: &str, required: i64) -> Result<()>;
 
     /// Keeps the arguments an approver edited.
-    fn set_edited_arguments(&self, request_id: Uuid, canonical: &str) -> Result<()>;
+    fn set_edited_arguments(&self, request_id: RequestId, canonical: &str) -> Result<()>;
 
     /// Decides a request by policy; returns the turn it woke, if any.
     fn decide_by_policy(
@@ -117,7 +117,7 @@ pub trait WorkTx {
         rule: &str,
         policy_hash: &str,
         metadata: BTreeMap<String, String>,
-    ) -> Result<Option<Uuid>>;
+    ) -> Result<Option<TurnId>>;
 
     /// Closes a request as `state`; returns the turn it woke, if any.
     fn finalize(
@@ -125,8 +125,8 @@ pub trait WorkTx {
         a: &Approval,
         state: ApprovalState,
         rule: &str,
-        decision_record: Uuid,
-    ) -> Result<Option<Uuid>>;
+        decision_record: RecordId,
+    ) -> Result<Option<TurnId>>;
 
     /// Counts `n` refused decisions by `approver`.
     fn add_refusals(&self, request_id: &str, approver: &str, n: i64) -> Result<()>;

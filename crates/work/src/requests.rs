@@ -5,7 +5,7 @@ use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
 use proto::record::{Content, NewRecord, Record, RecordType};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, SessionId};
 
 /// A submitted request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -13,9 +13,9 @@ pub struct Request {
     /// Its place in minato's queue.
     pub request_seq: i64,
     /// The `task.instruction` record.
-    pub record_id: Uuid,
+    pub record_id: RecordId,
     /// The session it continues (or, once accepted, the session it started).
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
 }
 
 /// A queued request as read by the consumer that accepts it.
@@ -24,9 +24,9 @@ pub struct Queued {
     /// Its place in the queue.
     pub request_seq: i64,
     /// The `task.instruction` record.
-    pub record_id: Uuid,
+    pub record_id: RecordId,
     /// The session it continues, if any.
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
 }
 
 /// Writes the `task.instruction` and queues it for minato, in one transaction.
@@ -34,7 +34,7 @@ pub fn submit(
     store: &mut Store,
     instruction: &str,
     author: &str,
-    session: Option<Uuid>,
+    session: Option<SessionId>,
 ) -> Result<Request> {
     submit_replay(store, instruction, author, session, None)
 }
@@ -45,7 +45,7 @@ pub fn submit_replay(
     store: &mut Store,
     instruction: &str,
     author: &str,
-    session: Option<Uuid>,
+    session: Option<SessionId>,
     replay: Option<crate::Replay>,
 ) -> Result<Request> {
     if instruction.trim().is_empty() {
@@ -102,7 +102,7 @@ pub fn next_request_after(conn: &impl Db, position: i64) -> Result<Option<Queued
 }
 
 /// Marks a request accepted into `session_id`.
-pub(crate) fn mark_accepted(tx: &Tx<'_>, request_seq: i64, session_id: Uuid) -> Result<()> {
+pub(crate) fn mark_accepted(tx: &Tx<'_>, request_seq: i64, session_id: SessionId) -> Result<()> {
     tx.sql().execute_cached(
         "UPDATE requests SET session_id = ?2, accepted_at = ?3 WHERE request_seq = ?1",
         params![request_seq, session_id.to_string(), time::now()],
@@ -111,7 +111,7 @@ pub(crate) fn mark_accepted(tx: &Tx<'_>, request_seq: i64, session_id: Uuid) -> 
 }
 
 /// The instruction record of a request.
-pub fn request_instruction(conn: &impl Db, request_seq: i64) -> Result<Uuid> {
+pub fn request_instruction(conn: &impl Db, request_seq: i64) -> Result<RecordId> {
     let conn = conn.sql();
     let id: String = conn.query_row_cached(
         "SELECT record_id FROM requests WHERE request_seq = ?1",
@@ -133,7 +133,7 @@ pub fn request_replays(conn: &impl Db, request_seq: i64) -> Result<bool> {
 }
 
 /// The last `task.deliverable` in a ledger, if any.
-pub fn last_deliverable(conn: &impl Db, ledger_id: Uuid) -> Result<Option<Record>> {
+pub fn last_deliverable(conn: &impl Db, ledger_id: LedgerId) -> Result<Option<Record>> {
     let conn = conn.sql();
     let sql = "SELECT r.record_id
                  FROM ledger_records m JOIN records r ON r.record_id = m.record_id
@@ -151,7 +151,7 @@ pub fn last_deliverable(conn: &impl Db, ledger_id: Uuid) -> Result<Option<Record
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestStatus {
     /// The session, once accepted.
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
     /// True when the session completed the work of this request.
     pub complete: bool,
     /// The final deliverable, once complete.
@@ -174,7 +174,7 @@ pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus>
             id: request_seq.to_string(),
         });
     };
-    let Some(session) = session.as_deref().map(parse_id).transpose()? else {
+    let Some(session) = session.as_deref().map(parse_id::<SessionId>).transpose()? else {
         return Ok(RequestStatus {
             session_id: None,
             complete: false,
@@ -217,9 +217,9 @@ pub struct RecordedTurn {
     /// Its number in the session.
     pub seq: i64,
     /// Its sealed context.
-    pub context_ledger_id: Uuid,
+    pub context_ledger_id: LedgerId,
     /// Its sealed output.
-    pub output_ledger_id: Uuid,
+    pub output_ledger_id: LedgerId,
     /// The instruction's text and author (resubmitted as is, it is the same record).
     pub instruction: String,
     /// Who gave it.
@@ -227,7 +227,7 @@ pub struct RecordedTurn {
 }
 
 /// `session_id`'s finished turns, in order.
-pub fn recorded_turns(conn: &impl Db, session_id: Uuid) -> Result<Vec<RecordedTurn>> {
+pub fn recorded_turns(conn: &impl Db, session_id: SessionId) -> Result<Vec<RecordedTurn>> {
     let conn = conn.sql();
     let mut stmt = conn.prepare_cached(
         "SELECT t.seq, t.context_ledger_id, t.output_ledger_id, i.content, i.author_id

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::{WorkTx, approvals, claim_next, fenced, now_ms, submit, turn};
 
-fn pending_turn(store: &mut Store) -> uuid::Uuid {
+fn pending_turn(store: &mut Store) -> proto::TurnId {
     let request = submit(store, "write a file", "user:oles", None).expect("submit");
     let session = store.create_session("s").expect("session");
     let ctx = store
@@ -81,10 +81,10 @@ fn a_parked_turn_wakes_on_its_decision_and_a_stale_claim_is_fenced() {
         })
     ));
     let woke = store
-        .write(|tx| tx.finalize(&a, ApprovalState::Approved, "people", a.request_id))
+        .write(|tx| tx.finalize(&a, ApprovalState::Approved, "people", a.request_id.record()))
         .expect("finalize");
     assert_eq!(woke, Some(turn_id));
-    let twice = store.write(|tx| tx.finalize(&a, ApprovalState::Denied, "people", a.request_id));
+    let twice = store.write(|tx| tx.finalize(&a, ApprovalState::Denied, "people", a.request_id.record()));
     assert!(matches!(
         twice,
         Err(StoreError::Conflict {

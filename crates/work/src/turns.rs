@@ -6,6 +6,7 @@ use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
+use proto::{LedgerId, SessionId, TurnId};
 use uuid::Uuid;
 
 pub use proto::TurnState;
@@ -14,17 +15,17 @@ pub use proto::TurnState;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Turn {
     /// The turn.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
     /// Its session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// 1, 2, ... within the session.
     pub seq: i64,
     /// The request it serves.
     pub request_seq: i64,
     /// Its sealed input.
-    pub context_ledger_id: Uuid,
+    pub context_ledger_id: LedgerId,
     /// Its output, once a worker opened it.
-    pub output_ledger_id: Option<Uuid>,
+    pub output_ledger_id: Option<LedgerId>,
     /// Pending, running or done.
     pub state: TurnState,
     /// Fencing epoch: the number of claims so far.
@@ -41,9 +42,9 @@ pub struct Turn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
     /// The turn.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
     /// Its session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// Its number in the session.
     pub seq: i64,
     /// The fencing epoch this claim holds.
@@ -51,9 +52,9 @@ pub struct Claim {
     /// The worker.
     pub owner: String,
     /// The sealed context to read.
-    pub context_ledger_id: Uuid,
+    pub context_ledger_id: LedgerId,
     /// The open output ledger to append to.
-    pub output_ledger_id: Uuid,
+    pub output_ledger_id: LedgerId,
     /// True when an earlier worker had already claimed it (resume, do not restart).
     pub resumed: bool,
     /// Which attempt this claim is: 1 + the claims before it that did not end cleanly.
@@ -68,7 +69,7 @@ pub struct Claim {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replay {
     /// The recorded turn's output ledger.
-    pub of: Uuid,
+    pub of: LedgerId,
     /// The model decides anew (another provider or script); only side effects are served
     /// from the record. Otherwise every step is the recorded one.
     pub live: bool,
@@ -90,11 +91,11 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn>> {
     let state: TurnState = r.get(6)?;
     Ok((|| {
         Ok(Turn {
-            turn_id: turn_id?,
-            session_id: session_id?,
+            turn_id: turn_id?.into(),
+            session_id: session_id?.into(),
             seq: r.get(2)?,
             request_seq: r.get(3)?,
-            context_ledger_id: context?,
+            context_ledger_id: context?.into(),
             output_ledger_id: output.as_deref().map(parse_id).transpose()?,
             state,
             epoch: r.get(7)?,
@@ -106,7 +107,7 @@ fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn>> {
 }
 
 /// Reads a turn.
-pub fn turn(conn: &impl Db, turn_id: Uuid) -> Result<Turn> {
+pub fn turn(conn: &impl Db, turn_id: TurnId) -> Result<Turn> {
     let conn = conn.sql();
     let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1");
     conn.prepare_cached(&sql)?
@@ -288,7 +289,7 @@ const MAX_ERROR_BYTES: usize = 1000;
 
 /// Seals the output ledger and marks the turn done, under the fence. Returns the sealed
 /// output ledger id.
-pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<Uuid> {
+pub fn complete_turn(store: &mut Store, claim: &Claim) -> Result<LedgerId> {
     let sealer = store.sealer().cloned();
     fenced(store, claim, |tx| {
         complete_turn_in(tx, claim, sealer.as_ref())
@@ -301,7 +302,7 @@ pub(crate) fn complete_turn_in(
     tx: &Tx<'_>,
     claim: &Claim,
     sealer: Option<&kura_tlog::sealer::Sealer>,
-) -> Result<Uuid> {
+) -> Result<LedgerId> {
     tx.seal(claim.output_ledger_id, sealer)?;
     tx.sql().prepare_cached(
         "UPDATE turns SET state = 'done', lease_owner = NULL, lease_until_ms = NULL, completed_by = ?2,
@@ -314,7 +315,7 @@ pub(crate) fn complete_turn_in(
 }
 
 /// The next turn number of a session.
-pub fn next_turn_seq(conn: &impl Db, session_id: Uuid) -> Result<i64> {
+pub fn next_turn_seq(conn: &impl Db, session_id: SessionId) -> Result<i64> {
     let conn = conn.sql();
     Ok(conn.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?1",
@@ -326,12 +327,12 @@ pub fn next_turn_seq(conn: &impl Db, session_id: Uuid) -> Result<i64> {
 /// Files a pending turn whose sealed context is `context_ledger_id`.
 pub(crate) fn insert_turn(
     tx: &Tx<'_>,
-    session_id: Uuid,
+    session_id: SessionId,
     seq: i64,
     request_seq: i64,
-    context_ledger_id: Uuid,
-) -> Result<Uuid> {
-    let turn_id = proto::new_id();
+    context_ledger_id: LedgerId,
+) -> Result<TurnId> {
+    let turn_id = TurnId::new();
     tx.sql().execute_cached(
 "INSERT INTO turns (turn_id, session_id, seq, request_seq, context_ledger_id, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",

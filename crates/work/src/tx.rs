@@ -8,30 +8,30 @@ use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, Record};
 use proto::{ApprovalState, Effect, Vote};
 use serde_json::{Map, Value};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 use crate::{Approval, Claim, WorkTx, approvals, policy, requests, turns};
 
 impl WorkTx for Tx<'_> {
-    fn mark_accepted(&self, request_seq: i64, session_id: Uuid) -> Result<()> {
+    fn mark_accepted(&self, request_seq: i64, session_id: SessionId) -> Result<()> {
         requests::mark_accepted(self, request_seq, session_id)
     }
 
     fn insert_turn(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         seq: i64,
         request_seq: i64,
-        context_ledger_id: Uuid,
-    ) -> Result<Uuid> {
+        context_ledger_id: LedgerId,
+    ) -> Result<TurnId> {
         turns::insert_turn(self, session_id, seq, request_seq, context_ledger_id)
     }
 
-    fn complete_turn(&self, claim: &Claim, sealer: Option<&Sealer>) -> Result<Uuid> {
+    fn complete_turn(&self, claim: &Claim, sealer: Option<&Sealer>) -> Result<LedgerId> {
         turns::complete_turn_in(self, claim, sealer)
     }
 
-    fn append_to_turn(&self, turn_id: Uuid, rec: &NewRecord) -> Result<Record> {
+    fn append_to_turn(&self, turn_id: TurnId, rec: &NewRecord) -> Result<Record> {
         approvals::append_to_turn(self, turn_id, rec)
     }
 
@@ -50,17 +50,17 @@ impl WorkTx for Tx<'_> {
         )
     }
 
-    fn park_turn(&self, claim: &Claim, request_id: Uuid) -> Result<bool> {
+    fn park_turn(&self, claim: &Claim, request_id: RequestId) -> Result<bool> {
         approvals::park_turn(self, claim, request_id)
     }
 
-    fn mark_started(&self, request_id: Uuid, epoch: i64) -> Result<()> {
+    fn mark_started(&self, request_id: RequestId, epoch: i64) -> Result<()> {
         approvals::mark_started(self, request_id, epoch)
     }
 
     fn mark_asked(
         &self,
-        request_id: Uuid,
+        request_id: RequestId,
         rule: &str,
         required: i64,
         deadline_ms: i64,
@@ -79,11 +79,11 @@ impl WorkTx for Tx<'_> {
         approvals::record_vote(self, a, approver, decision, record, signature)
     }
 
-    fn raise_requirement(&self, request_id: Uuid, rule: &str, required: i64) -> Result<()> {
+    fn raise_requirement(&self, request_id: RequestId, rule: &str, required: i64) -> Result<()> {
         approvals::raise_requirement(self, request_id, rule, required)
     }
 
-    fn set_edited_arguments(&self, request_id: Uuid, canonical: &str) -> Result<()> {
+    fn set_edited_arguments(&self, request_id: RequestId, canonical: &str) -> Result<()> {
         approvals::set_edited_arguments(self, request_id, canonical)
     }
 
@@ -94,7 +94,7 @@ impl WorkTx for Tx<'_> {
         rule: &str,
         policy_hash: &str,
         metadata: BTreeMap<String, String>,
-    ) -> Result<Option<Uuid>> {
+    ) -> Result<Option<TurnId>> {
         approvals::decide_by_policy(self, a, allow, rule, policy_hash, metadata)
     }
 
@@ -103,8 +103,8 @@ impl WorkTx for Tx<'_> {
         a: &Approval,
         state: ApprovalState,
         rule: &str,
-        decision_record: Uuid,
-    ) -> Result<Option<Uuid>> {
+        decision_record: RecordId,
+    ) -> Result<Option<TurnId>> {
         approvals::finalize(self, a, state, rule, decision_record)
     }
 
