@@ -5,6 +5,7 @@
 //! seal time, parents = ledger parents), so exporting the same session twice gives the same
 //! commit ids, and `git fsck` passes.
 
+use proto::{LedgerId, SessionId};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
@@ -12,7 +13,6 @@ use std::process::{Command, Stdio};
 
 use proto::ledger::{Ledger, LedgerState};
 use serde::Serialize;
-use uuid::Uuid;
 
 use kura_store::{Result, Store, StoreError, time};
 
@@ -75,7 +75,7 @@ fn json_pretty<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 
 /// Exports the sealed ledgers of `session_id` into the git repository at `out` (created if
 /// missing; an existing export there is updated in place).
-pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exported> {
+pub fn export_git(store: &Store, session_id: SessionId, out: &Path) -> Result<Exported> {
     let session = store.read_session(session_id)?;
     let Some(head) = session.head_ledger_id else {
         return Err(StoreError::Invalid(format!(
@@ -85,7 +85,7 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
     let (ledgers, mut branches) = history(store, session_id)?;
     prepare_repository(out)?;
     let mut stream = Vec::new();
-    let mut marks: HashMap<Uuid, usize> = HashMap::new();
+    let mut marks: HashMap<LedgerId, usize> = HashMap::new();
     for (i, ledger) in ledgers.iter().enumerate() {
         let mark = i + 1;
         commit(store, &mut stream, &marks, ledger, mark)?;
@@ -120,15 +120,15 @@ pub fn export_git(store: &Store, session_id: Uuid, out: &Path) -> Result<Exporte
 }
 
 /// Fork branches to export: (`fork/<session>`, head ledger).
-type Branches = Vec<(String, Uuid)>;
+type Branches = Vec<(String, LedgerId)>;
 
 /// The sealed ledgers to export, oldest first — the session's, those of every session
 /// forked from it (and from those), and all the history they grow from — and the fork
 /// branches (`fork/<session>`, head ledger).
-fn history(store: &Store, session_id: Uuid) -> Result<(Vec<Ledger>, Branches)> {
+fn history(store: &Store, session_id: SessionId) -> Result<(Vec<Ledger>, Branches)> {
     // A fork is a branch sharing the origin's commits, not a copy.
     let mut sessions = vec![session_id];
-    let mut branches: Vec<(String, Uuid)> = Vec::new();
+    let mut branches: Vec<(String, LedgerId)> = Vec::new();
     let mut i = 0;
     while i < sessions.len() {
         for f in kura_store::branch::forks_of(store.conn(), sessions[i])? {
@@ -191,7 +191,7 @@ fn prepare_repository(out: &Path) -> Result<()> {
 fn commit(
     store: &Store,
     stream: &mut Vec<u8>,
-    marks: &HashMap<Uuid, usize>,
+    marks: &HashMap<LedgerId, usize>,
     ledger: &Ledger,
     mark: usize,
 ) -> Result<()> {

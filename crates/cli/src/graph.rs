@@ -2,13 +2,13 @@
 //! its abandoned ledgers on a side lane; a fork's first ledger says where it grew from, and a
 //! ledger other sessions grew from says so.
 
+use proto::{LedgerId, SessionId};
 use std::collections::{HashMap, HashSet};
 
 use kura_store::Store;
 use kura_store::store::Session;
 use proto::ledger::Ledger;
 use serde::Serialize;
-use uuid::Uuid;
 
 use crate::output::Out;
 
@@ -25,15 +25,15 @@ struct GraphJson<'a> {
 #[derive(Serialize)]
 struct Node<'a> {
     /// Sessions forked from it.
-    forked_to: Vec<Uuid>,
+    forked_to: Vec<SessionId>,
     /// It is the session's head.
     head: bool,
     /// Its label.
     label: &'a str,
     /// The ledger.
-    ledger_id: Uuid,
+    ledger_id: LedgerId,
     /// Its parents.
-    parents: &'a [Uuid],
+    parents: &'a [LedgerId],
     /// A reset left it behind.
     unreachable: bool,
 }
@@ -43,23 +43,23 @@ struct Graph {
     session: Session,
     ledgers: Vec<Ledger>,
     /// Left behind by a reset.
-    lost: HashSet<Uuid>,
+    lost: HashSet<LedgerId>,
     /// Ledger → the sessions forked from it.
-    forked_to: HashMap<Uuid, Vec<Uuid>>,
+    forked_to: HashMap<LedgerId, Vec<SessionId>>,
     /// The session's own ledgers.
-    mine: HashSet<Uuid>,
+    mine: HashSet<LedgerId>,
 }
 
 /// Draws `session_id`'s ledgers, newest first.
-pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: Uuid) -> anyhow::Result<()> {
+pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: SessionId) -> anyhow::Result<()> {
     let session = store.read_session(session_id)?;
     let ledgers = store.session_ledgers(session_id)?;
     let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
-    let mut forked_to: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+    let mut forked_to: HashMap<LedgerId, Vec<SessionId>> = HashMap::new();
     for f in kura_store::branch::forks_of(store.conn(), session_id)? {
         forked_to.entry(f.origin).or_default().push(f.session_id);
     }
-    let mine: HashSet<Uuid> = ledgers.iter().map(|l| l.ledger_id).collect();
+    let mine: HashSet<LedgerId> = ledgers.iter().map(|l| l.ledger_id).collect();
     let g = Graph {
         lost,
         session,
@@ -76,7 +76,7 @@ pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: Uuid) -> anyho
     ))?;
     // Each lane holds the ledger it expects next; ids descend (UUIDv7: a child is newer than
     // its parents), so walking newest first meets every parent after its children.
-    let mut lanes: Vec<Option<Uuid>> = Vec::new();
+    let mut lanes: Vec<Option<LedgerId>> = Vec::new();
     for l in &g.ledgers {
         let col = column(&mut lanes, l.ledger_id);
         join_lanes(out, &mut lanes, col, l.ledger_id)?;
@@ -116,7 +116,7 @@ fn draw_json(out: &mut Out, g: &Graph) -> anyhow::Result<()> {
 
 /// The lane `ledger` is drawn in: the lane expecting it, else a free or new one (a tip: the
 /// head, or a ledger a reset left behind).
-fn column(lanes: &mut Vec<Option<Uuid>>, ledger: Uuid) -> usize {
+fn column(lanes: &mut Vec<Option<LedgerId>>, ledger: LedgerId) -> usize {
     if let Some(c) = lanes.iter().position(|x| *x == Some(ledger)) {
         return c;
     }
@@ -132,9 +132,9 @@ fn column(lanes: &mut Vec<Option<Uuid>>, ledger: Uuid) -> usize {
 /// Other lanes waiting for this same ledger join it here, like git's `|/`.
 fn join_lanes(
     out: &mut Out,
-    lanes: &mut Vec<Option<Uuid>>,
+    lanes: &mut Vec<Option<LedgerId>>,
     col: usize,
-    ledger: Uuid,
+    ledger: LedgerId,
 ) -> std::io::Result<()> {
     let joined: Vec<usize> = lanes
         .iter()
@@ -170,7 +170,7 @@ fn row(
     out: &mut Out,
     store: &Store,
     g: &Graph,
-    lanes: &[Option<Uuid>],
+    lanes: &[Option<LedgerId>],
     col: usize,
     l: &Ledger,
 ) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! Writing results: text for people, JSON for machines; a closed pipe ends output quietly.
 
+use proto::LedgerId;
 use std::io::{self, Write};
 
 use kura_store::store::{RefLogEntry, Session};
@@ -92,7 +93,7 @@ pub fn record_line(position: usize, r: &Record) -> String {
 pub fn sealer_name(
     store: &kura_store::Store,
     keyring: Option<&kura_tlog::sealer::Keyring>,
-    ledger: uuid::Uuid,
+    ledger: LedgerId,
 ) -> anyhow::Result<Option<String>> {
     let Some(nkey) = kura_tlog::sealer::sealer_of(store.conn(), &ledger.to_string())? else {
         return Ok(None);
@@ -144,7 +145,7 @@ pub fn ledger_block(
 }
 
 /// A record in full.
-pub fn record_block(out: &mut Out, r: &Record, ledgers: &[uuid::Uuid]) -> anyhow::Result<()> {
+pub fn record_block(out: &mut Out, r: &Record, ledgers: &[LedgerId]) -> anyhow::Result<()> {
     out.line(format!("record {}", r.record_id))?;
     out.line(format!("Type:    {}", r.record_type))?;
     out.line(format!("Author:  {}", r.author_id))?;

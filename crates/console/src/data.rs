@@ -5,6 +5,7 @@
 use kura_store::Store;
 use kura_store::store::parse_id;
 use kura_work::approvals::{Approval, asked, votes};
+use proto::{LedgerId, SessionId};
 use rusqlite::params;
 use uuid::Uuid;
 
@@ -61,10 +62,10 @@ pub struct History {
 /// Reads a page of a session's history.
 pub fn history(
     store: &Store,
-    session: Uuid,
+    session: SessionId,
     page: usize,
     ledgers_per_page: usize,
-    focus: Option<(Uuid, u64)>,
+    focus: Option<(LedgerId, u64)>,
     per_ledger: usize,
     keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> anyhow::Result<History> {
@@ -168,7 +169,7 @@ pub fn waiting(store: &Store) -> anyhow::Result<Vec<Waiting>> {
     Ok(out)
 }
 
-/// Parses an id from a URL, as a clear error.
-pub fn id(text: &str) -> anyhow::Result<Uuid> {
+/// Parses an id of the kind `T` from a URL, as a clear error.
+pub fn id<T: From<Uuid>>(text: &str) -> anyhow::Result<T> {
     Ok(parse_id(text)?)
 }

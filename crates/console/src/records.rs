@@ -3,12 +3,12 @@
 //! read); reading whole records for a page of them would take `kura serve` past its unit's
 //! memory limit, so SQLite cuts the content before it reaches this process.
 
+use proto::{LedgerId, RecordId};
 use std::collections::HashSet;
 
 use kura_store::Store;
 use proto::Ledger;
 use rusqlite::{OptionalExtension, named_params};
-use uuid::Uuid;
 
 /// A record's content is read up to this many bytes for a page of records.
 pub const SHOWN_BYTES: usize = 4 * 1024;
@@ -98,7 +98,7 @@ fn utf8_prefix(bytes: &[u8]) -> (String, usize) {
 /// Up to `limit` records of a ledger from `from`, each cut at [`SHOWN_BYTES`].
 pub fn ledger_page(
     store: &Store,
-    ledger: Uuid,
+    ledger: LedgerId,
     from: u64,
     limit: usize,
 ) -> anyhow::Result<Vec<RecordView>> {
@@ -125,7 +125,7 @@ pub struct Chunk {
 }
 
 /// A chunk of the record `id` from byte `from`.
-pub fn record_chunk(store: &Store, id: Uuid, from: u64) -> anyhow::Result<Chunk> {
+pub fn record_chunk(store: &Store, id: RecordId, from: u64) -> anyhow::Result<Chunk> {
     let sql =
         format!("SELECT {VIEW} FROM records r, (SELECT 0 AS position) m WHERE r.record_id = :id");
     let mut stmt = store.conn().prepare_cached(&sql)?;
@@ -167,7 +167,7 @@ pub struct Section {
 
 /// `kura diff` by hash (each hash once, in ledger order), reading only hashes for the whole
 /// ledgers and contents for `page` of each section.
-pub fn diff(store: &Store, a: Uuid, b: Uuid, page: usize) -> anyhow::Result<DiffView> {
+pub fn diff(store: &Store, a: LedgerId, b: LedgerId, page: usize) -> anyhow::Result<DiffView> {
     let (la, lb) = (store.read_ledger(a)?, store.read_ledger(b)?);
     let (ha, hb) = (hashes(store, a)?, hashes(store, b)?);
     let set_a: HashSet<&[u8]> = ha.iter().map(|(_, h)| h.as_slice()).collect();
@@ -182,7 +182,7 @@ pub fn diff(store: &Store, a: Uuid, b: Uuid, page: usize) -> anyhow::Result<Diff
     let only_a = firsts(&ha, &|h| !set_b.contains(h));
     let both = firsts(&ha, &|h| set_b.contains(h));
     let only_b = firsts(&hb, &|h| !set_a.contains(h));
-    let section = |ledger: Uuid, positions: &[u64]| -> anyhow::Result<Section> {
+    let section = |ledger: LedgerId, positions: &[u64]| -> anyhow::Result<Section> {
         let shown = positions
             .iter()
             .skip(page * DIFF_PER_PAGE)
@@ -207,7 +207,7 @@ pub fn diff(store: &Store, a: Uuid, b: Uuid, page: usize) -> anyhow::Result<Diff
 }
 
 /// Every record's position and hash in a ledger (32 bytes each, never the content).
-fn hashes(store: &Store, ledger: Uuid) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
+fn hashes(store: &Store, ledger: LedgerId) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
     let mut stmt = store.conn().prepare_cached(
         "SELECT m.position, CAST(r.hash AS BLOB) FROM ledger_records m
            JOIN records r ON r.record_id = m.record_id

@@ -3,6 +3,7 @@
 //! fed while stdout is read, the timeout covers the whole exchange, and the program sees an
 //! empty environment plus what the config names.
 
+use proto::SessionId;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -57,7 +58,7 @@ impl CommandProvider {
 /// (`null` in the first turn) and the sealed context's records.
 #[derive(Debug, serde::Serialize)]
 struct CommandInput<'a> {
-    session_id: uuid::Uuid,
+    session_id: SessionId,
     turn: i64,
     instruction: String,
     previous_deliverable: Option<String>,
@@ -194,7 +195,7 @@ mod tests {
 
     fn context(bytes: usize) -> Vec<Record> {
         vec![Record {
-            record_id: proto::new_id(),
+            record_id: proto::new_id().into(),
             hash: String::new(),
             record_type: RecordType::TaskInstruction,
             content: json!({"text": "x".repeat(bytes)}),
@@ -206,7 +207,7 @@ mod tests {
 
     fn ask(p: &CommandProvider, ctx: &[Record]) -> Result<Vec<Step>, ProviderError> {
         p.next(&TurnInput {
-            session_id: proto::new_id(),
+            session_id: proto::new_id().into(),
             seq: 1,
             context: ctx,
             history: &[],

@@ -9,11 +9,11 @@ mod openai;
 mod scripted;
 
 pub use embed::{EmbedError, embed};
+use proto::SessionId;
 
 use proto::record::{Record, RecordType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 /// A tool as a model sees it: plain data, so a provider needs no tool implementation.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +53,7 @@ pub enum Step {
 /// What a provider sees.
 pub struct TurnInput<'a> {
     /// The session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// Turn number in the session (1-based).
     pub seq: i64,
     /// The sealed context ledger's records.

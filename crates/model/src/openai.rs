@@ -329,11 +329,12 @@ mod tests {
     use super::*;
     use crate::ToolSpec;
     use proto::record::Record;
+    use proto::{RecordId, SessionId};
     use std::collections::BTreeMap;
 
     fn record(record_type: RecordType, content: Value) -> Record {
         Record {
-            record_id: uuid::Uuid::nil(),
+            record_id: RecordId::from(uuid::Uuid::nil()),
             hash: String::new(),
             record_type,
             content,
@@ -375,7 +376,7 @@ mod tests {
             parameters: json!({"type": "object"}),
         }];
         let input = TurnInput {
-            session_id: uuid::Uuid::nil(),
+            session_id: SessionId::from(uuid::Uuid::nil()),
             seq: 1,
             context: &context,
             history: &history,

@@ -2,9 +2,9 @@
 //! writer and reader shares. Each serializes to exactly the JSON value the daemons wrote
 //! before (same keys, absent vs `null` as before), so content hashes stay byte-identical.
 
+use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
-use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 use crate::states::{Effect, Outcome, Vote};
 

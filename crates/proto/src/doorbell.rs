@@ -3,9 +3,9 @@
 //! A doorbell says *where to look* in SQLite, never *what happened*: ids and at most a few
 //! small control fields. Consumers must treat every message as a hint and re-read the store.
 
+use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 /// Largest doorbell payload accepted or produced, in bytes.
 pub const MAX_DOORBELL_BYTES: usize = 1024;

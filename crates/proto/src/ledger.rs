@@ -1,7 +1,7 @@
 //! Ledgers: ordered, append-only collections of records, sealed into a hash chain like git commits.
 
-use serde::{Deserialize, Serialize};
 use crate::ids::{LedgerId, SessionId};
+use serde::{Deserialize, Serialize};
 
 use crate::canonical::sha256_hex;
 

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::ids::RecordId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use crate::ids::RecordId;
 
 use sha2::{Digest, Sha256};
 

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use proto::content::SessionForkContent;
 use proto::ledger::{Ledger, LedgerState};
 use proto::record::{NewRecord, RecordType};
-use rusqlite::Connection;
 use proto::{LedgerId, SessionId};
+use rusqlite::Connection;
 
 use crate::error::{Result, StoreError};
 use crate::store::{

@@ -2,9 +2,9 @@
 
 use std::collections::HashSet;
 
+use proto::LedgerId;
 use proto::record::Record;
 use serde::Serialize;
-use proto::LedgerId;
 
 use crate::error::Result;
 use crate::store::Store;

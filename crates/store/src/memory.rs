@@ -5,9 +5,9 @@ use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use proto::record::{Content, NewRecord, Record, RecordType};
+use proto::{RecordId, SessionId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
-use proto::{RecordId, SessionId};
 
 use crate::error::{Result, StoreError};
 use crate::store::{parse_id, record_from_row_pub, write_record_in};

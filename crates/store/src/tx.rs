@@ -87,7 +87,12 @@ impl Tx<'_> {
     }
 
     /// Opens a ledger in a session on top of sealed `parents`.
-    pub fn open_ledger(&self, session_id: SessionId, label: &str, parents: &[LedgerId]) -> Result<Ledger> {
+    pub fn open_ledger(
+        &self,
+        session_id: SessionId,
+        label: &str,
+        parents: &[LedgerId],
+    ) -> Result<Ledger> {
         crate::store::open_ledger_in(self.0, session_id, label, parents)
     }
 

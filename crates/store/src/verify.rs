@@ -12,10 +12,10 @@ use std::path::Path;
 use proto::ledger::{LedgerHeader, ParentRef};
 use proto::merkle;
 use proto::record::{RecordColumns, RecordType};
+use proto::{LedgerId, SessionId};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
-use proto::{LedgerId, SessionId};
 
 use crate::error::Result;
 use crate::store::{RefLogEntry, Store};

@@ -34,7 +34,7 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// A pending turn for `instruction`, filed the way minato files one (a queued request, a
 /// sealed context ledger holding the instruction), for in-process tests of hashi and aegis.
-pub fn pending_turn(store: &mut kura_store::Store, instruction: &str) -> uuid::Uuid {
+pub fn pending_turn(store: &mut kura_store::Store, instruction: &str) -> proto::TurnId {
     use kura_work::submit;
     let request = submit(store, instruction, "user:oles", None).expect("submit");
     let session = store.create_session("s").expect("session");

@@ -1,6 +1,7 @@
 //! The process stack: a real nats-server, the real daemon binaries as separate processes,
 //! one real SQLite file in a temp dir; everything killed on drop.
 
+use proto::SessionId;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -370,7 +371,7 @@ impl Drop for Stack {
 }
 
 /// Rows of (record_type, content, metadata) for every record in a session's output ledgers.
-pub fn session_records(store: &Store, session: uuid::Uuid) -> Vec<proto::Record> {
+pub fn session_records(store: &Store, session: SessionId) -> Vec<proto::Record> {
     let mut out = Vec::new();
     let mut ledgers = store.session_ledgers(session).expect("ledgers");
     ledgers.reverse();

@@ -6,10 +6,10 @@ use kura_store::store::parse_id;
 use kura_store::{Cached, ConflictKind, Db, Result, StoreError, Tx, time};
 use proto::content::{ApprovalRequestContent, PolicyDecisionContent, RejectionContent};
 use proto::record::{NewRecord, RecordType};
+use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
 
 pub use proto::{ApprovalState, Effect, Outcome, Vote};
 
@@ -94,7 +94,11 @@ pub fn approval(conn: &impl Db, request_id: RequestId) -> Result<Option<Approval
 
 /// The approval filed for a tool call of `turn_id`, if any. A call id is unique within a
 /// turn, not across turns: a replay reuses the recorded turn's call ids.
-pub fn approval_for_call(conn: &impl Db, turn_id: TurnId, call_id: &str) -> Result<Option<Approval>> {
+pub fn approval_for_call(
+    conn: &impl Db,
+    turn_id: TurnId,
+    call_id: &str,
+) -> Result<Option<Approval>> {
     let conn = conn.sql();
     let sql = format!("SELECT {COLUMNS} FROM approvals WHERE turn_id = ?1 AND call_id = ?2");
     conn.prepare_cached(&sql)?
@@ -249,7 +253,11 @@ fn output_ledger(conn: &Connection, turn_id: TurnId) -> Result<LedgerId> {
 }
 
 /// Appends a record to the turn's output ledger (decisions, votes, rejections).
-pub(crate) fn append_to_turn(tx: &Tx<'_>, turn_id: TurnId, rec: &NewRecord) -> Result<proto::Record> {
+pub(crate) fn append_to_turn(
+    tx: &Tx<'_>,
+    turn_id: TurnId,
+    rec: &NewRecord,
+) -> Result<proto::Record> {
     Ok(tx.append(output_ledger(tx.sql(), turn_id)?, rec)?.record)
 }
 
@@ -334,7 +342,11 @@ pub(crate) fn raise_requirement(
 }
 
 /// Binds `request_id` to edited arguments (canonical JSON) while it is still asked.
-pub(crate) fn set_edited_arguments(tx: &Tx<'_>, request_id: RequestId, canonical: &str) -> Result<()> {
+pub(crate) fn set_edited_arguments(
+    tx: &Tx<'_>,
+    request_id: RequestId,
+    canonical: &str,
+) -> Result<()> {
     tx.sql().execute_cached(
         "UPDATE approvals SET edited_arguments = ?2 WHERE request_id = ?1 AND state = 'asked'",
         params![request_id.to_string(), canonical],

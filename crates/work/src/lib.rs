@@ -21,8 +21,8 @@ use kura_store::Result;
 use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, Record};
 use proto::{ApprovalState, Effect, Vote};
-use serde_json::{Map, Value};
 use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use serde_json::{Map, Value};
 
 pub use approvals::Approval;
 pub use cursor::{cursor, set_cursor};

@@ -3,9 +3,9 @@
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
 use proto::record::{Content, NewRecord, Record, RecordType};
+use proto::{LedgerId, RecordId, SessionId};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
-use proto::{LedgerId, RecordId, SessionId};
 
 /// A submitted request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

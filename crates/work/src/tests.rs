@@ -84,7 +84,8 @@ fn a_parked_turn_wakes_on_its_decision_and_a_stale_claim_is_fenced() {
         .write(|tx| tx.finalize(&a, ApprovalState::Approved, "people", a.request_id.record()))
         .expect("finalize");
     assert_eq!(woke, Some(turn_id));
-    let twice = store.write(|tx| tx.finalize(&a, ApprovalState::Denied, "people", a.request_id.record()));
+    let twice =
+        store.write(|tx| tx.finalize(&a, ApprovalState::Denied, "people", a.request_id.record()));
     assert!(matches!(
         twice,
         Err(StoreError::Conflict {

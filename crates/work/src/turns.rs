@@ -4,9 +4,9 @@
 
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
+use proto::{LedgerId, SessionId, TurnId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
-use proto::{LedgerId, SessionId, TurnId};
 use uuid::Uuid;
 
 pub use proto::TurnState;

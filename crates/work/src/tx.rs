@@ -7,8 +7,8 @@ use kura_store::{Result, Tx};
 use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, Record};
 use proto::{ApprovalState, Effect, Vote};
-use serde_json::{Map, Value};
 use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use serde_json::{Map, Value};
 
 use crate::{Approval, Claim, WorkTx, approvals, policy, requests, turns};
 

@@ -3,6 +3,7 @@
 //! record, and its hash is recomputed here from the very bytes that are then displayed — a
 //! responder that shows something other than the request is an error, not a prompt.
 
+use proto::RequestId;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,7 +11,6 @@ use base64::Engine as _;
 use proto::doorbell::{ApprovalDecision, PendingQuery, RecordFetch};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::keys;
 use crate::pending::{Chunk, PendingItem, PendingPage};
@@ -25,7 +25,7 @@ const MAX_PAGES: usize = 1000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verified {
     /// The request.
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// What is signed: its record's content hash, recomputed here.
     pub request_hash: String,
     /// From the verified record: the tool.
@@ -249,7 +249,7 @@ pub async fn pending(at: &Endpoint) -> anyhow::Result<Vec<Verified>> {
 /// Signs and sends a decision on a verified request; returns aegis's verdict.
 pub async fn decide(
     at: &Endpoint,
-    request_id: Uuid,
+    request_id: RequestId,
     approve: bool,
     note: &str,
 ) -> anyhow::Result<Verdicted> {

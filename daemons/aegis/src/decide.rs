@@ -3,6 +3,7 @@
 //! every refused message is a recorded rejection.
 
 use kura_work::WorkTx;
+use proto::{RequestId, TurnId};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +17,6 @@ use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
 use proto::record::{NewRecord, RecordType};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::limit::{Key, Limiter};
 use crate::policy::{Policy, Verdict};
@@ -38,11 +38,11 @@ fn decision_record(author: &str, content: Value) -> NewRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evaluated {
     /// The request.
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Where the request is now.
     pub state: ApprovalState,
     /// A parked turn that can run again.
-    pub woke: Option<Uuid>,
+    pub woke: Option<TurnId>,
 }
 
 /// Applies policy to `request_id` (or the oldest pending request). `allow`/`deny` are
@@ -51,7 +51,7 @@ pub fn evaluate(
     store: &mut Store,
     policy: &Policy,
     ask_timeout_ms: i64,
-    request_id: Option<Uuid>,
+    request_id: Option<RequestId>,
 ) -> kura_store::Result<Option<Evaluated>> {
     store.write(|tx| {
         let a = match request_id {
@@ -100,7 +100,7 @@ pub fn add_refusals(store: &mut Store, held: &[(Key, i64)]) -> kura_store::Resul
 }
 
 /// Denies every ask past its deadline (a decision by `sys:aegis`); returns woken turns.
-pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Uuid>> {
+pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<TurnId>> {
     store.write(|tx| {
         let mut woke = Vec::new();
         for a in asked(tx)?
@@ -128,7 +128,7 @@ pub struct Verdicted {
     /// The signed answer.
     pub verdict: proto::doorbell::Verdicted,
     /// A parked turn that can run again.
-    pub woke: Option<Uuid>,
+    pub woke: Option<TurnId>,
 }
 
 impl std::ops::Deref for Verdicted {
@@ -296,7 +296,7 @@ type Refused = (Option<Approval>, Refusal);
 pub enum Refusal {
     /// No such approval request.
     #[error("no approval request {0}")]
-    NoRequest(Uuid),
+    NoRequest(RequestId),
     /// Over PROTOCOL.md's limits.
     #[error("{0}")]
     Limits(#[from] proto::doorbell::DecisionLimit),

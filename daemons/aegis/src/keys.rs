@@ -143,7 +143,7 @@ pub fn verify(
 mod tests {
     use super::*;
 
-    fn decision(id: uuid::Uuid) -> ApprovalDecision {
+    fn decision(id: proto::RequestId) -> ApprovalDecision {
         ApprovalDecision {
             request_id: id,
             decision: proto::Vote::Approve,
@@ -168,7 +168,7 @@ mod tests {
         let err = load(&path).expect_err("readable by others").to_string();
         assert!(err.contains("chmod 600"), "{err}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        let id = uuid::Uuid::now_v7();
+        let id = proto::RequestId::new();
         let mut d = decision(id);
         sign(&key, &mut d, "hash-a");
         verify(&kf.public_key, &d, "hash-a").expect("genuine");
@@ -177,7 +177,7 @@ mod tests {
             "another request's content"
         );
         let mut other = d.clone();
-        other.request_id = uuid::Uuid::now_v7();
+        other.request_id = proto::RequestId::new();
         assert!(
             verify(&kf.public_key, &other, "hash-a").is_err(),
             "another request id"

@@ -12,6 +12,7 @@ pub mod policy;
 mod tests;
 
 use kura_work::WorkTx;
+use proto::TurnId;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -220,7 +221,7 @@ impl Handlers {
             .map_err(|_| Verdicted::refused("store unavailable"))
     }
 
-    fn wake(&self, turn: Option<uuid::Uuid>) {
+    fn wake(&self, turn: Option<TurnId>) {
         if let Some(turn_id) = turn {
             self.bus.ring(
                 self.bus.subjects.worker_dispatch(),

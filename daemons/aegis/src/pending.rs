@@ -7,9 +7,9 @@
 use base64::Engine as _;
 use kura_store::Store;
 use kura_work::approvals::{Approval, asked};
+use proto::RequestId;
 use rusqlite::OptionalExtension as _;
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// Largest reply aegis sends on these subjects, well under the bundled server's 64 KiB
 /// `max_payload`.
@@ -42,7 +42,7 @@ pub struct RequestRecord {
 #[serde(deny_unknown_fields)]
 pub struct PendingItem {
     /// The request (its record's id).
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Its record's content hash: what an approver signs.
     pub request_hash: String,
     /// The record itself.
@@ -73,7 +73,7 @@ pub struct PendingPage {
 #[serde(deny_unknown_fields)]
 pub struct Chunk {
     /// The request.
-    pub request_id: Uuid,
+    pub request_id: RequestId,
     /// Where this piece starts.
     pub offset: u64,
     /// Bytes of the whole content.
@@ -85,7 +85,7 @@ pub struct Chunk {
 /// The stored `approval.request` record of an approval (type, author, canonical content).
 fn request_record(
     conn: &rusqlite::Connection,
-    request_id: Uuid,
+    request_id: RequestId,
 ) -> kura_store::Result<Option<(String, String, String)>> {
     Ok(conn
         .prepare_cached(
@@ -161,7 +161,11 @@ pub fn page(store: &Store, after: Option<i64>) -> kura_store::Result<PendingPage
 }
 
 /// A piece of a waiting request's content, from `offset`.
-pub fn fetch(store: &Store, request_id: Uuid, offset: u64) -> kura_store::Result<Option<Chunk>> {
+pub fn fetch(
+    store: &Store,
+    request_id: RequestId,
+    offset: u64,
+) -> kura_store::Result<Option<Chunk>> {
     let Some((_, _, content)) = request_record(store.conn(), request_id)? else {
         return Ok(None);
     };

@@ -6,6 +6,7 @@ use kura_store::store::{Store, StoreOptions};
 use kura_work::WorkTx;
 use kura_work::approvals::{ApprovalState, Effect, approval};
 use kura_work::{claim_next, fenced, now_ms};
+use proto::RequestId;
 use proto::doorbell::ApprovalDecision;
 use proto::record::RecordType;
 
@@ -25,7 +26,7 @@ fn approver(name: &str, key: &SigningKey) -> Approver {
     }
 }
 
-fn store_with_request() -> (tempfile::TempDir, Store, uuid::Uuid, String) {
+fn store_with_request() -> (tempfile::TempDir, Store, proto::RequestId, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("db");
     let request_id = asked_request(&mut store);
@@ -44,7 +45,7 @@ fn count(store: &Store, sql: &str) -> i64 {
 }
 
 /// A request for an `fs.write` that the default policy asks people about.
-fn asked_request(store: &mut Store) -> uuid::Uuid {
+fn asked_request(store: &mut Store) -> proto::RequestId {
     kura_testkit::pending_turn(store, "write");
     let claim = claim_next(store, "w", 60_000, now_ms())
         .expect("claim")
@@ -73,7 +74,7 @@ fn asked_request(store: &mut Store) -> uuid::Uuid {
     a.request_id
 }
 
-fn signed(key: &SigningKey, name: &str, request_id: uuid::Uuid, hash: &str) -> ApprovalDecision {
+fn signed(key: &SigningKey, name: &str, request_id: RequestId, hash: &str) -> ApprovalDecision {
     let mut d = ApprovalDecision {
         request_id,
         decision: proto::Vote::Approve,
@@ -340,7 +341,7 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
             .expect("decide")
             .ok
         );
-        let unknown = signed(&mallory, &format!("x{i}"), proto::new_id(), &hash);
+        let unknown = signed(&mallory, &format!("x{i}"), proto::RequestId::new(), &hash);
         assert!(
             !decide::decide(
                 &mut store,
@@ -390,7 +391,7 @@ fn a_flood_of_forged_decisions_leaves_the_store_bounded() {
 }
 
 /// Files `sizes.len()` asked `fs.write` requests on one turn, with contents of those sizes.
-fn asked_requests(store: &mut Store, sizes: &[usize]) -> Vec<uuid::Uuid> {
+fn asked_requests(store: &mut Store, sizes: &[usize]) -> Vec<proto::RequestId> {
     kura_testkit::pending_turn(store, "write many");
     let claim = claim_next(store, "w", 60_000, now_ms())
         .expect("claim")
@@ -572,7 +573,7 @@ fn protocol_md_test_vectors_match_the_code() {
 fn edit(
     key: &SigningKey,
     name: &str,
-    request_id: uuid::Uuid,
+    request_id: RequestId,
     hash: &str,
     path: &str,
 ) -> ApprovalDecision {

@@ -6,6 +6,7 @@
 use kura_model::Step;
 use kura_store::Store;
 use kura_work::Replay;
+use proto::LedgerId;
 use proto::content::{ToolCallContent, call_id_of, text_of};
 use proto::record::{Record, RecordType};
 use serde_json::{Map, Value};
@@ -15,7 +16,7 @@ use serde_json::{Map, Value};
 #[error("the recorded turn (ledger {ledger}) has no step {step}")]
 pub struct NoStep {
     /// The recorded turn's output ledger.
-    pub ledger: uuid::Uuid,
+    pub ledger: LedgerId,
     /// The step asked for (1-based).
     pub step: usize,
 }

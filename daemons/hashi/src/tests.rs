@@ -2,6 +2,7 @@
 //! connects: doorbells go nowhere, as when the server is down): crash recovery of calls a
 //! dead worker left without a result.
 
+use proto::TurnId;
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -194,7 +195,7 @@ fn worker_on(
     (rt, worker)
 }
 
-fn records_of(store: &Store, turn_id: uuid::Uuid) -> Vec<proto::record::Record> {
+fn records_of(store: &Store, turn_id: TurnId) -> Vec<proto::record::Record> {
     let t = turn(store.conn(), turn_id).expect("turn");
     store
         .hydrate(t.output_ledger_id.expect("output"))

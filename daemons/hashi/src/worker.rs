@@ -6,6 +6,7 @@ mod approval;
 mod resume;
 
 use kura_work::WorkTx;
+use proto::RecordId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,11 +65,11 @@ pub struct Worker {
 /// How a turn ended for this worker.
 enum End {
     /// Sealed and marked done.
-    Completed(uuid::Uuid),
+    Completed(proto::LedgerId),
     /// Given back on shutdown.
     Released,
     /// Parked until people decide an approval request.
-    Parked(uuid::Uuid),
+    Parked(proto::RequestId),
 }
 
 /// How a tool call step ended.
@@ -76,7 +77,7 @@ enum CallEnd {
     /// Its result is recorded; the loop goes on.
     Done,
     /// It waits for people; the turn is parked.
-    Parked(uuid::Uuid),
+    Parked(proto::RequestId),
 }
 
 /// What one model response's steps did to the turn.
@@ -86,7 +87,7 @@ enum Steps {
     /// A deliverable (or a failure) ended it.
     Delivered,
     /// It waits for people.
-    Parked(uuid::Uuid),
+    Parked(proto::RequestId),
 }
 
 /// Largest tool result stored: a record holds 4 MiB of canonical JSON, and the rest of the
@@ -244,7 +245,7 @@ impl Worker {
         rec: NewRecord,
     ) -> kura_store::Result<()> {
         history.push(Record {
-            record_id: uuid::Uuid::nil(),
+            record_id: RecordId::from(uuid::Uuid::nil()),
             hash: String::new(),
             record_type: rec.record_type,
             content: rec.content.clone(),
@@ -302,7 +303,7 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-    ) -> kura_store::Result<uuid::Uuid> {
+    ) -> kura_store::Result<proto::LedgerId> {
         let sealer = self.store.sealer().cloned();
         self.commit(claim, history, |tx| {
             tx.complete_turn(claim, sealer.as_ref())

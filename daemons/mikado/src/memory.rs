@@ -3,6 +3,7 @@
 //! marked lines, and — when configured — a model's answer), store them with their graph
 //! edges and index entries, and ring `evt.record.written` for each new one.
 
+use proto::SessionId;
 use std::sync::Arc;
 
 use kura_model::{Provider, ProviderConfig, ProviderKind, Step, TurnInput};
@@ -164,7 +165,7 @@ impl Extractor {
     fn ask_model(
         &self,
         model: &dyn Provider,
-        session: uuid::Uuid,
+        session: SessionId,
         turn_id: &str,
         d: &Record,
     ) -> Vec<Item> {

@@ -13,7 +13,7 @@ use kura_work::{
 };
 use proto::SessionStatus;
 use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
-use uuid::Uuid;
+use proto::{LedgerId, RecordId, SessionId, TurnId};
 
 /// A request minato turned into a session turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,9 +21,9 @@ pub struct Accepted {
     /// The request.
     pub request_seq: i64,
     /// The (new or continued) session.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// The first turn, ready for dispatch.
-    pub turn_id: Uuid,
+    pub turn_id: TurnId,
 }
 
 /// What minato decided after a turn completed.
@@ -32,18 +32,18 @@ pub enum Decision {
     /// Another turn is ready for dispatch.
     Next {
         /// The session.
-        session_id: Uuid,
+        session_id: SessionId,
         /// The new turn.
-        turn_id: Uuid,
+        turn_id: TurnId,
     },
     /// The session is complete.
     Complete {
         /// The session.
-        session_id: Uuid,
+        session_id: SessionId,
     },
 }
 
-fn instruction_text(tx: &Tx<'_>, record_id: Uuid) -> Result<String> {
+fn instruction_text(tx: &Tx<'_>, record_id: RecordId) -> Result<String> {
     let v = tx.read_record(record_id)?.content;
     Ok(proto::content::text_of(&v)
         .map(str::to_owned)
@@ -61,7 +61,7 @@ fn label_from(text: &str) -> String {
 }
 
 /// The top memory hits for an instruction (superseded decisions left out).
-fn memory_for(tx: &Tx<'_>, instruction: Uuid, hits: usize) -> Result<Vec<Uuid>> {
+fn memory_for(tx: &Tx<'_>, instruction: RecordId, hits: usize) -> Result<Vec<RecordId>> {
     if hits == 0 {
         return Ok(vec![]);
     }
@@ -84,13 +84,13 @@ fn memory_for(tx: &Tx<'_>, instruction: Uuid, hits: usize) -> Result<Vec<Uuid>> 
 /// deliverable), then the top memory hits for the instruction — and files a pending turn.
 fn new_turn(
     tx: &Tx<'_>,
-    session_id: Uuid,
+    session_id: SessionId,
     request_seq: i64,
-    parents: &[Uuid],
-    members: &[Uuid],
+    parents: &[LedgerId],
+    members: &[RecordId],
     memory_hits: usize,
     sealer: Option<&Sealer>,
-) -> Result<Uuid> {
+) -> Result<TurnId> {
     let seq = next_turn_seq(tx, session_id)?;
     let ctx = tx.open_ledger(session_id, &format!("turn-{seq}-ctx"), parents)?;
     let mut all = members.to_vec();
@@ -121,7 +121,7 @@ pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Opti
             }
             None => tx.create_session(&label_from(&instruction_text(tx, q.record_id)?))?,
         };
-        let parents: Vec<Uuid> = session.head_ledger_id.into_iter().collect();
+        let parents: Vec<LedgerId> = session.head_ledger_id.into_iter().collect();
         let turn_id = new_turn(
             tx,
             session.session_id,

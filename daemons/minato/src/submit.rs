@@ -1,13 +1,13 @@
 //! `minato submit`: write the instruction and the request durably, ring minato, and with
 //! `--wait` follow the session until it completes.
 
+use proto::{LedgerId, RecordId, SessionId};
 use std::time::{Duration, Instant};
 
 use kura_runtime::{Bus, Common, wake_pair};
 use kura_store::Store;
 use kura_work::{Replay, RequestStatus, request_status, submit_replay};
 use proto::doorbell::{SessionComplete, SessionCreate};
-use uuid::Uuid;
 
 /// What `submit` did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -15,16 +15,16 @@ pub struct Submitted {
     /// The request's place in minato's queue.
     pub request_seq: i64,
     /// The `task.instruction` record.
-    pub record_id: Uuid,
+    pub record_id: RecordId,
     /// The session, when known (continued, or once accepted).
-    pub session_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
     /// The final status when waited for.
     pub status: Option<RequestStatus>,
 }
 
 /// Forks a new session from the sealed `ledger` (of any session), sealed with this
 /// identity's key, for a submit to continue: `minato submit --from`.
-pub fn fork(common: &Common, ledger: Uuid) -> anyhow::Result<Uuid> {
+pub fn fork(common: &Common, ledger: LedgerId) -> anyhow::Result<SessionId> {
     let mut store = Store::open(&common.db, &common.store_options()?)?;
     let (s, _) = store.fork(ledger, &format!("fork of {ledger}"))?;
     Ok(s.session_id)
@@ -36,7 +36,7 @@ pub async fn run(
     common: &Common,
     instruction: &str,
     author: &str,
-    session: Option<Uuid>,
+    session: Option<SessionId>,
     wait: Option<Duration>,
 ) -> anyhow::Result<Submitted> {
     run_replaying(common, instruction, author, session, wait, None).await
@@ -47,7 +47,7 @@ pub async fn run_replaying(
     common: &Common,
     instruction: &str,
     author: &str,
-    session: Option<Uuid>,
+    session: Option<SessionId>,
     wait: Option<Duration>,
     replay: Option<Replay>,
 ) -> anyhow::Result<Submitted> {
@@ -125,7 +125,7 @@ pub async fn run_replaying(
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Replayed {
     /// The fork (or new session) that holds the replay.
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// (recorded turn number, the replayed request's status).
     pub turns: Vec<(i64, RequestStatus)>,
 }
@@ -137,7 +137,7 @@ pub struct Replayed {
 /// person approves). Turns run one after another, each waited for.
 pub async fn replay(
     common: &Common,
-    session: Uuid,
+    session: SessionId,
     from_turn: i64,
     (live, rerun): (bool, bool),
     timeout: Duration,

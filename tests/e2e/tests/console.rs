@@ -8,6 +8,7 @@ mod hidden;
 mod limits;
 mod people;
 
+use proto::SessionId;
 use std::time::{Duration, Instant};
 
 use browser::{base, enrolled, shot, text, until};
@@ -173,7 +174,7 @@ fn history_pages_stay_small_and_fast_at_100_000_records() {
     s.spawn("kura", "serve");
     wait_http(port);
     let cookie = login(port, &key);
-    let time = |session: uuid::Uuid| {
+    let time = |session: SessionId| {
         let path = format!("/s/{session}");
         let _ = http(port, "GET", &path, &[("Cookie", &cookie)], ""); // warm
         let t = Instant::now();

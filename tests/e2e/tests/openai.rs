@@ -109,7 +109,7 @@ impl Drop for Killed {
 }
 
 /// Queues one turn and runs hashi (no NATS: polling alone) with `env` until it is done.
-fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, uuid::Uuid) {
+fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, proto::SessionId) {
     let db = dir.join("kura.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
     let req = submit(&mut store, "Write out.txt, then say so.", "user:test", None).expect("submit");

@@ -6,6 +6,7 @@
 //! sender right after the commit (or right before the bare publish), the peer right after
 //! its SQLite read (or right on receipt).
 
+use proto::{LedgerId, RecordId};
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,7 +15,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt as _;
 use proto::record::{Content, NewRecord, RecordType};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use super::Figure;
 use super::Sizes;
@@ -33,7 +33,7 @@ const BARE: &str = "kura.bench.bare";
 #[derive(Serialize, Deserialize)]
 struct Ring {
     /// The committed record (absent for bare messages).
-    record_id: Option<Uuid>,
+    record_id: Option<RecordId>,
     /// Unix nanoseconds right after the commit (or right before a bare publish).
     t0: u128,
 }
@@ -211,7 +211,7 @@ fn spawn_peer(
 }
 
 /// Sends `events` bare messages, then `events` committed records with their doorbells.
-fn send(bus: &BenchBus, store: &mut Store, ledger: Uuid, events: usize) -> anyhow::Result<()> {
+fn send(bus: &BenchBus, store: &mut Store, ledger: LedgerId, events: usize) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

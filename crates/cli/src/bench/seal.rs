@@ -8,7 +8,6 @@ use std::time::Instant;
 use kura_store::{Store, StoreOptions, Synchronous};
 use kura_tlog::{checkpoint, seallog};
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
 use super::storage::remove_db;
 use super::{Figure, Sizes, thousands};
@@ -36,7 +35,7 @@ fn fill(store: &Store, n: u64) -> anyhow::Result<()> {
     while done < n {
         let tx = store.conn().unchecked_transaction()?;
         for _ in 0..(n - done).min(10_000) {
-            seallog::append_in(&tx, Uuid::now_v7(), Uuid::now_v7(), &hash)?;
+            seallog::append_in(&tx, proto::LedgerId::new(), proto::SessionId::new(), &hash)?;
         }
         tx.commit()?;
         done += (n - done).min(10_000);

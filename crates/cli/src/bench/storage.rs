@@ -1,13 +1,13 @@
 //! Storage figures — durable append, group commit, scaling, verify — each measured beside a
 //! bare SQLite or SHA-256 baseline doing the same work on the same bytes in the same run.
 
+use proto::LedgerId;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use proto::record::{Content, NewRecord, RecordType};
 use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
 use super::{Figure, Sizes};
 use kura_store::verify::{Scope, verify};
@@ -58,7 +58,7 @@ fn rows(records: &[NewRecord]) -> Vec<Row> {
 }
 
 /// A scratch Kura database at `dir/name` with one session and one open ledger.
-fn kura_db(dir: &Path, name: &str, sync: Synchronous) -> anyhow::Result<(Store, Uuid)> {
+fn kura_db(dir: &Path, name: &str, sync: Synchronous) -> anyhow::Result<(Store, LedgerId)> {
     let path = dir.join(name);
     remove_db(&path);
     let mut store = Store::create(
@@ -164,7 +164,7 @@ pub fn durable_append(dir: &Path, sizes: &Sizes) -> anyhow::Result<Figure> {
 /// Appends `recs` to `ledger` in batches of `batch` per transaction; returns records/s.
 fn group_kura(
     store: &mut Store,
-    ledger: Uuid,
+    ledger: LedgerId,
     recs: &[NewRecord],
     batch: usize,
 ) -> anyhow::Result<f64> {
@@ -299,7 +299,7 @@ pub fn group_commit(dir: &Path, sizes: &Sizes) -> anyhow::Result<Vec<Figure>> {
 }
 
 /// Durable single-record appends of `recs` (one transaction each); returns records/s.
-fn durable_kura(store: &mut Store, ledger: Uuid, recs: &[NewRecord]) -> anyhow::Result<f64> {
+fn durable_kura(store: &mut Store, ledger: LedgerId, recs: &[NewRecord]) -> anyhow::Result<f64> {
     let t = Instant::now();
     for r in recs {
         store.append(ledger, r)?;

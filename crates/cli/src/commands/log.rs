@@ -3,10 +3,10 @@
 
 use kura_store::Store;
 use kura_store::store::Session;
+use proto::SessionId;
 use proto::ledger::Ledger;
 use proto::record::Record;
 use serde::Serialize;
-use uuid::Uuid;
 
 use super::{Ctx, id};
 use crate::args::Outcome;
@@ -70,7 +70,7 @@ fn log(
     store: &Store,
     out: &mut Out,
     json: bool,
-    session_id: Uuid,
+    session_id: SessionId,
     with_records: bool,
 ) -> anyhow::Result<()> {
     let session = store.read_session(session_id)?;

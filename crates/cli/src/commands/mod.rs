@@ -113,8 +113,9 @@ impl Command {
     }
 }
 
-/// A record, ledger or session id from the command line.
-fn id(text: &str) -> anyhow::Result<Uuid> {
+/// An id of the kind `T` from the command line (`Uuid` where it may name a record, a
+/// ledger or a session).
+fn id<T: From<Uuid>>(text: &str) -> anyhow::Result<T> {
     Ok(parse_id(text)?)
 }
 

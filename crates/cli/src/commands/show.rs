@@ -4,6 +4,7 @@ use kura_store::Store;
 use kura_store::store::{RefLogEntry, Session};
 use proto::ledger::Ledger;
 use proto::record::Record;
+use proto::{LedgerId, RecordId, SessionId};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -22,7 +23,7 @@ pub struct Show {
 #[derive(Serialize)]
 struct RecordJson<'a> {
     /// The ledgers holding it.
-    ledgers: &'a [Uuid],
+    ledgers: &'a [LedgerId],
     /// The record.
     record: &'a Record,
 }
@@ -53,6 +54,7 @@ impl Show {
     /// Prints what the id names.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         let store = ctx.open_store()?;
+        // A record, ledger or session id: parsed as a bare `Uuid`, typed once `kind_of` says.
         show(&store, &mut ctx.out, ctx.json, id(&self.id)?)?;
         Ok(Outcome::Ok)
     }
@@ -61,6 +63,7 @@ impl Show {
 fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<()> {
     match store.kind_of(uid)? {
         Some("record") => {
+            let uid = RecordId::from(uid);
             let r = store.read_record(uid)?;
             let ledgers = store.ledgers_containing(uid)?;
             if json {
@@ -72,8 +75,9 @@ fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<(
                 output::record_block(out, &r, &ledgers)?;
             }
         }
-        Some("ledger") => show_ledger(store, out, json, uid)?,
+        Some("ledger") => show_ledger(store, out, json, uid.into())?,
         Some(_) => {
+            let uid = SessionId::from(uid);
             let s = store.read_session(uid)?;
             let reflog = store.reflog(uid)?;
             let forks = kura_store::branch::forks_of(store.conn(), uid)?;
@@ -98,7 +102,7 @@ fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<(
     Ok(())
 }
 
-fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<()> {
+fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyhow::Result<()> {
     let l = store.read_ledger(uid)?;
     let records = store.hydrate(uid)?;
     let head = store.read_session(l.session_id)?.head_ledger_id == Some(uid);

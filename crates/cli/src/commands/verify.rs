@@ -96,10 +96,11 @@ fn scope(store: &Store, target: Option<String>, all: bool) -> anyhow::Result<Sco
     Ok(match (target, all) {
         (_, true) => Scope::All,
         (Some(t), false) => {
+            // A ledger or session id: typed once `kind_of` says which.
             let uid = id(&t)?;
             match store.kind_of(uid)? {
-                Some("ledger") => Scope::Ledger(uid),
-                Some("session") => Scope::Session(uid),
+                Some("ledger") => Scope::Ledger(uid.into()),
+                Some("session") => Scope::Session(uid.into()),
                 Some(kind) => {
                     bail!("{uid} is a {kind}; verify a ledger, a session or --all")
                 }

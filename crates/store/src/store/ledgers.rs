@@ -4,8 +4,8 @@ use crate::cached::Cached;
 use proto::ledger::{Ledger, LedgerHeader, LedgerState, ParentRef};
 use proto::merkle;
 use proto::record::{NewRecord, OwnedColumns, Record};
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use proto::{LedgerId, RecordId, SessionId};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::records::{RECORD_COLUMNS, columns_from_row, insert_record, record_from_row};
 use super::{Store, parse_id, sessions};
@@ -191,14 +191,23 @@ fn add_member(
 }
 
 /// Appends a new record to an open ledger inside the caller's transaction.
-pub(crate) fn append_in(conn: &Connection, ledger_id: LedgerId, new: &NewRecord) -> Result<Appended> {
+pub(crate) fn append_in(
+    conn: &Connection,
+    ledger_id: LedgerId,
+    new: &NewRecord,
+) -> Result<Appended> {
     let count = next_position(conn, ledger_id)?;
     append_at(conn, ledger_id, count, new)
 }
 
 /// Appends at `count`, the ledger's next position, which the caller has just read (the
 /// append-only trigger refuses any other).
-fn append_at(conn: &Connection, ledger_id: LedgerId, count: i64, new: &NewRecord) -> Result<Appended> {
+fn append_at(
+    conn: &Connection,
+    ledger_id: LedgerId,
+    count: i64,
+    new: &NewRecord,
+) -> Result<Appended> {
     let stored = insert_record(conn, new)?;
     add_member(conn, ledger_id, count, &stored.columns)?;
     Ok(Appended {
@@ -337,7 +346,11 @@ impl Store {
     }
 
     /// Appends many records in one transaction (group commit): all or none.
-    pub fn append_batch(&mut self, ledger_id: LedgerId, batch: &[NewRecord]) -> Result<Vec<Appended>> {
+    pub fn append_batch(
+        &mut self,
+        ledger_id: LedgerId,
+        batch: &[NewRecord],
+    ) -> Result<Vec<Appended>> {
         self.write_raw(|tx| {
             // The ledger is looked up once: inside this transaction only these appends move
             // its count.
@@ -386,7 +399,12 @@ impl Store {
 
     /// Up to `limit` of the ledger's records from position `from`, in order (one page of a
     /// long ledger, read by its primary key without touching the rest).
-    pub fn hydrate_range(&self, ledger_id: LedgerId, from: u64, limit: usize) -> Result<Vec<Record>> {
+    pub fn hydrate_range(
+        &self,
+        ledger_id: LedgerId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Record>> {
         read_ledger_in(&self.conn, ledger_id)?;
         let cols = RECORD_COLUMNS
             .split(", ")

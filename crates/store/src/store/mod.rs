@@ -10,8 +10,8 @@ mod sessions;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use proto::LedgerId;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use uuid::Uuid;
 
 use crate::error::{Result, StoreError};

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use proto::record::{NewRecord, OwnedColumns, Record, RecordType};
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use proto::{RecordId, SessionId};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{Store, parse_id};
 use crate::error::{Result, StoreError};

@@ -2,9 +2,9 @@
 
 use crate::cached::Cached;
 use proto::SessionStatus;
+use proto::{LedgerId, SessionId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
-use proto::{LedgerId, SessionId};
 use uuid::Uuid;
 
 use super::labels::check_label;

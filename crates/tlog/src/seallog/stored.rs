@@ -1,9 +1,9 @@
 //! The seal log kept in a Kura database's tables (`seal_log_leaves`, `seal_log_hashes`):
 //! append inside the sealing transaction, size, roots, proofs and the log's own check.
 
+use proto::{LedgerId, SessionId};
 use rusqlite::{Connection, OptionalExtension, params};
 use tlog_tiles::{Hash, HashReader};
-use proto::{LedgerId, SessionId};
 use uuid::Uuid;
 
 use super::leaf_data;
@@ -231,7 +231,9 @@ fn check_leaves(conn: &Connection, problems: &mut Problems) -> Result<Vec<Hash>>
             hash,
             state.as_deref(),
         ) {
-            (Ok(l), Some(Ok(s)), Some(h), Some("sealed")) => Some(leaf_data(l.into(), s.into(), &h)),
+            (Ok(l), Some(Ok(s)), Some(h), Some("sealed")) => {
+                Some(leaf_data(l.into(), s.into(), &h))
+            }
             _ => None,
         };
         if now.as_deref() != Some(data.as_str()) && problems.len() < 20 {

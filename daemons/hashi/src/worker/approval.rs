@@ -4,6 +4,7 @@
 
 use super::*;
 use kura_work::WorkTx;
+use proto::RequestId;
 use proto::content::Rerun;
 
 /// What aegis (or the published policy) decided on a request a turn waits for.
@@ -220,7 +221,7 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        request_id: uuid::Uuid,
+        request_id: RequestId,
         name: &str,
         arguments: &Map<String, Value>,
         call_id: &str,
@@ -273,7 +274,7 @@ impl Worker {
     /// aegis did not answer in time): the turn is then parked rather than holding a worker.
     pub(super) fn await_decision(
         &mut self,
-        request_id: uuid::Uuid,
+        request_id: RequestId,
     ) -> kura_store::Result<Option<Decided>> {
         // With NATS down nobody can be rung: look once (aegis may already have decided by
         // polling) and park at once, so the worker moves on instead of sitting out the wait
