@@ -195,7 +195,7 @@ mod tests {
 
     fn context(bytes: usize) -> Vec<Record> {
         vec![Record {
-            record_id: proto::new_id().into(),
+            record_id: proto::RecordId::new(),
             hash: String::new(),
             record_type: RecordType::TaskInstruction,
             content: json!({"text": "x".repeat(bytes)}),
@@ -207,7 +207,7 @@ mod tests {
 
     fn ask(p: &CommandProvider, ctx: &[Record]) -> Result<Vec<Step>, ProviderError> {
         p.next(&TurnInput {
-            session_id: proto::new_id().into(),
+            session_id: proto::SessionId::new(),
             seq: 1,
             context: ctx,
             history: &[],

@@ -90,6 +90,6 @@ mod tests {
         assert_eq!(texts(&d.both), ["shared"]);
         let same = diff(&s, a.ledger_id, a.ledger_id).expect("self diff");
         assert!(same.only_a.is_empty() && same.only_b.is_empty());
-        assert!(diff(&s, a.ledger_id, proto::new_id().into()).is_err());
+        assert!(diff(&s, a.ledger_id, proto::LedgerId::new()).is_err());
     }
 }

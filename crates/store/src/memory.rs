@@ -470,8 +470,8 @@ mod tests {
         .map(|h| h.record.record_id)
         .collect();
         s.write_raw(|tx| {
-            store_vector_in(tx, ids[0].into(), "m", &[1.0, 0.0])?;
-            store_vector_in(tx, ids[1].into(), "m", &[0.0, 1.0])
+            store_vector_in(tx, ids[0], "m", &[1.0, 0.0])?;
+            store_vector_in(tx, ids[1], "m", &[0.0, 1.0])
         })
         .expect("vectors");
         let hits = search(

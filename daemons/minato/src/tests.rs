@@ -189,7 +189,7 @@ fn a_taken_over_worker_is_fenced_out() {
 fn submit_refuses_empty_instructions_and_unknown_sessions() {
     let (_d, mut s) = fresh();
     assert!(submit(&mut s, "  ", "user:oles", None).is_err());
-    assert!(submit(&mut s, "x", "user:oles", Some(proto::new_id().into())).is_err());
+    assert!(submit(&mut s, "x", "user:oles", Some(proto::SessionId::new())).is_err());
     assert!(submit(&mut s, "x", "nobody", None).is_err());
     assert!(accept_next_request(&mut s, 0).expect("accept").is_none());
 }

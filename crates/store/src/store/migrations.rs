@@ -268,7 +268,10 @@ mod tests {
     use super::*;
 
     /// A store at `dir/k.db` with one sealed ledger of thoughts saying `texts`.
-    fn sealed_store(dir: &Path, texts: &[&str]) -> (crate::Store, uuid::Uuid, Vec<proto::Record>) {
+    fn sealed_store(
+        dir: &Path,
+        texts: &[&str],
+    ) -> (crate::Store, proto::LedgerId, Vec<proto::Record>) {
         let mut store = crate::Store::create(dir.join("k.db"), &crate::StoreOptions::default())
             .expect("create");
         let session = store.create_session("s").expect("session").session_id;
@@ -288,7 +291,7 @@ mod tests {
             })
             .collect();
         store.seal_ledger(ledger).expect("seal");
-        (store, ledger.into(), records)
+        (store, ledger, records)
     }
 
     /// A store written before 013 (hex TEXT hashes) opens, is migrated, and every record
@@ -299,8 +302,8 @@ mod tests {
         let path = dir.path().join("k.db");
         let steps = ["step 0", "step 1", "step 2", "step 3", "step 4"];
         let (store, ledger, _) = sealed_store(dir.path(), &steps);
-        let sealed = store.read_ledger(ledger.into()).expect("ledger");
-        let before = store.hydrate(ledger.into()).expect("read");
+        let sealed = store.read_ledger(ledger).expect("ledger");
+        let before = store.hydrate(ledger).expect("read");
         back_to_text_hashes(store.conn());
         store
             .conn()
@@ -323,8 +326,8 @@ mod tests {
             )
             .expect("type");
         assert_eq!((kind.as_str(), len), ("blob", 32));
-        assert_eq!(store.hydrate(ledger.into()).expect("read"), before);
-        assert_eq!(store.read_ledger(ledger.into()).expect("ledger"), sealed);
+        assert_eq!(store.hydrate(ledger).expect("read"), before);
+        assert_eq!(store.read_ledger(ledger).expect("ledger"), sealed);
         let report =
             crate::verify::verify(&store, &crate::verify::Scope::All, None, None).expect("verify");
         assert!(report.problems.is_empty(), "{:?}", report.problems);

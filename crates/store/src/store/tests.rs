@@ -109,7 +109,7 @@ fn parents_must_exist_and_be_sealed() {
         .expect_err("open parent");
     assert!(matches!(err, StoreError::ParentOpen(_)), "{err}");
     let err = s
-        .open_ledger(session.session_id, "b", &[proto::new_id().into()])
+        .open_ledger(session.session_id, "b", &[proto::LedgerId::new()])
         .expect_err("missing parent");
     assert!(
         matches!(err, StoreError::NotFound { kind: "ledger", .. }),
@@ -125,7 +125,7 @@ fn parents_must_exist_and_be_sealed() {
         .expect_err("dup");
     assert!(matches!(err, StoreError::Invalid(_)), "{err}");
     let err = s
-        .open_ledger(proto::new_id().into(), "c", &[])
+        .open_ledger(proto::SessionId::new(), "c", &[])
         .expect_err("no session");
     assert!(
         matches!(
@@ -414,7 +414,7 @@ fn parallel_verify_names_every_problem_once() {
         }
         s.seal_ledger(ledger).expect("seal");
         ledgers.push(ledger);
-        parent = vec![ledger.into()];
+        parent = vec![ledger];
     }
     let clean = verify(&s, &Scope::Session(session.session_id), None, None).expect("verify");
     assert!(clean.ok(), "{:?}", clean.problems);

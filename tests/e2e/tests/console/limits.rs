@@ -272,7 +272,7 @@ fn a_rogue_unsigned_reply_does_not_stop_a_console_decision() {
     let rogue = kura_testkit::rogue::Rogue::start(&rt, &s.nats, subject, forged);
     // A decision by alice for a request that does not exist: aegis refuses it, signed.
     let mut d = proto::doorbell::ApprovalDecision {
-        request_id: proto::new_id().into(),
+        request_id: proto::RequestId::new(),
         decision: proto::Vote::Approve,
         approver: "alice".into(),
         note: String::new(),
