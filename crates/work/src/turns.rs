@@ -82,20 +82,20 @@ const TURN_COLUMNS: &str = "turn_id, session_id, seq, request_seq, context_ledge
      state, epoch, lease_owner, lease_until_ms, done_seq";
 
 fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn>> {
-    let id = |i: usize| -> rusqlite::Result<Result<Uuid>> {
+    fn id<T: From<Uuid>>(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Result<T>> {
         let text: String = r.get(i)?;
         Ok(parse_id(&text))
-    };
+    }
     let output: Option<String> = r.get(5)?;
-    let (turn_id, session_id, context) = (id(0)?, id(1)?, id(4)?);
+    let (turn_id, session_id, context) = (id(r, 0)?, id(r, 1)?, id(r, 4)?);
     let state: TurnState = r.get(6)?;
     Ok((|| {
         Ok(Turn {
-            turn_id: turn_id?.into(),
-            session_id: session_id?.into(),
+            turn_id: turn_id?,
+            session_id: session_id?,
             seq: r.get(2)?,
             request_seq: r.get(3)?,
-            context_ledger_id: context?.into(),
+            context_ledger_id: context?,
             output_ledger_id: output.as_deref().map(parse_id).transpose()?,
             state,
             epoch: r.get(7)?,

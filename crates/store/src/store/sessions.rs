@@ -243,8 +243,8 @@ impl Store {
             .collect()
     }
 
-    /// Whether `id` names a record, a ledger or a session (for commands that take any).
-    // `Uuid`: the kind is what this finds out.
+    /// Whether `id` names a record, a ledger or a session (for commands that take any): a
+    /// bare `Uuid`, since its kind is what this finds out.
     pub fn kind_of(&self, id: Uuid) -> Result<Option<&'static str>> {
         let id = id.to_string();
         for (kind, sql) in [

@@ -226,14 +226,15 @@ fn check_leaves(conn: &Connection, problems: &mut Problems) -> Result<Vec<Hash>>
             break;
         }
         let now = match (
-            ledger.parse::<Uuid>(),
-            session.as_deref().map(str::parse::<Uuid>),
+            // Parsed as leniently as ever (any form `Uuid` reads), then typed.
+            ledger.parse::<Uuid>().map(LedgerId::from),
+            session
+                .as_deref()
+                .map(|s| s.parse::<Uuid>().map(SessionId::from)),
             hash,
             state.as_deref(),
         ) {
-            (Ok(l), Some(Ok(s)), Some(h), Some("sealed")) => {
-                Some(leaf_data(l.into(), s.into(), &h))
-            }
+            (Ok(l), Some(Ok(s)), Some(h), Some("sealed")) => Some(leaf_data(l, s, &h)),
             _ => None,
         };
         if now.as_deref() != Some(data.as_str()) && problems.len() < 20 {
