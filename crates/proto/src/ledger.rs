@@ -51,6 +51,10 @@ pub struct Ledger {
 }
 
 /// A parent as the chain commits to it: its id and its own ledger hash.
+///
+/// Ids here (and in [`LedgerHeader`]) are the text the hash commits to, not a
+/// [`LedgerId`]: `kura verify` and `kura verify-proof` hash exactly the text
+/// stored or received, so a tampered id shows as a wrong hash rather than a parse error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParentRef {
     /// The parent ledger's id.
@@ -59,7 +63,8 @@ pub struct ParentRef {
     pub ledger_hash: String,
 }
 
-/// Everything a sealed ledger's hash commits to besides its root and size.
+/// Everything a sealed ledger's hash commits to besides its root and size (its ids as the
+/// committed text; see [`ParentRef`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LedgerHeader {

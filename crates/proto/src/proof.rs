@@ -14,7 +14,8 @@ use crate::record::RecordError;
 pub struct InclusionProof {
     /// Always `kura.inclusion.v1`.
     pub format: String,
-    /// The ledger whose root this proves membership in.
+    /// The ledger whose root this proves membership in (the text the seal-log leaf names,
+    /// compared as received: see [`ParentRef`](crate::ParentRef)).
     pub ledger_id: String,
     /// The ledger's chained hash, so the proof can be tied to a session head.
     pub ledger_hash: String,

@@ -27,7 +27,8 @@ pub struct Session {
     pub created_at: String,
 }
 
-/// One move of a session head.
+/// One move of a session head. Its ids are the stored text the entry's chain hash commits
+/// to (verified as stored, like [`proto::LedgerHeader`]'s), not typed ids.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefLogEntry {
     /// The session.
