@@ -1,12 +1,11 @@
-//! The global options of the `kura` binary, the list of subcommands (each defined beside its
-//! `run` in [`crate::commands`]), and how a run ends: its [`Outcome`] and its one-line error.
+//! The global options of the `kura` binary (the subcommands are [`crate::commands`]'s) and
+//! how a failed run is printed: one line.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
-use crate::commands;
+use crate::commands::Command;
 
 /// Kura: a verifiable record/ledger store for AI agents.
 ///
@@ -35,62 +34,6 @@ impl Args {
         self.db_given
             .clone()
             .unwrap_or_else(|| PathBuf::from("kura.db"))
-    }
-}
-
-/// The subcommands, each a type in [`crate::commands`] with its own `run`.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    Init(commands::init::Init),
-    /// Sessions: branches of ledgers.
-    #[command(subcommand)]
-    Session(commands::session::SessionCmd),
-    /// Ledgers: ordered collections of records, sealed into the chain.
-    #[command(subcommand)]
-    Ledger(commands::ledger::LedgerCmd),
-    /// Records: the immutable entries.
-    #[command(subcommand)]
-    Record(commands::record::RecordCmd),
-    Log(commands::log::Log),
-    Diff(commands::diff::Diff),
-    Show(commands::show::Show),
-    Verify(commands::verify::Verify),
-    /// The log key that signs checkpoints of the seal log.
-    #[command(subcommand)]
-    LogKey(commands::checkpoint::LogKeyCmd),
-    Checkpoint(commands::checkpoint::Checkpoint),
-    ProveConsistency(commands::checkpoint::ProveConsistency),
-    Export(commands::export::Export),
-    Query(commands::query::Query),
-    Search(commands::search::Search),
-    Prove(commands::prove::Prove),
-    Status(commands::status::Status),
-    /// Bus identities: the nkey seeds, `identities.toml`, the local CA and server certificate.
-    #[command(subcommand)]
-    Keys(commands::keys::KeysCmd),
-    Serve(commands::serve::Serve),
-    Bench(commands::bench::Bench),
-    #[command(hide = true)]
-    BenchPeer(commands::bench::BenchPeer),
-    VerifyProof(commands::prove::VerifyProof),
-}
-
-/// How a successful run ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Everything fine.
-    Ok,
-    /// A verification ran and found problems.
-    VerifyFailed,
-}
-
-impl Outcome {
-    /// The process exit code.
-    pub fn exit_code(self) -> ExitCode {
-        match self {
-            Outcome::Ok => ExitCode::SUCCESS,
-            Outcome::VerifyFailed => ExitCode::from(1),
-        }
     }
 }
 

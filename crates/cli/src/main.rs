@@ -18,6 +18,10 @@ mod witnessing;
 use std::process::ExitCode;
 
 use clap::Parser;
+use kura_store::StoreOptions;
+
+use commands::{Ctx, Outcome};
+use output::Out;
 
 fn main() -> ExitCode {
     match try_main() {
@@ -40,5 +44,23 @@ fn try_main() -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(if e.use_stderr() { 2 } else { 0 }));
         }
     };
-    Ok(commands::run(args)?.exit_code())
+    Ok(run(args)?.exit_code())
+}
+
+/// Runs the parsed command.
+fn run(args: args::Args) -> anyhow::Result<Outcome> {
+    let options = StoreOptions {
+        synchronous: args.synchronous.parse()?,
+        ..StoreOptions::default()
+    };
+    let mut ctx = Ctx {
+        out: Out::new(),
+        json: args.json,
+        db: args.db(),
+        db_given: args.db_given.clone(),
+        options,
+    };
+    let outcome = args.command.run(&mut ctx)?;
+    ctx.out.finish()?;
+    Ok(outcome)
 }

@@ -14,6 +14,7 @@ mod pages;
 mod records;
 mod relay;
 mod server;
+mod text;
 mod views;
 
 use std::net::SocketAddr;

@@ -3,11 +3,11 @@
 //! the script adds live updates, login, enrolment and in-browser signing.
 
 use maud::{DOCTYPE, Markup, html};
-use proto::text::{escape_controls, is_hidden};
 
 use crate::auth::Login;
 use crate::data::{History, SessionRow, Waiting};
 use crate::records::RecordView;
+use crate::text::{flag, short, t, when};
 use crate::views::record;
 
 /// The frame around every page. `login` is `None` on the login and enrol pages.
@@ -44,32 +44,6 @@ pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) ->
             }
         }
     }
-}
-
-/// Text from a model, a tool or the bus as a person should read it: maud escapes the HTML,
-/// this the characters that would hide or reorder it (bidi overrides, zero-width), as the
-/// CLI prints them.
-pub fn t(text: &str) -> String {
-    escape_controls(text).into_owned()
-}
-
-/// A visible mark on anything that held such characters.
-pub fn flag(text: &str) -> Markup {
-    html! {
-        @if text.chars().any(is_hidden) {
-            span.hidden-chars title="hidden or direction-changing characters, shown escaped as \\u{..}" { "⚠ hidden characters" }
-        }
-    }
-}
-
-/// A stored RFC 3339 time: the script shows it short in the viewer's local time; the exact
-/// value stays in the title.
-pub fn when(at: &str) -> Markup {
-    html! { time datetime=(at) title=(at) { (at.get(..16).unwrap_or(at).replace('T', " ")) } }
-}
-
-pub fn short(id: &str) -> &str {
-    id.get(..13).unwrap_or(id)
 }
 
 /// The sessions list.

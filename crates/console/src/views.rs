@@ -3,8 +3,8 @@
 
 use maud::{Markup, html};
 
-use crate::pages::{flag, short, t, when};
 use crate::records::{CHUNK_BYTES, Chunk, DIFF_PER_PAGE, DiffView, RecordView, Section};
+use crate::text::{flag, short, t, when};
 
 /// One record as a row of a history.
 pub fn record(r: &RecordView) -> Markup {

@@ -95,7 +95,8 @@ impl Credentials {
                     .unwrap_or_default();
                 anyhow::anyhow!(crate::explain::connect_failure(
                     &format!("{}{cause}", e.kind()),
-                    self,
+                    self.key.as_deref(),
+                    self.ca.as_deref(),
                     url
                 ))
             })
@@ -248,7 +249,14 @@ impl Bus {
         let last_error: Arc<Mutex<Option<String>>> = Arc::default();
         let (seen, why) = (last_error.clone(), {
             let (creds, url) = (credentials.clone(), common.nats_url.clone());
-            move |kind: &str| crate::explain::connect_failure(kind, &creds, &url)
+            move |kind: &str| {
+                crate::explain::connect_failure(
+                    kind,
+                    creds.key.as_deref(),
+                    creds.ca.as_deref(),
+                    &url,
+                )
+            }
         });
         let client = credentials
             .options(name)?

@@ -1,15 +1,22 @@
 //! Why a connection to the bus failed, in words that say which key or CA and what to do next
 //! (async-nats says only "authorization violation" or "TLS error").
 
-use crate::bus::Credentials;
+use std::path::Path;
+
 use crate::identity;
 
-/// What went wrong connecting to `url` with `creds`, given async-nats's description of it
-/// (a [`async_nats::ConnectErrorKind`]'s text), and what to do about it.
-pub fn connect_failure(kind: &str, creds: &Credentials, url: &str) -> String {
+/// What went wrong connecting to `url` as `key` (the root key, if any) pinning `ca`, given
+/// async-nats's description of it (a [`async_nats::ConnectErrorKind`]'s text), and what to
+/// do about it.
+pub fn connect_failure(
+    kind: &str,
+    key: Option<&nkeys::KeyPair>,
+    ca: Option<&Path>,
+    url: &str,
+) -> String {
     let kind = kind.to_ascii_lowercase();
     if kind.contains("authorization") || kind.contains("signing nonce") {
-        return match &creds.key {
+        return match key {
             None => format!(
                 "the bus at {url} refused an anonymous client ({kind}): give this process its seed \
                  (KURA_NATS_SEED or [common] nats_seed; under systemd the unit passes nats.nk)"
@@ -28,7 +35,7 @@ pub fn connect_failure(kind: &str, creds: &Credentials, url: &str) -> String {
         };
     }
     if kind.contains("tls") || kind.contains("certificate") {
-        return match &creds.ca {
+        return match ca {
             None => format!(
                 "TLS with {url} failed ({kind}) and no CA is pinned: set KURA_NATS_CA ([common] nats_ca) \
                  to a copy of the Pi's /etc/kura/keys/nats-ca.pem"
@@ -53,6 +60,7 @@ pub fn connect_failure(kind: &str, creds: &Credentials, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bus::Credentials;
     use std::sync::Arc;
 
     #[test]
@@ -60,7 +68,13 @@ mod tests {
         let url = "tls://127.0.0.1:4222";
         let anonymous = Credentials::default();
         assert!(
-            connect_failure("authorization violation", &anonymous, url).contains("KURA_NATS_SEED")
+            connect_failure(
+                "authorization violation",
+                anonymous.key.as_deref(),
+                anonymous.ca.as_deref(),
+                url
+            )
+            .contains("KURA_NATS_SEED")
         );
         let root = Arc::new(nkeys::KeyPair::new_user());
         let bus = identity::bus_key(&root).expect("bus").public_key();
@@ -68,21 +82,40 @@ mod tests {
             key: Some(root),
             ca: Some("/home/ana/kura-ca.pem".into()),
         };
-        let refused = connect_failure("authorization violation", &keyed, url);
+        let refused = connect_failure(
+            "authorization violation",
+            keyed.key.as_deref(),
+            keyed.ca.as_deref(),
+            url,
+        );
         assert!(
             refused.contains(&bus) && refused.contains("kura keys"),
             "{refused}"
         );
-        let tls = connect_failure("TLS error", &keyed, url);
+        let tls = connect_failure("TLS error", keyed.key.as_deref(), keyed.ca.as_deref(), url);
         assert!(
             tls.contains("/home/ana/kura-ca.pem") && tls.contains("nats-ca.pem"),
             "{tls}"
         );
-        assert!(connect_failure("TLS error", &anonymous, url).contains("KURA_NATS_CA"));
-        assert!(connect_failure("IO error", &keyed, url).contains("kura-mikado"));
+        assert!(
+            connect_failure(
+                "TLS error",
+                anonymous.key.as_deref(),
+                anonymous.ca.as_deref(),
+                url
+            )
+            .contains("KURA_NATS_CA")
+        );
+        assert!(
+            connect_failure("IO error", keyed.key.as_deref(), keyed.ca.as_deref(), url)
+                .contains("kura-mikado")
+        );
         // What async-nats reports for another CA's certificate: an I/O error with its cause.
         let unknown =
             "IO error: Custom { kind: InvalidData, error: InvalidCertificate(BadSignature) }";
-        assert!(connect_failure(unknown, &keyed, url).contains("/home/ana/kura-ca.pem"));
+        assert!(
+            connect_failure(unknown, keyed.key.as_deref(), keyed.ca.as_deref(), url)
+                .contains("/home/ana/kura-ca.pem")
+        );
     }
 }

@@ -770,7 +770,7 @@ pub fn derive_secret(root: &[u8; 32], label: &str) -> [u8; 32] {
 }
 
 /// An identity's root key from its 32-byte secret (an approver's key file): it signs
-/// statements; [`Credentials`](crate::bus::Credentials) derive the bus key from it.
+/// statements; the bus credentials derive the bus key from it ([`bus_key`]).
 pub fn root_key_from_secret(secret: [u8; 32]) -> Result<nkeys::KeyPair, KeyError> {
     nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, secret)
         .map_err(|e| KeyError::Derive(e.to_string()))

@@ -194,6 +194,26 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
+/// Memory's writes, as operations of the store's transaction (they live here, beside the
+/// index they keep, so the transaction type does not depend on memory).
+impl crate::tx::Tx<'_> {
+    /// Remembers `items` taken from `source`.
+    pub fn remember(
+        &self,
+        author: &str,
+        source: &Record,
+        session_id: SessionId,
+        items: &[Item],
+    ) -> Result<Vec<Remembered>> {
+        remember_in(self.0, author, source, session_id, items)
+    }
+
+    /// Stores a record's embedding.
+    pub fn store_vector(&self, record_id: RecordId, model: &str, vector: &[f32]) -> Result<()> {
+        store_vector_in(self.0, record_id, model, vector)
+    }
+}
+
 /// Searches memory: BM25 over the FTS index (and cosine similarity when a query vector is
 /// given), filtered by type and session; superseded decisions go last, ties go to the newest.
 pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {

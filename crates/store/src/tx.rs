@@ -8,7 +8,6 @@ use proto::{Ledger, SessionStatus};
 use proto::{LedgerId, RecordId, SessionId};
 
 use crate::error::Result;
-use crate::memory::{Item, Remembered};
 use crate::store::{Appended, Session};
 use kura_tlog::sealer::Sealer;
 
@@ -121,21 +120,5 @@ impl Tx<'_> {
     /// existing record.
     pub fn write_record(&self, new: &NewRecord) -> Result<Record> {
         crate::store::write_record_in(self.0, new)
-    }
-
-    /// Remembers `items` taken from `source`.
-    pub fn remember(
-        &self,
-        author: &str,
-        source: &Record,
-        session_id: SessionId,
-        items: &[Item],
-    ) -> Result<Vec<Remembered>> {
-        crate::memory::remember_in(self.0, author, source, session_id, items)
-    }
-
-    /// Stores a record's embedding.
-    pub fn store_vector(&self, record_id: RecordId, model: &str, vector: &[f32]) -> Result<()> {
-        crate::memory::store_vector_in(self.0, record_id, model, vector)
     }
 }

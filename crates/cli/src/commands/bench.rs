@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::Ctx;
-use crate::args::Outcome;
+use super::Outcome;
 
 /// Measure this disk and machine: durable and batched appends, scaling to 1 M records,
 /// verify, doorbell latency — each printed beside a baseline measured in the same run.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::Ctx;
-use crate::args::Outcome;
+use super::Outcome;
 
 /// Sign (with --key) or print the latest checkpoint of the seal log (C2SP signed note).
 #[derive(Debug, clap::Args)]

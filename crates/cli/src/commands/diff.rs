@@ -2,8 +2,8 @@
 
 use proto::record::Record;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 use crate::output::{self, Out};
 
 /// Compare two ledgers by record hash.

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 
 /// Export a session as a git repository.
 #[derive(Debug, clap::Args)]

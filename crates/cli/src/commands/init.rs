@@ -6,7 +6,7 @@ use kura_store::Store;
 use serde::Serialize;
 
 use super::Ctx;
-use crate::args::Outcome;
+use super::Outcome;
 
 /// Create the database (safe to run again).
 #[derive(Debug, clap::Args)]

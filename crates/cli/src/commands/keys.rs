@@ -8,7 +8,7 @@ use kura_runtime::identity::{self, Identities, Identity};
 use serde::Serialize;
 
 use super::Ctx;
-use crate::args::Outcome;
+use super::Outcome;
 use crate::output::Out;
 
 /// `kura keys ...` (the directory: --dir, $KURA_KEYS_DIR, or /etc/kura/keys).

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use proto::ledger::Ledger;
 use serde::Serialize;
 
+use super::Outcome;
 use super::{Ctx, id, use_sealer};
-use crate::args::Outcome;
 
 /// `kura ledger ...`
 #[derive(Debug, clap::Subcommand)]

@@ -8,8 +8,8 @@ use proto::ledger::Ledger;
 use proto::record::Record;
 use serde::Serialize;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 use crate::output::{self, Out};
 
 /// Walk a session's ledgers like `git log`.

@@ -34,15 +34,16 @@ pub mod verify;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use clap::Subcommand;
 use kura_store::store::parse_id;
 use kura_store::{Store, StoreOptions};
 use proto::record::MAX_CONTENT_BYTES;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::args::{Args, Command, Outcome};
 use crate::output::Out;
 
 /// What every command may use: the output, the global options, the store's place.
@@ -66,22 +67,60 @@ impl Ctx {
     }
 }
 
-/// Runs the parsed command.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let options = StoreOptions {
-        synchronous: args.synchronous.parse()?,
-        ..StoreOptions::default()
-    };
-    let mut ctx = Ctx {
-        out: Out::new(),
-        json: args.json,
-        db: args.db(),
-        db_given: args.db_given.clone(),
-        options,
-    };
-    let outcome = args.command.run(&mut ctx)?;
-    ctx.out.finish()?;
-    Ok(outcome)
+/// The subcommands, each a type in its own file here with its own `run`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Init(init::Init),
+    /// Sessions: branches of ledgers.
+    #[command(subcommand)]
+    Session(session::SessionCmd),
+    /// Ledgers: ordered collections of records, sealed into the chain.
+    #[command(subcommand)]
+    Ledger(ledger::LedgerCmd),
+    /// Records: the immutable entries.
+    #[command(subcommand)]
+    Record(record::RecordCmd),
+    Log(log::Log),
+    Diff(diff::Diff),
+    Show(show::Show),
+    Verify(verify::Verify),
+    /// The log key that signs checkpoints of the seal log.
+    #[command(subcommand)]
+    LogKey(checkpoint::LogKeyCmd),
+    Checkpoint(checkpoint::Checkpoint),
+    ProveConsistency(checkpoint::ProveConsistency),
+    Export(export::Export),
+    Query(query::Query),
+    Search(search::Search),
+    Prove(prove::Prove),
+    Status(status::Status),
+    /// Bus identities: the nkey seeds, `identities.toml`, the local CA and server certificate.
+    #[command(subcommand)]
+    Keys(keys::KeysCmd),
+    Serve(serve::Serve),
+    Bench(bench::Bench),
+    #[command(hide = true)]
+    BenchPeer(bench::BenchPeer),
+    VerifyProof(prove::VerifyProof),
+}
+
+/// How a successful run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything fine.
+    Ok,
+    /// A verification ran and found problems.
+    VerifyFailed,
+}
+
+impl Outcome {
+    /// The process exit code.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Ok => ExitCode::SUCCESS,
+            Outcome::VerifyFailed => ExitCode::from(1),
+        }
+    }
 }
 
 impl Command {

@@ -7,8 +7,8 @@ use anyhow::Context;
 use proto::proof::InclusionProof;
 use serde::Serialize;
 
+use super::Outcome;
 use super::{Ctx, id, read_input};
-use crate::args::Outcome;
 use crate::output::Out;
 
 /// Print an inclusion proof (JSON) that a record is in a sealed ledger.

@@ -2,8 +2,8 @@
 
 use kura_store::store::Query as StoreQuery;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 use crate::output;
 
 /// Find records.

@@ -8,8 +8,8 @@ use proto::record::{NewRecord, Record, RecordType, TextContent};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::Outcome;
 use super::{Ctx, id, parse_json, read_input};
-use crate::args::Outcome;
 
 /// `kura record ...`
 #[derive(Debug, clap::Subcommand)]

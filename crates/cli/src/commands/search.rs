@@ -4,8 +4,8 @@
 use anyhow::bail;
 use proto::record::RecordType;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 use crate::output;
 
 /// Search memory (facts and decisions), best first.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::Ctx;
-use crate::args::Outcome;
+use super::Outcome;
 use crate::serve_config::ServeConfig;
 
 /// Run the kura daemon: integrity sweeps, WAL checkpoints, backups (settings from a TOML

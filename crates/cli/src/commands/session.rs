@@ -6,8 +6,8 @@ use kura_store::Store;
 use proto::ledger::Ledger;
 use serde::Serialize;
 
+use super::Outcome;
 use super::{Ctx, id, use_sealer};
-use crate::args::Outcome;
 use crate::output::Out;
 
 /// `kura session ...`

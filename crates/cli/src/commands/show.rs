@@ -8,8 +8,8 @@ use proto::{LedgerId, RecordId, SessionId};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 use crate::output::{self, Out};
 
 /// Show a record, a ledger or a session.

@@ -1,7 +1,7 @@
 //! `kura status`: what is up, what is waiting, when the data was last checked.
 
 use super::Ctx;
-use crate::args::Outcome;
+use super::Outcome;
 use crate::output::Out;
 
 /// What is up, what is waiting, when the data was last checked.

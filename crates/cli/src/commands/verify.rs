@@ -8,8 +8,8 @@ use kura_store::Store;
 use kura_store::verify::{Problem, Report, Scope};
 use serde::Serialize;
 
+use super::Outcome;
 use super::{Ctx, id};
-use crate::args::Outcome;
 use crate::output::Out;
 
 /// Recompute every hash and report every problem (exit 1 if any).
