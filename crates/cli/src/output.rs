@@ -4,6 +4,7 @@ use proto::LedgerId;
 use std::io::{self, Write};
 
 use kura_store::store::{RefLogEntry, Session};
+use kura_tlog::storage::LogStorage as _;
 use proto::ledger::{Ledger, LedgerState};
 use proto::record::Record;
 use proto::text::escape_controls;
@@ -95,7 +96,7 @@ pub fn sealer_name(
     keyring: Option<&kura_tlog::sealer::Keyring>,
     ledger: LedgerId,
 ) -> anyhow::Result<Option<String>> {
-    let Some(nkey) = kura_tlog::sealer::sealer_of(store.conn(), &ledger.to_string())? else {
+    let Some(nkey) = store.seal_log().sealer_of(&ledger.to_string())? else {
         return Ok(None);
     };
     Ok(Some(match keyring.and_then(|k| k.get(&nkey)) {

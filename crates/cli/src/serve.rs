@@ -94,7 +94,7 @@ impl Signer {
             Err(e) => return self.alarm(format!("{e:#}; not signing")),
         };
         let (mut note, cp) =
-            match witness::sign_next(store.conn(), &self.key, last.as_deref(), false) {
+            match witness::sign_next(&store.seal_log(), &self.key, last.as_deref(), false) {
                 Ok(Ok(signed)) => signed,
                 Ok(Err(why @ witness::Refusal::NoHead { .. })) => {
                     let help = crate::tlog::no_head_help(&self.state, self.key_path.as_deref());
@@ -113,7 +113,7 @@ impl Signer {
                 peer,
                 &self.own,
                 &self.subject,
-                store.conn(),
+                &store.seal_log(),
                 &note,
             ));
             match asked {
@@ -140,7 +140,7 @@ impl Signer {
         let dirs = self.witnesses.iter().map(|d| {
             (
                 d.display().to_string(),
-                witness::publish(d, store.conn(), &note, &cp, vkey)
+                witness::publish(d, &store.seal_log(), &note, &cp, vkey)
                     .map(|answer| match answer {
                         Ok(()) => Handed::Kept,
                         Err(why) => Handed::Refused(why.to_string()),
@@ -151,7 +151,7 @@ impl Signer {
         let gits = self.git.iter().map(|g| {
             (
                 g.path.display().to_string(),
-                witnessing::publish_git(g, store.conn(), &note, &cp, vkey),
+                witnessing::publish_git(g, &store.seal_log(), &note, &cp, vkey),
             )
         });
         for (name, outcome) in dirs.chain(gits) {

@@ -179,7 +179,12 @@ pub fn checkpoint(
         return Ok(());
     };
     let key = LogKey::load(key_path)?;
-    match witness::sign_next(store.conn(), &key, last.as_deref(), signing.trust_current)? {
+    match witness::sign_next(
+        &store.seal_log(),
+        &key,
+        last.as_deref(),
+        signing.trust_current,
+    )? {
         Ok((note, cp)) => {
             if last.is_none() && cp.size > 0 {
                 eprintln!(
@@ -222,11 +227,11 @@ pub fn prove_consistency(
             (c.size(), *c.hash())
         }
         None => {
-            let n = seallog::size_in(store.conn())?;
-            (n, seallog::root_in(store.conn(), n)?)
+            let n = seallog::size(&store.seal_log())?;
+            (n, seallog::root(&store.seal_log(), n)?)
         }
     };
-    let proof = seallog::consistency_proof_in(store.conn(), old.size(), new_size)?;
+    let proof = seallog::consistency_proof(&store.seal_log(), old.size(), new_size)?;
     let b64 = |h: &tlog_tiles::Hash| base64::engine::general_purpose::STANDARD.encode(h.0);
     let ok = old.size() == 0
         || (old.size() == new_size && *old.hash() == new_root)
@@ -462,8 +467,8 @@ impl Trust {
         if self.dirs.is_empty() && self.cosigners.is_empty() {
             used.push_str(NO_WITNESS);
         }
-        if let Err(why) = checkpoint::extends(store.conn(), cp)? {
-            let first = witness::first_difference(store.conn(), &self.dirs, cp.size)?;
+        if let Err(why) = checkpoint::extends(&store.seal_log(), cp)? {
+            let first = witness::first_difference(&store.seal_log(), &self.dirs, cp.size)?;
             let (id, detail) = match first {
                 Some((i, ledger, what)) => (
                     ledger,

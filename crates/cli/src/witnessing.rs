@@ -12,6 +12,7 @@ use kura_runtime::Bus;
 use kura_runtime::bus::Credentials;
 use kura_tlog::checkpoint::Signed;
 use kura_tlog::cosign::{self, Witness};
+use kura_tlog::storage::LogStorage;
 use kura_tlog::witness;
 use serde::{Deserialize, Serialize};
 
@@ -116,7 +117,7 @@ pub async fn ask(
     peer: &WitnessPeer,
     own: &Credentials,
     subject: &str,
-    conn: &rusqlite::Connection,
+    log: &dyn LogStorage,
     note: &str,
 ) -> Asked {
     let creds = match &peer.seed {
@@ -139,7 +140,7 @@ pub async fn ask(
     // Start from 0; a peer that saw more says its size (409) and we prove from there.
     let mut old = 0;
     for _ in 0..2 {
-        let body = match cosign::request_body(conn, note, old) {
+        let body = match cosign::request_body(log, note, old) {
             Ok(b) => b,
             Err(e) => return Asked::Unreachable(e.to_string()),
         };
@@ -318,7 +319,7 @@ pub enum Handed {
 /// update-ref), so no index refresh, filter or commit hook is ever involved.
 pub fn publish_git(
     g: &GitWitness,
-    conn: &rusqlite::Connection,
+    log: &dyn LogStorage,
     note: &str,
     cp: &Signed,
     vkey: &str,
@@ -327,7 +328,7 @@ pub fn publish_git(
         init_repo(&g.path)?;
     }
     private_repo(&g.path)?;
-    if let Err(why) = witness::publish(&g.path, conn, note, cp, vkey)? {
+    if let Err(why) = witness::publish(&g.path, log, note, cp, vkey)? {
         return Ok(Handed::Refused(why.to_string()));
     }
     commit(&g.path, cp)?;

@@ -4,6 +4,7 @@
 
 use kura_store::Store;
 use kura_store::store::parse_id;
+use kura_tlog::storage::LogStorage as _;
 use kura_work::approvals::{Approval, asked, votes};
 use proto::{LedgerId, SessionId};
 use rusqlite::params;
@@ -83,12 +84,12 @@ pub fn history(
             _ => 0,
         };
         let records = crate::records::ledger_page(store, l.ledger_id, from, per_ledger)?;
-        let sealer =
-            kura_tlog::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?.map(|key| {
-                match keyring.and_then(|k| k.get(&key)) {
-                    Some(name) => name.to_owned(),
-                    None => key,
-                }
+        let sealer = store
+            .seal_log()
+            .sealer_of(&l.ledger_id.to_string())?
+            .map(|key| match keyring.and_then(|k| k.get(&key)) {
+                Some(name) => name.to_owned(),
+                None => key,
             });
         ledgers.push(LedgerView {
             ledger: l,

@@ -224,7 +224,7 @@ pub fn check_checkpoint(
     };
     let name = vkey.split('+').next().unwrap_or_default();
     let cp = open(note, vkey).map_err(|e| CheckpointError::Refused(e.to_string()))?;
-    match extends(store.conn(), &cp) {
+    match extends(&store.seal_log(), &cp) {
         Ok(Ok(())) => Ok(format!(
             "Checked by this console against the pinned log key {name}: signed, {} seals, \
              and this database's seal log still extends it.",

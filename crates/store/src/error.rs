@@ -149,7 +149,10 @@ impl From<kura_tlog::TlogError> for StoreError {
                 detail,
             },
             TlogError::Io { path, source } => StoreError::Io { path, source },
-            TlogError::Sqlite(e) => StoreError::from(e),
+            TlogError::Storage(e) => match e.downcast::<rusqlite::Error>() {
+                Ok(e) => StoreError::from(*e),
+                Err(e) => StoreError::Invalid(e.to_string()),
+            },
             other => StoreError::Invalid(other.to_string()),
         }
     }

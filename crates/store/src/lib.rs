@@ -11,6 +11,7 @@ pub mod diff;
 pub mod error;
 pub mod memory;
 pub mod proof;
+mod seal_log;
 #[cfg(test)]
 #[path = "tests/seallog.rs"]
 mod seallog_tests;
@@ -21,5 +22,6 @@ pub mod verify;
 
 pub use cached::Cached;
 pub use error::{ConflictKind, Result, StoreError};
+pub use seal_log::{SealLog, seal_log_size_read_only};
 pub use store::{Store, StoreOptions, Synchronous};
 pub use tx::{Db, Tx};

@@ -65,21 +65,22 @@ pub fn link_to_checkpoint(
     let cp = kura_tlog::checkpoint::open(note, vkey)?;
     let ledger_id = crate::store::parse_id(&proof.ledger_id)?;
     let conn = store.conn();
-    let (index, leaf_data) = kura_tlog::seallog::leaf_of_in(conn, ledger_id)?.ok_or_else(|| {
-        StoreError::Invalid(format!("ledger {ledger_id} has no leaf in the seal log"))
-    })?;
+    let (index, leaf_data) =
+        kura_tlog::storage::LogStorage::leaf_of(&crate::SealLog(conn), ledger_id)?.ok_or_else(
+            || StoreError::Invalid(format!("ledger {ledger_id} has no leaf in the seal log")),
+        )?;
     if index >= cp.size {
         return Err(StoreError::Invalid(format!(
             "ledger {ledger_id} was sealed after that checkpoint (leaf {index}, checkpoint size {}); wait for the next checkpoint",
             cp.size
         )));
     }
-    if let Err(why) = kura_tlog::checkpoint::extends(conn, &cp)? {
+    if let Err(why) = kura_tlog::checkpoint::extends(&crate::SealLog(conn), &cp)? {
         return Err(StoreError::Invalid(format!(
             "the store does not extend that checkpoint: {why}"
         )));
     }
-    let path = kura_tlog::seallog::inclusion_proof_in(conn, index, cp.size)?;
+    let path = kura_tlog::seallog::inclusion_proof(&crate::SealLog(conn), index, cp.size)?;
     proof.seal_log = Some(SealLogLink {
         leaf_index: index,
         leaf_data,

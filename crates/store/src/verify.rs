@@ -786,13 +786,13 @@ pub fn verify(
     }
     let mut checked: Vec<&String> = done.iter().collect();
     checked.sort();
-    for (id, check, detail) in kura_tlog::sealer::check_in(conn, checked, keyring)? {
+    for (id, check, detail) in kura_tlog::sealer::check(&crate::SealLog(conn), checked, keyring)? {
         v.problem("ledger", &id, check, detail);
     }
     if *scope == Scope::All {
         v.check_loose_records()?;
         // The seal log names every sealed ledger as it is, and its hashes are the leaves'.
-        for (id, check, detail) in kura_tlog::seallog::check_in(conn)? {
+        for (id, check, detail) in kura_tlog::seallog::check(&crate::SealLog(conn))? {
             v.report.problems.push(Problem {
                 kind: "seal_log",
                 id,

@@ -190,26 +190,25 @@ impl std::fmt::Display for Inconsistency {
     }
 }
 
-#[cfg(feature = "sqlite")]
 /// Whether the store's seal log extends `cp`: its first `cp.size` leaves still hash to
 /// `cp.root`, proved with an RFC 6962 consistency proof from the store's hashes and checked
 /// against the checkpoint's root.
 pub fn extends(
-    conn: &rusqlite::Connection,
+    log: &dyn crate::storage::LogStorage,
     cp: &Signed,
 ) -> Result<std::result::Result<(), Inconsistency>> {
     use crate::seallog;
-    let now = seallog::size_in(conn)?;
+    let now = seallog::size(log)?;
     if now < cp.size {
         return Ok(Err(Inconsistency::Shorter { now }));
     }
-    let root_now = seallog::root_in(conn, now)?;
+    let root_now = seallog::root(log, now)?;
     let ok = if cp.size == 0 {
         true
     } else if cp.size == now {
         root_now == cp.root
     } else {
-        let proof = seallog::consistency_proof_in(conn, cp.size, now)?;
+        let proof = seallog::consistency_proof(log, cp.size, now)?;
         tlog_tiles::check_tree(&proof, now, root_now, cp.size, cp.root).is_ok()
     };
     Ok(if ok {

@@ -170,13 +170,12 @@ fn checkpoint_body(note: &str) -> Result<tlog_tiles::Checkpoint> {
         .map_err(|_| invalid("the note is not a tlog checkpoint"))
 }
 
-#[cfg(feature = "sqlite")]
 /// An `add-checkpoint` request body: `old <size>`, the consistency proof from that size to
 /// the checkpoint's (one base64 hash per line), an empty line, the signed checkpoint.
-pub fn request_body(conn: &rusqlite::Connection, note: &str, old: u64) -> Result<String> {
+pub fn request_body(log: &dyn crate::storage::LogStorage, note: &str, old: u64) -> Result<String> {
     let new = checkpoint_body(note)?.size();
     let proof = if old > 0 && old < new {
-        crate::seallog::consistency_proof_in(conn, old, new)?
+        crate::seallog::consistency_proof(log, old, new)?
     } else {
         Vec::new()
     };

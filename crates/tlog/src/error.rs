@@ -1,6 +1,6 @@
 //! The log's error type: every way a log operation can refuse or fail, as kinds a caller can
 //! `match` — misuse (`Invalid`) kept apart from corruption (`Corrupt`) and from the machine
-//! (`Io`, `Sqlite`).
+//! (`Io`, `Storage`).
 
 use std::path::PathBuf;
 
@@ -29,10 +29,10 @@ pub enum TlogError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// SQLite failed while reading or writing the seal log.
-    #[cfg(feature = "sqlite")]
+    /// The storage behind [`crate::storage::LogStorage`] failed while reading or writing the
+    /// log's rows (the store's database error, boxed).
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Storage(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl TlogError {

@@ -4,9 +4,9 @@
 //! The default build is the verifying half and links no SQLite: note and checkpoint parsing
 //! and signing, cosignature verification, proof checking over hashes ([`proof::verify_link`]),
 //! [`seallog::leaf_data`], [`sealer::signing_bytes`] and the [`sealer::Keyring`], and the
-//! witness's file-based state. The `sqlite` feature adds the half that keeps the log in a
-//! Kura database (the store enables it and calls [`seallog::append_in`] inside its sealing
-//! transaction).
+//! witness's file-based state. The log's algorithms over stored rows (append, roots, proofs,
+//! checks, signing the next checkpoint) take a [`storage::LogStorage`]; the store implements
+//! it over its database and calls [`seallog::append`] inside its sealing transaction.
 
 pub mod checkpoint;
 pub mod cosign;
@@ -14,6 +14,7 @@ pub mod error;
 pub mod proof;
 pub mod sealer;
 pub mod seallog;
+pub mod storage;
 pub mod witness;
 
 pub use error::{Result, TlogError};

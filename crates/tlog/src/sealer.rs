@@ -5,12 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-#[cfg(feature = "sqlite")]
 use base64::Engine as _;
-#[cfg(feature = "sqlite")]
-use rusqlite::{Connection, OptionalExtension as _, params};
 
 use crate::error::{Result, TlogError};
+use crate::storage::{LogStorage, SealRow};
 
 /// The domain-separated bytes a sealer signs.
 pub fn signing_bytes(ledger_hash: &str) -> Vec<u8> {
@@ -48,23 +46,18 @@ impl Sealer {
         self.key.public_key()
     }
 
-    /// Records this sealer's signature over `ledger_hash` for `ledger_id` (inside the
-    /// sealing transaction).
-    #[cfg(feature = "sqlite")]
-    pub fn sign_in(&self, conn: &Connection, ledger_id: &str, ledger_hash: &str) -> Result<()> {
+    /// Records this sealer's signature over `ledger_hash` for `ledger_id` (the store calls it
+    /// inside the sealing transaction).
+    pub fn sign(&self, log: &dyn LogStorage, ledger_id: &str, ledger_hash: &str) -> Result<()> {
         let sig = self
             .key
             .sign(&signing_bytes(ledger_hash))
             .map_err(|e| TlogError::Invalid(format!("cannot sign the seal: {e}")))?;
-        conn.prepare_cached(
-            "INSERT INTO ledger_seals (ledger_id, sealer, signature) VALUES (?1, ?2, ?3)",
-        )?
-        .execute(params![
+        log.put_seal(
             ledger_id,
-            self.key.public_key(),
-            base64::engine::general_purpose::STANDARD.encode(sig)
-        ])?;
-        Ok(())
+            &self.key.public_key(),
+            &base64::engine::general_purpose::STANDARD.encode(sig),
+        )
     }
 }
 
@@ -108,7 +101,6 @@ impl Keyring {
         self.keys.contains_key(key)
     }
 
-    #[cfg(feature = "sqlite")]
     /// Where each retired key stopped: the seal-log size recorded when it was retired, or the
     /// first position sealed by any newer key of the same name, whichever is lower. A retired
     /// key verifies only seals below that position.
@@ -130,83 +122,47 @@ impl Keyring {
     }
 }
 
-#[cfg(feature = "sqlite")]
 /// The first seal-log position each key sealed.
-fn first_leaves(conn: &Connection) -> Result<BTreeMap<String, u64>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT s.sealer, MIN(g.leaf_index) FROM ledger_seals s
-           JOIN seal_log_leaves g ON g.ledger_id = s.ledger_id GROUP BY s.sealer",
-    )?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-    let mut out = BTreeMap::new();
-    for row in rows {
-        let (key, leaf) = row?;
-        out.insert(key, u64::try_from(leaf).unwrap_or(0));
-    }
-    Ok(out)
+fn first_leaves(log: &dyn LogStorage) -> Result<BTreeMap<String, u64>> {
+    Ok(log
+        .first_leaves()?
+        .into_iter()
+        .map(|(key, leaf)| (key, u64::try_from(leaf).unwrap_or(0)))
+        .collect())
 }
 
-#[cfg(feature = "sqlite")]
-/// Who sealed `ledger_id`, if anyone signed: their public nkey.
-pub fn sealer_of(conn: &Connection, ledger_id: &str) -> Result<Option<String>> {
-    Ok(conn
-        .query_row(
-            "SELECT sealer FROM ledger_seals WHERE ledger_id = ?1",
-            [ledger_id],
-            |r| r.get(0),
-        )
-        .optional()?)
-}
-
-#[cfg(feature = "sqlite")]
 /// Where signing began: ledgers at or after this seal-log index must carry a signature
 /// when a keyring is given.
-fn signing_since(conn: &Connection) -> Result<u64> {
-    let n: Option<i64> = conn
-        .query_row("SELECT MIN(leaf_index) FROM ledger_seals_since", [], |r| {
-            r.get(0)
-        })
-        .optional()?
-        .flatten();
-    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(u64::MAX)))
+fn signing_since(log: &dyn LogStorage) -> Result<u64> {
+    Ok(log
+        .signing_since()?
+        .map_or(0, |n| u64::try_from(n).unwrap_or(u64::MAX)))
 }
 
-#[cfg(feature = "sqlite")]
 /// Checks the seal of each sealed ledger in `ledgers`: (ledger id, check, detail) for every
 /// failure — a signature that does not verify (`sealer_signature`), and with a keyring a
 /// key not in it (`sealer_unknown`), a retired key sealing after its successor began
 /// (`sealer_retired`), or a ledger sealed after signing began without one (`sealer_missing`).
-pub fn check_in<'a>(
-    conn: &Connection,
+pub fn check<'a>(
+    log: &dyn LogStorage,
     ledgers: impl IntoIterator<Item = &'a String>,
     keyring: Option<&Keyring>,
 ) -> Result<Vec<(String, &'static str, String)>> {
-    let since = signing_since(conn)?;
+    let since = signing_since(log)?;
     let firsts = match keyring {
-        Some(_) => first_leaves(conn)?,
+        Some(_) => first_leaves(log)?,
         None => BTreeMap::new(),
     };
     let stops = keyring.map(|k| k.stops(&firsts)).unwrap_or_default();
-    let mut stmt = conn.prepare_cached(
-        "SELECT l.ledger_hash, s.sealer, s.signature, g.leaf_index
-           FROM ledgers l
-           LEFT JOIN ledger_seals s ON s.ledger_id = l.ledger_id
-           LEFT JOIN seal_log_leaves g ON g.ledger_id = l.ledger_id
-          WHERE l.ledger_id = ?1 AND l.state = 'sealed'",
-    )?;
     let mut problems = Vec::new();
     for id in ledgers {
-        let row = stmt
-            .query_row([id], |r| {
-                Ok((
-                    r.get::<_, Option<String>>(0)?,
-                    r.get::<_, Option<String>>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, Option<i64>>(3)?,
-                ))
-            })
-            .optional()?;
-        let Some((hash, sealer, signature, leaf)) = row else {
+        let Some(SealRow {
+            ledger_hash: hash,
+            sealer,
+            signature,
+            leaf,
+        }) = log.seal_of(id)?
+        else {
             continue;
         };
         let hash = hash.unwrap_or_default();

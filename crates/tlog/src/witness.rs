@@ -6,10 +6,9 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-#[cfg(feature = "sqlite")]
-use crate::checkpoint::LogKey;
-use crate::checkpoint::{self, Signed};
+use crate::checkpoint::{self, LogKey, Signed};
 use crate::error::{Result, TlogError};
+use crate::storage::LogStorage;
 
 /// A witness directory's latest checkpoint (a signed note).
 pub const CHECKPOINT_FILE: &str = "checkpoint";
@@ -87,13 +86,12 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-#[cfg(feature = "sqlite")]
 /// Signs a checkpoint of the log as it is now, unless it does not extend `last` (the last
 /// checkpoint this key signed, kept outside the database): then the answer is the refusal,
 /// and nothing is signed. A `last` that is not this key's is refused the same way. Without
 /// a `last`, only an empty log is signed, unless `trust_current` (a person's explicit act).
 pub fn sign_next(
-    conn: &rusqlite::Connection,
+    log: &dyn LogStorage,
     key: &LogKey,
     last: Option<&str>,
     trust_current: bool,
@@ -104,7 +102,7 @@ pub fn sign_next(
                 Ok(cp) => cp,
                 Err(e) => return Ok(Err(Refusal::HeadUnopenable(e.to_string()))),
             };
-            if let Err(why) = checkpoint::extends(conn, &prev)? {
+            if let Err(why) = checkpoint::extends(log, &prev)? {
                 return Ok(Err(Refusal::NotExtended {
                     size: prev.size,
                     why,
@@ -112,14 +110,14 @@ pub fn sign_next(
             }
         }
         None => {
-            let leaves = crate::seallog::size_in(conn)?;
+            let leaves = crate::seallog::size(log)?;
             if leaves > 0 && !trust_current {
                 return Ok(Err(Refusal::NoHead { leaves }));
             }
         }
     }
-    let size = crate::seallog::size_in(conn)?;
-    let root = crate::seallog::root_in(conn, size)?;
+    let size = crate::seallog::size(log)?;
+    let root = crate::seallog::root(log, size)?;
     let note = key.sign(size, root)?;
     Ok(Ok((
         note,
@@ -184,13 +182,12 @@ impl std::fmt::Display for DirRefusal {
     }
 }
 
-#[cfg(feature = "sqlite")]
 /// Hands a checkpoint to a witness directory: the directory's own last checkpoint must open
 /// under `vkey` and be extended by the store (else `Err`, nothing written); then the leaves
 /// it lacks are appended and the checkpoint replaced.
 pub fn publish(
     dir: &Path,
-    conn: &rusqlite::Connection,
+    log: &dyn LogStorage,
     note: &str,
     cp: &Signed,
     vkey: &str,
@@ -200,7 +197,7 @@ pub fn publish(
     let had = match std::fs::read_to_string(&cp_path) {
         Ok(text) => match checkpoint::open(&text, vkey) {
             Ok(prev) => {
-                if let Err(why) = checkpoint::extends(conn, &prev)? {
+                if let Err(why) = checkpoint::extends(log, &prev)? {
                     return Ok(Err(DirRefusal::NotExtended {
                         dir: dir.to_path_buf(),
                         size: prev.size,
@@ -234,12 +231,11 @@ pub fn publish(
     if have >= cp.size && std::fs::read_to_string(&cp_path).is_ok_and(|t| t == note) {
         return Ok(Ok(()));
     }
-    let mut stmt = conn.prepare(
-        "SELECT leaf_data FROM seal_log_leaves WHERE leaf_index >= ?1 AND leaf_index < ?2 ORDER BY leaf_index",
-    )?;
-    let new: Vec<String> = stmt
-        .query_map([have as i64, cp.size as i64], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let mut new = Vec::new();
+    log.scan_leaves(have, cp.size, &mut |_, _, data| {
+        new.push(data);
+        Ok(true)
+    })?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -294,11 +290,10 @@ pub fn newest(files: &[PathBuf], dirs: &[PathBuf], vkey: &str) -> (Option<Found>
     (best, refused)
 }
 
-#[cfg(feature = "sqlite")]
 /// The first leaf (index, ledger id, what changed) whose data in the store differs from a
 /// witness's copy, within the first `size` leaves.
 pub fn first_difference(
-    conn: &rusqlite::Connection,
+    log: &dyn LogStorage,
     dirs: &[PathBuf],
     size: u64,
 ) -> Result<Option<(u64, String, String)>> {
@@ -306,30 +301,22 @@ pub fn first_difference(
         let Ok(text) = std::fs::read_to_string(dir.join(LEAVES_FILE)) else {
             continue;
         };
-        let mut stmt = conn.prepare(
-            "SELECT leaf_index, ledger_id, leaf_data FROM seal_log_leaves WHERE leaf_index < ?1 ORDER BY leaf_index",
-        )?;
-        let rows = stmt.query_map([size as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?;
         let mut copied = text.lines();
-        for row in rows {
-            let (i, ledger, data) = row?;
-            match copied.next() {
-                Some(w) if w == data => {}
-                Some(w) => {
-                    return Ok(Some((
-                        i as u64,
-                        ledger,
-                        format!("the witness copied {w}; the store now says {data}"),
-                    )));
-                }
-                None => break,
+        let mut found = None;
+        log.scan_leaves(0, size, &mut |i, ledger, data| match copied.next() {
+            Some(w) if w == data => Ok(true),
+            Some(w) => {
+                found = Some((
+                    i,
+                    ledger,
+                    format!("the witness copied {w}; the store now says {data}"),
+                ));
+                Ok(false)
             }
+            None => Ok(false),
+        })?;
+        if found.is_some() {
+            return Ok(found);
         }
     }
     Ok(None)

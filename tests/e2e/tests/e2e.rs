@@ -50,7 +50,8 @@ fn a_full_session_under_mikados_bundled_nats_then_clean_shutdown() {
     // Who sealed each: minato packs contexts, hashi seals outputs, each with its own key.
     for l in &ledgers {
         let sealer =
-            kura_tlog::sealer::sealer_of(store.conn(), &l.ledger_id.to_string()).expect("sealer");
+            kura_tlog::storage::LogStorage::sealer_of(&store.seal_log(), &l.ledger_id.to_string())
+                .expect("sealer");
         let role = if l.label.ends_with("-ctx") {
             kura_runtime::identity::Role::Minato
         } else {

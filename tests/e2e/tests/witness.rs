@@ -161,7 +161,8 @@ impl Drop for Served {
 /// with the leaves of the store `db`; returns (status, body).
 fn ask(witness: &Pi, asker: &Pi, db: &Path, note: &str, old: u64) -> (u16, String) {
     let conn = rusqlite::Connection::open(db).expect("open");
-    let body = cosign::request_body(&conn, note, old).expect("request body");
+    let body =
+        cosign::request_body(&kura_store::SealLog::over(&conn), note, old).expect("request body");
     let creds = Credentials {
         key: Some(std::sync::Arc::new(
             identity::read_seed(&asker.nats.seed(Role::Serve)).expect("seed"),

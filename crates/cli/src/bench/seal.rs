@@ -35,7 +35,12 @@ fn fill(store: &Store, n: u64) -> anyhow::Result<()> {
     while done < n {
         let tx = store.conn().unchecked_transaction()?;
         for _ in 0..(n - done).min(10_000) {
-            seallog::append_in(&tx, proto::LedgerId::new(), proto::SessionId::new(), &hash)?;
+            seallog::append(
+                &kura_store::SealLog::over(&tx),
+                proto::LedgerId::new(),
+                proto::SessionId::new(),
+                &hash,
+            )?;
         }
         tx.commit()?;
         done += (n - done).min(10_000);
@@ -61,21 +66,21 @@ pub fn figures(dir: &Path, sizes: &Sizes) -> anyhow::Result<Vec<Figure>> {
     let (small, big, probe) = (sizes.seal_small, sizes.seal_big, 2_000);
     fill(&store, small)?;
     let at_small = append_rate(&store, probe)?;
-    let have = seallog::size_in(store.conn())?;
+    let have = seallog::size(&store.seal_log())?;
     fill(&store, big.saturating_sub(have))?;
     let at_big = append_rate(&store, probe)?;
     // A checkpoint of the log at `big`, then more leaves: the check proves the log extends
     // it and recomputes every stored hash from the leaves.
     let (skey, _) = checkpoint::generate("bench/log")?;
     let key = checkpoint::LogKey::from_text(&skey)?;
-    let size = seallog::size_in(store.conn())?;
-    let note = key.sign(size, seallog::root_in(store.conn(), size)?)?;
+    let size = seallog::size(&store.seal_log())?;
+    let note = key.sign(size, seallog::root(&store.seal_log(), size)?)?;
     fill(&store, 1_000)?;
-    let leaves = seallog::size_in(store.conn())?;
+    let leaves = seallog::size(&store.seal_log())?;
     let t = Instant::now();
     let cp = checkpoint::open(&note, key.verifier())?;
-    let consistent = checkpoint::extends(store.conn(), &cp)?.is_ok();
-    let problems = seallog::check_in(store.conn())?;
+    let consistent = checkpoint::extends(&store.seal_log(), &cp)?.is_ok();
+    let problems = seallog::check(&store.seal_log())?;
     let checked = leaves as f64 / t.elapsed().as_secs_f64().max(1e-9);
     // Foreign keys are off here, so the leaves name no ledgers; only those problems are expected.
     if !consistent || problems.iter().any(|p| p.1 != "seal_log_leaf") {

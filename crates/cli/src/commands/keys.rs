@@ -159,12 +159,9 @@ fn seal_log_size(db: Option<&std::path::Path>) -> anyhow::Result<Option<u64>> {
         return Ok(None);
     };
     // Read only, and no migration: this may run as root on a file the daemons can write.
-    let conn = rusqlite::Connection::open_with_flags(
-        &path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .with_context(|| format!("cannot read the store {}", path.display()))?;
-    Ok(Some(kura_tlog::seallog::size_in(&conn)?))
+    let size = kura_store::seal_log_size_read_only(&path)
+        .with_context(|| format!("cannot read the store {}", path.display()))?;
+    Ok(Some(size))
 }
 
 fn init(out: &mut Out, json: bool, dir: &Path, hosts: &[String]) -> anyhow::Result<()> {

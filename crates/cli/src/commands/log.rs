@@ -3,6 +3,7 @@
 
 use kura_store::Store;
 use kura_store::store::Session;
+use kura_tlog::storage::LogStorage as _;
 use proto::SessionId;
 use proto::ledger::Ledger;
 use proto::record::Record;
@@ -86,7 +87,7 @@ fn log(
                 ledger: l,
                 head: session.head_ledger_id == Some(l.ledger_id),
                 unreachable: lost.contains(&l.ledger_id),
-                sealer: kura_tlog::sealer::sealer_of(store.conn(), &l.ledger_id.to_string())?,
+                sealer: store.seal_log().sealer_of(&l.ledger_id.to_string())?,
                 records: match with_records {
                     true => Some(store.hydrate(l.ledger_id)?),
                     false => None,

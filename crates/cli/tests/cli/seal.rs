@@ -311,9 +311,10 @@ fn a_ledger_sealed_by_an_unknown_key_or_unsigned_is_a_named_failure() {
     assert!(!out.contains(&good), "{out}");
 
     // The attacker moves the operator's name onto their own seal: the signature breaks.
-    let operator_nkey = kura_tlog::sealer::sealer_of(&k.raw(), &good)
-        .expect("read")
-        .expect("signed");
+    let operator_nkey =
+        kura_tlog::storage::LogStorage::sealer_of(&kura_store::SealLog::over(&k.raw()), &good)
+            .expect("read")
+            .expect("signed");
     let conn = k.drop_triggers();
     conn.execute(
         "UPDATE ledger_seals SET sealer = ?1 WHERE ledger_id = ?2",

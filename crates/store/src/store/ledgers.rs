@@ -318,9 +318,10 @@ pub(crate) fn seal_in(
         params![ledger_id.to_string(), root, hash, sealed_at],
     )?;
     sessions::move_head(conn, ledger.session_id, ledger_id, &hash, "seal")?;
-    kura_tlog::seallog::append_in(conn, ledger_id, ledger.session_id, &hash)?;
+    let log = crate::SealLog(conn);
+    kura_tlog::seallog::append(&log, ledger_id, ledger.session_id, &hash)?;
     if let Some(sealer) = sealer {
-        sealer.sign_in(conn, &ledger_id.to_string(), &hash)?;
+        sealer.sign(&log, &ledger_id.to_string(), &hash)?;
     }
     ledger.state = LedgerState::Sealed;
     ledger.root_hash = Some(root);

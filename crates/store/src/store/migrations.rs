@@ -31,7 +31,7 @@ fn migrations() -> Vec<M<'static>> {
         M::up_with_hook(
             include_str!("../../migrations/008_seal_log.sql"),
             |tx: &rusqlite::Transaction| {
-                kura_tlog::seallog::backfill_in(tx)
+                kura_tlog::seallog::backfill(&crate::SealLog(tx))
                     .map(drop)
                     .map_err(|e| rusqlite_migration::HookError::Hook(e.to_string()))
             },

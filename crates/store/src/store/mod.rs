@@ -276,6 +276,11 @@ impl Store {
         &self.conn
     }
 
+    /// The transparency log's rows, for reading (size, roots, proofs, checks, witnesses).
+    pub fn seal_log(&self) -> crate::SealLog<'_> {
+        crate::SealLog(&self.conn)
+    }
+
     /// Runs `f` inside one `BEGIN IMMEDIATE` transaction: it takes the write lock up front, so
     /// concurrent writers queue on the busy timeout instead of failing mid-transaction. `f`
     /// composes the store's operations on the [`Tx`](crate::Tx); all of them commit together.

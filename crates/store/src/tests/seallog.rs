@@ -2,7 +2,7 @@
 //! implementation, append-only triggers, and the migration that backfills it.
 
 use crate::{Store, StoreOptions};
-use kura_tlog::seallog::*;
+use kura_tlog::seallog::{self, *};
 
 /// A store with `n` sealed (empty) ledgers.
 fn sealed(n: usize) -> (tempfile::TempDir, Store) {
@@ -60,27 +60,27 @@ fn roots_and_consistency_proofs_match_an_independent_rfc_6962_implementation() {
     assert_eq!(leaves.len(), 21);
     for n in 1..=21u64 {
         let ours = proto::merkle::root(&leaves[..n as usize]);
-        let root = root_in(store.conn(), n).expect("root");
+        let root = seallog::root(&store.seal_log(), n).expect("root");
         assert_eq!(root.0, ours, "root of {n}");
         for m in 1..n {
-            let proof = consistency_proof_in(store.conn(), m, n).expect("proof");
+            let proof = consistency_proof(&store.seal_log(), m, n).expect("proof");
             let want = subproof(m as usize, &leaves[..n as usize], true);
             let got: Vec<[u8; 32]> = proof.iter().map(|h| h.0).collect();
             assert_eq!(got, want, "consistency proof {m} -> {n}");
-            let old = root_in(store.conn(), m).expect("old root");
+            let old = seallog::root(&store.seal_log(), m).expect("old root");
             tlog_tiles::check_tree(&proof, n, root, m, old).expect("checks");
             // A proof for another old tree does not check.
             let wrong = tlog_tiles::Hash(proto::merkle::root(&leaves[..m as usize - 1]));
             assert!(m == 1 || tlog_tiles::check_tree(&proof, n, root, m, wrong).is_err());
         }
         for i in 0..n {
-            let proof = inclusion_proof_in(store.conn(), i, n).expect("inclusion");
+            let proof = inclusion_proof(&store.seal_log(), i, n).expect("inclusion");
             let path = proto::merkle::audit_path(&leaves[..n as usize], i as usize).expect("path");
             let got: Vec<[u8; 32]> = proof.iter().map(|h| h.0).collect();
             assert_eq!(got, path, "inclusion {i} of {n}");
         }
     }
-    assert!(check_in(store.conn()).expect("check").is_empty());
+    assert!(check(&store.seal_log()).expect("check").is_empty());
 }
 
 #[test]
@@ -111,14 +111,14 @@ fn every_seal_is_a_leaf_in_seal_order_and_the_log_is_append_only() {
 fn migration_008_backfills_an_older_store_in_seal_order() {
     let (dir, store) = sealed(9);
     let before = leaf_hashes(&store);
-    let root = root_in(store.conn(), 9).expect("root");
+    let root = seallog::root(&store.seal_log(), 9).expect("root");
     // What a version-7 store looks like: no seal log (and none of what came after).
     crate::store::back_to_version_7(store.conn());
     drop(store);
     let store = Store::open(dir.path().join("k.db"), &StoreOptions::default()).expect("open");
     assert_eq!(leaf_hashes(&store), before);
-    assert_eq!(root_in(store.conn(), 9).expect("root"), root);
-    assert!(check_in(store.conn()).expect("check").is_empty());
+    assert_eq!(seallog::root(&store.seal_log(), 9).expect("root"), root);
+    assert!(check(&store.seal_log()).expect("check").is_empty());
 }
 
 /// Attack: a crafted database claims a leaf at the integer limit, where the tlog
@@ -137,7 +137,7 @@ fn a_crafted_leaf_index_is_a_clear_error() {
             [],
         )
         .expect("craft");
-    let err = size_in(store.conn()).expect_err("out of range");
+    let err = size(&store.seal_log()).expect_err("out of range");
     assert!(err.is_corruption(), "{err}");
     let session = store.create_session("t").expect("session").session_id;
     let l = store.open_ledger(session, "l", &[]).expect("open");
@@ -146,7 +146,7 @@ fn a_crafted_leaf_index_is_a_clear_error() {
         "sealing refuses too"
     );
     assert!(
-        check_in(store.conn())
+        check(&store.seal_log())
             .is_ok_and(|p| p.iter().any(|(_, check, _)| *check == "seal_log_gap"))
     );
 }
@@ -175,7 +175,7 @@ fn a_rewritten_ledger_no_longer_matches_its_leaf() {
         [],
     )
     .expect("rewrite");
-    let problems = check_in(c).expect("check");
+    let problems = check(&crate::SealLog(c)).expect("check");
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].1, "seal_log_leaf");
     assert!(problems[0].2.starts_with("leaf 2 "), "{problems:?}");
