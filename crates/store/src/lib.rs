@@ -3,7 +3,8 @@
 //! `kura-work` keeps) — and the reports read from it
 //! (verify, diff, proofs). Synchronous by design: no async runtime, no NATS. Writes go
 //! through [`Store::write`] and the named operations of its [`Tx`]; the transparency log
-//! (seal log, checkpoints, witnesses) is `kura_tlog`'s, appended to inside the seal.
+//! (seal log, checkpoints, witnesses) is `kura_tlog`'s, run over [`SealLog`] (its
+//! `LogStorage` on these tables) and appended to inside the seal.
 
 pub mod branch;
 mod cached;
