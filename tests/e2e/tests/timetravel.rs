@@ -418,8 +418,7 @@ fn turn_count(s: &Stack, session: &str) -> i64 {
 }
 
 /// The session a recorded request ran in, waited for.
-fn recorded_session(s: &Stack, script: &str) -> String {
-    std::fs::write(s.path("script.json"), script).expect("script");
+fn recorded_session(s: &Stack) -> String {
     let first = s.wait_complete(s.submit("write x"), MINUTE);
     first.session_id.expect("session").to_string()
 }
@@ -429,17 +428,18 @@ fn recorded_session(s: &Stack, script: &str) -> String {
 /// ran for real in the fork. A replay has exactly the recorded turns, each served.
 #[test]
 fn a_replay_of_unfinished_turns_adds_no_live_turn_and_runs_no_side_effect() {
-    let mut s = Stack::new("{\"turns\": []}");
-    s.extra_env
-        .push(("KURA_WORKER__APPROVALS".into(), "off".into()));
-    s.spawn("minato", "minato");
-    s.spawn("hashi", "hashi");
-    let session = recorded_session(
-        &s,
+    // The script is in place before hashi starts: hashi loads it when it starts, and an
+    // empty one stops it (the race this test once lost).
+    let mut s = Stack::new(
         r#"{"turns": [[{"deliver": "one", "final": false}],
             [{"tool": "fs.write", "args": {"path": "x.txt", "content": "x"}},
              {"deliver": "two", "final": true}]]}"#,
     );
+    s.extra_env
+        .push(("KURA_WORKER__APPROVALS".into(), "off".into()));
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let session = recorded_session(&s);
     assert_eq!(turn_count(&s, &session), 2);
     let r = replay(&s, &session, &[]);
     let fork = r["session_id"].as_str().expect("session").to_owned();
