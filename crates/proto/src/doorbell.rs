@@ -54,8 +54,9 @@ pub const MAX_DECISION_BYTES: usize = 48 * 1024;
 pub struct Verdicted {
     /// Whether the decision was accepted.
     pub ok: bool,
-    /// The request's state afterwards (when known).
-    #[serde(default)]
+    /// The request's state afterwards (when known; left out of the reply when not, as
+    /// PROTOCOL.md's two-key refusals show).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub state: String,
     /// What happened, for the person.
     #[serde(default)]
@@ -181,7 +182,7 @@ pub struct PendingQuery {
 
 /// `aegis.cmd.approval.fetch`: a piece of a waiting request's record content too big to send
 /// inline with the pending list (the client reassembles it and checks its hash).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordFetch {
     /// The approval request (record id).
@@ -191,6 +192,32 @@ pub struct RecordFetch {
     pub offset: u64,
 }
 
+/// A decision's vote as it was sent: `approve`, `deny`, or any other word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SentVote {
+    /// `approve` or `deny`.
+    Known(crate::states::Vote),
+    /// Anything else: refused by aegis (and recorded as a refusal), never counted as a vote.
+    Other(String),
+}
+
+impl SentVote {
+    /// The vote, when it is one.
+    pub fn known(&self) -> Option<crate::states::Vote> {
+        match self {
+            SentVote::Known(v) => Some(*v),
+            SentVote::Other(_) => None,
+        }
+    }
+}
+
+impl From<crate::states::Vote> for SentVote {
+    fn from(v: crate::states::Vote) -> Self {
+        SentVote::Known(v)
+    }
+}
+
 /// `aegis.cmd.approval.decide`: a person's decision on one request, signed with their
 /// Ed25519 key over [`ApprovalDecision::signing_bytes`]. Small control data, not a payload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,8 +225,9 @@ pub struct RecordFetch {
 pub struct ApprovalDecision {
     /// The approval request (record id).
     pub request_id: RequestId,
-    /// `approve` or `deny`.
-    pub decision: crate::states::Vote,
+    /// `approve` or `deny` (any other word still parses, so that aegis refuses, counts and
+    /// records it like any other bad decision).
+    pub decision: SentVote,
     /// The approver's name (their author id is `user:<name>`).
     pub approver: String,
     /// A short note or reason.

@@ -40,7 +40,9 @@ macro_rules! new_uuid {
         pub struct $name(Uuid);
 
         impl $name {
-            /// A fresh id (UUIDv7: later ids sort after earlier ones).
+            /// A fresh id (UUIDv7: later ids sort after earlier ones). Deliberately not
+            /// `Default`: a defaulted field must never mint a new random id unseen.
+            #[allow(clippy::new_without_default)]
             pub fn new() -> Self {
                 $name(new_id())
             }
@@ -48,12 +50,6 @@ macro_rules! new_uuid {
             /// The UUID underneath.
             pub const fn uuid(self) -> Uuid {
                 self.0
-            }
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                $name::new()
             }
         }
 

@@ -29,7 +29,7 @@ pub enum TlogError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The storage behind [`crate::storage::LogStorage`] failed while reading or writing the
+    /// The storage behind the log's storage (`LogStorage`) failed while reading or writing the
     /// log's rows (the store's database error, boxed).
     #[error("database error: {0}")]
     Storage(Box<dyn std::error::Error + Send + Sync>),

@@ -7,7 +7,6 @@
 //! sealed ledger. Session heads are sealed ledgers, so every head a ref log ever named is a
 //! leaf; a rewind (the head moved back to an older ledger) adds no leaf — it names one the
 //! log already holds, and the ref log's own chain records the move.
-
 //!
 //! The rows live behind [`LogStorage`] (the store's tables `seal_log_leaves` and
 //! `seal_log_hashes`); appending, roots, proofs and the log's own check are computed here.

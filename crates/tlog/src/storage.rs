@@ -1,7 +1,7 @@
 //! The seam between the log's algorithms and the rows they keep: [`LogStorage`] is what the
 //! seal log, the sealers' checks, checkpoints and witnesses read and write, and nothing
 //! else (trillian-tessera's storage seam). `kura-store` implements it over its connection
-//! and calls [`crate::seallog::append`] inside its sealing transaction, so sealing stays
+//! and calls `seallog::append` inside its sealing transaction, so sealing stays
 //! atomic while the hash computation, roots, proofs and checks stay here.
 
 use proto::LedgerId;

@@ -263,7 +263,7 @@ pub async fn decide(
         .with_context(|| format!("request {request_id} is not waiting for a decision"))?;
     let mut d = ApprovalDecision {
         request_id,
-        decision: if approve { Vote::Approve } else { Vote::Deny },
+        decision: if approve { Vote::Approve } else { Vote::Deny }.into(),
         approver: name,
         note: note.to_owned(),
         signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -15,6 +15,7 @@ use kura_work::approvals::{approval, approvals_so_far, asked, next_pending, requ
 use kura_work::now_ms;
 use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
+use proto::doorbell::SentVote;
 use proto::record::{NewRecord, RecordType};
 use serde_json::Value;
 
@@ -318,6 +319,9 @@ pub enum Refusal {
     /// This person voted on this request already.
     #[error("duplicate or replayed decision")]
     Duplicate,
+    /// The decision is neither `approve` nor `deny`.
+    #[error("decision must be approve or deny, not {:?}", match .0 { SentVote::Known(v) => v.as_str().to_owned(), SentVote::Other(s) => s.chars().take(64).collect() })]
+    NotAVote(SentVote),
 }
 
 /// Who may cast `d` on `a`, their vote and the edit it makes, or why it is refused: within
@@ -332,7 +336,10 @@ fn check_decision<'a>(
     policy: &Policy,
 ) -> Result<(&'a Approver, Vote, Option<Edit>), Refusal> {
     d.check_limits()?;
-    let vote = d.decision;
+    let vote = d
+        .decision
+        .known()
+        .ok_or_else(|| Refusal::NotAVote(d.decision.clone()))?;
     let who = approvers
         .iter()
         .find(|x| x.name == d.approver)
@@ -370,7 +377,7 @@ fn record_vote(
     let content = SignedVoteContent {
         request_id: a.request_id,
         request_hash: a.request_hash.clone(),
-        outcome: d.decision,
+        outcome: decision,
         approver: author.clone(),
         note: d.note.clone(),
         signed_at: d.signed_at.clone(),

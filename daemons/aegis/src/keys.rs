@@ -146,7 +146,7 @@ mod tests {
     fn decision(id: proto::RequestId) -> ApprovalDecision {
         ApprovalDecision {
             request_id: id,
-            decision: proto::Vote::Approve,
+            decision: proto::Vote::Approve.into(),
             approver: "oles".into(),
             note: "ok".into(),
             signed_at: "2026-11-21T00:00:00Z".into(),
@@ -183,7 +183,7 @@ mod tests {
             "another request id"
         );
         let mut flipped = d.clone();
-        flipped.decision = proto::Vote::Deny;
+        flipped.decision = proto::Vote::Deny.into();
         assert!(
             verify(&kf.public_key, &flipped, "hash-a").is_err(),
             "altered decision"

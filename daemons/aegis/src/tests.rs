@@ -77,7 +77,7 @@ fn asked_request(store: &mut Store) -> proto::RequestId {
 fn signed(key: &SigningKey, name: &str, request_id: RequestId, hash: &str) -> ApprovalDecision {
     let mut d = ApprovalDecision {
         request_id,
-        decision: proto::Vote::Approve,
+        decision: proto::Vote::Approve.into(),
         approver: name.into(),
         note: String::new(),
         signed_at: kura_store::time::now(),
@@ -197,6 +197,58 @@ fn a_replayed_vote_is_refused_as_a_duplicate_and_recorded_and_the_count_holds() 
             .expect("row")
             .state,
         ApprovalState::Approved
+    );
+}
+
+/// Regression (review of the issue-25 re-shape): typing the vote made `"decision": "maybe"`
+/// fail to parse, so it was answered "malformed" and never counted or recorded. It parses,
+/// and is refused, counted and put on the record like any other bad decision.
+#[test]
+fn a_vote_that_is_neither_approve_nor_deny_is_refused_and_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("db");
+    let request_id = asked_request(&mut store);
+    let hash = approval(store.conn(), request_id)
+        .expect("read")
+        .expect("row")
+        .request_hash;
+    let alice = SigningKey::from_bytes(&[1u8; 32]);
+    let approvers = Approvers::try_from(vec![Approver {
+        name: "alice".into(),
+        public_key: hex::encode(alice.verifying_key().as_bytes()),
+    }])
+    .expect("approvers");
+    let mut wire = serde_json::to_value(signed(&alice, "alice", request_id, &hash)).expect("json");
+    wire["decision"] = "maybe".into();
+    let d: proto::doorbell::ApprovalDecision = serde_json::from_value(wire).expect("it parses");
+    let before = sys_errors(&store);
+    let v = decide::decide(
+        &mut store,
+        &approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        &d,
+        &crate::policy::Policy::default(),
+    )
+    .expect("decide");
+    assert!(!v.ok);
+    assert!(
+        v.message
+            .contains("decision must be approve or deny, not \"maybe\""),
+        "{}",
+        v.message
+    );
+    assert_eq!(
+        sys_errors(&store),
+        before + 1,
+        "the refusal is on the record"
+    );
+    assert_eq!(
+        approval(store.conn(), request_id)
+            .expect("read")
+            .expect("row")
+            .state,
+        ApprovalState::Asked
     );
 }
 
@@ -509,7 +561,10 @@ fn protocol_md_test_vectors_match_the_code() {
     .expect("hash");
     let mut d = ApprovalDecision {
         request_id: value("request_id").parse().expect("uuid"),
-        decision: value("decision").parse().expect("vote"),
+        decision: value("decision")
+            .parse::<proto::Vote>()
+            .expect("vote")
+            .into(),
         approver: value("approver"),
         note: value("note"),
         signed_at: value("signed_at"),
@@ -665,7 +720,7 @@ decision = "deny""#,
         "{v:?}"
     );
     let mut deny = edit(&alice, "alice", request_id, &hash, "lists/a.md");
-    deny.decision = proto::Vote::Deny;
+    deny.decision = proto::Vote::Deny.into();
     keys::sign(&alice, &mut deny, &hash);
     let v = run(&deny);
     assert!(!v.ok && v.message.contains("only an approval"), "{v:?}");

@@ -261,7 +261,8 @@ fn decision(s: &Stack, who: &str, key_file: &str, item: &Value, approve: bool) -
             proto::Vote::Approve
         } else {
             proto::Vote::Deny
-        },
+        }
+        .into(),
         approver: who.into(),
         note: String::new(),
         signed_at: kura_store::time::now(),
@@ -332,7 +333,7 @@ fn forged_unknown_misdirected_replayed_and_racing_decisions_are_refused() {
     );
     // Altered after signing.
     let mut altered = decision(&s, "oles", "oles.key", a, false);
-    altered.decision = proto::Vote::Approve;
+    altered.decision = proto::Vote::Approve.into();
     assert!(
         send(&s, &altered)["message"]
             .as_str()

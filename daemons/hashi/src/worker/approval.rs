@@ -38,18 +38,6 @@ pub(super) fn result_content(
 }
 
 impl Worker {
-    /// Answers a call that was not run with `why` as its result.
-    fn answer_unrun(
-        &mut self,
-        claim: &Claim,
-        history: &mut Vec<Record>,
-        call_id: &str,
-        why: ToolError,
-    ) -> kura_store::Result<CallEnd> {
-        self.record_result(claim, history, call_id, Err(why))?;
-        Ok(CallEnd::Done)
-    }
-
     /// A replay's side-effecting call: never run again. The recorded result is served,
     /// naming the record it replays; a call the recorded turn did not make is refused.
     pub(super) fn serve_recorded(
@@ -62,19 +50,20 @@ impl Worker {
         let Some(r) = recorded else {
             let refusal = "a replay never runs a side effect again, and the recorded turn has no \
                            result for this call; not run";
-            return self.answer_unrun(claim, history, call_id, ToolError::Refused(refusal.into()));
+            let why = ToolError::Refused(refusal.into());
+            self.record_result(claim, history, call_id, Err(why))?;
+            return Ok(CallEnd::Done);
         };
-        let Some(mut content) = ToolResultContent::read(&r.content) else {
-            let refusal = "a replay never runs a side effect again, and the recorded result \
-                           cannot be read; not run";
-            return self.answer_unrun(claim, history, call_id, ToolError::Failed(refusal.into()));
-        };
-        content.call_id = Some(call_id.to_owned());
-        content.replayed = Some(r.record_id);
+        // The recorded result is served as it was recorded, whatever its shape (it may have
+        // been written by hand or by an older Kura): only the call it answers and the record
+        // it replays are added.
+        let mut content = r.content.as_object().cloned().unwrap_or_default();
+        content.insert("call_id".into(), Value::String(call_id.to_owned()));
+        content.insert("replayed".into(), Value::String(r.record_id.to_string()));
         let served = self.record(
             claim,
             RecordType::ToolResult,
-            content.to_value(),
+            Value::Object(content),
             &[("replays", r.record_id.to_string())],
         );
         self.append(claim, history, served)?;

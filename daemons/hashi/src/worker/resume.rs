@@ -73,9 +73,9 @@ impl Worker {
             Some(a) => a.started_epoch.is_none(),
             None => self.config.approvals != Approvals::Off,
         };
-        match approval.as_ref().map(|a| a.state) {
-            Some(ApprovalState::Pending | ApprovalState::Asked) => {
-                let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
+        match approval.as_ref() {
+            Some(a) if matches!(a.state, ApprovalState::Pending | ApprovalState::Asked) => {
+                let id = a.request_id;
                 let parked = self.commit(claim, history, |tx| tx.park_turn(claim, id))?;
                 if !parked {
                     tracing::info!(turn_id = %claim.turn_id, request_id = %id,
@@ -83,11 +83,8 @@ impl Worker {
                 }
                 return Ok(CallEnd::Parked(id));
             }
-            Some(ApprovalState::Denied) => {
-                let rule = approval
-                    .as_ref()
-                    .and_then(|a| a.rule.clone())
-                    .unwrap_or_default();
+            Some(a) if a.state == ApprovalState::Denied => {
+                let rule = a.rule.clone().unwrap_or_default();
                 self.record_result(
                     claim,
                     history,
@@ -96,9 +93,8 @@ impl Worker {
                 )?;
                 return Ok(CallEnd::Done);
             }
-            Some(ApprovalState::Approved) if never_started => {
-                let id = approval.as_ref().map(|a| a.request_id).unwrap_or_default();
-                let edited = approval.as_ref().and_then(|a| a.edited_arguments.clone());
+            Some(a) if a.state == ApprovalState::Approved && never_started => {
+                let (id, edited) = (a.request_id, a.edited_arguments.clone());
                 self.run_approved(claim, history, id, name, args, call_id, edited.as_deref())?;
                 return Ok(CallEnd::Done);
             }

@@ -341,7 +341,7 @@ pub fn approval_round_trip(turns: usize) -> Approvals {
             let now = kura_store::time::now();
             let mut d = proto::doorbell::ApprovalDecision {
                 request_id: request.parse().expect("request id"),
-                decision: proto::Vote::Approve,
+                decision: proto::Vote::Approve.into(),
                 approver: "oles".into(),
                 note: String::new(),
                 signed_at: format!("{}Z", &now[..19]),

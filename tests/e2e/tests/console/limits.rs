@@ -273,7 +273,7 @@ fn a_rogue_unsigned_reply_does_not_stop_a_console_decision() {
     // A decision by alice for a request that does not exist: aegis refuses it, signed.
     let mut d = proto::doorbell::ApprovalDecision {
         request_id: proto::RequestId::new(),
-        decision: proto::Vote::Approve,
+        decision: proto::Vote::Approve.into(),
         approver: "alice".into(),
         note: String::new(),
         signed_at: kura_store::time::now(),
