@@ -289,11 +289,11 @@ impl Worker {
 
     /// The policy aegis published, if any (re-read only when its hash changes).
     fn published_policy(&mut self) -> kura_store::Result<Option<(String, Arc<Policy>)>> {
-        let Some(hash) = policy::current_hash(self.store.conn())? else {
+        let Some(hash) = policy::current_hash(&self.store)? else {
             return Ok(None);
         };
         if self.policy.as_ref().is_none_or(|(h, _)| *h != hash) {
-            self.policy = policy::load(self.store.conn(), &hash)?.map(|p| (hash, Arc::new(p)));
+            self.policy = policy::load(&self.store, &hash)?.map(|p| (hash, Arc::new(p)));
         }
         Ok(self.policy.clone())
     }

@@ -10,11 +10,9 @@ use kura_model::{Provider, ProviderConfig, ProviderKind, Step, TurnInput};
 use kura_runtime::Bus;
 use kura_store::Store;
 use kura_store::memory::Item;
-use kura_store::store::parse_id;
 use kura_work::{cursor, set_cursor};
 use proto::doorbell::RecordWritten;
 use proto::record::{Record, RecordType};
-use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 
 use crate::extract::{from_deliverable, marked_lines};
@@ -105,20 +103,15 @@ impl Extractor {
 
     /// One unit: the next completed turn's memory. `Ok(false)` when there is none.
     pub fn step(&mut self) -> anyhow::Result<bool> {
-        let conn = self.store.conn();
-        let pos = cursor(conn, CONSUMER)?;
-        let row: Option<(String, i64, Option<String>, String)> = conn
-            .query_row(
-                "SELECT turn_id, done_seq, output_ledger_id, session_id FROM turns WHERE done_seq > ?1 ORDER BY done_seq LIMIT 1",
-                [pos],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .optional()?;
-        let Some((turn_id, done_seq, Some(output), session)) = row else {
+        let pos = cursor(&self.store, CONSUMER)?;
+        let Some((turn, done_seq)) = kura_work::next_done_turn_after(&self.store, pos)? else {
             return Ok(false);
         };
-        let session = parse_id(&session)?;
-        let records = self.store.hydrate(parse_id(&output)?)?;
+        let Some(output) = turn.output_ledger_id else {
+            return Ok(false);
+        };
+        let (session, turn_id) = (turn.session_id, turn.turn_id.to_string());
+        let records = self.store.hydrate(output)?;
         let deliverables: Vec<&Record> = records
             .iter()
             .filter(|r| r.record_type == RecordType::TaskDeliverable)

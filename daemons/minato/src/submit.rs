@@ -94,7 +94,7 @@ pub async fn run_replaying(
         let deadline = Instant::now() + timeout;
         let status = tokio::task::spawn_blocking(move || -> anyhow::Result<RequestStatus> {
             loop {
-                let status = request_status(store.conn(), request.request_seq)?;
+                let status = request_status(&store, request.request_seq)?;
                 if status.complete {
                     return Ok(status);
                 }
@@ -143,7 +143,7 @@ pub async fn replay(
     timeout: Duration,
 ) -> anyhow::Result<Replayed> {
     let mut store = Store::open(&common.db, &common.store_options()?)?;
-    let recorded = kura_work::recorded_turns(store.conn(), session)?;
+    let recorded = kura_work::recorded_turns(&store, session)?;
     let todo: Vec<_> = recorded
         .into_iter()
         .filter(|t| t.seq >= from_turn)

@@ -285,7 +285,7 @@ impl Worker {
         }
         // aegis answers after it has recorded its ruling, so one look tells: decided, or up
         // to people (or aegis is away) — then the turn parks and frees this worker.
-        let a = approval(self.store.conn(), request_id)?.ok_or_else(|| StoreError::Corrupt {
+        let a = approval(&self.store, request_id)?.ok_or_else(|| StoreError::Corrupt {
             what: "approval",
             id: request_id.to_string(),
             detail: "vanished while its turn waited".into(),

@@ -68,7 +68,7 @@ impl Worker {
         call: &Dangling,
     ) -> kura_store::Result<CallEnd> {
         let (name, call_id, args) = (&call.name, call.call_id.as_str(), &call.args);
-        let approval = approval_for_call(self.store.conn(), claim.turn_id, call_id)?;
+        let approval = approval_for_call(&self.store, claim.turn_id, call_id)?;
         let never_started = match &approval {
             Some(a) => a.started_epoch.is_none(),
             None => self.config.approvals != Approvals::Off,
