@@ -163,11 +163,13 @@ fn typed_contents_rewrite_the_old_databases_records_byte_for_byte() {
         let typed: T = serde_json::from_value(v.clone()).ok()?;
         proto::canonical_json(&typed).ok()
     }
-    let conn = rusqlite::Connection::open_with_flags(
-        fixture("kura.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open the fixture");
+    // A copy: even a read-only open of a WAL database leaves files beside it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("kura.db");
+    std::fs::copy(fixture("kura.db"), &db).expect("copy the fixture");
+    let conn =
+        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open the copy");
     let mut stmt = conn
         .prepare("SELECT record_type, content FROM records ORDER BY record_id")
         .expect("query");
