@@ -98,6 +98,23 @@ fn decide_by_default(
     decide::decide(store, approvers, WINDOW, limiter, d, &Policy::default()).expect("decide")
 }
 
+/// One decision through aegis's check with the default window, limiter and policy.
+fn decide_with_defaults(
+    store: &mut Store,
+    approvers: &Approvers,
+    d: &proto::doorbell::ApprovalDecision,
+) -> decide::Verdicted {
+    decide::decide(
+        store,
+        approvers,
+        WINDOW,
+        &mut Limiter::default(),
+        d,
+        &crate::policy::Policy::default(),
+    )
+    .expect("decide")
+}
+
 fn sys_errors(store: &Store) -> i64 {
     store
         .conn()
@@ -222,15 +239,7 @@ fn a_vote_that_is_neither_approve_nor_deny_is_refused_and_recorded() {
     wire["decision"] = "maybe".into();
     let d: proto::doorbell::ApprovalDecision = serde_json::from_value(wire).expect("it parses");
     let before = sys_errors(&store);
-    let v = decide::decide(
-        &mut store,
-        &approvers,
-        WINDOW,
-        &mut Limiter::default(),
-        &d,
-        &crate::policy::Policy::default(),
-    )
-    .expect("decide");
+    let v = decide_with_defaults(&mut store, &approvers, &d);
     assert!(!v.ok);
     assert!(
         v.message
