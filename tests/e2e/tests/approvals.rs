@@ -71,7 +71,19 @@ fn pending(s: &Stack) -> Vec<Value> {
 fn wait_pending(s: &Stack, n: usize) -> Vec<Value> {
     let deadline = std::time::Instant::now() + MINUTE;
     loop {
-        let p = pending(s);
+        // aegis may still be starting: until it answers, `pending` says nobody listens
+        // (CI once asked before aegis had subscribed).
+        let (code, out, err) = aegis_cli(s, &["pending", "--json"]);
+        if code != 0 && err.contains("no aegis daemon is listening") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "aegis never answered: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        assert_eq!(code, 0, "{err}");
+        let p: Vec<Value> = serde_json::from_str(&out).expect("pending json");
         if p.len() >= n {
             return p;
         }
