@@ -277,7 +277,7 @@ pub fn verification(
 pub fn status(st: &kura_work::ops::Status) -> Markup {
     html! {
         h1 { "Status" }
-        table {
+        table.daemons {
             thead { tr { th { "Daemon" } th { "Kind" } th { "Up" } th { "Last beat" } th { "NATS" } th { "Detail" } } }
             tbody {
                 @for d in &st.daemons {

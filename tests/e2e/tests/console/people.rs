@@ -29,6 +29,17 @@ async fn fits(c: &fantoccini::Client, what: &str) {
         top.as_f64().is_some_and(|t| t < 90.0),
         "{what}: content starts at {top} px"
     );
+    // Every way out of the page is on the screen: no link (or log out) cut off at the edge
+    // or scrolled out of sight inside the header.
+    let hidden = eval(
+        c,
+        "[...document.querySelectorAll('header a, header button')].filter(e => { \
+           const r = e.getBoundingClientRect(); \
+           return r.width === 0 || r.left < 0 || r.right > window.innerWidth; \
+         }).map(e => e.textContent.trim())",
+    )
+    .await;
+    assert_eq!(hidden, Value::Array(vec![]), "{what}: navigation cut off");
 }
 
 #[test]
@@ -49,6 +60,8 @@ fn the_console_fits_a_phone_and_says_what_a_request_is_for() {
             fits(c, "approvals").await;
             let task = eval(c, "document.querySelector('article.approval p.task').innerText").await;
             assert!(task.as_str().is_some_and(|t| t.contains("make the shopping list")), "{task}");
+            let heading = eval(c, "document.querySelector('article.approval h2 a').textContent").await;
+            assert_eq!(heading, Value::from("make the shopping list"), "the card names its session");
             let edit = "document.querySelector('button.edit-approve').offsetParent === null";
             assert_eq!(eval(c, edit).await, Value::Bool(true), "nothing edited, no 'Approve edited'");
             let time = eval(c, "[document.querySelector('article.approval time').textContent, document.querySelector('article.approval time').title]").await;
@@ -62,6 +75,11 @@ fn the_console_fits_a_phone_and_says_what_a_request_is_for() {
             c.goto(&format!("{url}/enrol")).await.expect("enrol");
             until(c, "the key", "document.getElementById('enrol-key').textContent.length === 64").await;
             fits(c, "enrol").await;
+            for page in ["status", "memory"] {
+                c.goto(&format!("{url}/{page}")).await.expect(page);
+                until(c, page, "document.querySelector('main h1')").await;
+                fits(c, page).await;
+            }
         }
     });
     let session = b.run(async {
@@ -91,6 +109,29 @@ fn the_console_fits_a_phone_and_says_what_a_request_is_for() {
             assert!(
                 ["minato", "hashi", "aegis", "serve", "mikado"].contains(&n),
                 "sealed by {n}"
+            );
+        }
+        // A diff names its ledgers by label, as the history does.
+        let pair = eval(
+            c,
+            "[...document.querySelectorAll('form.diff select[name=a] option')].map(o => [o.value, o.textContent])",
+        )
+        .await;
+        let pair = pair.as_array().cloned().unwrap_or_default();
+        assert!(pair.len() >= 2, "two ledgers to compare: {pair:?}");
+        let (a, b) = (&pair[0], &pair[pair.len() - 1]);
+        let id = |v: &Value| v[0].as_str().unwrap_or_default().to_owned();
+        c.goto(&format!("{url}/diff?a={}&b={}", id(a), id(b)))
+            .await
+            .expect("diff");
+        until(c, "the diff", "document.querySelector('main p.sub')").await;
+        fits(c, "diff").await;
+        let sub = eval(c, "document.querySelector('main p.sub').textContent").await;
+        for l in [a, b] {
+            let label = l[1].as_str().unwrap_or_default();
+            assert!(
+                !label.is_empty() && sub.as_str().is_some_and(|t| t.contains(label)),
+                "the diff heading names {label}: {sub}"
             );
         }
         c.goto(&format!("{url}/verify")).await.expect("verify");
