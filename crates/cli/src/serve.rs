@@ -199,6 +199,39 @@ fn load_witness(config: &ServeConfig) -> anyhow::Result<Option<Witness>> {
     )?))
 }
 
+/// The outside agents' MCP and HTTP routes when `[agents] registry` is set: a store handle of
+/// their own (sealed with this daemon's key) and the bus to ring aegis, minato and mikado.
+fn agent_routes(config: &ServeConfig, bus: Option<Bus>) -> anyhow::Result<Option<axum::Router>> {
+    let Some(registry) = config.agents.registry.clone() else {
+        return Ok(None);
+    };
+    let common = &config.common;
+    let store = Store::open(&common.db, &common.store_options()?)?;
+    // rmcp answers only `Host` headers it knows (DNS rebinding): loopback's by default; on a
+    // LAN address, the configured names and the address itself.
+    let hosts = match config.console.listen {
+        Some(addr) if !addr.ip().is_loopback() => {
+            let mut h = config.agents.hosts.clone();
+            h.extend([
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+                addr.ip().to_string(),
+            ]);
+            h
+        }
+        _ => Vec::new(),
+    };
+    tracing::info!(registry = %registry.display(), "outside agents: MCP at /mcp, HTTP under /agent/v1/");
+    let surface = kura_agents::Surface {
+        gateway: kura_agents::Gateway::new(config.agents.clone(), store, bus),
+        registry: kura_agents::registry::Registry::new(registry),
+    };
+    Ok(Some(kura_agents::router(
+        std::sync::Arc::new(surface),
+        hosts,
+    )))
+}
+
 /// Starts the console when `[console] listen` is set: its own read connection, the bus to
 /// relay decisions, aegis's key from the keyring to check verdicts. Dropping the returned
 /// sender stops it.
@@ -253,8 +286,9 @@ async fn start_console(
             None => None,
         },
     };
+    let agents = agent_routes(config, bus.clone())?;
     let console = kura_console::Console::new(config.console.clone(), store, bus, aegis_key, trust)?;
-    let Some(listening) = kura_console::bind(console).await? else {
+    let Some(listening) = kura_console::bind(console, agents).await? else {
         return Ok((tx, None));
     };
     let task = tokio::spawn(listening.serve(async move {

@@ -19,6 +19,9 @@ pub struct ServeConfig {
     pub serve: Maintenance,
     /// The web console.
     pub console: kura_console::ConsoleConfig,
+    /// Outside agents (MCP at `/mcp`, JSON routes under `/agent/v1/`), served beside the
+    /// console when `registry` is set.
+    pub agents: kura_agents::AgentsConfig,
 }
 
 /// What `kura serve` does, and how often.

@@ -31,10 +31,13 @@ pub struct Listening {
     console: Shared,
     listener: tokio::net::TcpListener,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
+    extra: Option<Router>,
 }
 
-/// Binds the configured address; `None` when no console is configured.
-pub async fn bind(console: Shared) -> anyhow::Result<Option<Listening>> {
+/// Binds the configured address; `None` when no console is configured. `extra` routes (the
+/// outside agents' MCP and HTTP surface) are served beside the console's, under the same
+/// TLS rule, connection bounds and timeouts.
+pub async fn bind(console: Shared, extra: Option<Router>) -> anyhow::Result<Option<Listening>> {
     let Some(addr) = console.config.listen else {
         return Ok(None);
     };
@@ -51,6 +54,7 @@ pub async fn bind(console: Shared) -> anyhow::Result<Option<Listening>> {
         console,
         listener,
         acceptor,
+        extra,
     }))
 }
 
@@ -62,9 +66,13 @@ impl Listening {
             console,
             listener,
             acceptor,
+            extra,
         } = self;
         let watcher = tokio::spawn(watch_changes(console.clone()));
-        let app = router(console.clone());
+        let app = match extra {
+            Some(extra) => extra.merge(router(console.clone())),
+            None => router(console.clone()),
+        };
         let slots = Arc::new(conn::Slots::default());
         tokio::pin!(shutdown);
         loop {

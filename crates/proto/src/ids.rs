@@ -77,6 +77,16 @@ macro_rules! new_uuid {
             }
         }
 
+        #[cfg(feature = "schema")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({"type": "string", "format": "uuid", "description": $what})
+            }
+        }
+
         impl std::str::FromStr for $name {
             type Err = BadId;
 

@@ -3,6 +3,7 @@
 //! This crate is deliberately lean — serde and hashing only. No async runtime, no NATS
 //! client and no SQLite live here, so every process (and an offline auditor) can use it.
 
+pub mod agent;
 pub mod canonical;
 pub mod consumers;
 pub mod content;

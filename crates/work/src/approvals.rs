@@ -86,6 +86,16 @@ fn one(conn: &Connection, filter: &str, arg: &str) -> Result<Option<Approval>> {
         .transpose()
 }
 
+/// The record that decided request `request_id`, once it is decided.
+pub fn decision_record(conn: &impl Db, request_id: RequestId) -> Result<Option<RecordId>> {
+    let id: Option<Option<String>> = conn
+        .sql()
+        .prepare_cached("SELECT decision_record_id FROM approvals WHERE request_id = ?1")?
+        .query_row([request_id.to_string()], |r| r.get(0))
+        .optional()?;
+    id.flatten().as_deref().map(parse_id).transpose()
+}
+
 /// Reads an approval by request id.
 pub fn approval(conn: &impl Db, request_id: RequestId) -> Result<Option<Approval>> {
     let conn = conn.sql();

@@ -6,6 +6,7 @@
 //! [`kura_store::Tx`]; reads take any [`kura_store::Db`]. The policy over these tables (what
 //! a context holds, when a session ends) lives in the daemons.
 
+pub mod agents;
 pub mod approvals;
 mod cursor;
 pub mod ops;

@@ -86,8 +86,9 @@ pub fn next_request_after(conn: &impl Db, position: i64) -> Result<Option<Queued
     let conn = conn.sql();
     let row: Option<(i64, String, Option<String>)> = conn
         .prepare_cached(
+            // An outside agent's request is accepted when it is filed (crate::agents).
             "SELECT request_seq, record_id, session_id FROM requests
-              WHERE request_seq > ?1 ORDER BY request_seq LIMIT 1",
+              WHERE request_seq > ?1 AND agent IS NULL ORDER BY request_seq LIMIT 1",
         )?
         .query_row([position], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;

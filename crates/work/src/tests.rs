@@ -118,3 +118,74 @@ fn a_parked_turn_wakes_on_its_decision_and_a_stale_claim_is_fenced() {
         proto::TurnState::Done
     );
 }
+
+/// Attack: an outside agent's turn taken over by a hashi worker (or its request accepted
+/// again by minato) would run Kura's own model in the agent's session. Neither can happen:
+/// the request is filed accepted and skipped by minato's queue, the turn is never claimable,
+/// and only its agent holds a claim on it.
+#[test]
+fn an_agents_turn_is_never_claimed_by_a_worker_nor_accepted_by_minato() {
+    use crate::agents::{AgentSession, AgentStart, agent_claim, open_agent_turn, open_agent_turns};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store =
+        Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("create");
+    let instruction = NewRecord::new(
+        RecordType::TaskInstruction,
+        proto::record::Content::text("outside work"),
+        "agent:laptop",
+    );
+    let claim = store
+        .write(|tx| {
+            let rec = tx.write_record(&instruction)?;
+            let start = AgentStart {
+                agent: "agent:laptop",
+                instruction: rec.record_id,
+                session: AgentSession::New("outside"),
+                memory: &[],
+            };
+            open_agent_turn(tx, &start, None)
+        })
+        .expect("open");
+    assert_eq!(
+        open_agent_turns(&store, "agent:laptop").expect("open turns"),
+        1
+    );
+    // Even with its (absent) lease long past, no worker claims it.
+    let later = now_ms() + 86_400_000;
+    assert!(
+        claim_next(&mut store, "w1", 60_000, later)
+            .expect("claim")
+            .is_none()
+    );
+    assert!(
+        crate::next_request_after(&store, 0)
+            .expect("queue")
+            .is_none()
+    );
+    // Another agent cannot write to it; its own agent can, and ends it.
+    assert!(matches!(
+        agent_claim(&store, "agent:other", claim.turn_id),
+        Err(StoreError::NotFound { .. })
+    ));
+    let mine = agent_claim(&store, "agent:laptop", claim.turn_id).expect("own claim");
+    fenced(&mut store, &mine, |tx| tx.complete_turn(&mine, None)).expect("end");
+    assert!(matches!(
+        agent_claim(&store, "agent:laptop", claim.turn_id),
+        Err(StoreError::Invalid(_))
+    ));
+    // A continuation must be the agent's own session.
+    let rec = store.write_record(&instruction).expect("again");
+    let refused = store.write(|tx| {
+        open_agent_turn(
+            tx,
+            &AgentStart {
+                agent: "agent:other",
+                instruction: rec.0.record_id,
+                session: AgentSession::Continue(claim.session_id),
+                memory: &[],
+            },
+            None,
+        )
+    });
+    assert!(matches!(refused, Err(StoreError::NotFound { .. })));
+}

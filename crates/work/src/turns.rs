@@ -133,9 +133,11 @@ pub fn claim_next(
             .prepare_cached(
                 // Fewest failed attempts first: a turn that keeps failing (or whose worker
                 // died) waits behind fresh work instead of starving it.
+                // An outside agent's turn is never a worker's (crate::agents).
                 "SELECT turn_id FROM turns
-                  WHERE (state = 'pending' AND (retry_at_ms IS NULL OR retry_at_ms <= ?1))
-                     OR (state = 'running' AND lease_until_ms < ?1)
+                  WHERE ((state = 'pending' AND (retry_at_ms IS NULL OR retry_at_ms <= ?1))
+                     OR (state = 'running' AND lease_until_ms < ?1))
+                    AND agent IS NULL
                   ORDER BY attempts, turn_id LIMIT 1",
             )?
             .query_row([now_ms], |r| r.get(0))

@@ -1,6 +1,7 @@
 //! Kura's system suite: the real daemons as separate processes on a real nats-server and one
 //! real SQLite file — one test binary, a module per concern.
 
+mod agents;
 mod approvals;
 mod attacks;
 mod bus;

@@ -70,6 +70,40 @@ pub enum KeysCmd {
         /// The service: minato, hashi, aegis, mikado, serve, submit or operator.
         name: String,
     },
+    /// Issue a bearer token for an outside agent (MCP or HTTP), shown once; its records are
+    /// authored `agent:<name>`.
+    AddAgent {
+        /// The keys directory (the token's hash goes to its agents.toml).
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// The agent's name: 1-64 of a-z, 0-9, '.', '_', '-'.
+        #[arg(long)]
+        name: String,
+    },
+    /// List the outside agents (names, when their tokens were issued; never a token).
+    ListAgents {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+    },
+    /// Remove an outside agent: kura serve refuses its token from its next call.
+    RemoveAgent {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// The agent's name.
+        #[arg(long)]
+        name: String,
+    },
+    /// Give an outside agent a new token (the old one is refused from its next call).
+    RotateAgent {
+        /// The keys directory.
+        #[arg(long, env = "KURA_KEYS_DIR", default_value = "/etc/kura/keys")]
+        dir: PathBuf,
+        /// The agent's name.
+        #[arg(long)]
+        name: String,
+    },
     /// Split an older list's keys: each service logs in with a key derived from its seed and
     /// signs with the seed's own (one key, one purpose). Approvers and peers re-add theirs.
     Upgrade {
@@ -130,6 +164,10 @@ impl KeysCmd {
                 rotate(out, json, ctx.db_given.as_deref(), &dir, &name)?
             }
             KeysCmd::Upgrade { dir, hosts } => upgrade(out, json, &dir, &hosts)?,
+            KeysCmd::AddAgent { dir, name } => super::agents::add(out, json, &dir, &name)?,
+            KeysCmd::ListAgents { dir } => super::agents::list(out, json, &dir)?,
+            KeysCmd::RemoveAgent { dir, name } => super::agents::remove(out, json, &dir, &name)?,
+            KeysCmd::RotateAgent { dir, name } => super::agents::rotate(out, json, &dir, &name)?,
         }
         Ok(Outcome::Ok)
     }

@@ -14,6 +14,7 @@
 //! | `serve` | `kura serve` (the daemon itself is [`crate::serve`]) |
 //! | `bench` | `kura bench`, `kura bench-peer` |
 
+pub mod agents;
 pub mod bench;
 pub mod checkpoint;
 pub mod diff;

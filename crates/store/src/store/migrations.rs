@@ -52,6 +52,8 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!(
             "../../migrations/014_memory_from_anywhere.sql"
         )),
+        // 015: requests and turns an outside agent drives (minato and hashi leave them alone).
+        M::up(include_str!("../../migrations/015_agent_turns.sql")),
     ]
 }
 
@@ -70,7 +72,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "18f836256f9db41ae65655bf3919e1f7e78d6b4c96d4448232e1d18951ecf04f";
+    "2790abd718f9e11b39fc38328a9674ff757716a9de09f8466e52ea5624339857";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -202,10 +204,24 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
     }
 }
 
-/// Undoes migration 013 on a test database: `records` back to hex TEXT hashes, with the
-/// exact statements of 001, so tests can build the store an older Kura left behind.
+/// Undoes migration 015 on a test database (the agent columns), as the first step of going
+/// back to any older version.
+#[cfg(test)]
+pub(crate) fn back_to_version_14(conn: &Connection) {
+    conn.execute_batch(
+        "DROP INDEX idx_turns_agent;
+         ALTER TABLE turns DROP COLUMN agent;
+         ALTER TABLE requests DROP COLUMN agent;
+         PRAGMA user_version = 14",
+    )
+    .expect("back to version 14");
+}
+
+/// Undoes migrations 013 to 015 on a test database: `records` back to hex TEXT hashes, with
+/// the exact statements of 001, so tests can build the store an older Kura left behind.
 #[cfg(test)]
 pub(crate) fn back_to_text_hashes(conn: &Connection) {
+    back_to_version_14(conn);
     let v001 = include_str!("../../migrations/001_records_ledgers.sql");
     let ours = |stmt: &&str| {
         let body = stmt
@@ -460,7 +476,12 @@ mod tests {
         // What a version-13 store looked like: the fact never indexed.
         store
             .conn()
-            .execute_batch("DELETE FROM kb; PRAGMA user_version = 13")
+            .execute_batch("DELETE FROM kb")
+            .expect("unindex");
+        back_to_version_14(store.conn());
+        store
+            .conn()
+            .execute_batch("PRAGMA user_version = 13")
             .expect("unindex");
         drop(store);
         let store = crate::Store::open(&path, &crate::StoreOptions::default()).expect("migrate");

@@ -1,0 +1,210 @@
+//! The operations as MCP tools (rmcp, Streamable HTTP at `/mcp`): each tool authenticates the
+//! request's bearer token and calls the same [`crate::Gateway`] method as the HTTP route.
+//! Refusals are JSON-RPC errors whose message says what to do.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use proto::agent::*;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::{ErrorCode, Implementation, ProtocolVersion, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+
+use crate::{Caller, Gateway, GatewayError, Surface};
+
+/// JSON-RPC error codes beyond the standard ones (-32000..-32099 is the server's range).
+fn rpc_error(e: GatewayError) -> ErrorData {
+    let code = match e {
+        GatewayError::Unauthorized => ErrorCode(-32001),
+        GatewayError::Invalid(_) | GatewayError::NotFound(_) => ErrorCode::INVALID_PARAMS,
+        GatewayError::TooLarge(_) | GatewayError::Limited(_) => ErrorCode(-32003),
+        GatewayError::Internal(_) => ErrorCode::INTERNAL_ERROR,
+    };
+    ErrorData::new(
+        code,
+        e.to_string(),
+        Some(serde_json::json!({ "kind": e.kind() })),
+    )
+}
+
+/// One MCP session's handler.
+#[derive(Clone)]
+pub struct KuraTools {
+    surface: Arc<Surface>,
+    tool_router: ToolRouter<Self>,
+}
+
+impl KuraTools {
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        let auth = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.headers.get(axum::http::header::AUTHORIZATION))
+            .and_then(|v| v.to_str().ok());
+        let client = ctx.client_info().map(|i| i.name).unwrap_or_default();
+        self.surface.caller(auth, "mcp", &client).map_err(rpc_error)
+    }
+
+    /// Runs `op` for the caller on a blocking thread (it writes to SQLite).
+    async fn run<Req, Resp>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        req: Req,
+        op: fn(&Gateway, &Caller, Req) -> Result<Resp, GatewayError>,
+    ) -> Result<Json<Resp>, ErrorData>
+    where
+        Req: Send + 'static,
+        Resp: Send + 'static,
+    {
+        let caller = self.caller(ctx)?;
+        let surface = self.surface.clone();
+        tokio::task::spawn_blocking(move || op(&surface.gateway, &caller, req))
+            .await
+            .map_err(|e| rpc_error(GatewayError::Internal(e.to_string())))?
+            .map(Json)
+            .map_err(rpc_error)
+    }
+}
+
+#[tool_router]
+impl KuraTools {
+    fn new(surface: Arc<Surface>) -> Self {
+        KuraTools {
+            surface,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Start a turn of work in Kura: records the instruction (the user's prompt) and the memory found for it in a sealed context ledger, and opens an output ledger for the turn's steps. Returns turn_id, which every other call names."
+    )]
+    async fn start_session(
+        &self,
+        Parameters(req): Parameters<StartSession>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Started>, ErrorData> {
+        self.run(&ctx, req, Gateway::start_session).await
+    }
+
+    #[tool(
+        description = "Record a step of the turn: agent.thought, agent.plan, tool.result or sys.error. content is a string or a JSON object."
+    )]
+    async fn record_step(
+        &self,
+        Parameters(req): Parameters<RecordStep>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Recorded>, ErrorData> {
+        self.run(&ctx, req, Gateway::record_step).await
+    }
+
+    #[tool(
+        description = "Declare a tool call BEFORE running it. Kura records it and its policy answers: allow (run it), deny (do not), or ask (a person decides: call wait_decision with request_id and run the tool only once it is approved, with edited_arguments if a person changed them)."
+    )]
+    async fn declare_call(
+        &self,
+        Parameters(req): Parameters<DeclareCall>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Declared>, ErrorData> {
+        self.run(&ctx, req, Gateway::declare_call).await
+    }
+
+    #[tool(
+        description = "Wait (up to 8 s a call) for a person's decision on a declared call. state: approved, denied, or still asked/pending (call again)."
+    )]
+    async fn wait_decision(
+        &self,
+        Parameters(req): Parameters<WaitDecision>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Decision>, ErrorData> {
+        self.run(&ctx, req, Gateway::wait_decision).await
+    }
+
+    #[tool(
+        description = "End the turn with its deliverable: the output ledger is sealed and Kura extracts memory from it."
+    )]
+    async fn end_turn(
+        &self,
+        Parameters(req): Parameters<EndTurn>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Ended>, ErrorData> {
+        self.run(&ctx, req, Gateway::end_turn).await
+    }
+
+    #[tool(
+        description = "Remember a fact or a decision (kind: fact or decision); searchable at once."
+    )]
+    async fn remember(
+        &self,
+        Parameters(req): Parameters<Remember>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Recorded>, ErrorData> {
+        self.run(&ctx, req, Gateway::remember).await
+    }
+
+    #[tool(description = "Search Kura's memory (facts, decisions) for words.")]
+    async fn search_memory(
+        &self,
+        Parameters(req): Parameters<SearchMemory>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Found>, ErrorData> {
+        self.run(&ctx, req, Gateway::search).await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for KuraTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("kura", env!("CARGO_PKG_VERSION")))
+    }
+
+    /// The handshake revisions (2025-11-25, the current one with `initialize`, and the
+    /// earlier ones clients still send); a client that probes for a newer revision falls
+    /// back to `initialize`, so every call carries the token this server checks.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+}
+
+/// The MCP endpoint at `/mcp`, accepting `Host` headers in `hosts` (loopback's when empty).
+pub fn routes(surface: Arc<Surface>, hosts: Vec<String>) -> axum::Router {
+    let mut config = StreamableHttpServerConfig::default();
+    if !hosts.is_empty() {
+        config = config.with_allowed_hosts(hosts);
+    }
+    let surface_for_auth = surface.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(KuraTools::new(surface.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    // Every request, `initialize` and `tools/list` included, needs a known token: a stranger
+    // learns nothing, not even which tools there are. Each tool checks it again (the token
+    // may have been removed since the session began).
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            surface_for_auth,
+            require_token,
+        ))
+}
+
+async fn require_token(
+    axum::extract::State(surface): axum::extract::State<Arc<Surface>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let auth = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match surface.caller(auth, "mcp", "") {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}

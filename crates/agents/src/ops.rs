@@ -1,0 +1,498 @@
+//! The operations an outside agent may run, one method each, over the store: the MCP tools
+//! and the HTTP routes both call these, so the two surfaces cannot drift. Every write is one
+//! transaction (nothing half-written) authored by the agent the token named.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kura_store::memory::{self, Search};
+use kura_store::{Store, StoreError};
+use kura_work::WorkTx;
+use kura_work::agents::{
+    AgentSession, AgentStart, agent_claim, open_agent_turn, open_agent_turns, turn_agent,
+};
+use kura_work::{approvals, policy};
+use proto::agent::*;
+use proto::doorbell::{ToolApprove, WorkerComplete};
+use proto::record::{Content, NewRecord, RecordType};
+use proto::{ApprovalState, Effect, RecordId, ToolCallContent};
+use serde_json::{Map, Value};
+
+use crate::limits::Limits;
+use crate::{AgentsConfig, Caller, GatewayError};
+
+/// How long `wait_decision` may hold one call (HTTP requests must finish within 10 s).
+pub const MAX_WAIT: Duration = Duration::from_secs(8);
+/// A label's length cap (Unicode scalar values).
+const MAX_LABEL: usize = 200;
+
+/// The operations, over `kura serve`'s store and bus.
+pub struct Gateway {
+    config: AgentsConfig,
+    store: Mutex<Store>,
+    bus: Option<kura_runtime::Bus>,
+    limits: Limits,
+}
+
+fn store_error(e: StoreError) -> GatewayError {
+    match e {
+        StoreError::NotFound { kind, id } => GatewayError::NotFound(format!("no {kind} {id}")),
+        StoreError::Invalid(m) => GatewayError::Invalid(m),
+        StoreError::InvalidId(id) => GatewayError::Invalid(format!("{id:?} is not an id")),
+        StoreError::Record(e) => GatewayError::Invalid(e.to_string()),
+        StoreError::Fenced { turn_id, .. } => {
+            GatewayError::Invalid(format!("turn {turn_id} is not running; start a new one"))
+        }
+        other => GatewayError::Internal(other.to_string()),
+    }
+}
+
+impl Gateway {
+    /// A gateway writing to `store` (whose sealer seals the agents' ledgers) and ringing
+    /// aegis, minato and mikado on `bus` when there is one.
+    pub fn new(config: AgentsConfig, store: Store, bus: Option<kura_runtime::Bus>) -> Self {
+        let limits = Limits::new(config.records_per_minute);
+        Gateway {
+            config,
+            store: Mutex::new(store),
+            bus,
+            limits,
+        }
+    }
+
+    /// The largest request body the HTTP routes read: a record at its bound (measured as
+    /// JSON, as the body carries it) plus room for the envelope.
+    pub fn max_body(&self) -> usize {
+        self.config.max_record_bytes.saturating_add(64 * 1024)
+    }
+
+    /// How many of `agent`'s calls a bound refused so far (for logs and tests).
+    pub fn refusals(&self, agent: &str) -> u64 {
+        self.limits.refusals(agent)
+    }
+
+    fn with_store<T>(
+        &self,
+        f: impl FnOnce(&mut Store) -> Result<T, GatewayError>,
+    ) -> Result<T, GatewayError> {
+        let mut store = self
+            .store
+            .lock()
+            .map_err(|_| GatewayError::Internal("the gateway's store lock is poisoned".into()))?;
+        f(&mut store)
+    }
+
+    /// A record by `caller`, with where it came from in its metadata.
+    fn record(
+        &self,
+        caller: &Caller,
+        t: RecordType,
+        content: Content,
+    ) -> Result<NewRecord, GatewayError> {
+        let mut r = NewRecord::new(t, content, caller.author());
+        r.metadata = BTreeMap::from([
+            ("via".to_owned(), caller.via.to_owned()),
+            ("client".to_owned(), caller.client.clone()),
+        ]);
+        let size = serde_json::to_vec(&r.content)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        if size > self.config.max_record_bytes {
+            self.limits.refused(&caller.agent);
+            return Err(GatewayError::TooLarge(format!(
+                "the record is {size} bytes; this Kura takes at most {} ([agents] max_record_bytes)",
+                self.config.max_record_bytes
+            )));
+        }
+        self.limits.take(&caller.agent)?;
+        Ok(r)
+    }
+
+    /// Starts a turn: the instruction, the memory found for it (sealed as the context), and
+    /// an open output ledger.
+    pub fn start_session(
+        &self,
+        caller: &Caller,
+        req: StartSession,
+    ) -> Result<Started, GatewayError> {
+        if req.instruction.trim().is_empty() {
+            return Err(GatewayError::Invalid("the instruction is empty".into()));
+        }
+        let label = match &req.label {
+            Some(l) if l.chars().count() > MAX_LABEL => {
+                return Err(GatewayError::Invalid(format!(
+                    "the label is over {MAX_LABEL} characters"
+                )));
+            }
+            Some(l) if !l.trim().is_empty() => l.trim().to_owned(),
+            _ => req
+                .instruction
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(60)
+                .collect(),
+        };
+        if req.session_id.is_some() && req.from_ledger.is_some() {
+            return Err(GatewayError::Invalid(
+                "give session_id or from_ledger, not both".into(),
+            ));
+        }
+        let rec = self.record(
+            caller,
+            RecordType::TaskInstruction,
+            Content::text(req.instruction.clone()),
+        )?;
+        let author = caller.author();
+        let hits = self.config.memory_hits;
+        self.with_store(|store| {
+            if open_agent_turns(store, &author).map_err(store_error)? >= self.config.open_sessions {
+                self.limits.refused(&caller.agent);
+                return Err(GatewayError::Limited(format!(
+                    "agent {} has {} turns open already ([agents] open_sessions); end one first",
+                    caller.agent, self.config.open_sessions
+                )));
+            }
+            let session = match (req.session_id, req.from_ledger) {
+                (Some(s), _) => AgentSession::Continue(s),
+                (None, Some(l)) => {
+                    AgentSession::Forked(store.fork(l, &label).map_err(store_error)?.0.session_id)
+                }
+                (None, None) => AgentSession::New(&label),
+            };
+            let sealer = store.sealer().cloned();
+            store
+                .write(|tx| {
+                    let instruction = tx.write_record(&rec)?;
+                    let found = memory_hits(tx, &req.instruction, hits)?;
+                    let ids: Vec<RecordId> = found.iter().map(|m| m.record_id).collect();
+                    let start = AgentStart {
+                        agent: &author,
+                        instruction: instruction.record_id,
+                        session,
+                        memory: &ids,
+                    };
+                    let claim = open_agent_turn(tx, &start, sealer.as_ref())?;
+                    Ok(Started {
+                        session_id: claim.session_id,
+                        turn_id: claim.turn_id,
+                        context_ledger_id: claim.context_ledger_id,
+                        output_ledger_id: claim.output_ledger_id,
+                        memory: found,
+                    })
+                })
+                .map_err(store_error)
+        })
+    }
+
+    /// Records a step into the turn's output ledger.
+    pub fn record_step(&self, caller: &Caller, req: RecordStep) -> Result<Recorded, GatewayError> {
+        let t = match req.record_type.as_str() {
+            "agent.thought" => RecordType::AgentThought,
+            "agent.plan" => RecordType::AgentPlan,
+            "tool.result" => RecordType::ToolResult,
+            "sys.error" => RecordType::SysError,
+            other => {
+                return Err(GatewayError::Invalid(format!(
+                    "record_type {other:?}: an agent records agent.thought, agent.plan, tool.result \
+                     or sys.error (calls go through declare_call, deliverables through end_turn)"
+                )));
+            }
+        };
+        let content = match req.content {
+            Value::String(_) if t == RecordType::ToolResult => {
+                return Err(GatewayError::Invalid(
+                    "a tool.result is an object: {\"call_id\": (from declare_call), \"status\": \"success\" \
+                     or \"error\", \"result\": … or \"error\": \"…\"}"
+                        .into(),
+                ));
+            }
+            Value::String(s) => Content::text(s),
+            v @ Value::Object(_) => {
+                Content::parse(t, v).map_err(|e| GatewayError::Invalid(e.to_string()))?
+            }
+            _ => {
+                return Err(GatewayError::Invalid(
+                    "content is a string or a JSON object".into(),
+                ));
+            }
+        };
+        let rec = self.record(caller, t, content)?;
+        self.append(caller, req.turn_id, &rec)
+    }
+
+    fn append(
+        &self,
+        caller: &Caller,
+        turn: proto::TurnId,
+        rec: &NewRecord,
+    ) -> Result<Recorded, GatewayError> {
+        self.with_store(|store| {
+            let claim = agent_claim(store, &caller.author(), turn).map_err(store_error)?;
+            let out = claim.output_ledger_id;
+            let a =
+                kura_work::fenced(store, &claim, |tx| tx.append(out, rec)).map_err(store_error)?;
+            Ok(Recorded {
+                record_id: a.record.record_id,
+                hash: a.record.hash,
+                position: a.position,
+            })
+        })
+    }
+
+    /// Declares a tool call: `tool.call` and `approval.request` in the turn, ruled on by the
+    /// published policy in the same commit when it allows or denies; else aegis is asked.
+    pub fn declare_call(
+        &self,
+        caller: &Caller,
+        req: DeclareCall,
+    ) -> Result<Declared, GatewayError> {
+        if req.tool.is_empty() || req.tool.len() > 200 {
+            return Err(GatewayError::Invalid(
+                "tool is a name of 1-200 bytes".into(),
+            ));
+        }
+        // The effect class is this Kura's, never the agent's: unknown tools are external.
+        let effect = self
+            .config
+            .tool_effects
+            .get(&req.tool)
+            .copied()
+            .unwrap_or(Effect::External);
+        let call_id = format!("call-{}", proto::new_id());
+        let call = ToolCallContent::new(req.tool.clone(), req.arguments.clone(), &call_id);
+        let rec = self.record(caller, RecordType::ToolCall, Content::ToolCall(call))?;
+        let author = caller.author();
+        let (request_id, ruled) = self.with_store(|store| {
+            let claim = agent_claim(store, &author, req.turn_id).map_err(store_error)?;
+            let published = match policy::current_hash(store).map_err(store_error)? {
+                Some(h) => policy::load(store, &h)
+                    .map_err(store_error)?
+                    .map(|p| (h, p)),
+                None => None,
+            };
+            let meta = rec.metadata.clone();
+            kura_work::fenced(store, &claim, |tx| {
+                tx.append(claim.output_ledger_id, &rec)?;
+                let a = tx.request_approval(
+                    &claim,
+                    &call_id,
+                    &req.tool,
+                    &req.arguments,
+                    effect,
+                    &author,
+                    meta.clone(),
+                )?;
+                let Some((hash, p)) = published else {
+                    return Ok((a.request_id, None));
+                };
+                if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
+                    return Ok((a.request_id, None));
+                }
+                let args = Value::Object(req.arguments.clone());
+                let ruling = p.evaluate(
+                    &req.tool,
+                    effect.as_str(),
+                    &args,
+                    &claim.session_id.to_string(),
+                );
+                let allow = match ruling.verdict {
+                    kura_policy::Verdict::Ask => return Ok((a.request_id, None)),
+                    v => v == kura_policy::Verdict::Allow,
+                };
+                tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
+                if allow {
+                    tx.mark_started(a.request_id, claim.epoch)?;
+                }
+                Ok((a.request_id, Some((allow, ruling.rule))))
+            })
+            .map_err(store_error)
+        })?;
+        let (decision, rule) = match ruled {
+            Some((true, rule)) => ("allow", Some(rule)),
+            Some((false, rule)) => ("deny", Some(rule)),
+            None => {
+                // aegis rules on it now (answering once its ruling is recorded) and asks people
+                // when the policy says so; with no bus it finds the request on its next poll.
+                if let Some(bus) = &self.bus {
+                    bus.ring_and_wait(
+                        bus.subjects.tool_approve(),
+                        &ToolApprove { request_id },
+                        Duration::from_secs(2),
+                    );
+                }
+                let a =
+                    self.with_store(|s| approvals::approval(s, request_id).map_err(store_error))?;
+                match a.map(|a| (a.state, a.rule)) {
+                    Some((ApprovalState::Approved, rule)) => ("allow", rule),
+                    Some((ApprovalState::Denied, rule)) => ("deny", rule),
+                    Some((_, rule)) => ("ask", rule),
+                    None => ("ask", None),
+                }
+            }
+        };
+        Ok(Declared {
+            request_id,
+            call_id,
+            decision: decision.to_owned(),
+            rule,
+            effect: effect.as_str().to_owned(),
+        })
+    }
+
+    /// Where a request of this agent stands, waiting up to [`MAX_WAIT`] for a decision.
+    pub fn wait_decision(
+        &self,
+        caller: &Caller,
+        req: WaitDecision,
+    ) -> Result<Decision, GatewayError> {
+        let wait = Duration::from_millis(req.timeout_ms.unwrap_or(5_000)).min(MAX_WAIT);
+        let deadline = Instant::now() + wait;
+        let author = caller.author();
+        loop {
+            let (a, record) = self.with_store(|s| {
+                let a = approvals::approval(s, req.request_id)
+                    .map_err(store_error)?
+                    .filter(|a| {
+                        turn_agent(s, a.turn_id).ok().flatten().as_deref() == Some(author.as_str())
+                    })
+                    .ok_or_else(|| {
+                        GatewayError::NotFound(format!(
+                            "no request {} of this agent",
+                            req.request_id
+                        ))
+                    })?;
+                let record = approvals::decision_record(s, req.request_id).map_err(store_error)?;
+                Ok((a, record))
+            })?;
+            if a.state.is_decided() || Instant::now() >= deadline {
+                let edited = match &a.edited_arguments {
+                    Some(text) => Some(serde_json::from_str::<Map<String, Value>>(text).map_err(
+                        |e| {
+                            GatewayError::Internal(format!(
+                                "the edited arguments cannot be read: {e}"
+                            ))
+                        },
+                    )?),
+                    None => None,
+                };
+                return Ok(Decision {
+                    request_id: a.request_id,
+                    state: a.state.as_str().to_owned(),
+                    rule: a.rule,
+                    edited_arguments: edited,
+                    decision_record_id: record,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Ends the turn: the deliverable (final), the output sealed, minato and mikado rung.
+    pub fn end_turn(&self, caller: &Caller, req: EndTurn) -> Result<Ended, GatewayError> {
+        let content = Content::Json(serde_json::json!({"text": req.deliverable, "final": true}));
+        let rec = self.record(caller, RecordType::TaskDeliverable, content)?;
+        let author = caller.author();
+        let (claim, ledger) = self.with_store(|store| {
+            let claim = agent_claim(store, &author, req.turn_id).map_err(store_error)?;
+            let sealer = store.sealer().cloned();
+            let out = kura_work::fenced(store, &claim, |tx| {
+                tx.append(claim.output_ledger_id, &rec)?;
+                tx.complete_turn(&claim, sealer.as_ref())
+            })
+            .map_err(store_error)?;
+            let ledger = store.read_ledger(out).map_err(store_error)?;
+            Ok((claim, ledger))
+        })?;
+        if let Some(bus) = &self.bus {
+            bus.ring(
+                bus.subjects.worker_complete(),
+                &WorkerComplete {
+                    turn_id: claim.turn_id,
+                    ledger_id: claim.output_ledger_id,
+                },
+            );
+        }
+        Ok(Ended {
+            session_id: claim.session_id,
+            output_ledger_id: claim.output_ledger_id,
+            ledger_hash: ledger.ledger_hash.unwrap_or_default(),
+        })
+    }
+
+    /// Remembers a fact or decision: indexed for search as it is stored.
+    pub fn remember(&self, caller: &Caller, req: Remember) -> Result<Recorded, GatewayError> {
+        let t = match req.kind.as_str() {
+            "fact" => RecordType::MemoryFact,
+            "decision" => RecordType::MemoryDecision,
+            other => {
+                return Err(GatewayError::Invalid(format!(
+                    "kind {other:?}: fact or decision"
+                )));
+            }
+        };
+        if req.text.trim().is_empty() {
+            return Err(GatewayError::Invalid("the text is empty".into()));
+        }
+        let rec = self.record(caller, t, Content::text(req.text))?;
+        match req.turn_id {
+            Some(turn) => self.append(caller, turn, &rec),
+            None => self.with_store(|store| {
+                let r = store
+                    .write(|tx| tx.write_record(&rec))
+                    .map_err(store_error)?;
+                Ok(Recorded {
+                    record_id: r.record_id,
+                    hash: r.hash,
+                    position: 0,
+                })
+            }),
+        }
+    }
+
+    /// Searches memory.
+    pub fn search(&self, _caller: &Caller, req: SearchMemory) -> Result<Found, GatewayError> {
+        let limit = req.limit.unwrap_or(5).clamp(1, 50);
+        if req.query.len() > 4096 {
+            return Err(GatewayError::Invalid("the query is over 4096 bytes".into()));
+        }
+        self.with_store(|store| {
+            let hits = store
+                .write(|tx| memory_hits(tx, &req.query, limit))
+                .map_err(store_error)?;
+            Ok(Found { hits })
+        })
+    }
+}
+
+/// The top memory hits for `query`, superseded decisions left out.
+fn memory_hits(
+    tx: &kura_store::Tx<'_>,
+    query: &str,
+    limit: usize,
+) -> kura_store::Result<Vec<Remembered>> {
+    if limit == 0 || query.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    let found = memory::search(
+        tx,
+        &Search {
+            query: query.to_owned(),
+            limit,
+            ..Default::default()
+        },
+    )?;
+    Ok(found
+        .into_iter()
+        .filter(|h| !h.superseded)
+        .map(|h| Remembered {
+            record_id: h.record.record_id,
+            record_type: h.record.record_type.as_str().to_owned(),
+            text: proto::content::text_of(&h.record.content)
+                .unwrap_or_default()
+                .to_owned(),
+        })
+        .collect())
+}

@@ -1,0 +1,177 @@
+//! What an outside agent sends to Kura and gets back, over MCP or the HTTP routes alike (one
+//! handler serves both, so the two cannot drift). Unknown fields are refused: an `author`
+//! argument in particular, since who wrote a record comes from the agent's token alone.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+
+/// Derives the JSON schema the MCP tools publish, when the `schema` feature is on.
+macro_rules! wire {
+    ($($item:item)*) => {
+        $(
+            #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+            #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+            #[serde(deny_unknown_fields)]
+            $item
+        )*
+    };
+}
+
+wire! {
+    /// Start a turn: a new session, the agent's own session continued, or a fork of any
+    /// sealed ledger.
+    pub struct StartSession {
+        /// What the agent was asked to do (the user's prompt).
+        pub instruction: String,
+        /// A label for a new session (default: the instruction's first words).
+        #[serde(default)]
+        pub label: Option<String>,
+        /// Continue this session (one this agent started) instead of starting a new one.
+        #[serde(default)]
+        pub session_id: Option<SessionId>,
+        /// Fork a new session from this sealed ledger (of any session) and start there.
+        #[serde(default)]
+        pub from_ledger: Option<LedgerId>,
+    }
+
+    /// The turn an agent writes to.
+    pub struct Started {
+        /// The session.
+        pub session_id: SessionId,
+        /// The turn: every later call names it.
+        pub turn_id: TurnId,
+        /// The sealed context: the instruction and the memory found for it.
+        pub context_ledger_id: LedgerId,
+        /// The open output ledger the turn's records go to.
+        pub output_ledger_id: LedgerId,
+        /// The memory found for the instruction (also in the context ledger).
+        pub memory: Vec<Remembered>,
+    }
+
+    /// A memory record found for an instruction or a search.
+    pub struct Remembered {
+        /// The record.
+        pub record_id: RecordId,
+        /// `memory.fact`, `memory.decision`, or the deliverable it came from.
+        pub record_type: String,
+        /// Its text.
+        pub text: String,
+    }
+
+    /// Record a step of the turn.
+    pub struct RecordStep {
+        /// The turn (from `start_session`).
+        pub turn_id: TurnId,
+        /// `agent.thought`, `agent.plan`, `tool.result` or `sys.error`.
+        pub record_type: String,
+        /// The step: a string is stored as `{"text": …}`, an object as it is.
+        pub content: Value,
+    }
+
+    /// A stored record.
+    pub struct Recorded {
+        /// Its id.
+        pub record_id: RecordId,
+        /// Its SHA-256 (RFC 8785 form).
+        pub hash: String,
+        /// Its position in the turn's output ledger.
+        pub position: u64,
+    }
+
+    /// Declare a tool call before running it, and have it ruled on.
+    pub struct DeclareCall {
+        /// The turn.
+        pub turn_id: TurnId,
+        /// The tool's name as the agent knows it (`Bash`, `Write`, `mcp__x__y`, …).
+        pub tool: String,
+        /// Its arguments.
+        pub arguments: Map<String, Value>,
+    }
+
+    /// How a declared call was ruled on.
+    pub struct Declared {
+        /// The approval request (wait on it when `decision` is `ask`).
+        pub request_id: RequestId,
+        /// The call's id in the ledger; a `tool.result` names it.
+        pub call_id: String,
+        /// `allow` (run it now), `deny` (do not run it) or `ask` (a person decides: wait).
+        pub decision: String,
+        /// The rule that decided, when one did.
+        #[serde(default)]
+        pub rule: Option<String>,
+        /// The effect class Kura's configuration gives the tool.
+        pub effect: String,
+    }
+
+    /// Wait for the decision on a request.
+    pub struct WaitDecision {
+        /// The request (from `declare_call`).
+        pub request_id: RequestId,
+        /// How long to wait, in milliseconds (at most 8000; ask again to wait longer).
+        #[serde(default)]
+        pub timeout_ms: Option<u64>,
+    }
+
+    /// Where a request stands.
+    pub struct Decision {
+        /// The request.
+        pub request_id: RequestId,
+        /// `approved`, `denied`, or still `asked` / `pending`.
+        pub state: String,
+        /// The rule that decided.
+        #[serde(default)]
+        pub rule: Option<String>,
+        /// The arguments a person approved instead of the declared ones: run these.
+        #[serde(default)]
+        pub edited_arguments: Option<Map<String, Value>>,
+        /// The signed decision's record, once decided.
+        #[serde(default)]
+        pub decision_record_id: Option<RecordId>,
+    }
+
+    /// End the turn with its deliverable.
+    pub struct EndTurn {
+        /// The turn.
+        pub turn_id: TurnId,
+        /// What the turn delivers.
+        pub deliverable: String,
+    }
+
+    /// The sealed turn.
+    pub struct Ended {
+        /// The session.
+        pub session_id: SessionId,
+        /// The sealed output ledger.
+        pub output_ledger_id: LedgerId,
+        /// Its hash.
+        pub ledger_hash: String,
+    }
+
+    /// Remember a fact or a decision: searchable at once.
+    pub struct Remember {
+        /// `fact` or `decision`.
+        pub kind: String,
+        /// What to remember.
+        pub text: String,
+        /// The turn to record it in (else it is stored on its own).
+        #[serde(default)]
+        pub turn_id: Option<TurnId>,
+    }
+
+    /// Search memory.
+    pub struct SearchMemory {
+        /// Words to look for.
+        pub query: String,
+        /// At most this many hits (default 5, at most 50).
+        #[serde(default)]
+        pub limit: Option<usize>,
+    }
+
+    /// Memory hits.
+    pub struct Found {
+        /// The hits, best first.
+        pub hits: Vec<Remembered>,
+    }
+}

@@ -1,0 +1,79 @@
+"""An outside agent's turn through Kura's MCP endpoint, with the official `mcp` client.
+
+Usage: mcp_flow.py URL TOKEN. Prints one JSON object per line: what each step returned or
+how it was refused. Between declaring its write and running it, it waits for a person.
+"""
+import asyncio
+import json
+import sys
+
+import httpx2
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import Implementation
+
+
+def say(**kv):
+    print(json.dumps(kv), flush=True)
+
+
+def connect(url, token):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
+    client = Client(
+        streamable_http_client(url, http_client=http),
+        mode="legacy",
+        client_info=Implementation(name="kura-e2e-agent", version="1.0"),
+    )
+    return http, client
+
+
+async def call(c, tool, args):
+    try:
+        r = await c.call_tool(tool, args)
+    except MCPError as e:
+        return {"error": e.message, "code": e.code}
+    if r.is_error:
+        return {"tool_error": [getattr(b, "text", "") for b in r.content]}
+    return r.structured_content
+
+
+async def main(url, token):
+    # A stranger without a token learns nothing, not even the tools.
+    try:
+        http, c = connect(url, None)
+        async with http, c:
+            await c.list_tools()
+        say(step="no_token", refused=False)
+    except Exception as e:  # noqa: BLE001 - any failure to connect is the refusal
+        say(step="no_token", refused=True, why=type(e).__name__)
+
+    http, c = connect(url, token)
+    async with http, c:
+        tools = sorted(t.name for t in (await c.list_tools()).tools)
+        say(step="tools", tools=tools, protocol=str(c.protocol_version))
+        started = await call(c, "start_session", {"instruction": "write the outside plan", "label": "outside agent"})
+        say(step="start", result=started)
+        turn = started["turn_id"]
+        say(step="thought", result=await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "I will write plan.md"}))
+        forged = await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "x", "author": "user:ana"})
+        say(step="forged_author", result=forged)
+        big = await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "y" * 70000})
+        say(step="oversized", result=big)
+        declared = await call(c, "declare_call", {"turn_id": turn, "tool": "Write", "arguments": {"file_path": "plan.md", "content": "the plan"}})
+        say(step="declared", result=declared)
+        decision = None
+        for _ in range(30):
+            decision = await call(c, "wait_decision", {"request_id": declared["request_id"], "timeout_ms": 4000})
+            if decision.get("state") in ("approved", "denied"):
+                break
+        say(step="decision", result=decision)
+        say(step="result_as_text", result=await call(c, "record_step", {"turn_id": turn, "record_type": "tool.result", "content": "wrote plan.md"}))
+        say(step="result", result=await call(c, "record_step", {"turn_id": turn, "record_type": "tool.result", "content": {"call_id": declared["call_id"], "status": "success", "result": "wrote plan.md"}}))
+        say(step="remember", result=await call(c, "remember", {"kind": "fact", "text": "the outside plan lives in plan.md", "turn_id": turn}))
+        say(step="end", result=await call(c, "end_turn", {"turn_id": turn, "deliverable": "plan.md written"}))
+        say(step="after_end", result=await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "late"}))
+        say(step="search", result=await call(c, "search_memory", {"query": "outside plan"}))
+
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))

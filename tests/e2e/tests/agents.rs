@@ -1,0 +1,375 @@
+//! Outside agents end to end: a real MCP client (the official Python `mcp`, pinned, in a venv
+//! this test makes) drives a turn over Streamable HTTP against `kura serve` and the real
+//! daemons; a person approves its declared write with a signed decision; the JSON routes
+//! refuse what the attacks below try.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kura_runtime::identity::Role;
+use kura_testkit::console::{http, wait_http};
+use kura_testkit::stack::{Stack, session_records};
+use kura_testkit::{bin, free_port};
+use serde_json::Value;
+
+const MINUTE: Duration = Duration::from_secs(60);
+const POLICY: &str = "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = \"ask\"\n\n\
+[[rules]]\nname = \"no-rm\"\ntool = \"Bash\"\nargs = { command = \"rm *\" }\ndecision = \"deny\"\n";
+
+/// The venv with the pinned `mcp` client, made once under `target/` (pip from PyPI).
+fn mcp_python() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let venv = root.join("target/mcp-venv");
+    let python = venv.join("bin/python");
+    let ready = Command::new(&python)
+        .args(["-c", "import mcp, httpx2"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3");
+        assert!(
+            made.success(),
+            "python3 -m venv failed (Debian: apt-get install python3-venv)"
+        );
+        let pip = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(root.join("tests/e2e/agents/requirements.txt"))
+            .status()
+            .expect("pip");
+        assert!(pip.success(), "pip install of the pinned mcp client failed");
+    }
+    python
+}
+
+/// A stack with aegis trusting `ana`, a console port serving the agents' surface, and an
+/// agent `laptop` whose token is returned.
+fn agent_stack(port: u16) -> (Stack, String) {
+    let mut s = Stack::new(r#"{"turns": [[{"deliver": "unused"}]]}"#);
+    std::fs::write(s.path("policy.toml"), POLICY).expect("policy");
+    let key = s.new_approver("ana");
+    let k: Value =
+        serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    let keys = s.nats.keys_dir();
+    let out = Command::new(bin("kura"))
+        .args(["--json", "keys", "add-agent", "--name", "laptop", "--dir"])
+        .arg(keys)
+        .output()
+        .expect("add-agent");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let issued: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let token = issued["token"].as_str().expect("token").to_owned();
+    s.extra_env.extend([
+        (
+            "KURA_AEGIS__APPROVERS".into(),
+            format!(
+                "[{{ name = \"ana\", public_key = \"{}\" }}]",
+                k["public_key"].as_str().expect("pk")
+            ),
+        ),
+        ("KURA_NATS__MODE".into(), "external".into()),
+        ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
+        (
+            "KURA_SERVE__KEYRING".into(),
+            keys.join("identities.toml").display().to_string(),
+        ),
+        (
+            "KURA_AGENTS__REGISTRY".into(),
+            keys.join("agents.toml").display().to_string(),
+        ),
+        ("KURA_AGENTS__MAX_RECORD_BYTES".into(), "65536".into()),
+        ("KURA_AGENTS__RECORDS_PER_MINUTE".into(), "40".into()),
+        (
+            "KURA_AGENTS__TOOL_EFFECTS".into(),
+            "{ Write = \"write\", Read = \"read\" }".into(),
+        ),
+    ]);
+    for d in ["aegis", "minato", "mikado"] {
+        s.spawn(d, d);
+    }
+    s.spawn("kura", "serve");
+    wait_http(port);
+    (s, token)
+}
+
+fn aegis_approve(s: &Stack, request_id: &str) -> (i32, String) {
+    let out = Command::new(bin("aegis"))
+        .args(["approve", request_id, "--key"])
+        .arg(s.path("ana.key"))
+        .env("KURA_NATS_URL", s.nats.url())
+        .env("KURA_NATS_CA", s.nats.ca())
+        .env("KURA_AEGIS__REPLY_KEY", s.nats.signer(Role::Aegis))
+        .output()
+        .expect("aegis approve");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
+    let python = mcp_python();
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    let mut child = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/mcp_flow.py"))
+        .arg(format!("http://127.0.0.1:{port}/mcp"))
+        .arg(&token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut steps = std::collections::BTreeMap::new();
+    for line in BufReader::new(child.stdout.take().expect("stdout")).lines() {
+        let v: Value = serde_json::from_str(&line.expect("line")).expect("json line");
+        let step = v["step"].as_str().unwrap_or_default().to_owned();
+        if step == "declared" {
+            let id = v["result"]["request_id"]
+                .as_str()
+                .expect("request id")
+                .to_owned();
+            assert_eq!(v["result"]["decision"], "ask", "{v}");
+            s.wait_until("the request asked of people", MINUTE, |st| {
+                kura_work::approvals::approval(st, id.parse().expect("id"))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|a| a.state == proto::ApprovalState::Asked)
+            });
+            let (code, out) = aegis_approve(&s, &id);
+            assert_eq!(code, 0, "{out}");
+        }
+        steps.insert(step, v);
+    }
+    let out = child.wait_with_output().expect("python exit");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.logs()
+    );
+    let r = |k: &str| {
+        steps
+            .get(k)
+            .map(|v| v["result"].clone())
+            .unwrap_or_default()
+    };
+
+    assert_eq!(
+        steps["no_token"]["refused"], true,
+        "a stranger got the tools"
+    );
+    let tools = steps["tools"]["tools"].to_string();
+    for t in [
+        "start_session",
+        "record_step",
+        "declare_call",
+        "wait_decision",
+        "end_turn",
+        "remember",
+        "search_memory",
+    ] {
+        assert!(tools.contains(t), "{t} missing from {tools}");
+    }
+    // rmcp answers arguments that do not deserialize with a tool error naming the field.
+    assert!(
+        r("forged_author")["tool_error"]
+            .to_string()
+            .contains("unknown field `author`"),
+        "an author argument is refused: {}",
+        r("forged_author")
+    );
+    assert_eq!(
+        r("result_as_text")["code"],
+        -32602,
+        "{}",
+        r("result_as_text")
+    );
+    assert!(r("result")["record_id"].is_string(), "{}", r("result"));
+    assert_eq!(
+        r("oversized")["code"],
+        -32003,
+        "an oversized record is refused"
+    );
+    assert_eq!(
+        r("declared")["effect"],
+        "write",
+        "the effect is Kura's, from its config"
+    );
+    assert_eq!(r("decision")["state"], "approved");
+    assert!(r("decision")["decision_record_id"].is_string());
+    assert!(
+        r("after_end")["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("ended")),
+        "{}",
+        r("after_end")
+    );
+    let hits = r("search")["hits"].to_string();
+    assert!(hits.contains("the outside plan lives in plan.md"), "{hits}");
+
+    // The ledger: the agent's records authored from its token, the person's decision as theirs.
+    let session = r("start")["session_id"]
+        .as_str()
+        .expect("session")
+        .parse()
+        .expect("id");
+    let recs = session_records(&s.store(), session);
+    let author = |t: &str| {
+        recs.iter()
+            .filter(|x| x.record_type.as_str() == t)
+            .map(|x| x.author_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let ctx = r("start")["context_ledger_id"]
+        .as_str()
+        .expect("ctx")
+        .parse()
+        .expect("id");
+    let context = s.store().hydrate(ctx).expect("context");
+    assert_eq!(
+        (
+            context[0].record_type.as_str(),
+            context[0].author_id.as_str()
+        ),
+        ("task.instruction", "agent:laptop")
+    );
+    for t in [
+        "agent.thought",
+        "tool.call",
+        "tool.result",
+        "memory.fact",
+        "task.deliverable",
+    ] {
+        assert_eq!(author(t), vec!["agent:laptop".to_owned()], "{t}");
+    }
+    assert!(
+        author("approval.decision").contains(&"user:ana".to_owned()),
+        "{:?}",
+        author("approval.decision")
+    );
+    let thought = recs
+        .iter()
+        .find(|x| x.record_type.as_str() == "agent.thought")
+        .expect("thought");
+    assert_eq!(thought.metadata.get("via").map(String::as_str), Some("mcp"));
+    assert_eq!(
+        thought.metadata.get("client").map(String::as_str),
+        Some("kura-e2e-agent")
+    );
+    // minato completes the session, as for any turn; hashi never touched it.
+    s.wait_until("the session complete", MINUTE, |st| {
+        st.read_session(session)
+            .is_ok_and(|x| x.status == proto::SessionStatus::Complete)
+    });
+    s.verify_all();
+    s.shutdown_cleanly();
+}
+
+/// The JSON routes, one exchange each.
+fn post(port: u16, op: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    let (status, _, body) = http(port, "POST", &format!("/agent/v1/{op}"), &headers, body);
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// Attacks on the agents' surface: no token, a removed token, another agent's turn, a
+/// record flood, a deny rule — each refused, nothing written for it.
+#[test]
+fn attacks_on_the_agent_surface_are_refused_and_write_nothing() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    let keys = s.nats.keys_dir();
+    let start = r#"{"instruction": "do something"}"#;
+    // No token, a made-up token.
+    assert_eq!(post(port, "start_session", None, start).0, 401);
+    assert_eq!(
+        post(port, "start_session", Some("kura_agent_guess"), start).0,
+        401
+    );
+    let (status, started) = post(port, "start_session", Some(&token), start);
+    assert_eq!(status, 200, "{started}");
+    let turn = started["turn_id"].as_str().expect("turn").to_owned();
+    // Another agent's turn: not found, nothing written.
+    let other = Command::new(bin("kura"))
+        .args(["--json", "keys", "add-agent", "--name", "other", "--dir"])
+        .arg(keys)
+        .output()
+        .expect("add-agent");
+    let other: Value = serde_json::from_slice(&other.stdout).expect("json");
+    let other = other["token"].as_str().expect("token").to_owned();
+    let step = format!(
+        r#"{{"turn_id": "{turn}", "record_type": "agent.thought", "content": "mine now"}}"#
+    );
+    let (status, refused) = post(port, "record_step", Some(&other), &step);
+    assert_eq!(
+        (status, refused["kind"].as_str()),
+        (404, Some("not_found")),
+        "{refused}"
+    );
+    // A forged author over HTTP too.
+    let forged = format!(
+        r#"{{"turn_id": "{turn}", "record_type": "agent.thought", "content": "x", "author": "user:ana"}}"#
+    );
+    assert_eq!(post(port, "record_step", Some(&token), &forged).0, 400);
+    // A deny rule: refused at once, never approved.
+    let rm = format!(
+        r#"{{"turn_id": "{turn}", "tool": "Bash", "arguments": {{"command": "rm -rf /"}}}}"#
+    );
+    let (status, denied) = post(port, "declare_call", Some(&token), &rm);
+    assert_eq!(
+        (status, denied["decision"].as_str()),
+        (200, Some("deny")),
+        "{denied}"
+    );
+    // A flood: past the records per minute, refused and counted; the store keeps the bound.
+    let mut refused = 0;
+    for n in 0..60 {
+        let step = format!(
+            r#"{{"turn_id": "{turn}", "record_type": "agent.thought", "content": "step {n}"}}"#
+        );
+        if post(port, "record_step", Some(&token), &step).0 == 429 {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 20, "only {refused} of 60 refused at 40 a minute");
+    let thoughts = session_records(
+        &s.store(),
+        started["session_id"]
+            .as_str()
+            .expect("s")
+            .parse()
+            .expect("id"),
+    )
+    .iter()
+    .filter(|r| r.record_type.as_str() == "agent.thought")
+    .count();
+    assert!(thoughts <= 40, "{thoughts} thoughts stored past the bound");
+    // A removed agent is refused on its very next call.
+    let removed = Command::new(bin("kura"))
+        .args(["keys", "remove-agent", "--name", "laptop", "--dir"])
+        .arg(keys)
+        .status()
+        .expect("remove-agent");
+    assert!(removed.success());
+    assert_eq!(
+        post(port, "search", Some(&token), r#"{"query": "x"}"#).0,
+        401
+    );
+    s.verify_all();
+    s.shutdown_cleanly();
+}
