@@ -4,6 +4,7 @@
 //! Exit codes are stable: 0 ok, 1 verification failed, 2 usage or input error (printed as
 //! one line on stderr).
 
+mod agent_client;
 mod args;
 mod bench;
 mod commands;

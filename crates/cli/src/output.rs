@@ -24,6 +24,14 @@ impl Out {
         }
     }
 
+    /// One protocol message (already JSON, so nothing in it can move a cursor) as a line,
+    /// flushed at once: `kura mcp`'s answers to its client.
+    pub fn message(&mut self, text: &str) -> io::Result<()> {
+        self.w.write_all(text.as_bytes())?;
+        self.w.write_all(b"\n")?;
+        self.w.flush()
+    }
+
     /// One line of text, with control characters escaped: much of what `kura` prints was
     /// written by a model, and must not move the cursor, retitle the terminal or hide text.
     pub fn line(&mut self, text: impl AsRef<str>) -> io::Result<()> {

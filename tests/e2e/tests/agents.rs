@@ -275,6 +275,66 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
         st.read_session(session)
             .is_ok_and(|x| x.status == proto::SessionStatus::Complete)
     });
+
+    // The same surface over stdio: `kura mcp` launched by the client, relaying to kura serve.
+    // Its stderr goes to a file: `kura mcp` inherits it, and a pipe would keep the test
+    // waiting for as long as any child lives.
+    let errors = s.path("mcp_stdio.err");
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/mcp_stdio.py"))
+        .arg(bin("kura"))
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg(&token)
+        .stderr(std::fs::File::create(&errors).expect("stderr file"))
+        .output()
+        .expect("python stdio");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        std::fs::read_to_string(&errors).unwrap_or_default()
+    );
+    let stdio: std::collections::BTreeMap<String, Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("json line");
+            (v["step"].as_str().unwrap_or_default().to_owned(), v)
+        })
+        .collect();
+    assert!(stdio["tools"]["tools"].to_string().contains("declare_call"));
+    assert!(
+        stdio["thought"]["result"]["record_id"].is_string(),
+        "{stdio:?}"
+    );
+    // Arguments that do not deserialize (here a turn id that is no UUID) are refused by
+    // rmcp as a tool error saying why.
+    assert!(
+        stdio["bad_id"]["result"]["tool_error"]
+            .to_string()
+            .contains("UUID parsing failed")
+            || stdio["bad_id"]["result"]["code"].is_i64(),
+        "a bad id is refused: {stdio:?}"
+    );
+    assert!(
+        stdio["end"]["result"]["ledger_hash"].is_string(),
+        "{stdio:?}"
+    );
+    let over_stdio = stdio["start"]["result"]["session_id"]
+        .as_str()
+        .expect("session")
+        .parse()
+        .expect("id");
+    let recs = session_records(&s.store(), over_stdio);
+    let thought = recs
+        .iter()
+        .find(|x| x.record_type.as_str() == "agent.thought")
+        .expect("thought");
+    assert_eq!(
+        thought.metadata.get("client").map(String::as_str),
+        Some("kura-e2e-stdio")
+    );
     s.verify_all();
     s.shutdown_cleanly();
 }

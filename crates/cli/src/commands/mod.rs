@@ -23,6 +23,7 @@ pub mod init;
 pub mod keys;
 pub mod ledger;
 pub mod log;
+pub mod mcp;
 pub mod prove;
 pub mod query;
 pub mod record;
@@ -99,6 +100,7 @@ pub enum Command {
     #[command(subcommand)]
     Keys(keys::KeysCmd),
     Serve(serve::Serve),
+    Mcp(mcp::Mcp),
     Bench(bench::Bench),
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),
@@ -146,6 +148,7 @@ impl Command {
             Command::Status(c) => c.run(ctx),
             Command::Keys(c) => c.run(ctx),
             Command::Serve(c) => c.run(ctx),
+            Command::Mcp(c) => c.run(ctx),
             Command::Bench(c) => c.run(ctx),
             Command::BenchPeer(c) => c.run(ctx),
             Command::VerifyProof(c) => c.run(ctx),

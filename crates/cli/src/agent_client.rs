@@ -1,0 +1,58 @@
+//! The client side of Kura's agent surface, for `kura mcp` and `kura hook`: where `kura
+//! serve` is and the agent's token. These run beside an outside agent on a laptop or a Pi and
+//! never open the database.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+/// Where the agent surface is and who is calling.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// `kura serve`'s console address (the agent surface is served beside it).
+    #[arg(long, env = "KURA_AGENT_URL", default_value = "http://127.0.0.1:8480")]
+    pub url: String,
+    /// A file holding the agent's token (from `kura keys add-agent`); else $KURA_AGENT_TOKEN.
+    #[arg(long, env = "KURA_AGENT_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// A CA certificate (PEM) to trust for an https URL (the console's, e.g. console-ca.pem).
+    #[arg(long, env = "KURA_AGENT_CA")]
+    pub ca: Option<PathBuf>,
+}
+
+impl AgentArgs {
+    /// The token, from the file or the environment.
+    pub fn token(&self) -> anyhow::Result<String> {
+        let token = match &self.token_file {
+            Some(p) => std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the agent token file {}", p.display()))?,
+            None => std::env::var("KURA_AGENT_TOKEN").map_err(|_| {
+                anyhow::anyhow!(
+                    "no agent token: set KURA_AGENT_TOKEN or --token-file (from `kura keys add-agent --name NAME` on the Kura)"
+                )
+            })?,
+        };
+        let token = token.trim().to_owned();
+        anyhow::ensure!(!token.is_empty(), "the agent token is empty");
+        Ok(token)
+    }
+
+    /// An HTTP client that trusts `--ca` (and nothing else) for https.
+    pub fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut b = reqwest::Client::builder()
+            .user_agent(concat!("kura/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(std::time::Duration::from_secs(5));
+        if let Some(ca) = &self.ca {
+            let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+            let cert = reqwest::Certificate::from_pem(&pem)
+                .with_context(|| format!("{} is not a PEM certificate", ca.display()))?;
+            b = b.tls_built_in_root_certs(false).add_root_certificate(cert);
+        }
+        Ok(b.build()?)
+    }
+
+    /// The URL of `path` on the surface.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url.trim_end_matches('/'))
+    }
+}
