@@ -56,3 +56,61 @@ impl AgentArgs {
         format!("{}{path}", self.url.trim_end_matches('/'))
     }
 }
+
+/// A refusal from the agent surface (its JSON body), or a failure to reach it.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Kura answered with a refusal.
+    #[error("kura refused ({kind}): {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The refusal's kind (`unauthorized`, `invalid`, `not_found`, `limited`, …).
+        kind: String,
+        /// What it said.
+        message: String,
+    },
+    /// Kura could not be reached or answered nonsense.
+    #[error("cannot reach kura serve at the agent URL: {0}")]
+    Unreachable(String),
+}
+
+/// A refusal's body, as the routes send it.
+#[derive(serde::Deserialize)]
+struct Refusal {
+    error: String,
+    kind: String,
+}
+
+/// One operation on the JSON routes (`/agent/v1/<op>`).
+pub async fn call<Req: serde::Serialize, Resp: serde::de::DeserializeOwned>(
+    client: &reqwest::Client,
+    args: &AgentArgs,
+    token: &str,
+    op: &str,
+    req: &Req,
+) -> Result<Resp, CallError> {
+    let resp = client
+        .post(args.at(&format!("/agent/v1/{op}")))
+        .bearer_auth(token)
+        .json(req)
+        .timeout(std::time::Duration::from_secs(15))
+        .send()
+        .await
+        .map_err(|e| CallError::Unreachable(e.to_string()))?;
+    let status = resp.status();
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| CallError::Unreachable(e.to_string()))?;
+    if status.is_success() {
+        return serde_json::from_slice(&body).map_err(|e| CallError::Unreachable(e.to_string()));
+    }
+    let refusal: Refusal = serde_json::from_slice(&body)
+        .map_err(|_| CallError::Unreachable(format!("HTTP {status} without a Kura refusal")))?;
+    Err(CallError::Refused {
+        status: status.as_u16(),
+        kind: refusal.kind,
+        message: refusal.error,
+    })
+}

@@ -433,3 +433,131 @@ fn attacks_on_the_agent_surface_are_refused_and_write_nothing() {
     s.verify_all();
     s.shutdown_cleanly();
 }
+
+/// `kura hook claude-code <event>` with a recorded payload on stdin: (exit code, stdout,
+/// stderr).
+fn hook(s: &Stack, port: u16, token: &str, event: &str, fixture: &str) -> (i32, String, String) {
+    let payload = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("agents/claude-code")
+        .join(format!("{fixture}.json"));
+    let out = Command::new(bin("kura"))
+        .args(["hook", "claude-code", event, "--wait", "60", "--state-dir"])
+        .arg(s.path("hooks"))
+        .env("KURA_AGENT_URL", format!("http://127.0.0.1:{port}"))
+        .env("KURA_AGENT_TOKEN", token)
+        .stdin(std::fs::File::open(&payload).expect("fixture"))
+        .output()
+        .expect("kura hook");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Claude Code bound through its hooks: the prompt is a turn, a call a deny rule covers exits
+/// 2 (Claude Code does not run it) and nothing approves it, a write waits for a person, its
+/// result and the final message are recorded; the whole session verifies.
+#[test]
+fn claude_code_hooks_record_a_session_and_a_denied_call_exits_2() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    let (code, _, err) = hook(&s, port, &token, "UserPromptSubmit", "UserPromptSubmit");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hook(&s, port, &token, "PreToolUse", "PreToolUse-deny");
+    assert_eq!(code, 2, "a denied call blocks the tool: {err}");
+    assert!(
+        err.contains("denies Bash") && err.contains("no-rm"),
+        "{err}"
+    );
+    // The write is asked of a person: the hook waits, the person approves, the hook lets it run.
+    let waiting = {
+        let (s_port, tok) = (port, token.clone());
+        let dir = s.path("hooks");
+        std::thread::spawn(move || {
+            let payload = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("agents/claude-code/PreToolUse-ask.json");
+            Command::new(bin("kura"))
+                .args([
+                    "hook",
+                    "claude-code",
+                    "PreToolUse",
+                    "--wait",
+                    "60",
+                    "--state-dir",
+                ])
+                .arg(dir)
+                .env("KURA_AGENT_URL", format!("http://127.0.0.1:{s_port}"))
+                .env("KURA_AGENT_TOKEN", tok)
+                .stdin(std::fs::File::open(payload).expect("fixture"))
+                .output()
+                .expect("kura hook")
+        })
+    };
+    let mut asked = None;
+    s.wait_until("the write asked of people", MINUTE, |st| {
+        asked = kura_work::approvals::asked(st)
+            .ok()
+            .and_then(|a| a.into_iter().find(|a| a.tool_name == "Write"));
+        asked.is_some()
+    });
+    let request = asked.expect("asked").request_id.to_string();
+    let (code, out) = aegis_approve(&s, &request);
+    assert_eq!(code, 0, "{out}");
+    let ran = waiting.join().expect("hook thread");
+    assert_eq!(
+        ran.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let (code, _, err) = hook(&s, port, &token, "PostToolUse", "PostToolUse");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hook(&s, port, &token, "Stop", "Stop");
+    assert_eq!(code, 0, "{err}");
+
+    let store = s.store();
+    let approved: i64 = store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM approvals WHERE tool_name = 'Bash' AND state = 'approved'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(approved, 0, "the denied call is never approved");
+    let session: String = store
+        .conn()
+        .query_row(
+            "SELECT session_id FROM requests WHERE agent = 'agent:laptop'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the hook's session");
+    let recs = session_records(&store, session.parse().expect("id"));
+    let call = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.call" && r.content["tool_name"] == "Write")
+        .expect("the write's call");
+    let result = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.result")
+        .expect("result");
+    assert_eq!(
+        result.content["call_id"], call.content["call_id"],
+        "the result names its call"
+    );
+    let deliverable = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "task.deliverable")
+        .expect("deliverable");
+    assert_eq!(
+        deliverable.content["text"],
+        "I wrote the release notes to notes.md."
+    );
+    assert!(recs.iter().all(|r| r.author_id == "agent:laptop"
+        || r.author_id.starts_with("user:")
+        || r.author_id.starts_with("sys:")));
+    s.verify_all();
+    s.shutdown_cleanly();
+}

@@ -19,6 +19,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod diff;
 pub mod export;
+pub mod hook;
 pub mod init;
 pub mod keys;
 pub mod ledger;
@@ -101,6 +102,7 @@ pub enum Command {
     Keys(keys::KeysCmd),
     Serve(serve::Serve),
     Mcp(mcp::Mcp),
+    Hook(hook::Hook),
     Bench(bench::Bench),
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),
@@ -149,6 +151,7 @@ impl Command {
             Command::Keys(c) => c.run(ctx),
             Command::Serve(c) => c.run(ctx),
             Command::Mcp(c) => c.run(ctx),
+            Command::Hook(c) => c.run(ctx),
             Command::Bench(c) => c.run(ctx),
             Command::BenchPeer(c) => c.run(ctx),
             Command::VerifyProof(c) => c.run(ctx),

@@ -1,0 +1,496 @@
+//! `kura hook claude-code <event>`: binds Claude Code to Kura through its hooks, without the
+//! agent's cooperation. It reads the hook's JSON on stdin (as Claude Code's hook reference
+//! specifies) and maps UserPromptSubmit to a new turn, PreToolUse to a declared call (exit 2
+//! with the reason when Kura denies it, a wait for a person when Kura asks), PostToolUse to
+//! the call's `tool.result`, and Stop to the deliverable. Kura records and gates what the
+//! agent declares; it cannot confine what the agent's own process then does.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use proto::agent::{
+    Decision, DeclareCall, Declared, EndTurn, Ended, RecordStep, Recorded, StartSession, Started,
+    WaitDecision,
+};
+use proto::{SessionId, TurnId};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::{Ctx, Outcome};
+use crate::agent_client::{AgentArgs, CallError, call};
+
+/// The most of a hook payload read from stdin.
+const MAX_PAYLOAD: u64 = 4 << 20;
+/// A tool's response is recorded up to this many bytes of JSON (the rest is cut, and says so).
+const MAX_RESULT: usize = 32 * 1024;
+
+/// Record and gate an outside agent through its hooks.
+#[derive(Debug, clap::Args)]
+pub struct Hook {
+    /// The agent whose hooks call this (only Claude Code so far).
+    #[arg(value_enum)]
+    agent: HookAgent,
+    /// The hook event, as the agent names it.
+    #[arg(value_enum)]
+    event: HookEvent,
+    /// How long PreToolUse waits for a person before refusing the call (seconds; keep it
+    /// below the hook's own timeout, after which Claude Code would run the tool).
+    #[arg(long, default_value_t = 540)]
+    wait: u64,
+    /// Where the hook remembers each agent session's Kura turn (default:
+    /// $XDG_STATE_HOME/kura/hooks or ~/.local/state/kura/hooks).
+    #[arg(long, env = "KURA_HOOK_STATE")]
+    state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    agent_args: AgentArgs,
+}
+
+/// Agents with hooks.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum HookAgent {
+    /// Anthropic's Claude Code.
+    ClaudeCode,
+}
+
+/// Claude Code's hook events Kura maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "PascalCase")]
+enum HookEvent {
+    /// A prompt: a new Kura turn (in the same Kura session as the agent session's last).
+    UserPromptSubmit,
+    /// A tool about to run: declared to Kura, which allows, denies or asks a person.
+    PreToolUse,
+    /// A tool that ran: its result recorded.
+    PostToolUse,
+    /// The agent stopped: the turn ends with its last message as the deliverable.
+    Stop,
+}
+
+/// The fields of Claude Code's hook input that Kura uses (others are ignored).
+#[derive(Debug, Deserialize)]
+struct Input {
+    session_id: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    tool_input: Option<Value>,
+    #[serde(default)]
+    tool_response: Option<Value>,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    #[serde(default)]
+    last_assistant_message: Option<String>,
+}
+
+/// What the hook remembers per agent session.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    session: Option<SessionId>,
+    turn: Option<TurnId>,
+    /// tool_use_id -> Kura call id.
+    calls: BTreeMap<String, String>,
+}
+
+/// PreToolUse's answer when a person edited the arguments (Claude Code's hook output).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PreToolOutput {
+    hook_specific_output: PreToolDecision,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PreToolDecision {
+    hook_event_name: &'static str,
+    permission_decision: &'static str,
+    permission_decision_reason: String,
+    updated_input: Map<String, Value>,
+}
+
+impl Hook {
+    /// Maps one hook call. Exit 2 (with the reason on stderr) only when a call must not run.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let HookAgent::ClaudeCode = self.agent;
+        let mut raw = String::new();
+        std::io::stdin()
+            .take(MAX_PAYLOAD)
+            .read_to_string(&mut raw)
+            .context("reading the hook's JSON on stdin")?;
+        let input: Input =
+            serde_json::from_str(&raw).context("the hook's stdin is not Claude Code hook JSON")?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let event = self.event;
+        match rt.block_on(self.map(&input)) {
+            Ok(Some(answer)) => {
+                ctx.out.message(&answer)?;
+                Ok(Outcome::Ok)
+            }
+            Ok(None) => Ok(Outcome::Ok),
+            // Exit 2 blocks: only a tool call is ever refused. For the other events exit 2
+            // would erase the prompt or keep the agent from stopping, so a failure there is
+            // reported (exit 1: Claude Code shows it and goes on).
+            Err(Refuse(why)) => {
+                eprintln!("{why}");
+                std::process::exit(if event == HookEvent::PreToolUse { 2 } else { 1 });
+            }
+        }
+    }
+
+    async fn map(&self, input: &Input) -> Result<Option<String>, Refuse> {
+        let file = self
+            .state_file(&input.session_id)
+            .map_err(Refuse::from_err)?;
+        let mut state: State = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let kura = Kura::new(&self.agent_args).map_err(|e| self.failed(e))?;
+        let answer = match self.event {
+            HookEvent::UserPromptSubmit => {
+                if let Some(turn) = state.turn.take() {
+                    let _ = kura
+                        .end(turn, "(the next prompt began before this turn stopped)")
+                        .await;
+                }
+                let prompt = input.prompt.clone().unwrap_or_default();
+                let started = kura
+                    .start(&mut state, input, &prompt)
+                    .await
+                    .map_err(|e| self.failed(e))?;
+                state.turn = Some(started.turn_id);
+                None
+            }
+            HookEvent::PreToolUse => self.pre_tool(&kura, &mut state, input).await?,
+            HookEvent::PostToolUse => {
+                let turn = kura
+                    .turn(&mut state, input)
+                    .await
+                    .map_err(|e| self.failed(e))?;
+                let call_id = input
+                    .tool_use_id
+                    .as_ref()
+                    .and_then(|u| state.calls.remove(u));
+                let result = bounded(input.tool_response.clone().unwrap_or(Value::Null));
+                let mut content = Map::new();
+                content.insert("status".into(), "success".into());
+                content.insert("result".into(), result);
+                if let Some(c) = call_id {
+                    content.insert("call_id".into(), c.into());
+                }
+                let step = RecordStep {
+                    turn_id: turn,
+                    record_type: "tool.result".into(),
+                    content: Value::Object(content),
+                };
+                let _: Recorded = kura
+                    .call("record_step", &step)
+                    .await
+                    .map_err(|e| self.failed(e))?;
+                None
+            }
+            HookEvent::Stop => {
+                if let Some(turn) = state.turn.take() {
+                    let text = input
+                        .last_assistant_message
+                        .clone()
+                        .unwrap_or_else(|| "(Claude Code stopped)".into());
+                    kura.end(turn, &text).await.map_err(|e| self.failed(e))?;
+                    state.calls.clear();
+                }
+                None
+            }
+        };
+        save(&file, &state).map_err(Refuse::from_err)?;
+        Ok(answer)
+    }
+
+    /// Declares the call; `None` lets Claude Code's own permission flow go on (Kura allowed
+    /// it, or a person approved it as it was); an edit comes back as `updatedInput`.
+    async fn pre_tool(
+        &self,
+        kura: &Kura<'_>,
+        state: &mut State,
+        input: &Input,
+    ) -> Result<Option<String>, Refuse> {
+        let tool = input.tool_name.clone().unwrap_or_default();
+        let arguments = match input.tool_input.clone() {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        let turn = kura.turn(state, input).await.map_err(|e| self.failed(e))?;
+        let declare = DeclareCall {
+            turn_id: turn,
+            tool: tool.clone(),
+            arguments,
+        };
+        let declared: Declared = kura
+            .call("declare_call", &declare)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if let Some(u) = &input.tool_use_id {
+            state.calls.insert(u.clone(), declared.call_id.clone());
+        }
+        let rule = declared.rule.clone().unwrap_or_default();
+        match declared.decision.as_str() {
+            "allow" => return Ok(None),
+            "deny" => {
+                return Err(Refuse(format!(
+                    "Kura's policy denies {tool} (rule {rule}); it was not run"
+                )));
+            }
+            _ => {}
+        }
+        let deadline = Instant::now() + Duration::from_secs(self.wait);
+        loop {
+            let wait = WaitDecision {
+                request_id: declared.request_id,
+                timeout_ms: Some(8_000),
+            };
+            let d: Decision = kura
+                .call("wait_decision", &wait)
+                .await
+                .map_err(|e| self.failed(e))?;
+            match d.state.as_str() {
+                "approved" => {
+                    let Some(edited) = d.edited_arguments else {
+                        return Ok(None);
+                    };
+                    let out = PreToolOutput {
+                        hook_specific_output: PreToolDecision {
+                            hook_event_name: "PreToolUse",
+                            permission_decision: "allow",
+                            permission_decision_reason:
+                                "a person approved it in Kura with edited arguments".into(),
+                            updated_input: edited,
+                        },
+                    };
+                    return Ok(Some(
+                        serde_json::to_string(&out).map_err(|e| Refuse(e.to_string()))?,
+                    ));
+                }
+                "denied" => {
+                    return Err(Refuse(format!(
+                        "a person (or Kura's rule {}) denied {tool}; it was not run",
+                        d.rule.unwrap_or_default()
+                    )));
+                }
+                _ if Instant::now() >= deadline => {
+                    return Err(Refuse(format!(
+                        "nobody decided on {tool} within {} s (Kura request {}); it was not run",
+                        self.wait, declared.request_id
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A failure to reach or use Kura: PreToolUse refuses the call (fail closed: an unrecorded
+    /// call is an unchecked one); other events let the agent go on and say why on stderr.
+    fn failed(&self, e: anyhow::Error) -> Refuse {
+        let _ = self;
+        Refuse(format!("kura hook: {e:#}"))
+    }
+
+    fn state_file(&self, session: &str) -> anyhow::Result<PathBuf> {
+        let dir = match &self.state_dir {
+            Some(d) => d.clone(),
+            None => std::env::var_os("XDG_STATE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+                .context("no state directory: set --state-dir or $HOME")?
+                .join("kura/hooks"),
+        };
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        // The agent's session id names the file only through its hash: it cannot reach
+        // outside the directory whatever it holds.
+        Ok(dir.join(format!(
+            "claude-code-{}.json",
+            hex::encode(Sha256::digest(session.as_bytes()))
+        )))
+    }
+}
+
+/// Why a hook refuses (exit 2) or fails.
+struct Refuse(String);
+
+impl Refuse {
+    fn from_err(e: anyhow::Error) -> Self {
+        Refuse(format!("kura hook: {e:#}"))
+    }
+}
+
+/// A tool response as recorded: whole when small, else its first part as text, marked cut.
+fn bounded(v: Value) -> Value {
+    let text = v.to_string();
+    if text.len() <= MAX_RESULT {
+        return v;
+    }
+    let mut end = MAX_RESULT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Value::String(format!(
+        "{}… [cut: {} bytes in all]",
+        &text[..end],
+        text.len()
+    ))
+}
+
+fn save(file: &std::path::Path, state: &State) -> anyhow::Result<()> {
+    let dir = file.parent().unwrap_or(std::path::Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    serde_json::to_writer(&mut tmp, state)?;
+    tmp.persist(file).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The agent surface, as the hook uses it.
+struct Kura<'a> {
+    args: &'a AgentArgs,
+    client: reqwest::Client,
+    token: String,
+}
+
+impl<'a> Kura<'a> {
+    fn new(args: &'a AgentArgs) -> anyhow::Result<Self> {
+        Ok(Kura {
+            args,
+            client: args.client()?,
+            token: args.token()?,
+        })
+    }
+
+    async fn call<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        op: &str,
+        req: &Req,
+    ) -> anyhow::Result<Resp> {
+        call(&self.client, self.args, &self.token, op, req)
+            .await
+            .map_err(|e: CallError| anyhow::anyhow!(e))
+    }
+
+    /// A new turn for `instruction`, in the agent session's Kura session when it has one.
+    async fn start(
+        &self,
+        state: &mut State,
+        input: &Input,
+        instruction: &str,
+    ) -> anyhow::Result<Started> {
+        let label = input
+            .cwd
+            .as_deref()
+            .and_then(|c| std::path::Path::new(c).file_name())
+            .map(|n| format!("claude-code: {}", n.to_string_lossy()));
+        let instruction = if instruction.trim().is_empty() {
+            "(an empty prompt)"
+        } else {
+            instruction
+        };
+        let req = StartSession {
+            instruction: instruction.to_owned(),
+            label,
+            session_id: state.session,
+            from_ledger: None,
+        };
+        let started: Started = match self.call("start_session", &req).await {
+            Ok(s) => s,
+            // The Kura session is gone or not this agent's (a new token?): start afresh.
+            Err(_) if state.session.is_some() => {
+                let fresh = StartSession {
+                    session_id: None,
+                    ..req
+                };
+                self.call("start_session", &fresh).await?
+            }
+            Err(e) => return Err(e),
+        };
+        state.session = Some(started.session_id);
+        Ok(started)
+    }
+
+    /// The open turn, started when the hooks were installed mid-session.
+    async fn turn(&self, state: &mut State, input: &Input) -> anyhow::Result<TurnId> {
+        if let Some(t) = state.turn {
+            return Ok(t);
+        }
+        let started = self
+            .start(
+                state,
+                input,
+                "(a Claude Code session whose prompt Kura did not see)",
+            )
+            .await?;
+        state.turn = Some(started.turn_id);
+        Ok(started.turn_id)
+    }
+
+    async fn end(&self, turn: TurnId, deliverable: &str) -> anyhow::Result<Ended> {
+        let text = if deliverable.trim().is_empty() {
+            "(no message)"
+        } else {
+            deliverable
+        };
+        self.call(
+            "end_turn",
+            &EndTurn {
+                turn_id: turn,
+                deliverable: text.to_owned(),
+            },
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Claude Code reads exactly these keys from a PreToolUse hook (its hooks reference):
+    /// a misspelt one would be ignored, and the unedited call would run.
+    #[test]
+    fn an_edit_is_answered_in_claude_codes_pre_tool_use_shape() {
+        let mut edited = Map::new();
+        edited.insert("command".into(), "ls build".into());
+        let out = PreToolOutput {
+            hook_specific_output: PreToolDecision {
+                hook_event_name: "PreToolUse",
+                permission_decision: "allow",
+                permission_decision_reason: "why".into(),
+                updated_input: edited,
+            },
+        };
+        let v = serde_json::to_value(&out).expect("json");
+        assert_eq!(
+            v,
+            serde_json::json!({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "allow",
+                "permissionDecisionReason": "why",
+                "updatedInput": {"command": "ls build"}
+            }})
+        );
+    }
+
+    #[test]
+    fn a_large_tool_response_is_cut_and_says_so() {
+        let small = serde_json::json!({"ok": true});
+        assert_eq!(bounded(small.clone()), small);
+        let big = Value::String("é".repeat(MAX_RESULT));
+        let cut = bounded(big);
+        let text = cut.as_str().expect("text");
+        assert!(text.len() < MAX_RESULT + 100 && text.contains("[cut:"), "{}", text.len());
+    }
+}
