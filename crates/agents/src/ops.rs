@@ -292,12 +292,14 @@ impl Gateway {
                     return Ok((a.request_id, None));
                 }
                 let args = Value::Object(req.arguments.clone());
-                let ruling = p.evaluate(
-                    &req.tool,
-                    effect.as_str(),
-                    &args,
-                    &claim.session_id.to_string(),
-                );
+                let session = claim.session_id.to_string();
+                let ruling = p.evaluate(&kura_policy::Call {
+                    tool: &req.tool,
+                    effect: effect.as_str(),
+                    args: &args,
+                    session: &session,
+                    author: &author,
+                });
                 let allow = match ruling.verdict {
                     kura_policy::Verdict::Ask => return Ok((a.request_id, None)),
                     v => v == kura_policy::Verdict::Allow,

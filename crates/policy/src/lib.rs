@@ -55,6 +55,10 @@ pub struct Rule {
     /// Only in sessions whose id matches this glob.
     #[serde(default)]
     pub session: Option<String>,
+    /// Only calls filed by an author matching this glob: `agent:*` for every outside agent,
+    /// `agent:laptop` for one (Kura's own worker files as `agent:hashi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
     /// The verdict.
     pub decision: Verdict,
     /// For `ask`: how many distinct approvers must approve (M of N).
@@ -99,6 +103,21 @@ pub struct Policy {
     pub defaults: Defaults,
     /// Checked in order; the first match wins.
     pub rules: Vec<Rule>,
+}
+
+/// A call as policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The tool's name.
+    pub tool: &'a str,
+    /// Its effect class (`read`, `write`, `external`).
+    pub effect: &'a str,
+    /// Its arguments (a JSON object).
+    pub args: &'a Value,
+    /// The session it runs in.
+    pub session: &'a str,
+    /// Who filed it: `agent:hashi`, `agent:<name>` for an outside agent.
+    pub author: &'a str,
 }
 
 /// The outcome of evaluating a call.
@@ -170,8 +189,15 @@ impl Policy {
         Ok((hash, body))
     }
 
-    /// Decides a call.
-    pub fn evaluate(&self, tool: &str, effect: &str, args: &Value, session: &str) -> Ruling {
+    /// Decides a call by `author` (who filed it).
+    pub fn evaluate(&self, call: &Call<'_>) -> Ruling {
+        let Call {
+            tool,
+            effect,
+            args,
+            session,
+            author,
+        } = *call;
         for r in &self.rules {
             let arg_ok = r.args.iter().all(|(k, pat)| {
                 let text = match args.get(k) {
@@ -184,6 +210,7 @@ impl Policy {
             if glob(&r.tool, tool)
                 && r.effect.as_deref().is_none_or(|e| e == effect)
                 && r.session.as_deref().is_none_or(|s| glob(s, session))
+                && r.author.as_deref().is_none_or(|a| glob(a, author))
                 && arg_ok
             {
                 return Ruling {
@@ -250,7 +277,14 @@ mod tests {
         )
         .expect("policy");
         let r = |t: &str, e: &str, a: Value, s: &str| {
-            let x = p.evaluate(t, e, &a, s);
+            let call = Call {
+                tool: t,
+                effect: e,
+                args: &a,
+                session: s,
+                author: "agent:hashi",
+            };
+            let x = p.evaluate(&call);
             (x.verdict, x.rule, x.approvers)
         };
         assert_eq!(
@@ -286,6 +320,53 @@ mod tests {
             r("fs.write", "write", json!({}), "s"),
             (Verdict::Ask, "default:write".into(), 1),
             "a missing argument does not match"
+        );
+    }
+
+    /// An operator's per-agent rules: the `author` glob picks who filed the call.
+    #[test]
+    fn rules_by_author_apply_to_that_author_only() {
+        let p: Policy = toml::from_str(
+            r#"
+            [[rules]]
+            name = "laptop-may-not-push"
+            tool = "Bash"
+            author = "agent:laptop"
+            args = { command = "git push*" }
+            decision = "deny"
+            [[rules]]
+            name = "outside-agents-ask"
+            author = "agent:*"
+            effect = "read"
+            decision = "ask"
+            "#,
+        )
+        .expect("policy");
+        let args = json!({"command": "git push origin main"});
+        let rule = |author: &str, tool: &str, effect: &str| {
+            let call = Call {
+                tool,
+                effect,
+                args: &args,
+                session: "s",
+                author,
+            };
+            p.evaluate(&call).rule
+        };
+        assert_eq!(
+            rule("agent:laptop", "Bash", "external"),
+            "laptop-may-not-push"
+        );
+        assert_eq!(rule("agent:desk", "Bash", "external"), "default:external");
+        assert_eq!(rule("agent:desk", "Read", "read"), "outside-agents-ask");
+        assert_eq!(rule("user:ana", "Read", "read"), "default:read");
+        // A rule without `author` serializes as before: published policy hashes do not move.
+        let plain: Policy =
+            toml::from_str("[[rules]]\nname = \"x\"\ndecision = \"deny\"\n").expect("p");
+        assert!(
+            !serde_json::to_string(&plain)
+                .expect("json")
+                .contains("author")
         );
     }
 }

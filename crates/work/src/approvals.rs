@@ -523,6 +523,16 @@ pub fn request_arguments(conn: &impl Db, request_id: RequestId) -> Result<Value>
         .unwrap_or(Value::Null))
 }
 
+/// Who filed the request (the `approval.request` record's author: hashi's worker, or an
+/// outside agent as `agent:<name>`), for rules with an `author` glob.
+pub fn request_author(conn: &impl Db, request_id: RequestId) -> Result<String> {
+    Ok(conn.sql().query_row_cached(
+        "SELECT author_id FROM records WHERE record_id = ?1",
+        [request_id.to_string()],
+        |r| r.get(0),
+    )?)
+}
+
 /// The `approval.request` record's content.
 pub fn request_content(conn: &impl Db, request_id: RequestId) -> Result<Value> {
     let conn = conn.sql();

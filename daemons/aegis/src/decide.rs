@@ -66,7 +66,15 @@ pub fn evaluate(
         let content = request_content(tx, a.request_id)?;
         let request = ApprovalRequestContent::read(&content);
         let args = request.as_ref().map_or(Value::Null, |r| Value::Object(r.arguments.clone()));
-        let mut ruling = policy.evaluate(&a.tool_name, a.effect.as_str(), &args, &a.session_id.to_string());
+        let author = kura_work::approvals::request_author(tx, a.request_id)?;
+        let session = a.session_id.to_string();
+        let mut ruling = policy.evaluate(&kura_policy::Call {
+            tool: &a.tool_name,
+            effect: a.effect.as_str(),
+            args: &args,
+            session: &session,
+            author: &author,
+        });
         if request.is_some_and(|r| r.rerun_of.is_some()) {
             ruling = ruling.for_rerun();
         }
@@ -188,23 +196,33 @@ struct Edit {
     stricter: Option<(String, i64)>,
 }
 
+/// The policy an edit is ruled by, and who filed the request (for `author` rules).
+#[derive(Clone, Copy)]
+pub(crate) struct Ruled<'a> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) author: &'a str,
+}
+
 /// What policy says of an edit, ruled on the arguments exactly as hashi will run them: they
 /// must be in normal form (the person signed them; nobody respells a signature), not denied,
 /// and a rule that needs more people raises the request's quorum.
 fn rule_on_edit(
     args: &serde_json::Map<String, Value>,
     a: &kura_work::approvals::Approval,
-    policy: &Policy,
+    ruled: &Ruled<'_>,
 ) -> Result<Edit, Refusal> {
+    let Ruled { policy, author } = *ruled;
     kura_policy::path::check_normal_args(args)
         .map_err(|e| Refusal::Edit(format!("the edited arguments: {e}")))?;
     let args = Value::Object(args.clone());
-    let ruling = policy.evaluate(
-        &a.tool_name,
-        a.effect.as_str(),
-        &args,
-        &a.session_id.to_string(),
-    );
+    let session = a.session_id.to_string();
+    let ruling = policy.evaluate(&kura_policy::Call {
+        tool: &a.tool_name,
+        effect: a.effect.as_str(),
+        args: &args,
+        session: &session,
+        author,
+    });
     if ruling.verdict == Verdict::Deny {
         return Err(Refusal::Edit(format!(
             "the edited arguments are denied by policy ({})",
@@ -229,7 +247,7 @@ fn check_edit(
     vote: Vote,
     a: &kura_work::approvals::Approval,
     approved_so_far: i64,
-    policy: &Policy,
+    policy: &Ruled<'_>,
 ) -> Result<Option<Edit>, Refusal> {
     let edit = match &d.arguments {
         None => None,
@@ -275,7 +293,12 @@ pub fn decide(
             return Ok(Err((None, Refusal::NoRequest(d.request_id))));
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
-        let check = check_decision(approvers, signed_within, d, &a, approved_so_far, policy);
+        let author = kura_work::approvals::request_author(tx, a.request_id)?;
+        let ruled = Ruled {
+            policy,
+            author: &author,
+        };
+        let check = check_decision(approvers, signed_within, d, &a, approved_so_far, &ruled);
         let (who, decision, edit) = match check {
             Ok(w) => w,
             Err(reason) => return Ok(Err((Some(a), reason))),
@@ -333,7 +356,7 @@ fn check_decision<'a>(
     d: &ApprovalDecision,
     a: &Approval,
     approved_so_far: i64,
-    policy: &Policy,
+    policy: &Ruled<'_>,
 ) -> Result<(&'a Approver, Vote, Option<Edit>), Refusal> {
     d.check_limits()?;
     let vote = d

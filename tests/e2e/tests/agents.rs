@@ -16,7 +16,8 @@ use serde_json::Value;
 
 const MINUTE: Duration = Duration::from_secs(60);
 const POLICY: &str = "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = \"ask\"\n\n\
-[[rules]]\nname = \"no-rm\"\ntool = \"Bash\"\nargs = { command = \"rm *\" }\ndecision = \"deny\"\n";
+[[rules]]\nname = \"no-rm\"\ntool = \"Bash\"\nargs = { command = \"rm *\" }\ndecision = \"deny\"\n\n\
+[[rules]]\nname = \"other-may-not-write\"\nauthor = \"agent:other\"\neffect = \"write\"\ndecision = \"deny\"\n";
 
 /// The venv with the pinned `mcp` client, made once under `target/` (pip from PyPI).
 fn mcp_python() -> PathBuf {
@@ -381,6 +382,20 @@ fn attacks_on_the_agent_surface_are_refused_and_write_nothing() {
         (404, Some("not_found")),
         "{refused}"
     );
+    // A per-agent rule (the `author` glob): "other" may not write, laptop is asked.
+    let (_, own) = post(port, "start_session", Some(&other), start);
+    let own_turn = own["turn_id"].as_str().expect("other's turn").to_owned();
+    let write = |t: &str| {
+        format!(r#"{{"turn_id": "{t}", "tool": "Write", "arguments": {{"file_path": "x"}}}}"#)
+    };
+    let (_, d) = post(port, "declare_call", Some(&other), &write(&own_turn));
+    assert_eq!(
+        (d["decision"].as_str(), d["rule"].as_str()),
+        (Some("deny"), Some("other-may-not-write")),
+        "{d}"
+    );
+    let (_, d) = post(port, "declare_call", Some(&token), &write(&turn));
+    assert_eq!(d["decision"].as_str(), Some("ask"), "{d}");
     // A forged author over HTTP too.
     let forged = format!(
         r#"{{"turn_id": "{turn}", "record_type": "agent.thought", "content": "x", "author": "user:ana"}}"#

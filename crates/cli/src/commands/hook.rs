@@ -491,6 +491,10 @@ mod tests {
         let big = Value::String("é".repeat(MAX_RESULT));
         let cut = bounded(big);
         let text = cut.as_str().expect("text");
-        assert!(text.len() < MAX_RESULT + 100 && text.contains("[cut:"), "{}", text.len());
+        assert!(
+            text.len() < MAX_RESULT + 100 && text.contains("[cut:"),
+            "{}",
+            text.len()
+        );
     }
 }

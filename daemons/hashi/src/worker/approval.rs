@@ -156,7 +156,13 @@ impl Worker {
                 return Ok((a, None));
             }
             let args = Value::Object(arguments.clone());
-            let ruling = p.evaluate(name, effect.as_str(), &args, &session);
+            let ruling = p.evaluate(&kura_policy::Call {
+                tool: name,
+                effect: effect.as_str(),
+                args: &args,
+                session: &session,
+                author: &author,
+            });
             let allow = match ruling.verdict {
                 Verdict::Ask => return Ok((a, None)),
                 v => v == Verdict::Allow,
