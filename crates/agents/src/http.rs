@@ -111,6 +111,13 @@ pub fn routes(surface: Arc<Surface>) -> axum::Router {
     let r = route!(r, "/agent/v1/end_turn", Gateway::end_turn);
     let r = route!(r, "/agent/v1/remember", Gateway::remember);
     let r = route!(r, "/agent/v1/search", Gateway::search);
+    let r = route!(r, "/agent/v1/read_log", Gateway::read_log);
+    let r = route!(r, "/agent/v1/show_record", Gateway::show_record);
+    let r = route!(r, "/agent/v1/verify", Gateway::verify);
+    let r = route!(r, "/agent/v1/prove", Gateway::prove);
+    let r = route!(r, "/agent/v1/diff", Gateway::diff);
+    let r = route!(r, "/agent/v1/delegate", Gateway::delegate);
+    let r = route!(r, "/agent/v1/delegation", Gateway::delegation);
     // A body over the record bound (plus room for the envelope) is refused before it is read
     // whole; the gateway checks the record's own size again.
     let limit = surface.gateway.max_body();

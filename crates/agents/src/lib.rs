@@ -8,6 +8,7 @@ pub mod http;
 mod limits;
 pub mod mcp;
 pub mod ops;
+mod reads;
 pub mod registry;
 
 use std::collections::BTreeMap;

@@ -75,7 +75,7 @@ impl KuraTools {
     fn new(surface: Arc<Surface>) -> Self {
         KuraTools {
             surface,
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::read_router(),
         }
     }
 
@@ -152,6 +152,78 @@ impl KuraTools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<Found>, ErrorData> {
         self.run(&ctx, req, Gateway::search).await
+    }
+}
+
+#[tool_router(router = read_router)]
+impl KuraTools {
+    #[tool(description = "Read a session's records (newest ledgers first, at most limit).")]
+    async fn read_log(
+        &self,
+        Parameters(req): Parameters<ReadLog>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Records>, ErrorData> {
+        self.run(&ctx, req, Gateway::read_log).await
+    }
+
+    #[tool(description = "Read one record by id.")]
+    async fn show_record(
+        &self,
+        Parameters(req): Parameters<ShowRecord>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Records>, ErrorData> {
+        self.run(&ctx, req, Gateway::show_record).await
+    }
+
+    #[tool(
+        description = "Verify a session (or one ledger): every record hash, Merkle root, hash chain and seal recomputed."
+    )]
+    async fn verify(
+        &self,
+        Parameters(req): Parameters<Verify>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Verified>, ErrorData> {
+        self.run(&ctx, req, Gateway::verify).await
+    }
+
+    #[tool(
+        description = "An inclusion proof that a record is in a sealed ledger; check it offline with `kura verify-proof`."
+    )]
+    async fn prove(
+        &self,
+        Parameters(req): Parameters<Prove>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Proof>, ErrorData> {
+        self.run(&ctx, req, Gateway::prove).await
+    }
+
+    #[tool(description = "What differs between two ledgers.")]
+    async fn diff(
+        &self,
+        Parameters(req): Parameters<Diff>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Diffed>, ErrorData> {
+        self.run(&ctx, req, Gateway::diff).await
+    }
+
+    #[tool(
+        description = "Hand a task to Kura's own agents (run in Kura's sandbox under its policy), optionally waiting up to 8 s for the deliverable; poll with delegation."
+    )]
+    async fn delegate(
+        &self,
+        Parameters(req): Parameters<Delegate>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Delegated>, ErrorData> {
+        self.run(&ctx, req, Gateway::delegate).await
+    }
+
+    #[tool(description = "Where a delegated task stands (waiting up to wait_ms, at most 8 s).")]
+    async fn delegation(
+        &self,
+        Parameters(req): Parameters<Delegation>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Delegated>, ErrorData> {
+        self.run(&ctx, req, Gateway::delegation).await
     }
 }
 

@@ -31,11 +31,11 @@ const MAX_LABEL: usize = 200;
 pub struct Gateway {
     config: AgentsConfig,
     store: Mutex<Store>,
-    bus: Option<kura_runtime::Bus>,
+    pub(crate) bus: Option<kura_runtime::Bus>,
     limits: Limits,
 }
 
-fn store_error(e: StoreError) -> GatewayError {
+pub(crate) fn store_error(e: StoreError) -> GatewayError {
     match e {
         StoreError::NotFound { kind, id } => GatewayError::NotFound(format!("no {kind} {id}")),
         StoreError::Invalid(m) => GatewayError::Invalid(m),
@@ -72,7 +72,7 @@ impl Gateway {
         self.limits.refusals(agent)
     }
 
-    fn with_store<T>(
+    pub(crate) fn with_store<T>(
         &self,
         f: impl FnOnce(&mut Store) -> Result<T, GatewayError>,
     ) -> Result<T, GatewayError> {
@@ -84,7 +84,7 @@ impl Gateway {
     }
 
     /// A record by `caller`, with where it came from in its metadata.
-    fn record(
+    pub(crate) fn record(
         &self,
         caller: &Caller,
         t: RecordType,

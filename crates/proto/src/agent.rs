@@ -174,4 +174,114 @@ wire! {
         /// The hits, best first.
         pub hits: Vec<Remembered>,
     }
+
+    /// Read a session's history.
+    pub struct ReadLog {
+        /// The session.
+        pub session_id: SessionId,
+        /// At most this many records, newest ledgers first (default 100, at most 500).
+        #[serde(default)]
+        pub limit: Option<usize>,
+    }
+
+    /// Records, as stored (id, hash, type, content, author, metadata, time).
+    pub struct Records {
+        /// The records.
+        pub records: Vec<Value>,
+        /// True when more were left out by the limit.
+        pub truncated: bool,
+    }
+
+    /// Read one record.
+    pub struct ShowRecord {
+        /// The record.
+        pub record_id: RecordId,
+    }
+
+    /// Verify a session (its ledgers, their ancestors, its ref log) or one ledger.
+    pub struct Verify {
+        /// The session.
+        #[serde(default)]
+        pub session_id: Option<SessionId>,
+        /// Or one ledger and its ancestors.
+        #[serde(default)]
+        pub ledger_id: Option<LedgerId>,
+    }
+
+    /// What verification found.
+    pub struct Verified {
+        /// True when every hash, root, chain and seal matches.
+        pub ok: bool,
+        /// Records whose hashes were recomputed.
+        pub records_checked: u64,
+        /// Ledgers checked.
+        pub ledgers_checked: u64,
+        /// Each problem, in words.
+        pub problems: Vec<String>,
+    }
+
+    /// Prove a record is in a sealed ledger.
+    pub struct Prove {
+        /// The record.
+        pub record_id: RecordId,
+        /// The sealed ledger.
+        pub ledger_id: LedgerId,
+    }
+
+    /// An inclusion proof (check it offline with `kura verify-proof`).
+    pub struct Proof {
+        /// The proof bundle, as `kura prove --json` prints it.
+        pub proof: Value,
+    }
+
+    /// Compare two ledgers.
+    pub struct Diff {
+        /// The first ledger.
+        pub a: LedgerId,
+        /// The second ledger.
+        pub b: LedgerId,
+    }
+
+    /// What differs (each side at most 200 records).
+    pub struct Diffed {
+        /// Records only in `a`.
+        pub only_a: Vec<Value>,
+        /// Records only in `b`.
+        pub only_b: Vec<Value>,
+        /// How many are in both.
+        pub in_both: usize,
+    }
+
+    /// Hand a task to Kura's own agents (as `minato submit`), optionally waiting for it.
+    pub struct Delegate {
+        /// What Kura's agent should do.
+        pub instruction: String,
+        /// Wait this long for the deliverable, in milliseconds (at most 8000; poll with
+        /// `delegation` afterwards).
+        #[serde(default)]
+        pub wait_ms: Option<u64>,
+    }
+
+    /// Where a delegated task stands.
+    pub struct Delegation {
+        /// The request's place in minato's queue.
+        pub request_seq: i64,
+        /// Wait this long for it to complete, in milliseconds (at most 8000).
+        #[serde(default)]
+        pub wait_ms: Option<u64>,
+    }
+
+    /// A delegated task's state.
+    pub struct Delegated {
+        /// The request (ask again with `delegation`).
+        pub request_seq: i64,
+        /// Its session, once minato took it up.
+        #[serde(default)]
+        pub session_id: Option<SessionId>,
+        /// True once it completed.
+        pub complete: bool,
+        /// The deliverable's text, once complete.
+        #[serde(default)]
+        pub deliverable: Option<String>,
+    }
 }

@@ -29,7 +29,8 @@ pub use approvals::Approval;
 pub use cursor::{cursor, set_cursor};
 pub use requests::{
     Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
-    recorded_turns, request_instruction, request_replays, request_status, submit, submit_replay,
+    recorded_turns, request_instruction, request_replays, request_status, request_submitter,
+    submit, submit_replay,
 };
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,

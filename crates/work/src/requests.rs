@@ -159,6 +159,22 @@ pub struct RequestStatus {
     pub deliverable: Option<Record>,
 }
 
+/// Who submitted request `request_seq` (its instruction's author); `NotFound` if none.
+pub fn request_submitter(conn: &impl Db, request_seq: i64) -> Result<String> {
+    conn.sql()
+        .query_row(
+            "SELECT r.author_id FROM requests q JOIN records r ON r.record_id = q.record_id
+              WHERE q.request_seq = ?1",
+            [request_seq],
+            |r| r.get(0),
+        )
+        .optional()?
+        .ok_or(StoreError::NotFound {
+            kind: "request",
+            id: request_seq.to_string(),
+        })
+}
+
 /// Reads a request's status.
 pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus> {
     let conn = conn.sql();

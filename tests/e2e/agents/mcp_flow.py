@@ -71,9 +71,21 @@ async def main(url, token):
         say(step="result_as_text", result=await call(c, "record_step", {"turn_id": turn, "record_type": "tool.result", "content": "wrote plan.md"}))
         say(step="result", result=await call(c, "record_step", {"turn_id": turn, "record_type": "tool.result", "content": {"call_id": declared["call_id"], "status": "success", "result": "wrote plan.md"}}))
         say(step="remember", result=await call(c, "remember", {"kind": "fact", "text": "the outside plan lives in plan.md", "turn_id": turn}))
-        say(step="end", result=await call(c, "end_turn", {"turn_id": turn, "deliverable": "plan.md written"}))
+        say(step="end", result=await call(c, "end_turn", {"turn_id": turn, "deliverable": "plan.md written\nFACT: the outside agent keeps its notes in plan.md"}))
         say(step="after_end", result=await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "late"}))
         say(step="search", result=await call(c, "search_memory", {"query": "outside plan"}))
+        session = started["session_id"]
+        log = await call(c, "read_log", {"session_id": session})
+        say(step="log", result={"types": [r["record_type"] for r in log["records"]], "truncated": log["truncated"]})
+        say(step="verify", result=await call(c, "verify", {"session_id": session}))
+        fact = (await call(c, "remember", {"kind": "fact", "text": "proofs travel", "turn_id": turn}))
+        say(step="remember_after_end", result=fact)
+        thought = log["records"][-1]
+        say(step="prove", result=await call(c, "prove", {"record_id": started["context_ledger_id"], "ledger_id": started["context_ledger_id"]}))
+        out_first = [r for r in log["records"] if r["record_type"] == "agent.thought"][0]
+        say(step="prove_thought", result=await call(c, "prove", {"record_id": out_first["record_id"], "ledger_id": started["output_ledger_id"]}))
+        say(step="diff", result=await call(c, "diff", {"a": started["context_ledger_id"], "b": started["output_ledger_id"]}))
+        say(step="delegate", result=await call(c, "delegate", {"instruction": "tidy the workspace", "wait_ms": 8000}))
 
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -51,7 +51,8 @@ fn mcp_python() -> PathBuf {
 /// A stack with aegis trusting `ana`, a console port serving the agents' surface, and an
 /// agent `laptop` whose token is returned.
 fn agent_stack(port: u16) -> (Stack, String) {
-    let mut s = Stack::new(r#"{"turns": [[{"deliver": "unused"}]]}"#);
+    // hashi runs what an agent delegates: this script's one turn.
+    let mut s = Stack::new(r#"{"turns": [[{"deliver": "the workspace is tidy"}]]}"#);
     std::fs::write(s.path("policy.toml"), POLICY).expect("policy");
     let key = s.new_approver("ana");
     let k: Value =
@@ -94,7 +95,7 @@ fn agent_stack(port: u16) -> (Stack, String) {
             "{ Write = \"write\", Read = \"read\" }".into(),
         ),
     ]);
-    for d in ["aegis", "minato", "mikado"] {
+    for d in ["aegis", "minato", "mikado", "hashi"] {
         s.spawn(d, d);
     }
     s.spawn("kura", "serve");
@@ -221,6 +222,72 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
     );
     let hits = r("search")["hits"].to_string();
     assert!(hits.contains("the outside plan lives in plan.md"), "{hits}");
+
+    // The read-only tools, delegation, and an inclusion proof checked offline.
+    let types = r("log")["types"].to_string();
+    assert!(
+        types.contains("task.deliverable") && types.contains("tool.call"),
+        "{types}"
+    );
+    assert_eq!(r("verify")["ok"], true, "{}", r("verify"));
+    assert!(
+        r("remember_after_end")["code"].is_i64(),
+        "an ended turn takes nothing more"
+    );
+    assert!(
+        r("diff")["only_b"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty()),
+        "{}",
+        r("diff")
+    );
+    let delegated = r("delegate");
+    assert!(delegated["request_seq"].is_i64(), "{delegated}");
+    let proof = s.path("thought.proof.json");
+    std::fs::write(&proof, r("prove_thought")["proof"].to_string()).expect("proof");
+    let checked = Command::new(bin("kura"))
+        .args(["verify-proof"])
+        .arg(&proof)
+        .arg("--root")
+        .arg(
+            r("end")["ledger_hash"]
+                .as_str()
+                .expect("the sealed output's hash"),
+        )
+        .output()
+        .expect("verify-proof");
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    // Kura's own agent finished the delegated task; mikado learned the turn's FACT.
+    let seq = delegated["request_seq"].as_i64().expect("seq");
+    let done = s.wait_complete(seq, MINUTE);
+    assert_eq!(
+        done.deliverable.expect("deliverable").content["text"],
+        "the workspace is tidy"
+    );
+    s.wait_until("mikado's memory of the agent's turn", MINUTE, |st| {
+        kura_store::memory::search(
+            st,
+            &kura_store::memory::Search {
+                query: "notes plan".into(),
+                limit: 5,
+                ..Default::default()
+            },
+        )
+        .is_ok_and(|h| {
+            h.iter().any(|h| {
+                h.record.author_id == "agent:mikado"
+                    && h.record
+                        .content
+                        .to_string()
+                        .contains("keeps its notes in plan.md")
+            })
+        })
+    });
 
     // The ledger: the agent's records authored from its token, the person's decision as theirs.
     let session = r("start")["session_id"]

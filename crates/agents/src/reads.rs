@@ -1,0 +1,171 @@
+//! The read-only operations (a session's log, a record, verify, an inclusion proof, a diff)
+//! and delegation to Kura's own agents. Every answer is bounded: a page of records, a side
+//! of a diff, one wait of at most [`crate::ops::MAX_WAIT`].
+
+use std::time::{Duration, Instant};
+
+use kura_store::verify::{Scope, verify};
+use proto::agent::*;
+use proto::doorbell::SessionCreate;
+use proto::record::Record;
+use serde_json::Value;
+
+use crate::ops::{Gateway, MAX_WAIT, store_error};
+use crate::{Caller, GatewayError};
+
+/// The most records one answer carries.
+const MAX_RECORDS: usize = 500;
+/// The most records per side of a diff.
+const MAX_DIFF_SIDE: usize = 200;
+
+fn value(r: &Record) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+impl Gateway {
+    /// A session's records, newest ledgers first, at most `limit`.
+    pub fn read_log(&self, _caller: &Caller, req: ReadLog) -> Result<Records, GatewayError> {
+        let limit = req.limit.unwrap_or(100).clamp(1, MAX_RECORDS);
+        self.with_store(|store| {
+            let mut ledgers = store.session_ledgers(req.session_id).map_err(store_error)?;
+            if ledgers.is_empty() {
+                return Err(GatewayError::NotFound(format!(
+                    "no session {}",
+                    req.session_id
+                )));
+            }
+            ledgers.reverse();
+            let (mut records, mut truncated) = (Vec::new(), false);
+            'ledgers: for l in ledgers {
+                for r in store.hydrate(l.ledger_id).map_err(store_error)? {
+                    if records.len() == limit {
+                        truncated = true;
+                        break 'ledgers;
+                    }
+                    records.push(value(&r));
+                }
+            }
+            Ok(Records { records, truncated })
+        })
+    }
+
+    /// One record.
+    pub fn show_record(&self, _caller: &Caller, req: ShowRecord) -> Result<Records, GatewayError> {
+        self.with_store(|store| {
+            let r = store.read_record(req.record_id).map_err(store_error)?;
+            Ok(Records {
+                records: vec![value(&r)],
+                truncated: false,
+            })
+        })
+    }
+
+    /// Verifies a session or a ledger (not the whole store: that is the sweep's job).
+    pub fn verify(&self, _caller: &Caller, req: Verify) -> Result<Verified, GatewayError> {
+        let scope = match (req.session_id, req.ledger_id) {
+            (Some(s), None) => Scope::Session(s),
+            (None, Some(l)) => Scope::Ledger(l),
+            _ => return Err(GatewayError::Invalid("give session_id or ledger_id".into())),
+        };
+        self.with_store(|store| {
+            let report = verify(store, &scope, None, None).map_err(store_error)?;
+            Ok(Verified {
+                ok: report.ok(),
+                records_checked: report.records_checked,
+                ledgers_checked: report.ledgers_checked,
+                problems: report.problems.iter().map(ToString::to_string).collect(),
+            })
+        })
+    }
+
+    /// An inclusion proof of a record in a sealed ledger.
+    pub fn prove(&self, _caller: &Caller, req: Prove) -> Result<Proof, GatewayError> {
+        self.with_store(|store| {
+            let p = kura_store::proof::prove(store, req.record_id, req.ledger_id)
+                .map_err(store_error)?;
+            Ok(Proof {
+                proof: serde_json::to_value(&p).unwrap_or(Value::Null),
+            })
+        })
+    }
+
+    /// What differs between two ledgers.
+    pub fn diff(&self, _caller: &Caller, req: Diff) -> Result<Diffed, GatewayError> {
+        self.with_store(|store| {
+            let d = kura_store::diff::diff(store, req.a, req.b).map_err(store_error)?;
+            let side = |v: &[Record]| v.iter().take(MAX_DIFF_SIDE).map(value).collect();
+            Ok(Diffed {
+                only_a: side(&d.only_a),
+                only_b: side(&d.only_b),
+                in_both: d.both.len(),
+            })
+        })
+    }
+
+    /// Hands a task to Kura's own agents: the instruction authored by the calling agent,
+    /// queued for minato, which runs it in hashi's sandbox under Kura's policy.
+    pub fn delegate(&self, caller: &Caller, req: Delegate) -> Result<Delegated, GatewayError> {
+        if req.instruction.trim().is_empty() {
+            return Err(GatewayError::Invalid("the instruction is empty".into()));
+        }
+        // Counted and bounded like any record the agent writes.
+        let rec = self.record(
+            caller,
+            proto::RecordType::TaskInstruction,
+            proto::Content::text(req.instruction.clone()),
+        )?;
+        let request = self.with_store(|store| {
+            kura_work::submit(store, &req.instruction, &rec.author_id, None).map_err(store_error)
+        })?;
+        if let Some(bus) = &self.bus {
+            bus.ring(
+                bus.subjects.session_create(),
+                &SessionCreate {
+                    record_id: request.record_id,
+                    session_id: None,
+                },
+            );
+        }
+        self.delegation(
+            caller,
+            Delegation {
+                request_seq: request.request_seq,
+                wait_ms: req.wait_ms,
+            },
+        )
+    }
+
+    /// Where a delegated task stands, waiting up to `wait_ms` for it to complete.
+    pub fn delegation(&self, caller: &Caller, req: Delegation) -> Result<Delegated, GatewayError> {
+        let deadline =
+            Instant::now() + Duration::from_millis(req.wait_ms.unwrap_or(0)).min(MAX_WAIT);
+        loop {
+            let (status, author) = self.with_store(|store| {
+                let author =
+                    kura_work::request_submitter(store, req.request_seq).map_err(store_error)?;
+                let status =
+                    kura_work::request_status(store, req.request_seq).map_err(store_error)?;
+                Ok((status, author))
+            })?;
+            // Another agent's (or a person's) request tells this agent nothing.
+            if author != caller.author() {
+                return Err(GatewayError::NotFound(format!(
+                    "no delegation {} of this agent",
+                    req.request_seq
+                )));
+            }
+            if status.complete || Instant::now() >= deadline {
+                return Ok(Delegated {
+                    request_seq: req.request_seq,
+                    session_id: status.session_id,
+                    complete: status.complete,
+                    deliverable: status
+                        .deliverable
+                        .as_ref()
+                        .and_then(|d| proto::content::text_of(&d.content).map(str::to_owned)),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
