@@ -2,13 +2,12 @@
 //! request's bearer token and calls the same [`crate::Gateway`] method as the HTTP route.
 //! Refusals are JSON-RPC errors whose message says what to do.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use proto::agent::*;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::{ErrorCode, Implementation, ProtocolVersion, ServerCapabilities, ServerConfig};
+use rmcp::model::{ErrorCode, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -234,12 +233,6 @@ impl ServerHandler for KuraTools {
             .with_server_info(Implementation::new("kura", env!("CARGO_PKG_VERSION")))
     }
 
-    /// The handshake revisions (2025-11-25, the current one with `initialize`, and the
-    /// earlier ones clients still send); a client that probes for a newer revision falls
-    /// back to `initialize`, so every call carries the token this server checks.
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
-    }
 }
 
 /// The MCP endpoint at `/mcp`, accepting `Host` headers in `hosts` (loopback's when empty).

@@ -17,12 +17,12 @@ def say(**kv):
     print(json.dumps(kv), flush=True)
 
 
-def connect(url, token):
+def connect(url, token, mode="auto"):
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
     client = Client(
         streamable_http_client(url, http_client=http),
-        mode="legacy",
+        mode=mode,
         client_info=Implementation(name="kura-e2e-agent", version="1.0"),
     )
     return http, client
@@ -41,7 +41,7 @@ async def call(c, tool, args):
 async def main(url, token):
     # A stranger without a token learns nothing, not even the tools.
     try:
-        http, c = connect(url, None)
+        http, c = connect(url, None, mode="legacy")
         async with http, c:
             await c.list_tools()
         say(step="no_token", refused=False)

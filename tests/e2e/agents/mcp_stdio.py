@@ -15,7 +15,7 @@ def say(**kv):
 async def main(kura, url, token):
     params = StdioServerParameters(command=kura, args=["mcp", "--url", url], env={"KURA_AGENT_TOKEN": token})
     async with Client(params, mode="legacy", client_info=Implementation(name="kura-e2e-stdio", version="1.0")) as c:
-        say(step="tools", tools=sorted(t.name for t in (await c.list_tools()).tools))
+        say(step="tools", tools=sorted(t.name for t in (await c.list_tools()).tools), protocol=str(c.protocol_version))
         started = (await c.call_tool("start_session", {"instruction": "a turn over stdio"})).structured_content
         say(step="start", result=started)
         turn = started["turn_id"]

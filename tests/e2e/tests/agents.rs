@@ -174,6 +174,7 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
         steps["no_token"]["refused"], true,
         "a stranger got the tools"
     );
+    assert_eq!(steps["tools"]["protocol"], "2026-07-28", "the current revision");
     let tools = steps["tools"]["tools"].to_string();
     for t in [
         "start_session",
@@ -372,6 +373,8 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
         })
         .collect();
     assert!(stdio["tools"]["tools"].to_string().contains("declare_call"));
+    // The client's previous revision (with `initialize`) over stdio, the current one over HTTP.
+    assert_eq!(stdio["tools"]["protocol"], "2025-11-25", "{stdio:?}");
     assert!(
         stdio["thought"]["result"]["record_id"].is_string(),
         "{stdio:?}"

@@ -156,6 +156,7 @@ impl Bridge {
     }
 
     async fn post(&self, line: String) -> anyhow::Result<reqwest::Response> {
+        let routing = routing_headers(&line);
         let mut req = self
             .client
             .post(&self.url)
@@ -165,6 +166,9 @@ impl Bridge {
             .body(line);
         if let Some(s) = self.session.read().await.clone() {
             req = req.header("mcp-session-id", s);
+        }
+        for (name, value) in routing {
+            req = req.header(name, value);
         }
         let resp = req
             .send()
@@ -225,5 +229,49 @@ impl Bridge {
     /// Hands one message to the thread that writes stdout.
     async fn write(&self, message: &str) {
         let _ = self.out.send(message.to_owned());
+    }
+}
+
+/// The routing headers the 2026-07-28 revision requires beside the body (`Mcp-Method`, and
+/// `Mcp-Name` for a call, read or get); earlier revisions ignore them, so they always go.
+fn routing_headers(line: &str) -> Vec<(&'static str, String)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+        return Vec::new();
+    };
+    let Some(method) = v.get("method").and_then(|m| m.as_str()) else {
+        return Vec::new();
+    };
+    let printable = |t: &str| t.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let mut out = Vec::new();
+    if printable(method) {
+        out.push(("mcp-method", method.to_owned()));
+    }
+    let key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return out,
+    };
+    if let Some(name) = v.pointer(&format!("/params/{key}")).and_then(|n| n.as_str())
+        && printable(name)
+    {
+        out.push(("mcp-name", name.to_owned()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_call_carries_its_method_and_name_in_headers() {
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"end_turn","arguments":{}}}"#;
+        assert_eq!(
+            super::routing_headers(call),
+            vec![("mcp-method", "tools/call".to_owned()), ("mcp-name", "end_turn".to_owned())]
+        );
+        assert_eq!(
+            super::routing_headers(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            vec![("mcp-method", "notifications/initialized".to_owned())]
+        );
+        assert!(super::routing_headers("not json").is_empty());
     }
 }
