@@ -232,7 +232,6 @@ impl ServerHandler for KuraTools {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("kura", env!("CARGO_PKG_VERSION")))
     }
-
 }
 
 /// The MCP endpoint at `/mcp`, accepting `Host` headers in `hosts` (loopback's when empty).

@@ -284,6 +284,34 @@ impl ApprovalDecision {
     }
 }
 
+/// What aegis tells people's notification targets when a request waits for them (the JSON
+/// webhook's body): enough to find the card, never the arguments unless configured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalWaiting {
+    /// Always `approval.waiting`.
+    pub event: String,
+    /// The request.
+    pub request_id: RequestId,
+    /// The tool it would run.
+    pub tool: String,
+    /// The session's label.
+    pub session_label: String,
+    /// The session.
+    pub session_id: crate::SessionId,
+    /// Who filed it (`agent:hashi`, `agent:<name>`).
+    pub requested_by: String,
+    /// The rule that asks.
+    pub rule: String,
+    /// Approvals needed.
+    pub required: i64,
+    /// The console's approvals page, when aegis knows the console's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    /// The call's arguments, only when the target is configured to receive them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

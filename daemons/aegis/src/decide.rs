@@ -44,6 +44,8 @@ pub struct Evaluated {
     pub state: ApprovalState,
     /// A parked turn that can run again.
     pub woke: Option<TurnId>,
+    /// True when this evaluation put the request to people (notify them).
+    pub asked_now: bool,
 }
 
 /// Applies policy to `request_id` (or the oldest pending request). `allow`/`deny` are
@@ -61,7 +63,7 @@ pub fn evaluate(
         };
         let Some(a) = a else { return Ok(None) };
         if a.state != ApprovalState::Pending {
-            return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None }));
+            return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None, asked_now: false }));
         }
         let content = request_content(tx, a.request_id)?;
         let request = ApprovalRequestContent::read(&content);
@@ -91,7 +93,8 @@ pub fn evaluate(
             }
         };
         tracing::info!(request_id = %a.request_id, tool = %a.tool_name, rule = %ruling.rule, %state, "approval request evaluated");
-        Ok(Some(Evaluated { request_id: a.request_id, state, woke }))
+        let asked_now = state == ApprovalState::Asked;
+        Ok(Some(Evaluated { request_id: a.request_id, state, woke, asked_now }))
     })
 }
 

@@ -6,6 +6,7 @@ pub mod client;
 pub mod decide;
 pub mod keys;
 pub mod limit;
+pub mod notify;
 pub mod pending;
 pub mod policy;
 #[cfg(test)]
@@ -167,6 +168,8 @@ pub struct AegisConfig {
     /// Every reply must be signed by it; the commands refuse to run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_key: Option<String>,
+    /// Who to tell when a request waits for people (webhooks, ntfy, Gotify).
+    pub notify: notify::NotifyConfig,
 }
 
 impl Default for AegisConfig {
@@ -178,6 +181,7 @@ impl Default for AegisConfig {
             signed_within_ms: 600_000,
             keyring: None,
             reply_key: None,
+            notify: notify::NotifyConfig::default(),
         }
     }
 }
@@ -212,6 +216,7 @@ struct Handlers {
     bus: kura_runtime::Bus,
     ask_timeout_ms: i64,
     signed_within: std::time::Duration,
+    notifier: notify::Notifier,
 }
 
 impl Handlers {
@@ -241,6 +246,9 @@ impl Handlers {
         ) {
             Ok(Some(e)) => {
                 self.wake(e.woke);
+                if e.asked_now {
+                    self.notifier.asked(e.request_id);
+                }
                 Ok(ToolApproved {
                     ok: true,
                     request_id: e.request_id,
@@ -326,6 +334,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // and deny rules itself (a restart with another file replaces it).
     let policy_hash = serve_store.write(|tx| tx.publish_policy(&policy))?;
     let limiter = Arc::new(Mutex::new(limit::Limiter::default()));
+    let notifier = notify::Notifier::start(config.aegis.notify.clone(), daemon.open_store()?)?;
     serve(Arc::new(Handlers {
         store: Mutex::new(serve_store),
         policy: policy.clone(),
@@ -334,6 +343,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         bus: bus.clone(),
         ask_timeout_ms: timeout,
         signed_within: std::time::Duration::from_millis(config.aegis.signed_within_ms),
+        notifier: notifier.clone(),
     }))
     .await?;
 
@@ -355,6 +365,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         let mut woke = decide::expire_overdue(&mut store, kura_work::now_ms())?;
         let evaluated = decide::evaluate(&mut store, &p, timeout, None)?;
         woke.extend(evaluated.as_ref().and_then(|e| e.woke));
+        if let Some(e) = evaluated.as_ref().filter(|e| e.asked_now) {
+            notifier.asked(e.request_id);
+        }
         for turn_id in woke {
             b.ring(b.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
         }

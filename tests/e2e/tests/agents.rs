@@ -51,6 +51,11 @@ fn mcp_python() -> PathBuf {
 /// A stack with aegis trusting `ana`, a console port serving the agents' surface, and an
 /// agent `laptop` whose token is returned.
 fn agent_stack(port: u16) -> (Stack, String) {
+    agent_stack_with(port, &[])
+}
+
+/// [`agent_stack`] with more settings for the daemons.
+fn agent_stack_with(port: u16, extra: &[(&str, String)]) -> (Stack, String) {
     // hashi runs what an agent delegates: this script's one turn.
     let mut s = Stack::new(r#"{"turns": [[{"deliver": "the workspace is tidy"}]]}"#);
     std::fs::write(s.path("policy.toml"), POLICY).expect("policy");
@@ -95,6 +100,8 @@ fn agent_stack(port: u16) -> (Stack, String) {
             "{ Write = \"write\", Read = \"read\" }".into(),
         ),
     ]);
+    s.extra_env
+        .extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
     for d in ["aegis", "minato", "mikado", "hashi"] {
         s.spawn(d, d);
     }
@@ -174,7 +181,10 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
         steps["no_token"]["refused"], true,
         "a stranger got the tools"
     );
-    assert_eq!(steps["tools"]["protocol"], "2026-07-28", "the current revision");
+    assert_eq!(
+        steps["tools"]["protocol"], "2026-07-28",
+        "the current revision"
+    );
     let tools = steps["tools"]["tools"].to_string();
     for t in [
         "start_session",
@@ -644,5 +654,118 @@ fn claude_code_hooks_record_a_session_and_a_denied_call_exits_2() {
         || r.author_id.starts_with("user:")
         || r.author_id.starts_with("sys:")));
     s.verify_all();
+    s.shutdown_cleanly();
+}
+
+/// A loopback HTTP receiver: each request's head and body, as they arrive.
+fn receiver() -> (u16, std::sync::mpsc::Receiver<(String, String)>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read the head, then as many body bytes as Content-Length says.
+            loop {
+                let n = c.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                raw.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= len {
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                        let _ = tx.send((head.to_ascii_lowercase(), body.to_owned()));
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (port, rx)
+}
+
+/// People hear that someone waits: a request put to people is posted to each notification
+/// target (JSON and ntfy here) with the tool, the session's label and the console link, but
+/// not the arguments; a dead target is retried and counted, and delays nobody.
+#[test]
+fn a_request_put_to_people_is_sent_to_their_notification_targets() {
+    let (json_port, json) = receiver();
+    let (ntfy_port, ntfy) = receiver();
+    let dead = free_port();
+    let hooks = format!(
+        "[{{ url = \"http://127.0.0.1:{dead}/gone\" }}, \
+          {{ url = \"http://127.0.0.1:{json_port}/hook\", token = \"s3cret\" }}, \
+          {{ url = \"http://127.0.0.1:{ntfy_port}/kura\", format = \"ntfy\" }}]"
+    );
+    let port = free_port();
+    let (mut s, token) = agent_stack_with(
+        port,
+        &[
+            ("KURA_AEGIS__NOTIFY__WEBHOOKS", hooks),
+            (
+                "KURA_AEGIS__NOTIFY__CONSOLE_URL",
+                format!("http://127.0.0.1:{port}"),
+            ),
+        ],
+    );
+    let (_, started) = post(
+        port,
+        "start_session",
+        Some(&token),
+        r#"{"instruction": "write the secret plan", "label": "secret plan"}"#,
+    );
+    let turn = started["turn_id"].as_str().expect("turn").to_owned();
+    let write = format!(
+        r#"{{"turn_id": "{turn}", "tool": "Write", "arguments": {{"file_path": "plan.md", "content": "PRIVATE-ARGUMENT"}}}}"#
+    );
+    let (_, d) = post(port, "declare_call", Some(&token), &write);
+    assert_eq!(d["decision"], "ask", "{d}");
+    let (head, body) = json
+        .recv_timeout(MINUTE)
+        .unwrap_or_else(|e| panic!("the JSON notice: {e}\n{}", s.log("aegis")));
+    assert!(head.contains("authorization: bearer s3cret"), "{head}");
+    let notice: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(notice["event"], "approval.waiting");
+    assert_eq!(notice["tool"], "Write");
+    assert_eq!(notice["session_label"], "secret plan");
+    assert_eq!(notice["requested_by"], "agent:laptop");
+    assert_eq!(notice["request_id"], d["request_id"]);
+    assert_eq!(notice["link"], format!("http://127.0.0.1:{port}/approvals"));
+    assert!(
+        !body.contains("PRIVATE-ARGUMENT"),
+        "arguments travel only when configured"
+    );
+    let (head, body) = ntfy.recv_timeout(MINUTE).expect("the ntfy notice");
+    assert!(head.contains("title: kura: approval waiting"), "{head}");
+    assert!(
+        head.contains(&format!("click: http://127.0.0.1:{port}/approvals")),
+        "{head}"
+    );
+    assert!(
+        body.contains("Write waits for your approval") && body.contains("secret plan"),
+        "{body}"
+    );
+    assert!(!body.contains("PRIVATE-ARGUMENT"));
+    // The dead target held up neither the others nor the request: a person decides at once.
+    let (code, out) = aegis_approve(&s, d["request_id"].as_str().expect("id"));
+    assert_eq!(code, 0, "{out}");
+    s.wait_log(
+        "aegis",
+        "a notification target failed after every retry",
+        MINUTE,
+    );
     s.shutdown_cleanly();
 }

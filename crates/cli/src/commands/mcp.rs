@@ -251,7 +251,9 @@ fn routing_headers(line: &str) -> Vec<(&'static str, String)> {
         "resources/read" => "uri",
         _ => return out,
     };
-    if let Some(name) = v.pointer(&format!("/params/{key}")).and_then(|n| n.as_str())
+    if let Some(name) = v
+        .pointer(&format!("/params/{key}"))
+        .and_then(|n| n.as_str())
         && printable(name)
     {
         out.push(("mcp-name", name.to_owned()));
@@ -266,7 +268,10 @@ mod tests {
         let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"end_turn","arguments":{}}}"#;
         assert_eq!(
             super::routing_headers(call),
-            vec![("mcp-method", "tools/call".to_owned()), ("mcp-name", "end_turn".to_owned())]
+            vec![
+                ("mcp-method", "tools/call".to_owned()),
+                ("mcp-name", "end_turn".to_owned())
+            ]
         );
         assert_eq!(
             super::routing_headers(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),

@@ -1,0 +1,277 @@
+//! Telling people that someone waits for them: when a request is put to people, aegis
+//! posts a short notice to each configured target (a generic JSON webhook, ntfy, Gotify) with
+//! the tool, the session's label and a link to the console's card — never the arguments
+//! unless a target asks for them. Delivery runs on its own task with a bounded queue and
+//! retries with backoff; it never holds up a decision, and a failing target is logged and
+//! counted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use proto::RequestId;
+use proto::doorbell::ApprovalWaiting;
+use serde::{Deserialize, Serialize};
+
+/// At most this many notices wait for delivery; more are dropped (and counted).
+const QUEUE: usize = 256;
+/// Attempts per target, and the wait before each retry.
+const BACKOFF: [Duration; 3] = [
+    Duration::ZERO,
+    Duration::from_secs(2),
+    Duration::from_secs(10),
+];
+
+/// One notification target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    /// Where to POST (for ntfy the topic's URL, for Gotify `https://host/message`).
+    pub url: String,
+    /// The body's format.
+    #[serde(default)]
+    pub format: Format,
+    /// A token: `Authorization: Bearer` for json and ntfy, `X-Gotify-Key` for Gotify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Send the call's arguments too (off: a notification service then never sees them).
+    #[serde(default)]
+    pub include_arguments: bool,
+}
+
+/// Body formats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// [`ApprovalWaiting`] as JSON.
+    #[default]
+    Json,
+    /// ntfy: the text as the body, title and click link as headers.
+    Ntfy,
+    /// Gotify: its message JSON with a click link.
+    Gotify,
+}
+
+/// `[aegis.notify]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// Where to tell people.
+    pub webhooks: Vec<Webhook>,
+    /// The console's address as people reach it (e.g. `https://pi.local:8480`), for links.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub console_url: Option<String>,
+}
+
+/// Counters, for logs and tests.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Notices delivered (per target).
+    pub delivered: AtomicU64,
+    /// Deliveries given up after every retry.
+    pub failed: AtomicU64,
+    /// Notices dropped because the queue was full.
+    pub dropped: AtomicU64,
+}
+
+/// The sending side: cheap to call from a decision's path (never blocks).
+#[derive(Clone)]
+pub struct Notifier {
+    tx: Option<tokio::sync::mpsc::Sender<RequestId>>,
+    counts: Arc<Counts>,
+}
+
+impl Notifier {
+    /// Starts delivery on the runtime (nothing when no target is configured).
+    pub fn start(config: NotifyConfig, store: kura_store::Store) -> anyhow::Result<Notifier> {
+        let counts = Arc::new(Counts::default());
+        if config.webhooks.is_empty() {
+            return Ok(Notifier { tx: None, counts });
+        }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .user_agent(concat!("kura-aegis/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        let (tx, rx) = tokio::sync::mpsc::channel(QUEUE);
+        let store = Arc::new(std::sync::Mutex::new(store));
+        tokio::spawn(deliver(config, client, store, rx, counts.clone()));
+        Ok(Notifier {
+            tx: Some(tx),
+            counts,
+        })
+    }
+
+    /// Queues a notice for `request_id`.
+    pub fn asked(&self, request_id: RequestId) {
+        let Some(tx) = &self.tx else { return };
+        if tx.try_send(request_id).is_err() {
+            let n = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::warn!(%request_id, dropped_total = n, "notification queue full; notice dropped");
+        }
+    }
+
+    /// The counters.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+}
+
+async fn deliver(
+    config: NotifyConfig,
+    client: reqwest::Client,
+    store: Arc<std::sync::Mutex<kura_store::Store>>,
+    mut rx: tokio::sync::mpsc::Receiver<RequestId>,
+    counts: Arc<Counts>,
+) {
+    let config = Arc::new(config);
+    while let Some(request_id) = rx.recv().await {
+        let s = store.clone();
+        let notice = tokio::task::spawn_blocking(move || notice(&s, request_id)).await;
+        let notice = match notice {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::warn!(%request_id, error = %e, "cannot read the request for its notice");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        for hook in &config.webhooks {
+            // Each target on its own, so a slow one delays nobody else's notice.
+            let (client, hook, counts) = (client.clone(), hook.clone(), counts.clone());
+            let (notice, console) = (notice.clone(), config.console_url.clone());
+            tokio::spawn(async move { send(&client, &hook, notice, console, &counts).await });
+        }
+    }
+}
+
+/// The notice for a request, read from the store.
+fn notice(
+    store: &std::sync::Mutex<kura_store::Store>,
+    request_id: RequestId,
+) -> anyhow::Result<ApprovalWaiting> {
+    let store = store
+        .lock()
+        .map_err(|_| anyhow::anyhow!("store lock poisoned"))?;
+    let a = kura_work::approvals::approval(&*store, request_id)?
+        .ok_or_else(|| anyhow::anyhow!("no request {request_id}"))?;
+    let label = store
+        .read_session(a.session_id)
+        .map(|s| s.label)
+        .unwrap_or_default();
+    Ok(ApprovalWaiting {
+        event: "approval.waiting".into(),
+        request_id,
+        tool: a.tool_name.clone(),
+        session_label: label,
+        session_id: a.session_id,
+        requested_by: kura_work::approvals::request_author(&*store, request_id)?,
+        rule: a.rule.clone().unwrap_or_default(),
+        required: a.required,
+        link: None,
+        arguments: Some(kura_work::approvals::request_arguments(
+            &*store, request_id,
+        )?),
+    })
+}
+
+async fn send(
+    client: &reqwest::Client,
+    hook: &Webhook,
+    mut notice: ApprovalWaiting,
+    console: Option<String>,
+    counts: &Counts,
+) {
+    notice.link = console.map(|c| format!("{}/approvals", c.trim_end_matches('/')));
+    if !hook.include_arguments {
+        notice.arguments = None;
+    }
+    let mut last = String::new();
+    for wait in BACKOFF {
+        tokio::time::sleep(wait).await;
+        match request(client, hook, &notice).send().await {
+            Ok(r) if r.status().is_success() => {
+                counts.delivered.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Ok(r) => last = format!("HTTP {}", r.status()),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    let n = counts.failed.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::warn!(target = %hook.url, error = %last, failed_total = n,
+        "a notification target failed after every retry");
+}
+
+fn request(
+    client: &reqwest::Client,
+    hook: &Webhook,
+    n: &ApprovalWaiting,
+) -> reqwest::RequestBuilder {
+    let text = format!(
+        "{} waits for your approval in \u{201c}{}\u{201d} (rule {}, {} needed)",
+        n.tool, n.session_label, n.rule, n.required
+    );
+    let req = client.post(&hook.url);
+    match hook.format {
+        Format::Json => {
+            let req = req.json(n);
+            match &hook.token {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            }
+        }
+        Format::Ntfy => {
+            let mut req = req.header("Title", "Kura: approval waiting").body(text);
+            if let Some(link) = &n.link {
+                req = req.header("Click", link);
+            }
+            match &hook.token {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            }
+        }
+        Format::Gotify => {
+            let body = GotifyMessage {
+                title: "Kura: approval waiting",
+                message: text,
+                priority: 5,
+                extras: n.link.as_ref().map(|url| GotifyExtras {
+                    notification: GotifyNotification {
+                        click: GotifyClick { url: url.clone() },
+                    },
+                }),
+            };
+            let req = req.json(&body);
+            match &hook.token {
+                Some(t) => req.header("X-Gotify-Key", t),
+                None => req,
+            }
+        }
+    }
+}
+
+/// Gotify's message format.
+#[derive(Serialize)]
+struct GotifyMessage {
+    title: &'static str,
+    message: String,
+    priority: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extras: Option<GotifyExtras>,
+}
+
+#[derive(Serialize)]
+struct GotifyExtras {
+    #[serde(rename = "client::notification")]
+    notification: GotifyNotification,
+}
+
+#[derive(Serialize)]
+struct GotifyNotification {
+    click: GotifyClick,
+}
+
+#[derive(Serialize)]
+struct GotifyClick {
+    url: String,
+}
