@@ -454,18 +454,34 @@ impl Gateway {
         }
     }
 
-    /// Searches memory.
-    pub fn search(&self, _caller: &Caller, req: SearchMemory) -> Result<Found, GatewayError> {
+    /// Searches memory; with a turn, what was returned is noted in it (a `sys.context`
+    /// naming the query and the records), so the ledger shows what the agent was shown.
+    pub fn search(&self, caller: &Caller, req: SearchMemory) -> Result<Found, GatewayError> {
         let limit = req.limit.unwrap_or(5).clamp(1, 50);
         if req.query.len() > 4096 {
             return Err(GatewayError::Invalid("the query is over 4096 bytes".into()));
         }
-        self.with_store(|store| {
-            let hits = store
+        let hits = self.with_store(|store| {
+            store
                 .write(|tx| memory_hits(tx, &req.query, limit))
-                .map_err(store_error)?;
-            Ok(Found { hits })
-        })
+                .map_err(store_error)
+        })?;
+        if let Some(turn) = req.turn_id {
+            let ids: Vec<Value> = hits
+                .iter()
+                .map(|h| Value::String(h.record_id.to_string()))
+                .collect();
+            let mut noted = Map::new();
+            noted.insert("memory_search".into(), Value::String(req.query.clone()));
+            noted.insert("returned".into(), Value::Array(ids));
+            let rec = self.record(
+                caller,
+                RecordType::SysContext,
+                Content::Json(Value::Object(noted)),
+            )?;
+            self.append(caller, turn, &rec)?;
+        }
+        Ok(Found { hits })
     }
 }
 

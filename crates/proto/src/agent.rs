@@ -167,6 +167,9 @@ wire! {
         /// At most this many hits (default 5, at most 50).
         #[serde(default)]
         pub limit: Option<usize>,
+        /// The turn the search serves: what it returned is noted there (a `sys.context`).
+        #[serde(default)]
+        pub turn_id: Option<TurnId>,
     }
 
     /// Memory hits.

@@ -71,6 +71,7 @@ async def main(url, token):
         say(step="result_as_text", result=await call(c, "record_step", {"turn_id": turn, "record_type": "tool.result", "content": "wrote plan.md"}))
         say(step="result", result=await call(c, "record_step", {"turn_id": turn, "record_type": "tool.result", "content": {"call_id": declared["call_id"], "status": "success", "result": "wrote plan.md"}}))
         say(step="remember", result=await call(c, "remember", {"kind": "fact", "text": "the outside plan lives in plan.md", "turn_id": turn}))
+        say(step="noted_search", result=await call(c, "search_memory", {"query": "outside plan", "turn_id": turn}))
         say(step="end", result=await call(c, "end_turn", {"turn_id": turn, "deliverable": "plan.md written\nFACT: the outside agent keeps its notes in plan.md"}))
         say(step="after_end", result=await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "late"}))
         say(step="search", result=await call(c, "search_memory", {"query": "outside plan"}))

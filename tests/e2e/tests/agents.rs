@@ -326,6 +326,18 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
         ),
         ("task.instruction", "agent:laptop")
     );
+    // The search the agent made inside its turn is noted there, with what it returned.
+    let noted = recs
+        .iter()
+        .find(|x| x.record_type.as_str() == "sys.context")
+        .expect("the noted search");
+    assert_eq!(noted.content["memory_search"], "outside plan");
+    assert_eq!(
+        noted.content["returned"][0],
+        r("noted_search")["hits"][0]["record_id"],
+        "{}",
+        noted.content
+    );
     for t in [
         "agent.thought",
         "tool.call",
