@@ -18,6 +18,8 @@ pub struct SessionRow {
     pub created_at: String,
     pub turns: i64,
     pub waiting: i64,
+    /// The outside agent driving it (`agent:<name>`), if one is.
+    pub agent: Option<String>,
 }
 
 /// Sessions, newest first, `limit` from `offset`.
@@ -25,7 +27,9 @@ pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<Se
     let mut stmt = store.conn().prepare_cached(
         "SELECT s.session_id, s.label, s.status, s.created_at,
                 (SELECT count(*) FROM turns t WHERE t.session_id = s.session_id),
-                (SELECT count(*) FROM approvals a WHERE a.session_id = s.session_id AND a.state = 'asked')
+                (SELECT count(*) FROM approvals a WHERE a.session_id = s.session_id AND a.state = 'asked'),
+                (SELECT q.agent FROM requests q WHERE q.session_id = s.session_id
+                   AND q.agent IS NOT NULL ORDER BY q.request_seq LIMIT 1)
            FROM sessions s ORDER BY s.session_id DESC LIMIT ?1 OFFSET ?2",
     )?;
     let rows = stmt.query_map(params![limit, offset], |r| {
@@ -36,6 +40,7 @@ pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<Se
             created_at: r.get(3)?,
             turns: r.get(4)?,
             waiting: r.get(5)?,
+            agent: r.get(6)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -56,7 +56,10 @@ pub fn sessions(rows: &[SessionRow], page: i64, more: bool) -> Markup {
             tbody {
                 @for s in rows {
                     tr {
-                        td.label { a href={ "/s/" (s.id) } { (t(&s.label)) } (flag(&s.label)) }
+                        td.label {
+                            a href={ "/s/" (s.id) } { (t(&s.label)) } (flag(&s.label))
+                            @if let Some(agent) = &s.agent { " " span.agent title="an outside agent's session" { (t(agent)) } }
+                        }
                         td { span class={ "status " (s.status) } { (s.status) } }
                         td.num { (s.turns) }
                         td.num { @if s.waiting > 0 { a.badge href="/approvals" { (s.waiting) } } @else { "0" } }
@@ -142,7 +145,7 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
                 p.sub {
                     "rule " code { (t(a.rule.as_deref().unwrap_or_default())) }
                     " · needs " (a.required) " approval" @if a.required != 1 { "s" }
-                    " · filed " (when(&a.created_at))
+                    " · filed " (when(&a.created_at)) " by " code.by { (t(&w.author_id)) }
                     " · request " code title=(a.request_id) { (short(&a.request_id.to_string())) }
                 }
                 p.votes {

@@ -100,6 +100,15 @@ fn agent_stack_with(port: u16, extra: &[(&str, String)]) -> (Stack, String) {
             "{ Write = \"write\", Read = \"read\" }".into(),
         ),
     ]);
+    // A person who may log in to the console (the page test below looks at it).
+    let viewer = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    s.extra_env.push((
+        "KURA_CONSOLE__USERS".into(),
+        format!(
+            "[{{ name = \"ana\", public_key = \"{}\" }}]",
+            hex::encode(viewer.verifying_key().as_bytes())
+        ),
+    ));
     s.extra_env
         .extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
     for d in ["aegis", "minato", "mikado", "hashi"] {
@@ -661,6 +670,17 @@ fn claude_code_hooks_record_a_session_and_a_denied_call_exits_2() {
     assert_eq!(
         deliverable.content["text"],
         "I wrote the release notes to notes.md."
+    );
+    // The console lists the session with the agent's name.
+    let cookie =
+        kura_testkit::console::login(port, &ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]));
+    let (status, _, page) = http(port, "GET", "/", &[("Cookie", cookie.as_str())], "");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(
+            r#"<span class="agent" title="an outside agent's session">agent:laptop</span>"#
+        ),
+        "{page}"
     );
     assert!(recs.iter().all(|r| r.author_id == "agent:laptop"
         || r.author_id.starts_with("user:")
