@@ -88,13 +88,22 @@ fn load(path: &Path) -> Result<Vec<Agent>, RegistryError> {
     Ok(f.agent)
 }
 
-/// Writes the list whole to a new file and renames it over the old, owner-only.
+/// Writes the list whole to a new file and renames it over the old, owner-only (its
+/// directory made owner-only when it is new).
 fn store(path: &Path, agents: Vec<Agent>) -> Result<(), RegistryError> {
     let text = toml::to_string(&File { agent: agents }).map_err(|e| RegistryError::Format {
         path: path.display().to_string(),
         detail: e.to_string(),
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
+    if !dir.as_os_str().is_empty() && !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io(path))?;
+    }
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(path))?;
     std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(io(path))?;
     tmp.as_file().sync_all().map_err(io(path))?;
