@@ -88,6 +88,10 @@ impl Listening {
                     }
                 },
             };
+            // A streamed answer (the event stream, an MCP call's events) goes out in several
+            // small writes: with Nagle each waited for the client's delayed ACK, 40 ms a
+            // call (measured by the agents bench: 44 ms an MCP record, 1.4 ms without).
+            let _ = tcp.set_nodelay(true);
             let Some(slot) = slots.admit() else {
                 continue; // every connection is busy with a request: this one waits its turn
             };

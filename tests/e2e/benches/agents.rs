@@ -1,0 +1,282 @@
+//! The outside-agent figures of BENCHMARKS.md, on the release binaries: a record appended by
+//! an agent over MCP (Streamable HTTP, an open session) and over the JSON routes, and a tool
+//! call declared under an `allow` rule — each over a kept-alive loopback connection, beside
+//! `kura record add` of the same record from the CLI, measured in the same run.
+//!
+//! Run it with `./scripts/bench`, or `cargo build --release --workspace && cargo bench -p
+//! kura-e2e --bench agents`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::pct;
+use kura_testkit::stack::Stack;
+use kura_testkit::{bin, free_port};
+use serde_json::Value;
+
+/// One kept-alive HTTP/1.1 connection; answers read whole (Content-Length or chunked).
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+    port: u16,
+    token: String,
+}
+
+impl Conn {
+    fn open(port: u16, token: &str) -> Conn {
+        let w = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        w.set_nodelay(true).expect("nodelay");
+        Conn {
+            r: BufReader::new(w.try_clone().expect("clone")),
+            w,
+            port,
+            token: token.to_owned(),
+        }
+    }
+
+    /// POSTs `body` to `path`; returns the answer's headers (lowercased) and body.
+    fn post(&mut self, path: &str, extra: &[(&str, &str)], body: &str) -> (String, String) {
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+            self.port,
+            self.token,
+            body.len()
+        );
+        for (k, v) in extra {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        self.w.write_all(req.as_bytes()).expect("send");
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            self.r.read_line(&mut line).expect("head");
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            head.push_str(&line.to_ascii_lowercase());
+        }
+        let len = head.lines().find_map(|l| {
+            l.strip_prefix("content-length:")
+                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+        });
+        let mut body = Vec::new();
+        match len {
+            Some(n) => {
+                body.resize(n, 0);
+                self.r.read_exact(&mut body).expect("body");
+            }
+            None => loop {
+                let mut size = String::new();
+                self.r.read_line(&mut size).expect("chunk size");
+                let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+                let mut chunk = vec![0; n + 2];
+                self.r.read_exact(&mut chunk).expect("chunk");
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            },
+        }
+        (head, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+fn kura(args: &[&str], db: &std::path::Path) -> std::process::Output {
+    Command::new(bin("kura"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("kura")
+}
+
+fn main() {
+    let quick = std::env::var_os("KURA_BENCH_QUICK").is_some();
+    let n = if quick { 30 } else { 300 };
+    let port = free_port();
+    let mut s = Stack::new(r#"{"turns": [[{"deliver": "unused"}]]}"#);
+    let keys = s.nats.keys_dir().to_path_buf();
+    let issued = kura(
+        &[
+            "--json",
+            "keys",
+            "add-agent",
+            "--name",
+            "bench",
+            "--dir",
+            &keys.display().to_string(),
+        ],
+        &s.db,
+    );
+    let token: Value = serde_json::from_slice(&issued.stdout).expect("token json");
+    let token = token["token"].as_str().expect("token").to_owned();
+    s.extra_env = vec![
+        ("KURA_NATS__MODE".into(), "external".into()),
+        ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
+        (
+            "KURA_AGENTS__REGISTRY".into(),
+            keys.join("agents.toml").display().to_string(),
+        ),
+        ("KURA_AGENTS__RECORDS_PER_MINUTE".into(), "1000000".into()),
+        (
+            "KURA_AGENTS__TOOL_EFFECTS".into(),
+            "{ Read = \"read\" }".into(),
+        ),
+        ("RUST_LOG".into(), "warn".into()),
+    ];
+    for d in ["aegis", "minato", "mikado"] {
+        s.spawn(d, d);
+    }
+    s.spawn("kura", "serve");
+    kura_testkit::console::wait_http(port);
+    std::thread::sleep(Duration::from_secs(1)); // aegis publishes its policy
+
+    let mut http = Conn::open(port, &token);
+    let (_, started) = http.post(
+        "/agent/v1/start_session",
+        &[],
+        r#"{"instruction": "the bench"}"#,
+    );
+    let started: Value = serde_json::from_str(&started).expect("started");
+    let turn = started["turn_id"].as_str().expect("turn").to_owned();
+    let step = |i: usize| {
+        format!(
+            r#"{{"turn_id": "{turn}", "record_type": "agent.thought", "content": "step {i} of the bench"}}"#
+        )
+    };
+    let time = |f: &mut dyn FnMut(usize)| {
+        for i in 0..10 {
+            f(1_000_000 + i);
+        }
+        let mut v: Vec<f64> = (0..n)
+            .map(|i| {
+                let t = Instant::now();
+                f(i);
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        (pct(&mut v, 0.5), pct(&mut v, 0.99))
+    };
+
+    // The JSON route.
+    let (h50, h99) = time(&mut |i| {
+        let (head, body) = http.post("/agent/v1/record_step", &[], &step(i));
+        assert!(head.starts_with("http/1.1 200"), "{head}{body}");
+    });
+    // MCP: an open session (the 2025-11-25 handshake), then tools/call.
+    let mut mcp = Conn::open(port, &token);
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
+    let (head, _) = mcp.post("/mcp", &[], init);
+    let sid = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("mcp-session-id:")
+                .map(|v| v.trim().to_owned())
+        })
+        .expect("session id");
+    let version = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    mcp.post(
+        "/mcp",
+        &version,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let (m50, m99) = time(&mut |i| {
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"record_step","arguments":{}}}}}"#,
+            step(i)
+        );
+        let (head, body) = mcp.post("/mcp", &version, &call);
+        assert!(
+            head.starts_with("http/1.1 200") && body.contains("record_id"),
+            "{head}{body}"
+        );
+    });
+    // A declared call the published policy allows at once (a read).
+    let (d50, d99) = time(&mut |i| {
+        let call = format!(
+            r#"{{"turn_id": "{turn}", "tool": "Read", "arguments": {{"file_path": "f{i}"}}}}"#
+        );
+        let (_, body) = http.post("/agent/v1/declare_call", &[], &call);
+        assert!(body.contains(r#""decision":"allow""#), "{body}");
+    });
+    // The baseline: `kura record add` of the same record into an open ledger of its own.
+    let session = kura(
+        &["--json", "session", "new", "--label", "cli baseline"],
+        &s.db,
+    );
+    let session: Value = serde_json::from_slice(&session.stdout).expect("session json");
+    let sid_cli = session["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let ledger = kura(
+        &[
+            "--json",
+            "ledger",
+            "open",
+            "--session",
+            &sid_cli,
+            "--label",
+            "cli",
+        ],
+        &s.db,
+    );
+    let ledger: Value = serde_json::from_slice(&ledger.stdout).expect("ledger json");
+    let ledger = ledger["ledger_id"].as_str().expect("ledger id").to_owned();
+    let (c50, c99) = time(&mut |i| {
+        let out = kura(
+            &[
+                "record",
+                "add",
+                "--ledger",
+                &ledger,
+                "--type",
+                "agent.thought",
+                "--author",
+                "agent:bench",
+                "--text",
+                &format!("step {i} of the bench"),
+            ],
+            &s.db,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    s.shutdown_cleanly();
+
+    let met = |p50: f64| {
+        if p50 <= 2.0 && p50 <= c50 {
+            "yes"
+        } else {
+            "no"
+        }
+    };
+    println!("| figure | Kura | baseline (same run) | ratio | target | met |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| an agent's record over MCP (`tools/call record_step`, an open Streamable HTTP session, kept-alive loopback) | p50 {m50:.2} ms · p99 {m99:.2} ms | `kura record add` of the same record from the CLI: p50 {c50:.2} ms · p99 {c99:.2} ms | {:.2} | p50 <= 2 ms and <= the CLI's | {} |",
+        m50 / c50,
+        met(m50)
+    );
+    println!(
+        "| an agent's record over the JSON route (`POST /agent/v1/record_step`) | p50 {h50:.2} ms · p99 {h99:.2} ms | the same CLI: p50 {c50:.2} ms | {:.2} | p50 <= 2 ms and <= the CLI's | {} |",
+        h50 / c50,
+        met(h50)
+    );
+    println!(
+        "| a tool call declared under an `allow` rule (`declare_call`: tool.call + approval.request + the policy's decision, one commit) | p50 {d50:.2} ms · p99 {d99:.2} ms | the same CLI's one record: p50 {c50:.2} ms | {:.2} | - | - |",
+        d50 / c50
+    );
+}
