@@ -26,8 +26,14 @@ fn rpc_error(e: GatewayError) -> ErrorData {
     ErrorData::new(
         code,
         e.to_string(),
-        Some(serde_json::json!({ "kind": e.kind() })),
+        serde_json::to_value(RefusalKind { kind: e.kind() }).ok(),
     )
+}
+
+/// The data of a refusal: its kind, as the HTTP routes name it.
+#[derive(serde::Serialize)]
+struct RefusalKind {
+    kind: &'static str,
 }
 
 /// One MCP session's handler.

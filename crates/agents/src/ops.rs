@@ -394,7 +394,9 @@ impl Gateway {
 
     /// Ends the turn: the deliverable (final), the output sealed, minato and mikado rung.
     pub fn end_turn(&self, caller: &Caller, req: EndTurn) -> Result<Ended, GatewayError> {
-        let content = Content::Json(serde_json::json!({"text": req.deliverable, "final": true}));
+        let deliverable =
+            proto::content::DeliverableContent::new(req.deliverable, true, Map::new());
+        let content = Content::Json(deliverable.to_value());
         let rec = self.record(caller, RecordType::TaskDeliverable, content)?;
         let author = caller.author();
         let (claim, ledger) = self.with_store(|store| {
