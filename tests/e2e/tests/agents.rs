@@ -483,6 +483,24 @@ fn attacks_on_the_agent_surface_are_refused_and_write_nothing() {
         (404, Some("not_found")),
         "{refused}"
     );
+    // Another agent's session cannot be continued; any sealed ledger can be forked.
+    let session = started["session_id"].as_str().expect("session").to_owned();
+    let hijack = format!(r#"{{"instruction": "mine now", "session_id": "{session}"}}"#);
+    let (status, refused) = post(port, "start_session", Some(&other), &hijack);
+    assert_eq!(
+        (status, refused["kind"].as_str()),
+        (404, Some("not_found")),
+        "{refused}"
+    );
+    let ctx = started["context_ledger_id"].as_str().expect("ctx");
+    let fork = format!(r#"{{"instruction": "try another way", "from_ledger": "{ctx}"}}"#);
+    let (status, forked) = post(port, "start_session", Some(&other), &fork);
+    assert_eq!(status, 200, "{forked}");
+    assert_ne!(
+        forked["session_id"].as_str(),
+        Some(session.as_str()),
+        "a fork is a new session"
+    );
     // A per-agent rule (the `author` glob): "other" may not write, laptop is asked.
     let (_, own) = post(port, "start_session", Some(&other), start);
     let own_turn = own["turn_id"].as_str().expect("other's turn").to_owned();
