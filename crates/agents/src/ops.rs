@@ -158,6 +158,8 @@ impl Gateway {
             let session = match (req.session_id, req.from_ledger) {
                 (Some(s), _) => AgentSession::Continue(s),
                 (None, Some(l)) => {
+                    // Only the agent's own history: a fork's context is what it forks.
+                    crate::reads::own_ledger(store, caller, l)?;
                     AgentSession::Forked(store.fork(l, &label).map_err(store_error)?.0.session_id)
                 }
                 (None, None) => AgentSession::New(&label),

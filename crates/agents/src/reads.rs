@@ -1,10 +1,13 @@
 //! The read-only operations (a session's log, a record, verify, an inclusion proof, a diff)
-//! and delegation to Kura's own agents. Every answer is bounded: a page of records, a side
-//! of a diff, one wait of at most [`crate::ops::MAX_WAIT`].
+//! and delegation to Kura's own agents. An agent reads only its own sessions (anything else
+//! is "not found", as if it did not exist); every answer is bounded: a page of records, a
+//! side of a diff, one wait of at most [`crate::ops::MAX_WAIT`].
 
 use std::time::{Duration, Instant};
 
+use kura_store::Store;
 use kura_store::verify::{Scope, verify};
+use kura_work::agents::{ledger_agent, record_of_agent, session_agent};
 use proto::agent::*;
 use proto::doorbell::SessionCreate;
 use proto::record::Record;
@@ -22,11 +25,36 @@ fn value(r: &Record) -> Value {
     serde_json::to_value(r).unwrap_or(Value::Null)
 }
 
+/// Refuses a session that is not the caller's, as not found.
+fn own_session(store: &Store, caller: &Caller, s: proto::SessionId) -> Result<(), GatewayError> {
+    match session_agent(store, s).map_err(store_error)? {
+        Some(a) if a == caller.author() => Ok(()),
+        _ => Err(GatewayError::NotFound(format!(
+            "no session {s} of this agent"
+        ))),
+    }
+}
+
+/// Refuses a ledger that is not in one of the caller's sessions, as not found.
+pub(crate) fn own_ledger(
+    store: &Store,
+    caller: &Caller,
+    l: proto::LedgerId,
+) -> Result<(), GatewayError> {
+    match ledger_agent(store, l).map_err(store_error)? {
+        Some(a) if a == caller.author() => Ok(()),
+        _ => Err(GatewayError::NotFound(format!(
+            "no ledger {l} of this agent"
+        ))),
+    }
+}
+
 impl Gateway {
     /// A session's records, newest ledgers first, at most `limit`.
-    pub fn read_log(&self, _caller: &Caller, req: ReadLog) -> Result<Records, GatewayError> {
+    pub fn read_log(&self, caller: &Caller, req: ReadLog) -> Result<Records, GatewayError> {
         let limit = req.limit.unwrap_or(100).clamp(1, MAX_RECORDS);
         self.with_store(|store| {
+            own_session(store, caller, req.session_id)?;
             let mut ledgers = store.session_ledgers(req.session_id).map_err(store_error)?;
             if ledgers.is_empty() {
                 return Err(GatewayError::NotFound(format!(
@@ -37,12 +65,19 @@ impl Gateway {
             ledgers.reverse();
             let (mut records, mut truncated) = (Vec::new(), false);
             'ledgers: for l in ledgers {
-                for r in store.hydrate(l.ledger_id).map_err(store_error)? {
-                    if records.len() == limit {
-                        truncated = true;
-                        break 'ledgers;
-                    }
+                // Only what the page can still take is read.
+                let room = (limit - records.len()) as u64;
+                let take = l.record_count.min(room);
+                let take_n = usize::try_from(take).unwrap_or(limit);
+                for r in store
+                    .hydrate_range(l.ledger_id, 0, take_n)
+                    .map_err(store_error)?
+                {
                     records.push(value(&r));
+                }
+                if records.len() == limit {
+                    truncated = l.record_count > take;
+                    break 'ledgers;
                 }
             }
             Ok(Records { records, truncated })
@@ -50,8 +85,14 @@ impl Gateway {
     }
 
     /// One record.
-    pub fn show_record(&self, _caller: &Caller, req: ShowRecord) -> Result<Records, GatewayError> {
+    pub fn show_record(&self, caller: &Caller, req: ShowRecord) -> Result<Records, GatewayError> {
         self.with_store(|store| {
+            if !record_of_agent(store, req.record_id, &caller.author()).map_err(store_error)? {
+                return Err(GatewayError::NotFound(format!(
+                    "no record {} of this agent",
+                    req.record_id
+                )));
+            }
             let r = store.read_record(req.record_id).map_err(store_error)?;
             Ok(Records {
                 records: vec![value(&r)],
@@ -61,13 +102,18 @@ impl Gateway {
     }
 
     /// Verifies a session or a ledger (not the whole store: that is the sweep's job).
-    pub fn verify(&self, _caller: &Caller, req: Verify) -> Result<Verified, GatewayError> {
+    pub fn verify(&self, caller: &Caller, req: Verify) -> Result<Verified, GatewayError> {
         let scope = match (req.session_id, req.ledger_id) {
             (Some(s), None) => Scope::Session(s),
             (None, Some(l)) => Scope::Ledger(l),
             _ => return Err(GatewayError::Invalid("give session_id or ledger_id".into())),
         };
         self.with_store(|store| {
+            match scope {
+                Scope::Session(s) => own_session(store, caller, s)?,
+                Scope::Ledger(l) => own_ledger(store, caller, l)?,
+                Scope::All => {}
+            }
             let report = verify(store, &scope, None, None).map_err(store_error)?;
             Ok(Verified {
                 ok: report.ok(),
@@ -79,8 +125,9 @@ impl Gateway {
     }
 
     /// An inclusion proof of a record in a sealed ledger.
-    pub fn prove(&self, _caller: &Caller, req: Prove) -> Result<Proof, GatewayError> {
+    pub fn prove(&self, caller: &Caller, req: Prove) -> Result<Proof, GatewayError> {
         self.with_store(|store| {
+            own_ledger(store, caller, req.ledger_id)?;
             let p = kura_store::proof::prove(store, req.record_id, req.ledger_id)
                 .map_err(store_error)?;
             Ok(Proof {
@@ -90,8 +137,10 @@ impl Gateway {
     }
 
     /// What differs between two ledgers.
-    pub fn diff(&self, _caller: &Caller, req: Diff) -> Result<Diffed, GatewayError> {
+    pub fn diff(&self, caller: &Caller, req: Diff) -> Result<Diffed, GatewayError> {
         self.with_store(|store| {
+            own_ledger(store, caller, req.a)?;
+            own_ledger(store, caller, req.b)?;
             let d = kura_store::diff::diff(store, req.a, req.b).map_err(store_error)?;
             let side = |v: &[Record]| v.iter().take(MAX_DIFF_SIDE).map(value).collect();
             Ok(Diffed {

@@ -22,6 +22,11 @@ pub enum RegistryError {
     /// A name that is not `[a-z0-9._-]{1,64}`.
     #[error("agent name {0:?}: use 1-64 of a-z, 0-9, '.', '_' and '-'")]
     Name(String),
+    /// One of Kura's own names.
+    #[error(
+        "agent name {0:?} is Kura's own (its records would pass for Kura's worker); choose another"
+    )]
+    Reserved(String),
     /// Adding a name that is taken.
     #[error("agent {0} exists already; `kura keys rotate-agent --name {0}` gives it a new token")]
     Exists(String),
@@ -112,7 +117,16 @@ fn store(path: &Path, agents: Vec<Agent>) -> Result<(), RegistryError> {
     Ok(())
 }
 
+/// Names Kura's own processes author records as (`agent:hashi`, `agent:mikado`, …): an
+/// outside agent by one of them would pass for Kura's own worker, in the ledger and in rules.
+const RESERVED: [&str; 8] = [
+    "hashi", "mikado", "minato", "aegis", "kura", "serve", "sys", "system",
+];
+
 fn check_name(name: &str) -> Result<(), RegistryError> {
+    if RESERVED.contains(&name) {
+        return Err(RegistryError::Reserved(name.to_owned()));
+    }
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

@@ -172,6 +172,33 @@ pub fn session_agent(db: &impl Db, session_id: SessionId) -> Result<Option<Strin
         .flatten())
 }
 
+/// The agent whose session ledger `ledger_id` belongs to, if an agent's.
+pub fn ledger_agent(db: &impl Db, ledger_id: proto::LedgerId) -> Result<Option<String>> {
+    Ok(db
+        .sql()
+        .prepare_cached(
+            "SELECT q.agent FROM ledgers l JOIN requests q ON q.session_id = l.session_id
+              WHERE l.ledger_id = ?1 AND q.agent IS NOT NULL ORDER BY q.request_seq LIMIT 1",
+        )?
+        .query_row([ledger_id.to_string()], |r| r.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
+/// Whether record `record_id` is in a ledger of one of `agent`'s sessions.
+pub fn record_of_agent(db: &impl Db, record_id: RecordId, agent: &str) -> Result<bool> {
+    Ok(db
+        .sql()
+        .prepare_cached(
+            "SELECT 1 FROM ledger_records m JOIN ledgers l ON l.ledger_id = m.ledger_id
+               JOIN requests q ON q.session_id = l.session_id
+              WHERE m.record_id = ?1 AND q.agent = ?2 LIMIT 1",
+        )?
+        .query_row(params![record_id.to_string(), agent], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
 /// How many turns `agent` has open (started, not ended).
 pub fn open_agent_turns(db: &impl Db, agent: &str) -> Result<i64> {
     Ok(db.sql().query_row_cached(

@@ -483,23 +483,67 @@ fn attacks_on_the_agent_surface_are_refused_and_write_nothing() {
         (404, Some("not_found")),
         "{refused}"
     );
-    // Another agent's session cannot be continued; any sealed ledger can be forked.
+    // Another agent's history is "not found" whichever way it is asked for: continued,
+    // forked, read, shown, verified, proved or diffed. Its own it may fork.
     let session = started["session_id"].as_str().expect("session").to_owned();
-    let hijack = format!(r#"{{"instruction": "mine now", "session_id": "{session}"}}"#);
-    let (status, refused) = post(port, "start_session", Some(&other), &hijack);
-    assert_eq!(
-        (status, refused["kind"].as_str()),
-        (404, Some("not_found")),
-        "{refused}"
+    let ctx = started["context_ledger_id"]
+        .as_str()
+        .expect("ctx")
+        .to_owned();
+    let (_, log) = post(
+        port,
+        "read_log",
+        Some(&token),
+        &format!(r#"{{"session_id": "{session}"}}"#),
     );
-    let ctx = started["context_ledger_id"].as_str().expect("ctx");
+    let first = log["records"][0]["record_id"]
+        .as_str()
+        .expect("a record")
+        .to_owned();
+    for (op, body) in [
+        (
+            "start_session",
+            format!(r#"{{"instruction": "mine now", "session_id": "{session}"}}"#),
+        ),
+        (
+            "start_session",
+            format!(r#"{{"instruction": "mine now", "from_ledger": "{ctx}"}}"#),
+        ),
+        ("read_log", format!(r#"{{"session_id": "{session}"}}"#)),
+        ("show_record", format!(r#"{{"record_id": "{first}"}}"#)),
+        ("verify", format!(r#"{{"session_id": "{session}"}}"#)),
+        (
+            "prove",
+            format!(r#"{{"record_id": "{first}", "ledger_id": "{ctx}"}}"#),
+        ),
+        ("diff", format!(r#"{{"a": "{ctx}", "b": "{ctx}"}}"#)),
+    ] {
+        let (status, refused) = post(port, op, Some(&other), &body);
+        assert_eq!(
+            (status, refused["kind"].as_str()),
+            (404, Some("not_found")),
+            "{op}: {refused}"
+        );
+    }
     let fork = format!(r#"{{"instruction": "try another way", "from_ledger": "{ctx}"}}"#);
-    let (status, forked) = post(port, "start_session", Some(&other), &fork);
+    let (status, forked) = post(port, "start_session", Some(&token), &fork);
     assert_eq!(status, 200, "{forked}");
     assert_ne!(
         forked["session_id"].as_str(),
         Some(session.as_str()),
         "a fork is a new session"
+    );
+    // Kura's own names are not agents' to take: an agent named hashi would author agent:hashi.
+    let taken = Command::new(bin("kura"))
+        .args(["keys", "add-agent", "--name", "hashi", "--dir"])
+        .arg(keys)
+        .output()
+        .expect("add-agent");
+    assert_eq!(
+        taken.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
     );
     // A per-agent rule (the `author` glob): "other" may not write, laptop is asked.
     let (_, own) = post(port, "start_session", Some(&other), start);
