@@ -301,6 +301,7 @@ impl Gateway {
                     args: &args,
                     session: &session,
                     author: &author,
+                    on_behalf_of: None,
                 });
                 let allow = match ruling.verdict {
                     kura_policy::Verdict::Ask => return Ok((a.request_id, None)),

@@ -118,6 +118,10 @@ pub struct Call<'a> {
     pub session: &'a str,
     /// Who filed it: `agent:hashi`, `agent:<name>` for an outside agent.
     pub author: &'a str,
+    /// Who the work is for, when another filed it: the submitter of the turn's request
+    /// (an outside agent that delegated it, a person). An `author` rule matches either, so
+    /// delegating a task does not get around a rule written for its submitter.
+    pub on_behalf_of: Option<&'a str>,
 }
 
 /// The outcome of evaluating a call.
@@ -197,6 +201,7 @@ impl Policy {
             args,
             session,
             author,
+            on_behalf_of,
         } = *call;
         for r in &self.rules {
             let arg_ok = r.args.iter().all(|(k, pat)| {
@@ -210,7 +215,9 @@ impl Policy {
             if glob(&r.tool, tool)
                 && r.effect.as_deref().is_none_or(|e| e == effect)
                 && r.session.as_deref().is_none_or(|s| glob(s, session))
-                && r.author.as_deref().is_none_or(|a| glob(a, author))
+                && r.author
+                    .as_deref()
+                    .is_none_or(|a| glob(a, author) || on_behalf_of.is_some_and(|b| glob(a, b)))
                 && arg_ok
             {
                 return Ruling {
@@ -283,6 +290,7 @@ mod tests {
                 args: &a,
                 session: s,
                 author: "agent:hashi",
+                on_behalf_of: None,
             };
             let x = p.evaluate(&call);
             (x.verdict, x.rule, x.approvers)
@@ -350,9 +358,20 @@ mod tests {
                 args: &args,
                 session: "s",
                 author,
+                on_behalf_of: None,
             };
             p.evaluate(&call).rule
         };
+        // Kura's worker running a task the laptop agent delegated is held to the laptop's rule.
+        let delegated = Call {
+            tool: "Bash",
+            effect: "external",
+            args: &args,
+            session: "s",
+            author: "agent:hashi",
+            on_behalf_of: Some("agent:laptop"),
+        };
+        assert_eq!(p.evaluate(&delegated).rule, "laptop-may-not-push");
         assert_eq!(
             rule("agent:laptop", "Bash", "external"),
             "laptop-may-not-push"

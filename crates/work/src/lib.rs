@@ -30,7 +30,7 @@ pub use cursor::{cursor, set_cursor};
 pub use requests::{
     Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
     recorded_turns, request_instruction, request_replays, request_status, request_submitter,
-    submit, submit_replay,
+    submit, submit_replay, turn_submitter,
 };
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,

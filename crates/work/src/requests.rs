@@ -175,6 +175,18 @@ pub fn request_submitter(conn: &impl Db, request_seq: i64) -> Result<String> {
         })
 }
 
+/// Who submitted the request turn `turn_id` serves (its instruction's author).
+pub fn turn_submitter(conn: &impl Db, turn_id: proto::TurnId) -> Result<Option<String>> {
+    Ok(conn
+        .sql()
+        .prepare_cached(
+            "SELECT r.author_id FROM turns t JOIN requests q ON q.request_seq = t.request_seq
+               JOIN records r ON r.record_id = q.record_id WHERE t.turn_id = ?1",
+        )?
+        .query_row([turn_id.to_string()], |r| r.get(0))
+        .optional()?)
+}
+
 /// Reads a request's status.
 pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus> {
     let conn = conn.sql();

@@ -69,6 +69,7 @@ pub fn evaluate(
         let request = ApprovalRequestContent::read(&content);
         let args = request.as_ref().map_or(Value::Null, |r| Value::Object(r.arguments.clone()));
         let author = kura_work::approvals::request_author(tx, a.request_id)?;
+        let submitter = kura_work::turn_submitter(tx, a.turn_id)?;
         let session = a.session_id.to_string();
         let mut ruling = policy.evaluate(&kura_policy::Call {
             tool: &a.tool_name,
@@ -76,6 +77,7 @@ pub fn evaluate(
             args: &args,
             session: &session,
             author: &author,
+            on_behalf_of: submitter.as_deref(),
         });
         if request.is_some_and(|r| r.rerun_of.is_some()) {
             ruling = ruling.for_rerun();
@@ -204,6 +206,7 @@ struct Edit {
 pub(crate) struct Ruled<'a> {
     pub(crate) policy: &'a Policy,
     pub(crate) author: &'a str,
+    pub(crate) on_behalf_of: Option<&'a str>,
 }
 
 /// What policy says of an edit, ruled on the arguments exactly as hashi will run them: they
@@ -214,7 +217,11 @@ fn rule_on_edit(
     a: &kura_work::approvals::Approval,
     ruled: &Ruled<'_>,
 ) -> Result<Edit, Refusal> {
-    let Ruled { policy, author } = *ruled;
+    let Ruled {
+        policy,
+        author,
+        on_behalf_of,
+    } = *ruled;
     kura_policy::path::check_normal_args(args)
         .map_err(|e| Refusal::Edit(format!("the edited arguments: {e}")))?;
     let args = Value::Object(args.clone());
@@ -225,6 +232,7 @@ fn rule_on_edit(
         args: &args,
         session: &session,
         author,
+        on_behalf_of,
     });
     if ruling.verdict == Verdict::Deny {
         return Err(Refusal::Edit(format!(
@@ -297,9 +305,11 @@ pub fn decide(
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
         let author = kura_work::approvals::request_author(tx, a.request_id)?;
+        let submitter = kura_work::turn_submitter(tx, a.turn_id)?;
         let ruled = Ruled {
             policy,
             author: &author,
+            on_behalf_of: submitter.as_deref(),
         };
         let check = check_decision(approvers, signed_within, d, &a, approved_so_far, &ruled);
         let (who, decision, edit) = match check {

@@ -156,12 +156,14 @@ impl Worker {
                 return Ok((a, None));
             }
             let args = Value::Object(arguments.clone());
+            let submitter = kura_work::turn_submitter(tx, claim.turn_id)?;
             let ruling = p.evaluate(&kura_policy::Call {
                 tool: name,
                 effect: effect.as_str(),
                 args: &args,
                 session: &session,
                 author: &author,
+                on_behalf_of: submitter.as_deref(),
             });
             let allow = match ruling.verdict {
                 Verdict::Ask => return Ok((a, None)),
