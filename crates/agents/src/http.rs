@@ -101,6 +101,24 @@ macro_rules! route {
     };
 }
 
+/// Refuses a request without a known token before its body is read: a stranger cannot
+/// make kura serve buffer anything. (Each operation checks the token again, and names the
+/// caller from it.)
+pub(crate) async fn require_token(
+    State(surface): State<Arc<Surface>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match surface.caller(auth, "http", "") {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `POST /agent/v1/<operation>` for each operation.
 pub fn routes(surface: Arc<Surface>) -> axum::Router {
     let r = axum::Router::new();
@@ -121,5 +139,10 @@ pub fn routes(surface: Arc<Surface>) -> axum::Router {
     // A body over the record bound (plus room for the envelope) is refused before it is read
     // whole; the gateway checks the record's own size again.
     let limit = surface.gateway.max_body();
-    r.layer(DefaultBodyLimit::max(limit)).with_state(surface)
+    r.layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            surface.clone(),
+            require_token,
+        ))
+        .with_state(surface)
 }

@@ -9,11 +9,31 @@ use crate::GatewayError;
 
 const WINDOW: Duration = Duration::from_secs(60);
 
+/// Waits (`wait_decision`, `delegation`) one agent may hold at once: each holds a blocking
+/// thread for up to 8 s, and kura serve's unit allows 64 tasks in all.
+pub const MAX_WAITS: u32 = 4;
+
 /// The agents' windows.
 #[derive(Debug)]
 pub struct Limits {
     per_minute: u32,
     windows: Mutex<HashMap<String, (Instant, u32, u64)>>,
+    waits: Mutex<HashMap<String, u32>>,
+}
+
+/// A wait in progress; dropping it frees the agent's slot.
+pub struct Waiting<'a> {
+    limits: &'a Limits,
+    agent: String,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut w = self.limits.waits.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = w.get_mut(&self.agent) {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 impl Limits {
@@ -22,6 +42,7 @@ impl Limits {
         Limits {
             per_minute,
             windows: Mutex::new(HashMap::new()),
+            waits: Mutex::new(HashMap::new()),
         }
     }
 
@@ -47,6 +68,26 @@ impl Limits {
         }
         e.1 += 1;
         Ok(())
+    }
+
+    /// A slot for one more wait of `agent`, or a refusal (counted) when it holds
+    /// [`MAX_WAITS`] already.
+    pub fn wait(&self, agent: &str) -> Result<Waiting<'_>, GatewayError> {
+        {
+            let mut w = self.waits.lock().unwrap_or_else(|p| p.into_inner());
+            let n = w.entry(agent.to_owned()).or_insert(0);
+            if *n < MAX_WAITS {
+                *n += 1;
+                return Ok(Waiting {
+                    limits: self,
+                    agent: agent.to_owned(),
+                });
+            }
+        }
+        self.refused(agent);
+        Err(GatewayError::Limited(format!(
+            "agent {agent} already waits {MAX_WAITS} times at once; wait for one to return"
+        )))
     }
 
     /// Counts a refusal made elsewhere (size, open turns).

@@ -259,22 +259,6 @@ pub fn routes(surface: Arc<Surface>, hosts: Vec<String>) -> axum::Router {
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
             surface_for_auth,
-            require_token,
+            crate::http::require_token,
         ))
-}
-
-async fn require_token(
-    axum::extract::State(surface): axum::extract::State<Arc<Surface>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let auth = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    match surface.caller(auth, "mcp", "") {
-        Ok(_) => next.run(req).await,
-        Err(e) => e.into_response(),
-    }
 }

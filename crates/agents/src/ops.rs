@@ -32,7 +32,7 @@ pub struct Gateway {
     config: AgentsConfig,
     store: Mutex<Store>,
     pub(crate) bus: Option<kura_runtime::Bus>,
-    limits: Limits,
+    pub(crate) limits: Limits,
 }
 
 pub(crate) fn store_error(e: StoreError) -> GatewayError {
@@ -353,6 +353,7 @@ impl Gateway {
         caller: &Caller,
         req: WaitDecision,
     ) -> Result<Decision, GatewayError> {
+        let _slot = self.limits.wait(&caller.agent)?;
         let wait = Duration::from_millis(req.timeout_ms.unwrap_or(5_000)).min(MAX_WAIT);
         let deadline = Instant::now() + wait;
         let author = caller.author();

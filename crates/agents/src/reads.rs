@@ -186,6 +186,7 @@ impl Gateway {
 
     /// Where a delegated task stands, waiting up to `wait_ms` for it to complete.
     pub fn delegation(&self, caller: &Caller, req: Delegation) -> Result<Delegated, GatewayError> {
+        let _slot = self.limits.wait(&caller.agent)?;
         let deadline =
             Instant::now() + Duration::from_millis(req.wait_ms.unwrap_or(0)).min(MAX_WAIT);
         loop {

@@ -90,6 +90,8 @@ impl Notifier {
         }
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
+            // A redirect would carry a Gotify key (or a bearer token) to another host.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("kura-aegis/", env!("CARGO_PKG_VERSION")))
             .build()?;
         let (tx, rx) = tokio::sync::mpsc::channel(QUEUE);
@@ -124,6 +126,8 @@ async fn deliver(
     counts: Arc<Counts>,
 ) {
     let config = Arc::new(config);
+    // At most this many deliveries at once; the queue (and then dropping) absorbs a burst.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(8));
     while let Some(request_id) = rx.recv().await {
         let s = store.clone();
         let notice = tokio::task::spawn_blocking(move || notice(&s, request_id)).await;
@@ -139,7 +143,13 @@ async fn deliver(
             // Each target on its own, so a slow one delays nobody else's notice.
             let (client, hook, counts) = (client.clone(), hook.clone(), counts.clone());
             let (notice, console) = (notice.clone(), config.console_url.clone());
-            tokio::spawn(async move { send(&client, &hook, notice, console, &counts).await });
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                send(&client, &hook, notice, console, &counts).await;
+                drop(permit);
+            });
         }
     }
 }
@@ -194,11 +204,16 @@ async fn send(
                 return;
             }
             Ok(r) => last = format!("HTTP {}", r.status()),
-            Err(e) => last = e.to_string(),
+            Err(e) => last = e.without_url().to_string(),
         }
     }
     let n = counts.failed.fetch_add(1, Ordering::Relaxed) + 1;
-    tracing::warn!(target = %hook.url, error = %last, failed_total = n,
+    // The host only: a topic URL (ntfy) is itself the secret that lets one post to it.
+    let host = reqwest::Url::parse(&hook.url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_default();
+    tracing::warn!(target = %host, error = %last, failed_total = n,
         "a notification target failed after every retry");
 }
 

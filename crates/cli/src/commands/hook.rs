@@ -155,63 +155,77 @@ impl Hook {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
         let kura = Kura::new(&self.agent_args).map_err(|e| self.failed(e))?;
-        let answer = match self.event {
-            HookEvent::UserPromptSubmit => {
-                if let Some(turn) = state.turn.take() {
-                    let _ = kura
-                        .end(turn, "(the next prompt began before this turn stopped)")
-                        .await;
+        // Kura's own tools (`kura mcp`) record themselves: declaring them again would gate
+        // every Kura call on Kura.
+        let own = input
+            .tool_name
+            .as_deref()
+            .is_some_and(|t| t.starts_with("mcp__kura__"));
+        if own && matches!(self.event, HookEvent::PreToolUse | HookEvent::PostToolUse) {
+            return Ok(None);
+        }
+        let answer: Result<Option<String>, Refuse> = async {
+            Ok(match self.event {
+                HookEvent::UserPromptSubmit => {
+                    if let Some(turn) = state.turn.take() {
+                        let _ = kura
+                            .end(turn, "(the next prompt began before this turn stopped)")
+                            .await;
+                    }
+                    let prompt = input.prompt.clone().unwrap_or_default();
+                    let started = kura
+                        .start(&mut state, input, &prompt)
+                        .await
+                        .map_err(|e| self.failed(e))?;
+                    state.turn = Some(started.turn_id);
+                    None
                 }
-                let prompt = input.prompt.clone().unwrap_or_default();
-                let started = kura
-                    .start(&mut state, input, &prompt)
-                    .await
-                    .map_err(|e| self.failed(e))?;
-                state.turn = Some(started.turn_id);
-                None
-            }
-            HookEvent::PreToolUse => self.pre_tool(&kura, &mut state, input).await?,
-            HookEvent::PostToolUse => {
-                let turn = kura
-                    .turn(&mut state, input)
-                    .await
-                    .map_err(|e| self.failed(e))?;
-                let call_id = input
-                    .tool_use_id
-                    .as_ref()
-                    .and_then(|u| state.calls.remove(u));
-                let result = bounded(input.tool_response.clone().unwrap_or(Value::Null));
-                let mut content = Map::new();
-                content.insert("status".into(), "success".into());
-                content.insert("result".into(), result);
-                if let Some(c) = call_id {
-                    content.insert("call_id".into(), c.into());
+                HookEvent::PreToolUse => self.pre_tool(&kura, &mut state, input).await?,
+                HookEvent::PostToolUse => {
+                    let turn = kura
+                        .turn(&mut state, input)
+                        .await
+                        .map_err(|e| self.failed(e))?;
+                    let call_id = input
+                        .tool_use_id
+                        .as_ref()
+                        .and_then(|u| state.calls.remove(u));
+                    let result = bounded(input.tool_response.clone().unwrap_or(Value::Null));
+                    let mut content = Map::new();
+                    content.insert("status".into(), "success".into());
+                    content.insert("result".into(), result);
+                    if let Some(c) = call_id {
+                        content.insert("call_id".into(), c.into());
+                    }
+                    let step = RecordStep {
+                        turn_id: turn,
+                        record_type: "tool.result".into(),
+                        content: Value::Object(content),
+                    };
+                    let _: Recorded = kura
+                        .call("record_step", &step)
+                        .await
+                        .map_err(|e| self.failed(e))?;
+                    None
                 }
-                let step = RecordStep {
-                    turn_id: turn,
-                    record_type: "tool.result".into(),
-                    content: Value::Object(content),
-                };
-                let _: Recorded = kura
-                    .call("record_step", &step)
-                    .await
-                    .map_err(|e| self.failed(e))?;
-                None
-            }
-            HookEvent::Stop => {
-                if let Some(turn) = state.turn.take() {
-                    let text = input
-                        .last_assistant_message
-                        .clone()
-                        .unwrap_or_else(|| "(Claude Code stopped)".into());
-                    kura.end(turn, &text).await.map_err(|e| self.failed(e))?;
-                    state.calls.clear();
+                HookEvent::Stop => {
+                    if let Some(turn) = state.turn.take() {
+                        let text = input
+                            .last_assistant_message
+                            .clone()
+                            .unwrap_or_else(|| "(Claude Code stopped)".into());
+                        kura.end(turn, &text).await.map_err(|e| self.failed(e))?;
+                        state.calls.clear();
+                    }
+                    None
                 }
-                None
-            }
-        };
+            })
+        }
+        .await;
+        // Saved whatever happened: a turn started (or ended) before a refusal or a failure
+        // must be remembered, or the next call would open another.
         save(&file, &state).map_err(Refuse::from_err)?;
-        Ok(answer)
+        answer
     }
 
     /// Declares the call; `None` lets Claude Code's own permission flow go on (Kura allowed
