@@ -247,9 +247,13 @@ pub fn routes(surface: Arc<Surface>, hosts: Vec<String>) -> axum::Router {
         config = config.with_allowed_hosts(hosts);
     }
     let surface_for_auth = surface.clone();
+    // An idle MCP session ends after two minutes (rmcp's default is five): only a token
+    // holder can open one, but each holds memory until it ends.
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(std::time::Duration::from_secs(120));
     let service = StreamableHttpService::new(
         move || Ok(KuraTools::new(surface.clone())),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         config,
     );
     // Every request, `initialize` and `tools/list` included, needs a known token: a stranger
