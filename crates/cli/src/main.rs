@@ -9,6 +9,8 @@ mod args;
 mod bench;
 mod commands;
 mod export;
+mod fleet_hub;
+mod fleet_serve;
 mod graph;
 mod output;
 mod serve;

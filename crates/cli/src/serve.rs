@@ -32,6 +32,8 @@ struct Signer {
     own: Credentials,
     subject: String,
     runtime: tokio::runtime::Handle,
+    /// One round at a time (the scheduler and the fleet publisher both sign).
+    lock: std::sync::Mutex<()>,
 }
 
 impl Signer {
@@ -73,6 +75,7 @@ impl Signer {
             },
             subject: config.common.subjects()?.witness_add_checkpoint(),
             runtime: tokio::runtime::Handle::current(),
+            lock: std::sync::Mutex::new(()),
         }))
     }
 
@@ -89,6 +92,7 @@ impl Signer {
     /// Signs the log as it is now unless it does not extend the last checkpoint, has peers
     /// cosign it, then hands it to every witness. Returns what `kura status` should show.
     fn round(&self, store: &Store) -> String {
+        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let last = match crate::tlog::read_head(&self.state) {
             Ok(last) => last,
             Err(e) => return self.alarm(format!("{e:#}; not signing")),
@@ -170,6 +174,37 @@ impl Signer {
             None if cosigned.is_empty() => format!("checkpoint {}", cp.size),
             None => format!("checkpoint {} cosigned by {}", cp.size, cosigned.join(", ")),
         }
+    }
+}
+
+impl crate::fleet_serve::SignAt for Signer {
+    /// The signer's last checkpoint when it is at `size` (after a round when the log grew
+    /// past it); for a smaller size, a checkpoint of that prefix, signed only while the log
+    /// still extends the last checkpoint (so it is consistent with everything signed).
+    fn note_at(&self, store: &Store, size: u64) -> Option<String> {
+        let head = |s: &Signer| {
+            let note = crate::tlog::read_head(&s.state).ok()??;
+            let cp = kura_tlog::checkpoint::open(&note, s.key.verifier()).ok()?;
+            Some((note, cp))
+        };
+        let mut last = head(self);
+        if last.as_ref().is_none_or(|(_, cp)| cp.size < size) {
+            let outcome = self.round(store);
+            if outcome.starts_with("ALARM") {
+                return None;
+            }
+            last = head(self);
+        }
+        let (note, cp) = last?;
+        if cp.size == size {
+            return Some(note);
+        }
+        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(kura_tlog::checkpoint::extends(&store.seal_log(), &cp), Ok(Ok(()))) || size > cp.size {
+            return None;
+        }
+        let root = kura_tlog::seallog::root(&store.seal_log(), size).ok()?;
+        self.key.sign(size, root).ok()
     }
 }
 
@@ -302,15 +337,23 @@ async fn start_console(
 pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let common = config.common.clone();
     let store = Store::open(&common.db, &common.store_options()?)?;
-    let signer = Signer::load(&config)?;
+    let signer = Signer::load(&config)?.map(std::sync::Arc::new);
     // The bus only when this Kura witnesses others (it answers their requests there) or
     // serves the console (which relays people's signed decisions to aegis).
     let witness = load_witness(&config)?;
-    let wants_bus = witness.is_some() || config.console.listen.is_some();
+    let fleet = config.fleet.name.is_some() || !config.fleet.peers.is_empty();
+    let wants_bus = witness.is_some() || config.console.listen.is_some() || fleet;
     let mut daemon = Daemon::start_bus_optional("kura", &common, wants_bus).await?;
     if let (Some(w), Some(bus)) = (witness, daemon.bus()) {
         tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
         witnessing::answer(bus, std::sync::Arc::new(w)).await?;
+    }
+    let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
+    if let (true, Some(bus)) = (fleet, daemon.bus().cloned()) {
+        let sign = signer
+            .clone()
+            .map(|s| s as std::sync::Arc<dyn crate::fleet_serve::SignAt>);
+        crate::fleet_serve::start(&config, &bus, sign, &mut daemon, fleet_stopped)?;
     }
     let (console_stop, console) = start_console(&config, daemon.bus().cloned()).await?;
     let duties = Duties {
@@ -324,6 +367,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
     daemon
         .run(async move {
             shutdown.await;
+            let _ = fleet_stop.send(true);
             drop(console_stop);
             if let Some(c) = console {
                 let _ = c.await;
@@ -349,7 +393,7 @@ fn sweep_keyring(config: &ServeConfig) -> Option<kura_tlog::sealer::Keyring> {
 /// the WAL, sweep, back up.
 struct Duties {
     store: Store,
-    signer: Option<Signer>,
+    signer: Option<std::sync::Arc<Signer>>,
     keyring: Option<kura_tlog::sealer::Keyring>,
     m: Maintenance,
     /// Sets what `kura status` shows beside this daemon.

@@ -22,6 +22,9 @@ pub struct ServeConfig {
     /// Outside agents (MCP at `/mcp`, JSON routes under `/agent/v1/`), served beside the
     /// console when `registry` is set.
     pub agents: kura_agents::AgentsConfig,
+    /// A fleet of Pis: this Pi's name, publishing its sealed history to the hub, and the
+    /// verified replicas it keeps of the others.
+    pub fleet: kura_fleet::FleetConfig,
 }
 
 /// What `kura serve` does, and how often.

@@ -8,6 +8,7 @@ pub mod canonical;
 pub mod consumers;
 pub mod content;
 pub mod doorbell;
+pub mod fleet;
 pub mod ids;
 pub mod ledger;
 pub mod merkle;

@@ -389,9 +389,18 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             false,
         ),
         // Answers witness requests; its console relays people's signed decisions and
-        // listens to the doorbells that make pages live.
+        // listens to the doorbells that make pages live; in a fleet it publishes and reads
+        // replication through the hub's JetStream (the hub limits it to its own name).
         Role::Serve => (
-            vec![s.approval_decide()],
+            vec![
+                s.approval_decide(),
+                format!("{}.>", proto::fleet::SUBJECT_PREFIX),
+                format!("$JS.{}.API.>", proto::fleet::DOMAIN),
+                "$JS.ACK.>".into(),
+                "$JS.FC.>".into(),
+                format!("$KV.{}.>", proto::fleet::CHECKPOINTS_BUCKET),
+                format!("$O.{}.>", proto::fleet::OBJECTS_BUCKET),
+            ],
             vec![
                 s.witness_add_checkpoint(),
                 s.record_written(),
@@ -474,14 +483,50 @@ pub fn server_tls(dir: &Path) -> String {
     )
 }
 
+/// How a Pi's bus joins a fleet's hub as a leaf node: it dials out (no inbound port on the
+/// Pi), logs in with its own leaf seed (`kura fleet add-pi`), and pins the hub's CA.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HubLink {
+    /// The hub nodes' leaf-node URLs (`tls://hub.lan:7422`, one per node).
+    pub urls: Vec<String>,
+    /// The Pi's leaf seed file.
+    pub seed: PathBuf,
+    /// The hub's CA (`hub-ca.pem`).
+    pub ca: PathBuf,
+}
+
+/// The `leafnodes` block joining `hub`: no doorbell (`<prefix>.>`) crosses either way, so
+/// the hub and the other Pis never see this Pi's pointers nor ring its daemons.
+fn leaf_remote(hub: &HubLink, s: &Subjects) -> Result<String, IdentityError> {
+    let seed = read_seed(&hub.seed)?
+        .seed()
+        .map_err(|e| IdentityError::Refused(format!("cannot encode the leaf seed: {e}")))?;
+    if !hub.ca.exists() {
+        return Err(IdentityError::Refused(format!(
+            "the hub's CA {} is missing (copy hub-ca.pem from the hub's directory)",
+            hub.ca.display()
+        )));
+    }
+    let doorbells = format!("{:?}", format!("{}.>", s.prefix()));
+    Ok(format!(
+        "leafnodes {{\n  remotes = [\n    {{\n      urls: {}\n      nkey: {seed:?}\n      \
+         tls {{ ca_file: {:?}, timeout: 3 }}\n      deny_exports: [{doorbells}]\n      \
+         deny_imports: [{doorbells}]\n    }}\n  ]\n}}\n",
+        quoted_list(&hub.urls),
+        hub.ca.display().to_string()
+    ))
+}
+
 /// The whole nats-server config for listening on `host:port` with the identities, server
 /// certificate and key in `keys_dir`: nobody connects without an nkey listed there, and
-/// nobody without TLS.
+/// nobody without TLS; with `hub`, it joins the fleet's hub as a leaf node.
 pub fn server_config(
     host: &str,
     port: u16,
     keys_dir: &Path,
     s: &Subjects,
+    hub: Option<&HubLink>,
 ) -> Result<String, IdentityError> {
     let ids = Identities::load(keys_dir)?;
     for f in [SERVER_CERT_FILE, SERVER_KEY_FILE] {
@@ -493,6 +538,10 @@ pub fn server_config(
             )));
         }
     }
+    let leaf = match hub {
+        Some(h) => leaf_remote(h, s)?,
+        None => String::new(),
+    };
     Ok(format!(
         "# Generated from {}; rewritten on every start.\n\
          host: {host:?}\n\
@@ -500,7 +549,7 @@ pub fn server_config(
          server_name: \"kura-{port}\"\n\
          # Doorbells are pointers of at most 1 KiB; replies are paged to fit.\n\
          max_payload: 65536\n\
-         {}{}",
+         {}{}{leaf}",
         keys_dir.join(IDENTITIES_FILE).display(),
         server_authorization(&ids, s),
         server_tls(keys_dir)
@@ -508,7 +557,7 @@ pub fn server_config(
 }
 
 /// Writes `bytes` to a new file at `path` with `mode`, refusing to replace anything.
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), IdentityError> {
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), IdentityError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f = std::fs::OpenOptions::new()
@@ -597,6 +646,13 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> 
         identities: ids,
         hosts: all_hosts,
     })
+}
+
+/// A fresh CA (its key dropped) and one server certificate for `hosts`, all PEM: (CA,
+/// certificate, key) — for a fleet's hub.
+pub fn server_certificate(hosts: &[String]) -> Result<(String, String, String), IdentityError> {
+    let made = certificates(hosts)?;
+    Ok((made.ca, made.server.0, made.server.1))
 }
 
 /// A local CA's certificate and two leaves it signed, all PEM.

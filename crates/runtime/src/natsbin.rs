@@ -106,6 +106,8 @@ pub struct NatsServer {
     bin: PathBuf,
     /// Seeds, identities, CA and server certificate; the config file too.
     keys: tempfile::TempDir,
+    /// The fleet hub it joins as a leaf node, if any.
+    hub: Option<identity::HubLink>,
 }
 
 /// A TCP port that was free a moment ago.
@@ -141,6 +143,7 @@ impl NatsServer {
             listen: listen.to_owned(),
             bin,
             keys,
+            hub: None,
         };
         s.try_restart()?;
         Ok(s)
@@ -268,9 +271,16 @@ impl NatsServer {
             self.port,
             self.keys.path(),
             &proto::subjects::Subjects::default(),
+            self.hub.as_ref(),
         )
         .map_err(keys_error)?;
         std::fs::write(self.config_path(), text).map_err(keys_error)
+    }
+
+    /// Joins (or leaves, with `None`) a fleet's hub as a leaf node; takes effect on the next
+    /// restart or reload.
+    pub fn set_hub(&mut self, hub: Option<identity::HubLink>) {
+        self.hub = hub;
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.

@@ -12,6 +12,7 @@ pub mod diff;
 pub mod error;
 pub mod memory;
 pub mod proof;
+pub mod replica;
 mod seal_log;
 #[cfg(test)]
 #[path = "tests/seallog.rs"]

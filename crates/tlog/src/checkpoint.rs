@@ -139,6 +139,13 @@ pub struct Signed {
     pub root: Hash,
 }
 
+/// Checks that `vkey` is a log verifier key (`<name>+<id>+<base64 key>`).
+pub fn open_verifier(vkey: &str) -> Result<()> {
+    StandardVerifier::new(vkey.trim())
+        .map(|_| ())
+        .map_err(|e| invalid(format!("not a log verifier key: {e}")))
+}
+
 /// Opens a signed checkpoint: the signature must be the log key `vkey`'s, and the origin
 /// its name. Anything else (another key, an edited body, not a checkpoint) is an error.
 pub fn open(note: &str, vkey: &str) -> Result<Signed> {

@@ -54,6 +54,9 @@ pub struct NatsConfig {
     /// so a laptop on the LAN can approve while the daemons use loopback). Always TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+    /// A fleet's hub to join as a leaf node (`kura fleet add-pi` prints this block).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hub: Option<kura_runtime::identity::HubLink>,
 }
 
 /// Who runs the NATS server.
@@ -75,6 +78,7 @@ impl Default for NatsConfig {
             config_dir: None,
             keys_dir: None,
             listen: None,
+            hub: None,
         }
     }
 }

@@ -53,7 +53,13 @@ fn write_config(config: &Config) -> anyhow::Result<tempfile::TempPath> {
     };
     let keys = keys_dir(config)?;
     let text =
-        kura_runtime::identity::server_config(&host, port, &keys, &config.common.subjects()?)?;
+        kura_runtime::identity::server_config(
+        &host,
+        port,
+        &keys,
+        &config.common.subjects()?,
+        config.nats.hub.as_ref(),
+    )?;
     let mut file = tempfile::Builder::new()
         .prefix("kura-nats-")
         .suffix(".conf")

@@ -12,6 +12,7 @@
 //! | `prove` | `kura prove`, `kura verify-proof` |
 //! | `keys` | `kura keys …` |
 //! | `serve` | `kura serve` (the daemon itself is [`crate::serve`]) |
+//! | `fleet` | `kura fleet …` (the hub's files are [`crate::fleet_hub`]) |
 //! | `bench` | `kura bench`, `kura bench-peer` |
 
 pub mod agents;
@@ -19,6 +20,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod diff;
 pub mod export;
+pub mod fleet;
 pub mod hook;
 pub mod init;
 pub mod keys;
@@ -101,6 +103,9 @@ pub enum Command {
     #[command(subcommand)]
     Keys(keys::KeysCmd),
     Serve(serve::Serve),
+    /// A fleet of Pis: the hub, replicas, restore.
+    #[command(subcommand)]
+    Fleet(fleet::FleetCmd),
     Mcp(mcp::Mcp),
     Hook(hook::Hook),
     Bench(bench::Bench),
@@ -150,6 +155,7 @@ impl Command {
             Command::Status(c) => c.run(ctx),
             Command::Keys(c) => c.run(ctx),
             Command::Serve(c) => c.run(ctx),
+            Command::Fleet(c) => c.run(ctx),
             Command::Mcp(c) => c.run(ctx),
             Command::Hook(c) => c.run(ctx),
             Command::Bench(c) => c.run(ctx),

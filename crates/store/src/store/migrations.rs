@@ -54,6 +54,8 @@ fn migrations() -> Vec<M<'static>> {
         )),
         // 015: requests and turns an outside agent drives (minato and hashi leave them alone).
         M::up(include_str!("../../migrations/015_agent_turns.sql")),
+        // 016: the fleet's outbox cursor and a replica's verified position.
+        M::up(include_str!("../../migrations/016_fleet.sql")),
     ]
 }
 
@@ -209,7 +211,9 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
 #[cfg(test)]
 pub(crate) fn back_to_version_14(conn: &Connection) {
     conn.execute_batch(
-        "DROP INDEX idx_turns_agent;
+        "DROP TABLE fleet_outbox;
+         DROP TABLE fleet_inbox;
+         DROP INDEX idx_turns_agent;
          ALTER TABLE turns DROP COLUMN agent;
          ALTER TABLE requests DROP COLUMN agent;
          PRAGMA user_version = 14",

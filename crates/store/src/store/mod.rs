@@ -1,11 +1,11 @@
 //! The SQLite record/ledger store: opening, pragmas and migrations; operations live in submodules.
 
 pub mod hashcol;
-mod labels;
-mod ledgers;
+pub(crate) mod labels;
+pub(crate) mod ledgers;
 mod migrations;
-mod records;
-mod sessions;
+pub(crate) mod records;
+pub(crate) mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

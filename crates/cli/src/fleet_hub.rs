@@ -1,0 +1,288 @@
+//! A fleet's hub, as files: `kura fleet init-hub` writes the nats-server config of each hub
+//! node (a JetStream cluster of 1 or 3 in domain `hub`, TLS, nkey users only, a leaf-node
+//! listener), the hub's CA and certificate and the operator's seed; `kura fleet add-pi`
+//! gives a Pi a leaf key allowed to publish only under its own name, and rewrites the configs.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use kura_runtime::identity;
+use proto::fleet;
+use serde::{Deserialize, Serialize};
+
+use crate::commands::{Ctx, Outcome};
+
+/// The hub's description, `hub.toml` in its directory; the node configs are made from it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Hub {
+    nodes: u16,
+    host: String,
+    client_port: u16,
+    cluster_port: u16,
+    leaf_port: u16,
+    /// Routes between hub nodes authenticate with this (never leaves the hub's directory).
+    route_password: String,
+    /// The operator's bus key (from `hub-admin.seed`).
+    admin: String,
+    #[serde(default)]
+    pis: Vec<HubPi>,
+}
+
+/// A Pi that may join as a leaf node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HubPi {
+    name: String,
+    /// The public key of its leaf seed.
+    nkey: String,
+}
+
+const HUB_FILE: &str = "hub.toml";
+const CA: &str = "hub-ca.pem";
+const CERT: &str = "hub-server.pem";
+const KEY: &str = "hub-server-key.pem";
+const ADMIN_SEED: &str = "hub-admin.seed";
+
+/// `kura fleet init-hub`.
+#[derive(Debug, clap::Args)]
+pub struct InitHub {
+    /// The hub's directory (configs, keys, JetStream data under `js-<n>`).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Hub nodes: 1, or 3 for a cluster that survives one node's loss.
+    #[arg(long, default_value_t = 1)]
+    nodes: u16,
+    /// The address the nodes listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Names the hub's certificate is valid for besides localhost (its LAN name).
+    #[arg(long = "hostname")]
+    hostnames: Vec<String>,
+    /// Client port of node 1 (node n listens on this + n - 1).
+    #[arg(long, default_value_t = 4222)]
+    client_port: u16,
+    /// Route port of node 1.
+    #[arg(long, default_value_t = 6222)]
+    cluster_port: u16,
+    /// Leaf-node port of node 1 (Pis dial it).
+    #[arg(long, default_value_t = 7422)]
+    leaf_port: u16,
+}
+
+/// `kura fleet add-pi`.
+#[derive(Debug, clap::Args)]
+pub struct AddPi {
+    /// The Pi's fleet name.
+    name: String,
+    /// The hub's directory.
+    #[arg(long)]
+    dir: PathBuf,
+}
+
+fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    let mut b = vec![0u8; bytes];
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    Ok(hex::encode(b))
+}
+
+impl InitHub {
+    /// Writes the hub's directory.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        anyhow::ensure!(
+            self.nodes == 1 || self.nodes == 3,
+            "--nodes must be 1 or 3 (JetStream needs a majority: 3 nodes survive one loss)"
+        );
+        anyhow::ensure!(
+            !self.dir.join(HUB_FILE).exists(),
+            "{} already holds a hub; add Pis with `kura fleet add-pi`",
+            self.dir.display()
+        );
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), self.host.clone()];
+        hosts.extend(self.hostnames.iter().cloned());
+        hosts.dedup();
+        let (ca, cert, key) = identity::server_certificate(&hosts)?;
+        identity::write_new(&self.dir.join(CA), ca.as_bytes(), 0o644)?;
+        identity::write_new(&self.dir.join(CERT), cert.as_bytes(), 0o644)?;
+        identity::write_new(&self.dir.join(KEY), key.as_bytes(), 0o600)?;
+        let admin = nkeys::KeyPair::new_user();
+        let seed = admin.seed().map_err(|e| anyhow::anyhow!("cannot encode a seed: {e}"))?;
+        identity::write_new(&self.dir.join(ADMIN_SEED), seed.as_bytes(), 0o600)?;
+        let hub = Hub {
+            nodes: self.nodes,
+            host: self.host,
+            client_port: self.client_port,
+            cluster_port: self.cluster_port,
+            leaf_port: self.leaf_port,
+            route_password: random_hex(24)?,
+            admin: identity::bus_key(&admin)?.public_key(),
+            pis: Vec::new(),
+        };
+        write_hub(&self.dir, &hub)?;
+        ctx.out.line(format!(
+            "hub of {} node(s) in {}: run `nats-server -c hub-<n>.conf` per node (or the kura-hub@<n> unit), \
+             then `kura fleet setup-hub --url tls://{}:{} --seed {} --ca {} --replicas {}`; add Pis with `kura fleet add-pi NAME --dir {}`",
+            hub.nodes,
+            self.dir.display(),
+            hub.host,
+            hub.client_port,
+            self.dir.join(ADMIN_SEED).display(),
+            self.dir.join(CA).display(),
+            hub.nodes,
+            self.dir.display()
+        ))?;
+        Ok(Outcome::Ok)
+    }
+}
+
+impl AddPi {
+    /// Adds the Pi's leaf key and rewrites the node configs.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        fleet::check_pi_name(&self.name)?;
+        let mut hub = read_hub(&self.dir)?;
+        anyhow::ensure!(
+            hub.pis.iter().all(|p| p.name != self.name),
+            "{} is already in the hub; each Pi joins once",
+            self.name
+        );
+        let leaf = nkeys::KeyPair::new_user();
+        let seed = leaf.seed().map_err(|e| anyhow::anyhow!("cannot encode a seed: {e}"))?;
+        let seed_file = self.dir.join(format!("pi-{}.leaf.seed", self.name));
+        identity::write_new(&seed_file, seed.as_bytes(), 0o600)?;
+        hub.pis.push(HubPi {
+            name: self.name.clone(),
+            nkey: leaf.public_key(),
+        });
+        write_hub(&self.dir, &hub)?;
+        let urls: Vec<String> = (0..hub.nodes)
+            .map(|n| format!("\"tls://{}:{}\"", hub.host, hub.leaf_port + n))
+            .collect();
+        ctx.out.line(format!(
+            "{} may join: copy {} and {} to the Pi and set in mikado.toml:\n\
+             [nats.hub]\nurls = [{}]\nseed = \"<the copied leaf seed>\"\nca = \"<the copied hub CA>\"\n\
+             and in serve.toml: [fleet] name = \"{}\". Reload the hub nodes (kill -HUP, or systemctl reload kura-hub@*).",
+            self.name,
+            seed_file.display(),
+            self.dir.join(CA).display(),
+            urls.join(", "),
+            self.name
+        ))?;
+        Ok(Outcome::Ok)
+    }
+}
+
+fn read_hub(dir: &Path) -> anyhow::Result<Hub> {
+    let path = dir.join(HUB_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!("cannot read {} (make the hub with `kura fleet init-hub`)", path.display())
+    })?;
+    toml::from_str(&text).with_context(|| format!("{} is not a hub description", path.display()))
+}
+
+/// Writes `hub.toml` and every node's config (replaced whole, 0600: they hold the route
+/// password).
+fn write_hub(dir: &Path, hub: &Hub) -> anyhow::Result<()> {
+    let write = |name: &str, text: String| -> anyhow::Result<()> {
+        let path = dir.join(name);
+        let tmp = dir.join(format!(".{name}.new"));
+        let _ = std::fs::remove_file(&tmp);
+        identity::write_new(&tmp, text.as_bytes(), 0o600)?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))
+    };
+    write(HUB_FILE, toml::to_string(hub)?)?;
+    for n in 0..hub.nodes {
+        write(&format!("hub-{}.conf", n + 1), node_config(dir, hub, n))?;
+    }
+    Ok(())
+}
+
+/// What a Pi's leaf connection may send to the hub (publish) and receive from it
+/// (subscribe) — leaf permissions are from the Pi's side. Only its own subjects and
+/// checkpoint, read-only JetStream calls, and replies to its inboxes; no doorbell crosses.
+pub fn leaf_permissions(pi: &str) -> (Vec<String>, Vec<String>) {
+    let d = format!("$JS.{}.API", fleet::DOMAIN);
+    let kv = fleet::CHECKPOINTS_BUCKET;
+    let publish = vec![
+        fleet::pi_subjects(pi),
+        format!("{d}.INFO"),
+        format!("{d}.STREAM.INFO.>"),
+        format!("{d}.STREAM.MSG.GET.>"),
+        format!("{d}.DIRECT.GET.>"),
+        format!("{d}.CONSUMER.CREATE.>"),
+        format!("{d}.CONSUMER.INFO.>"),
+        format!("{d}.CONSUMER.DELETE.>"),
+        format!("{d}.CONSUMER.MSG.NEXT.>"),
+        "$JS.FC.>".into(),
+        "$JS.ACK.>".into(),
+        format!("$KV.{kv}.{pi}"),
+        format!("$KV.{kv}.*.cosig.{pi}"),
+        format!("{d}.$KV.{kv}.{pi}"),
+        format!("{d}.$KV.{kv}.*.cosig.{pi}"),
+        format!("$O.{}.>", fleet::OBJECTS_BUCKET),
+        format!("{d}.$O.{}.>", fleet::OBJECTS_BUCKET),
+    ];
+    (publish, vec!["_INBOX.>".into()])
+}
+
+fn quoted(items: &[String]) -> String {
+    items.iter().map(|i| format!("{i:?}")).collect::<Vec<_>>().join(", ")
+}
+
+fn node_config(dir: &Path, hub: &Hub, n: u16) -> String {
+    let path = |f: &str| format!("{:?}", dir.join(f).display().to_string());
+    let mut c = String::new();
+    let _ = writeln!(c, "# Generated by kura fleet from hub.toml; rewritten by `kura fleet add-pi`.");
+    let _ = writeln!(c, "server_name: \"kura-hub-{}\"", n + 1);
+    let _ = writeln!(c, "host: {:?}\nport: {}", hub.host, hub.client_port + n);
+    let _ = writeln!(
+        c,
+        "jetstream {{\n  store_dir: {}\n  domain: {:?}\n}}",
+        path(&format!("js-{}", n + 1)),
+        fleet::DOMAIN
+    );
+    let tls = format!(
+        "tls {{\n    cert_file: {}\n    key_file: {}\n    ca_file: {}\n    timeout: 3\n  }}",
+        path(CERT),
+        path(KEY),
+        path(CA)
+    );
+    let _ = writeln!(c, "{}", tls.replace("\n  ", "\n"));
+    if hub.nodes > 1 {
+        let routes: Vec<String> = (0..hub.nodes)
+            .filter(|m| *m != n)
+            .map(|m| format!("\"nats-route://route:{}@{}:{}\"", hub.route_password, hub.host, hub.cluster_port + m))
+            .collect();
+        let _ = writeln!(
+            c,
+            "cluster {{\n  name: \"kura-hub\"\n  host: {:?}\n  port: {}\n  authorization {{ user: \"route\", password: {:?}, timeout: 3 }}\n  {tls}\n  routes: [{}]\n}}",
+            hub.host,
+            hub.cluster_port + n,
+            hub.route_password,
+            routes.join(", ")
+        );
+    }
+    let _ = writeln!(
+        c,
+        "leafnodes {{\n  host: {:?}\n  port: {}\n  {tls}\n}}",
+        hub.host,
+        hub.leaf_port + n
+    );
+    let _ = writeln!(c, "authorization {{\n  timeout: 3\n  users = [");
+    let _ = writeln!(c, "    # the hub's operator\n    {{ nkey: {:?} }}", hub.admin);
+    for pi in &hub.pis {
+        let (publish, subscribe) = leaf_permissions(&pi.name);
+        let _ = writeln!(
+            c,
+            "    # Pi {}\n    {{ nkey: {:?}, permissions: {{ publish: {{ allow: [{}] }}, subscribe: {{ allow: [{}] }} }} }}",
+            pi.name,
+            pi.nkey,
+            quoted(&publish),
+            quoted(&subscribe)
+        );
+    }
+    let _ = writeln!(c, "  ]\n}}");
+    c
+}

@@ -1,0 +1,184 @@
+//! `kura serve`'s part in a fleet: the publisher thread (this Pi's seal log to the hub, each
+//! batch followed by a checkpoint the signer made) and one receiver task per peer Pi (its
+//! verified replica). Both go through this Pi's own bus, which reaches the hub as a leaf node.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kura_fleet::publish::Publisher;
+use kura_fleet::receive::Receiver;
+use kura_fleet::FleetError;
+use kura_runtime::{Bus, Stop};
+use kura_store::Store;
+use kura_tlog::checkpoint::LogKey;
+use kura_tlog::cosign::Witness;
+
+use crate::serve_config::ServeConfig;
+
+/// Signs checkpoints for the publisher: the signer's round (which refuses a log that does
+/// not extend its last checkpoint), then the checkpoint at the size asked for.
+pub(crate) trait SignAt: Send + Sync {
+    /// A signed checkpoint of the log at `size`, if the log may be signed.
+    fn note_at(&self, store: &Store, size: u64) -> Option<String>;
+}
+
+/// Starts the publisher (when `[fleet] name` is set and `publish`) and the receivers.
+/// Receivers stop when `stop_rx` changes; the publisher when the daemon stops.
+pub(crate) fn start(
+    config: &ServeConfig,
+    bus: &Bus,
+    signer: Option<Arc<dyn SignAt>>,
+    daemon: &mut kura_runtime::Daemon<Option<Bus>>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let fleet = &config.fleet;
+    fleet.check()?;
+    if let (Some(name), true) = (&fleet.name, fleet.publish) {
+        let Some(signer) = signer else {
+            anyhow::bail!(
+                "[fleet] publish needs the log key: receivers check every batch against a signed \
+                 checkpoint (set [serve] log_key, `kura checkpoint init`)"
+            );
+        };
+        let name = name.clone();
+        let db = config.common.db.clone();
+        let options = config.common.store_options()?;
+        let client = bus.client.clone();
+        let poll = Duration::from_millis(fleet.poll_ms.max(1));
+        let detail = daemon.detail_setter();
+        let rt = tokio::runtime::Handle::current();
+        daemon.thread("kura-fleet-publish", move |stop| {
+            let store = match Store::open(&db, &options) {
+                Ok(s) => s,
+                Err(e) => return tracing::error!(error = %e, "fleet publisher cannot open the store"),
+            };
+            publish_loop(&rt, client, &name, store, &*signer, poll, &stop, &detail);
+        })?;
+    }
+    let dir = fleet.replicas_dir(&config.common.db);
+    let witness = fleet_witness(config)?;
+    for peer in &fleet.peers {
+        let keyring = match &peer.keyring {
+            Some(k) => crate::tlog::keyring(Some(k.clone()))?,
+            None => None,
+        };
+        let (client, peer, dir, max) = (bus.client.clone(), peer.clone(), dir.clone(), fleet.max_pending_bytes);
+        let witness = witness.clone();
+        let mut stop = stop_rx.clone();
+        let rt = tokio::runtime::Handle::current();
+        // A thread of its own: the replica's SQLite handle lives across awaits, and a
+        // receiver's transaction must not stall the runtime's workers.
+        let name = format!("kura-fleet-{}", peer.name);
+        std::thread::Builder::new().name(name).spawn(move || rt.block_on(async move {
+            loop {
+                let made = Receiver::new(client.clone(), &peer, keyring.clone(), &dir, max, witness.clone()).await;
+                let stopped = async {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                match made {
+                    Ok(r) => {
+                        if let Err(e) = r.run(stopped).await {
+                            tracing::error!(origin = %peer.name, error = %e, "ALARM: this replica is halted");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(origin = %peer.name, error = %e, "replica waits for the hub");
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                            _ = stopped => return,
+                        }
+                    }
+                }
+            }
+        }))?;
+    }
+    Ok(())
+}
+
+/// Publishes whenever the database changed (one cheap `PRAGMA data_version` read per
+/// poll), reconnecting to the hub's stream as needed; a divergence stops it with an ALARM.
+#[allow(clippy::too_many_arguments)]
+fn publish_loop(
+    rt: &tokio::runtime::Handle,
+    client: async_nats::Client,
+    name: &str,
+    mut store: Store,
+    signer: &dyn SignAt,
+    poll: Duration,
+    stop: &Stop,
+    detail: &(dyn Fn(String) + Send + Sync),
+) {
+    let mut publisher: Option<Publisher> = None;
+    let mut seen: Option<i64> = None;
+    let mut backoff = Duration::ZERO;
+    loop {
+        if stop.sleep(poll.max(backoff)) {
+            return;
+        }
+        let version: Option<i64> = store
+            .conn()
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .ok();
+        if version.is_some() && version == seen && backoff.is_zero() {
+            continue;
+        }
+        let p = match &publisher {
+            Some(p) => p,
+            None => match rt.block_on(Publisher::connect(client.clone(), name)) {
+                Ok(p) => publisher.insert(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "fleet publisher waits for the hub");
+                    backoff = Duration::from_secs(2);
+                    continue;
+                }
+            },
+        };
+        let mut sign = |s: &Store, size: u64| signer.note_at(s, size);
+        match rt.block_on(p.round(&mut store, &mut sign)) {
+            Ok(r) => {
+                seen = version;
+                backoff = Duration::ZERO;
+                if r.new > 0 {
+                    tracing::info!(published = r.published, new = r.new, "fleet: published to the hub");
+                }
+            }
+            Err(e @ FleetError::Diverged(_)) => {
+                tracing::error!(error = %e, "ALARM: fleet publisher stopped");
+                detail(format!("ALARM: fleet: {e}"));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "fleet publish failed; retrying");
+                publisher = None;
+                backoff = Duration::from_secs(1);
+            }
+        }
+    }
+}
+
+/// This Pi as a witness of its peers' checkpoints, when it has a witness key.
+fn fleet_witness(config: &ServeConfig) -> anyhow::Result<Option<(String, Arc<Witness>)>> {
+    let fleet = &config.fleet;
+    let (Some(me), false) = (&fleet.name, fleet.peers.is_empty()) else {
+        return Ok(None);
+    };
+    let path = config.serve.witness_key.clone().or_else(|| {
+        std::env::var_os("CREDENTIALS_DIRECTORY")
+            .map(|d| PathBuf::from(d).join("witness.key"))
+            .filter(|p| p.exists())
+    });
+    let Some(path) = path else {
+        tracing::info!("fleet: no witness key, so replicas verify but do not cosign");
+        return Ok(None);
+    };
+    let key = LogKey::load(&path)?;
+    let mut state = config.common.db.as_os_str().to_owned();
+    state.push(".fleet-witnessed");
+    let logs = fleet.peers.iter().map(|p| p.log_verifier.clone()).collect();
+    Ok(Some((
+        me.clone(),
+        Arc::new(Witness::new(key, logs, &PathBuf::from(state))?),
+    )))
+}

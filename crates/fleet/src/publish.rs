@@ -1,0 +1,190 @@
+//! Publishing this Pi's sealed history: walk the seal log from the cursor kept in SQLite,
+//! publish each leaf's new records (`Nats-Msg-Id` = the record hash) and then the ledger
+//! itself (expected last sequence on this Pi's ledger subject, so the stream keeps one
+//! linear order per Pi and refuses a different ledger at a taken place), then a signed
+//! checkpoint covering them. The cursor moves only after the hub acknowledged.
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::{self, kv, object_store::ObjectStore, stream::Stream};
+use kura_store::Store;
+use kura_store::replica::{logged_hash, outbox, outgoing};
+use proto::fleet::{self, ReplLedger, ReplMessage, ReplRecord};
+
+use crate::{FleetError, Result, wire};
+
+/// Leaves published before a checkpoint covers them (bounds what a receiver holds).
+pub const LEAVES_PER_CHECKPOINT: u64 = 256;
+
+/// Signs a checkpoint of this Pi's log at a size (the caller holds the log key and has
+/// checked that the log extends its last checkpoint).
+pub type SignAt<'a> = dyn FnMut(&Store, u64) -> Option<String> + 'a;
+
+/// This Pi's publisher.
+pub struct Publisher {
+    pi: String,
+    js: jetstream::Context,
+    stream: Stream,
+    kv: kv::Store,
+    objects: ObjectStore,
+}
+
+/// What a round did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    /// Leaves the hub holds now.
+    pub published: u64,
+    /// Leaves published in this round.
+    pub new: u64,
+}
+
+impl Publisher {
+    /// Finds the hub's stream and buckets through `client` (made by `kura fleet init-hub`'s
+    /// setup; a Pi may not create them).
+    pub async fn connect(client: async_nats::Client, pi: &str) -> Result<Publisher> {
+        proto::fleet::check_pi_name(pi).map_err(|e| FleetError::Config(e.to_string()))?;
+        let js = jetstream::with_domain(client, fleet::DOMAIN);
+        let (stream, kv, objects) = crate::hub::open(&js).await?;
+        Ok(Publisher {
+            pi: pi.to_owned(),
+            js,
+            stream,
+            kv,
+            objects,
+        })
+    }
+
+    /// Publishes every leaf after the cursor, with a checkpoint after each
+    /// [`LEAVES_PER_CHECKPOINT`] and at the end.
+    pub async fn round(&self, store: &mut Store, sign: &mut SignAt<'_>) -> Result<Round> {
+        let size = kura_tlog::seallog::size(&store.seal_log()).map_err(kura_store::StoreError::from)?;
+        let (mut published, mut ledger_seq) = outbox(store, &self.pi)?;
+        let start = published;
+        while published < size {
+            let Some((ledger, records)) = outgoing(store, published)? else {
+                break;
+            };
+            match self.publish_leaf(&ledger, records, ledger_seq).await? {
+                Placed::At(seq) => {
+                    ledger_seq = seq;
+                    published += 1;
+                }
+                Placed::HubAhead { index, seq, hash } => {
+                    if logged_hash(store, index)?.as_deref() != Some(hash.as_str()) {
+                        return Err(FleetError::Diverged(format!(
+                            "the hub holds another ledger at leaf {index} under {:?} than this \
+                             Pi's seal log: this Pi's history was rewritten, or another machine \
+                             publishes under its name; nothing more is published",
+                            self.pi
+                        )));
+                    }
+                    tracing::info!(pi = %self.pi, index, "the hub already holds this Pi's ledgers up to here; resuming after them");
+                    ledger_seq = seq;
+                    published = index + 1;
+                }
+            }
+            if published % LEAVES_PER_CHECKPOINT == 0 || published == size {
+                store.write(|tx| tx.set_outbox(&self.pi, published, ledger_seq))?;
+                if let Some(note) = sign(store, published) {
+                    self.put_checkpoint(&note).await?;
+                }
+            }
+        }
+        Ok(Round {
+            published,
+            new: published.saturating_sub(start),
+        })
+    }
+
+    /// Puts a signed checkpoint where receivers watch for it.
+    pub async fn put_checkpoint(&self, note: &str) -> Result<()> {
+        self.kv
+            .put(&self.pi, note.as_bytes().to_vec().into())
+            .await
+            .map_err(FleetError::hub)?;
+        Ok(())
+    }
+
+    async fn publish_leaf(
+        &self,
+        ledger: &ReplLedger,
+        records: Vec<proto::OwnedColumns>,
+        ledger_seq: u64,
+    ) -> Result<Placed> {
+        let mut acks = Vec::with_capacity(records.len());
+        for columns in records {
+            let id = fleet::record_msg_id(&self.pi, &columns.hash);
+            let body = ReplMessage::Record(ReplRecord { columns });
+            let payload = wire::encode(&self.pi, &body, &self.objects).await?;
+            let msg = PublishMessage::build().payload(payload).message_id(id);
+            acks.push(
+                self.js
+                    .send_publish(fleet::record_subject(&self.pi), msg)
+                    .await
+                    .map_err(FleetError::hub)?,
+            );
+        }
+        for ack in acks {
+            ack.await.map_err(FleetError::hub)?;
+        }
+        let payload =
+            wire::encode(&self.pi, &ReplMessage::Ledger(ledger.clone()), &self.objects).await?;
+        let msg = PublishMessage::build()
+            .payload(payload)
+            .message_id(fleet::ledger_msg_id(&self.pi, ledger.index))
+            .expected_last_subject_sequence(ledger_seq);
+        let sent = self
+            .js
+            .send_publish(fleet::ledger_subject(&self.pi), msg)
+            .await
+            .map_err(FleetError::hub)?;
+        match sent.await {
+            Ok(ack) => Ok(Placed::At(ack.sequence)),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                self.hub_ahead(ledger).await
+            }
+            Err(e) => Err(FleetError::hub(e)),
+        }
+    }
+
+    /// The hub's last ledger of this Pi is not where the cursor says (a publisher killed
+    /// after the hub acknowledged and before the cursor moved): resume after it if it is
+    /// this Pi's own ledger at that place, else this Pi's history and the hub's differ.
+    async fn hub_ahead(&self, ours: &ReplLedger) -> Result<Placed> {
+        let last = self
+            .stream
+            .get_last_raw_message_by_subject(&fleet::ledger_subject(&self.pi))
+            .await
+            .map_err(FleetError::hub)?;
+        let theirs = match wire::decode(&self.pi, &last.payload, &self.objects).await? {
+            ReplMessage::Ledger(l) => l,
+            _ => {
+                return Err(FleetError::Diverged(format!(
+                    "the hub's last message on {} is not a ledger",
+                    fleet::ledger_subject(&self.pi)
+                )));
+            }
+        };
+        if theirs.index + 1 < ours.index {
+            return Err(FleetError::Diverged(format!(
+                "the hub holds this Pi's ledgers only up to leaf {} but the cursor is at {}: \
+                 run `kura fleet status` and check the hub's stream",
+                theirs.index, ours.index
+            )));
+        }
+        Ok(Placed::HubAhead {
+            index: theirs.index,
+            seq: last.sequence,
+            hash: theirs.ledger_hash,
+        })
+    }
+}
+
+/// Where a leaf's ledger landed.
+enum Placed {
+    /// At this stream sequence.
+    At(u64),
+    /// The hub already holds this Pi's ledgers up to `index` (its last at `seq`, with
+    /// ledger hash `hash`).
+    HubAhead { index: u64, seq: u64, hash: String },
+}

@@ -1,0 +1,99 @@
+//! What `kura fleet status` and the console show of the fleet, read from SQLite and the
+//! replicas' files alone: this Pi's publisher cursor, and for each replica its size, the
+//! checkpoint it was verified against and who cosigned it, and any ALARM.
+
+use std::path::Path;
+
+use kura_store::replica::{inbox, outbox};
+use kura_store::{Store, StoreOptions};
+use serde::Serialize;
+
+use crate::{FleetConfig, Result, receive};
+
+/// One Pi as this one sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PiStatus {
+    /// Its fleet name.
+    pub name: String,
+    /// `self` for this Pi, `replica` for the others.
+    pub role: &'static str,
+    /// Seal-log leaves: sealed here (this Pi) or verified (a replica).
+    pub leaves: u64,
+    /// This Pi: leaves the hub acknowledged. A replica: the checkpoint size it verified.
+    pub published: u64,
+    /// When its last ledger was sealed.
+    pub last_seal: Option<String>,
+    /// A replica: when it last verified a checkpoint.
+    pub verified_at: Option<String>,
+    /// A replica: the origin's checkpoint it holds.
+    pub checkpoint: Option<String>,
+    /// Why it is halted, when a replica refused its origin's history.
+    pub alarm: Option<String>,
+}
+
+fn last_seal(store: &Store) -> Result<Option<String>> {
+    Ok(store
+        .conn()
+        .query_row("SELECT max(sealed_at) FROM ledgers", [], |r| r.get(0))
+        .map_err(kura_store::StoreError::from)?)
+}
+
+fn leaves(store: &Store) -> Result<u64> {
+    Ok(kura_tlog::seallog::size(&store.seal_log()).map_err(kura_store::StoreError::from)?)
+}
+
+/// Every Pi of `config` as seen from the database at `db`.
+pub fn read(config: &FleetConfig, db: &Path) -> Result<Vec<PiStatus>> {
+    let mut out = Vec::new();
+    let options = StoreOptions::default();
+    if let Some(name) = &config.name {
+        let store = Store::open(db, &options)?;
+        out.push(PiStatus {
+            name: name.clone(),
+            role: "self",
+            leaves: leaves(&store)?,
+            published: outbox(&store, name)?.0,
+            last_seal: last_seal(&store)?,
+            verified_at: None,
+            checkpoint: None,
+            alarm: None,
+        });
+    }
+    let dir = config.replicas_dir(db);
+    for peer in &config.peers {
+        let path = receive::replica_path(&dir, &peer.name);
+        let alarm = std::fs::read_to_string(receive::alarm_path(&dir, &peer.name))
+            .ok()
+            .map(|a| a.trim().to_owned());
+        let mut s = PiStatus {
+            name: peer.name.clone(),
+            role: "replica",
+            leaves: 0,
+            published: 0,
+            last_seal: None,
+            verified_at: None,
+            checkpoint: None,
+            alarm,
+        };
+        if path.exists() {
+            let store = Store::open(&path, &options)?;
+            s.leaves = leaves(&store)?;
+            s.last_seal = last_seal(&store)?;
+            if let Some((_, note)) = inbox(&store, &peer.name)? {
+                s.published = kura_tlog::checkpoint::open(&note, &peer.log_verifier)
+                    .map_or(0, |c| c.size);
+                s.verified_at = store
+                    .conn()
+                    .query_row(
+                        "SELECT verified_at FROM fleet_inbox WHERE origin = ?1",
+                        [&peer.name],
+                        |r| r.get(0),
+                    )
+                    .ok();
+                s.checkpoint = Some(note);
+            }
+        }
+        out.push(s);
+    }
+    Ok(out)
+}

@@ -1,0 +1,77 @@
+//! Message bodies on the wire: a [`ReplMessage`] as JSON, moved to the object store (and
+//! pointed at) when it is too large for one message, and read back with its size bounded
+//! and its SHA-256 checked before it is parsed.
+
+use async_nats::jetstream::object_store::{ObjectMetadata, ObjectStore};
+use bytes::Bytes;
+use proto::fleet::{INLINE_MAX, OBJECT_CHUNK, OBJECT_MAX, ReplMessage};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+use crate::{FleetError, Result};
+
+/// The body to publish for `message`: itself, or a pointer to an object holding it.
+pub(crate) async fn encode(
+    pi: &str,
+    message: &ReplMessage,
+    objects: &ObjectStore,
+) -> Result<Bytes> {
+    let body = serde_json::to_vec(message).map_err(|e| FleetError::Config(e.to_string()))?;
+    if body.len() <= INLINE_MAX {
+        return Ok(Bytes::from(body));
+    }
+    let sha256 = hex::encode(Sha256::digest(&body));
+    let name = format!("{pi}/{sha256}");
+    let meta = ObjectMetadata {
+        name: name.clone(),
+        chunk_size: Some(OBJECT_CHUNK),
+        ..Default::default()
+    };
+    let size = body.len() as u64;
+    objects
+        .put(meta, &mut body.as_slice())
+        .await
+        .map_err(FleetError::hub)?;
+    let pointer = ReplMessage::Object { name, sha256, size };
+    serde_json::to_vec(&pointer)
+        .map(Bytes::from)
+        .map_err(|e| FleetError::Config(e.to_string()))
+}
+
+/// Reads a body published by `origin`: the message it is, with an object fetched (only
+/// under `origin`'s name, at most [`OBJECT_MAX`] bytes) and its SHA-256 checked.
+pub(crate) async fn decode(
+    origin: &str,
+    payload: &[u8],
+    objects: &ObjectStore,
+) -> Result<ReplMessage> {
+    let refused = |why: String| FleetError::Refused {
+        origin: origin.to_owned(),
+        why,
+    };
+    let message: ReplMessage = serde_json::from_slice(payload)
+        .map_err(|e| refused(format!("a message is not a replication body: {e}")))?;
+    let ReplMessage::Object { name, sha256, size } = message else {
+        return Ok(message);
+    };
+    if !name.starts_with(&format!("{origin}/")) || size > OBJECT_MAX as u64 {
+        return Err(refused(format!(
+            "an object pointer names {name:?} of {size} bytes (at most {OBJECT_MAX}, under its own name)"
+        )));
+    }
+    let object = objects.get(&name).await.map_err(FleetError::hub)?;
+    let mut body = Vec::new();
+    object
+        .take(size + 1)
+        .read_to_end(&mut body)
+        .await
+        .map_err(FleetError::hub)?;
+    if body.len() as u64 != size || hex::encode(Sha256::digest(&body)) != sha256 {
+        return Err(refused(format!("object {name} is not the body its pointer names")));
+    }
+    match serde_json::from_slice(&body) {
+        Ok(ReplMessage::Object { .. }) => Err(refused(format!("object {name} points at another"))),
+        Ok(inner) => Ok(inner),
+        Err(e) => Err(refused(format!("object {name} is not a replication body: {e}"))),
+    }
+}

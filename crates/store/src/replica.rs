@@ -1,0 +1,330 @@
+//! Another Pi's sealed history in this database: the rows a replication message names,
+//! written only after every hash it carries is recomputed here (record hashes, leaves, the
+//! ledger's root and hash against its parents as stored here, its sealer's signature, its
+//! place in the seal log), and the publisher's outbox cursor on the origin side.
+//!
+//! The caller (`kura-fleet`) runs [`Tx::import_ledger`] for each ledger of a batch and then
+//! checks the seal log's root against the origin's signed checkpoint inside the same
+//! transaction; any refusal rolls the whole batch back, so nothing of it is ever committed.
+
+use std::collections::HashMap;
+
+use proto::fleet::{ReplLedger, ReplSeal};
+use proto::merkle;
+use proto::record::OwnedColumns;
+use rusqlite::{OptionalExtension, params};
+
+use crate::Cached;
+use crate::error::{Result, StoreError};
+use crate::store::hashcol;
+use crate::store::ledgers::{header, parent_refs, read_ledger_in};
+use crate::store::records::{RECORD_COLUMNS, columns_from_row};
+use crate::store::sessions::move_head;
+use crate::tx::{Db, Tx, conn};
+
+/// A replicated ledger refused: what does not hold, naming the ledger.
+fn refused(l: &ReplLedger, detail: String) -> StoreError {
+    StoreError::Corrupt {
+        what: "replicated ledger",
+        id: l.ledger_id.to_string(),
+        detail,
+    }
+}
+
+/// The stored columns of the record with content hash `hash`, if any.
+fn record_by_hash(c: &rusqlite::Connection, hash: &str) -> Result<Option<OwnedColumns>> {
+    let Some(key) = hashcol::to_column(hash) else {
+        return Ok(None);
+    };
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE hash = ?1");
+    Ok(c.prepare_cached(&sql)?
+        .query_row([&key[..]], columns_from_row)
+        .optional()?)
+}
+
+/// Checks a sealer's signature over `ledger_hash`.
+fn check_seal(seal: &ReplSeal, ledger_hash: &str) -> std::result::Result<(), String> {
+    use base64::Engine;
+    let key = nkeys::KeyPair::from_public_key(&seal.sealer).map_err(|e| e.to_string())?;
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(&seal.signature)
+        .map_err(|e| e.to_string())?;
+    key.verify(&kura_tlog::sealer::signing_bytes(ledger_hash), &sig)
+        .map_err(|e| e.to_string())
+}
+
+impl Tx<'_> {
+    /// Writes a replicated sealed ledger with its new records (`records`, by content hash),
+    /// refusing — as `Corrupt`, and before its ledger row is sealed — anything whose hash
+    /// does not recompute: a record's hash, the root over the members' leaves, the ledger
+    /// hash over the header and the parents as stored here, the seal signature, or a
+    /// seal-log place other than the next one.
+    pub fn import_ledger(
+        &self,
+        l: &ReplLedger,
+        records: &HashMap<String, OwnedColumns>,
+    ) -> Result<()> {
+        let c = conn(self);
+        let log = crate::SealLog(c);
+        let size = kura_tlog::seallog::size(&log)?;
+        if l.index != size {
+            return Err(refused(
+                l,
+                format!("it is leaf {} but the replica's log has {size}", l.index),
+            ));
+        }
+        if let Some(seal) = &l.seal {
+            check_seal(seal, &l.ledger_hash)
+                .map_err(|e| refused(l, format!("its seal signature does not verify: {e}")))?;
+        }
+        let session_exists: bool = c
+            .prepare_cached("SELECT 1 FROM sessions WHERE session_id = ?1")?
+            .exists([l.session_id.to_string()])?;
+        if !session_exists {
+            crate::store::labels::check_label(&l.session_label)?;
+            c.prepare_cached(
+                "INSERT INTO sessions (session_id, label, status, created_at) VALUES (?1, ?2, 'active', ?3)",
+            )?
+            .execute(params![l.session_id.to_string(), l.session_label, l.created_at])?;
+        }
+        let parents = parent_refs(c, &l.parent_ids)
+            .map_err(|e| refused(l, format!("a parent is not in the replica: {e}")))?;
+        let parent_ids: Vec<String> = l.parent_ids.iter().map(ToString::to_string).collect();
+        c.prepare_cached(
+            "INSERT INTO ledgers (ledger_id, session_id, label, parent_ids, state, created_at)
+             VALUES (?1, ?2, ?3, ?4, 'open', ?5)",
+        )?
+        .execute(params![
+            l.ledger_id.to_string(),
+            l.session_id.to_string(),
+            l.label,
+            serde_json::to_string(&parent_ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+            l.created_at,
+        ])?;
+        let mut leaves = Vec::with_capacity(l.members.len());
+        for (position, hash) in l.members.iter().enumerate() {
+            let columns = match record_by_hash(c, hash)? {
+                Some(stored) => stored,
+                None => {
+                    let new = records
+                        .get(hash)
+                        .ok_or_else(|| refused(l, format!("record {hash} was never sent")))?;
+                    insert_checked(c, l, hash, new)?;
+                    new.clone()
+                }
+            };
+            let leaf = columns.as_columns().leaf_hash();
+            c.prepare_cached(
+                "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                l.ledger_id.to_string(),
+                position as i64,
+                columns.record_id,
+                proto::canonical::to_hex(&leaf)
+            ])?;
+            c.prepare_cached("UPDATE ledgers SET record_count = ?2 WHERE ledger_id = ?1")?
+                .execute(params![l.ledger_id.to_string(), position as i64 + 1])?;
+            leaves.push(leaf);
+        }
+        let root = proto::canonical::to_hex(&merkle::root(&leaves));
+        if root != l.root_hash {
+            return Err(refused(
+                l,
+                format!("its root recomputes to {root}, not {}", l.root_hash),
+            ));
+        }
+        let ledger = read_ledger_in(c, l.ledger_id)?;
+        let hash = header(&ledger, parents, &l.sealed_at).ledger_hash(ledger.record_count, &root);
+        if hash != l.ledger_hash {
+            return Err(refused(
+                l,
+                format!("its ledger hash recomputes to {hash}, not {}", l.ledger_hash),
+            ));
+        }
+        c.prepare_cached(
+            "UPDATE ledgers SET state = 'sealed', root_hash = ?2, ledger_hash = ?3, sealed_at = ?4
+              WHERE ledger_id = ?1",
+        )?
+        .execute(params![l.ledger_id.to_string(), root, hash, l.sealed_at])?;
+        move_head(c, l.session_id, l.ledger_id, &hash, "replicated")?;
+        kura_tlog::seallog::append(&log, l.ledger_id, l.session_id, &hash)?;
+        if let Some(seal) = &l.seal {
+            kura_tlog::storage::LogStorage::put_seal(
+                &log,
+                &l.ledger_id.to_string(),
+                &seal.sealer,
+                &seal.signature,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The root of the first `size` leaves of this database's seal log.
+    pub fn seal_log_root(&self, size: u64) -> Result<[u8; 32]> {
+        Ok(kura_tlog::seallog::root(&crate::SealLog(conn(self)), size)?.0)
+    }
+
+    /// Records where a replica of `origin` has verified up to, with the checkpoint.
+    pub fn set_inbox(&self, origin: &str, stream_seq: u64, checkpoint: &str) -> Result<()> {
+        conn(self).execute_cached(
+            "INSERT INTO fleet_inbox (origin, stream_seq, checkpoint, verified_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (origin) DO UPDATE SET stream_seq = ?2, checkpoint = ?3, verified_at = ?4",
+            params![origin, stream_seq as i64, checkpoint, crate::time::now()],
+        )?;
+        Ok(())
+    }
+
+    /// Moves this Pi's publisher cursor: `published` leaves acknowledged, the last ledger at
+    /// `ledger_seq` in the stream.
+    pub fn set_outbox(&self, pi: &str, published: u64, ledger_seq: u64) -> Result<()> {
+        conn(self).execute_cached(
+            "INSERT INTO fleet_outbox (pi, published, ledger_seq) VALUES (?1, ?2, ?3)
+             ON CONFLICT (pi) DO UPDATE SET published = ?2, ledger_seq = ?3",
+            params![pi, published as i64, ledger_seq as i64],
+        )?;
+        Ok(())
+    }
+}
+
+/// Inserts a new record after checking its columns against the hash the ledger names.
+fn insert_checked(
+    c: &rusqlite::Connection,
+    l: &ReplLedger,
+    hash: &str,
+    new: &OwnedColumns,
+) -> Result<()> {
+    let cols = new.as_columns();
+    if new.hash != hash || !cols.hash_matches() {
+        return Err(refused(
+            l,
+            format!("record {} does not hash to {hash}", new.record_id),
+        ));
+    }
+    if proto::ids::parse_id(&new.record_id).is_none()
+        || new
+            .record_type
+            .parse::<proto::record::RecordType>()
+            .is_err()
+    {
+        return Err(refused(
+            l,
+            format!("record {} has a bad id or type", new.record_id),
+        ));
+    }
+    let key = hashcol::to_column(hash)
+        .ok_or_else(|| refused(l, format!("{hash:?} is not a SHA-256 hash")))?;
+    c.prepare_cached(&format!(
+        "INSERT INTO records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    ))?
+    .execute(params![
+        new.record_id,
+        &key[..],
+        new.record_type,
+        new.content,
+        new.author_id,
+        new.metadata,
+        new.created_at
+    ])?;
+    Ok(())
+}
+
+/// Where a replica has verified up to: (stream sequence, checkpoint), if anywhere.
+pub fn inbox(db: &(impl Db + ?Sized), origin: &str) -> Result<Option<(u64, String)>> {
+    Ok(conn(db)
+        .prepare_cached("SELECT stream_seq, checkpoint FROM fleet_inbox WHERE origin = ?1")?
+        .query_row([origin], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
+        .optional()?)
+}
+
+/// This Pi's publisher cursor: (leaves published, stream sequence of the last ledger).
+pub fn outbox(db: &(impl Db + ?Sized), pi: &str) -> Result<(u64, u64)> {
+    Ok(conn(db)
+        .prepare_cached("SELECT published, ledger_seq FROM fleet_outbox WHERE pi = ?1")?
+        .query_row([pi], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+        })
+        .optional()?
+        .unwrap_or((0, 0)))
+}
+
+/// What the publisher sends for seal-log leaf `index`: the ledger, and the records of it
+/// that no earlier leaf's ledger held (each record is sent once).
+pub fn outgoing(
+    db: &(impl Db + ?Sized),
+    index: u64,
+) -> Result<Option<(ReplLedger, Vec<OwnedColumns>)>> {
+    let c = conn(db);
+    let Some(ledger_id) = c
+        .prepare_cached("SELECT ledger_id FROM seal_log_leaves WHERE leaf_index = ?1")?
+        .query_row([index as i64], |r| r.get::<_, String>(0))
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let id = crate::store::parse_id(&ledger_id)?;
+    let ledger = read_ledger_in(c, id)?;
+    let session = crate::store::sessions::read_session_in(c, ledger.session_id)?;
+    let members = crate::store::ledgers::member_rows(c, id)?;
+    let mut fresh = Vec::new();
+    let mut earlier = c.prepare_cached(
+        "SELECT 1 FROM ledger_records lr JOIN seal_log_leaves s ON s.ledger_id = lr.ledger_id
+          WHERE lr.record_id = ?1 AND s.leaf_index < ?2 LIMIT 1",
+    )?;
+    let mut hashes = Vec::with_capacity(members.len());
+    for m in members {
+        if !earlier.exists(params![m.columns.record_id, index as i64])?
+            && !fresh
+                .iter()
+                .any(|f: &OwnedColumns| f.record_id == m.columns.record_id)
+        {
+            fresh.push(m.columns.clone());
+        }
+        hashes.push(m.columns.hash);
+    }
+    let seal = crate::SealLog(c);
+    let seal = kura_tlog::storage::LogStorage::seal_of(&seal, &ledger_id)?;
+    let (Some(root_hash), Some(ledger_hash), Some(sealed_at)) =
+        (ledger.root_hash, ledger.ledger_hash, ledger.sealed_at)
+    else {
+        return Err(StoreError::Corrupt {
+            what: "ledger",
+            id: ledger_id,
+            detail: "it is in the seal log but not sealed".into(),
+        });
+    };
+    Ok(Some((
+        ReplLedger {
+            index,
+            ledger_id: id,
+            session_id: ledger.session_id,
+            session_label: session.label,
+            label: ledger.label,
+            parent_ids: ledger.parent_ids,
+            members: hashes,
+            root_hash,
+            ledger_hash,
+            created_at: ledger.created_at,
+            sealed_at,
+            seal: seal.and_then(|s| {
+                Some(ReplSeal {
+                    sealer: s.sealer?,
+                    signature: s.signature?,
+                })
+            }),
+        },
+        fresh,
+    )))
+}
+
+/// The ledger hash this database's seal log holds at `index`, if it has that leaf.
+pub fn logged_hash(db: &(impl Db + ?Sized), index: u64) -> Result<Option<String>> {
+    Ok(conn(db)
+        .prepare_cached(
+            "SELECT l.ledger_hash FROM seal_log_leaves s JOIN ledgers l ON l.ledger_id = s.ledger_id
+              WHERE s.leaf_index = ?1",
+        )?
+        .query_row([index as i64], |r| r.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
