@@ -13,6 +13,9 @@ pub mod error;
 pub mod memory;
 pub mod proof;
 pub mod replica;
+#[cfg(test)]
+#[path = "tests/replica.rs"]
+mod replica_tests;
 mod seal_log;
 #[cfg(test)]
 #[path = "tests/seallog.rs"]
