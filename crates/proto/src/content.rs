@@ -425,6 +425,14 @@ pub struct SessionForkContent {
     pub origin_hash: String,
     /// The origin's label, if it had one (`null` otherwise).
     pub origin_label: Option<String>,
+    /// The Pi the origin ledger was sealed on, when it came from that Pi's verified replica
+    /// (absent for a fork within this database, so those hash as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_pi: Option<String>,
+    /// That Pi's signed checkpoint the replica was verified against, which covers the
+    /// origin ledger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_checkpoint: Option<String>,
 }
 
 impl SessionForkContent {
@@ -760,6 +768,8 @@ mod tests {
                     origin_session: s.into(),
                     origin_hash: "h".into(),
                     origin_label: label.clone(),
+                    origin_pi: None,
+                    origin_checkpoint: None,
                 }
                 .to_value(),
                 json!({"origin_ledger": l, "origin_session": s, "origin_hash": "h", "origin_label": label}),

@@ -627,7 +627,7 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> 
             all_hosts.push(h.clone());
         }
     }
-    let made = certificates(&all_hosts)?;
+    let made = certificates(&all_hosts, false)?;
     write_new(&dir.join(CA_FILE), made.ca.as_bytes(), 0o644)?;
     for (name, (cert, key)) in [
         (SERVER_CERT_FILE, &made.server),
@@ -650,8 +650,10 @@ pub fn init(dir: &Path, hosts: &[String]) -> Result<Initialized, IdentityError> 
 
 /// A fresh CA (its key dropped) and one server certificate for `hosts`, all PEM: (CA,
 /// certificate, key) — for a fleet's hub.
+/// Its certificate serves clients and leaf nodes and also logs in to the other hub nodes
+/// (routes authenticate both ways).
 pub fn server_certificate(hosts: &[String]) -> Result<(String, String, String), IdentityError> {
-    let made = certificates(hosts)?;
+    let made = certificates(hosts, true)?;
     Ok((made.ca, made.server.0, made.server.1))
 }
 
@@ -665,7 +667,7 @@ struct Certificates {
 }
 
 /// A fresh CA and its two leaves for `hosts`; the CA's key is dropped here.
-fn certificates(hosts: &[String]) -> Result<Certificates, IdentityError> {
+fn certificates(hosts: &[String], routes: bool) -> Result<Certificates, IdentityError> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
@@ -688,6 +690,11 @@ fn certificates(hosts: &[String]) -> Result<Certificates, IdentityError> {
         params.use_authority_key_identifier_extension = true;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        if routes {
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ClientAuth);
+        }
         let key = KeyPair::generate().map_err(fail)?;
         let cert = params.signed_by(&key, &issuer).map_err(fail)?;
         Ok((cert.pem(), key.serialize_pem()))
@@ -896,7 +903,7 @@ pub fn upgrade(dir: &Path, hosts: &[String]) -> Result<Upgraded, IdentityError> 
                 .cloned()
                 .collect::<Vec<_>>(),
         );
-        let made = certificates(&all)?;
+        let made = certificates(&all, false)?;
         write_new(&dir.join(CONSOLE_CA_FILE), made.ca.as_bytes(), 0o644)?;
         write_new(
             &dir.join(CONSOLE_CERT_FILE),

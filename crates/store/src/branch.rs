@@ -124,6 +124,8 @@ pub(crate) fn fork_in(
                 origin_session: o.session_id,
                 origin_hash,
                 origin_label: Some(o.label.clone()),
+                origin_pi: None,
+                origin_checkpoint: None,
             }
             .to_value(),
             author_id: AUTHOR.to_owned(),
@@ -196,7 +198,106 @@ pub fn unreachable(conn: &impl crate::tx::Db, session_id: SessionId) -> Result<H
     Ok(out)
 }
 
+/// The size a signed checkpoint note commits to (its second line), already verified when
+/// the replica stored it.
+fn checkpoint_size(note: &str) -> Option<u64> {
+    note.lines().nth(1)?.trim().parse().ok()
+}
+
+/// What a fork from another Pi's replica starts from: the ledger's session, hash, label,
+/// its records, and the replica's verified checkpoint (which must cover the ledger).
+struct Foreign {
+    session: SessionId,
+    hash: String,
+    label: String,
+    records: Vec<NewRecord>,
+    checkpoint: String,
+}
+
+fn read_foreign(replica: &Store, pi: &str, origin: LedgerId) -> Result<Foreign> {
+    let c = replica.conn();
+    let o = read_ledger_in(c, origin)?;
+    let (Some(hash), LedgerState::Sealed) = (o.ledger_hash.clone(), o.state) else {
+        return Err(StoreError::Invalid(format!("ledger {origin} is not sealed in {pi}'s replica")));
+    };
+    let Some((_, checkpoint)) = crate::replica::inbox(replica, pi)? else {
+        return Err(StoreError::Invalid(format!(
+            "{} is not a verified replica of {pi} (no checkpoint was verified there)",
+            replica.path().display()
+        )));
+    };
+    let leaf = kura_tlog::storage::LogStorage::leaf_of(&replica.seal_log(), origin)?;
+    match (leaf, checkpoint_size(&checkpoint)) {
+        (Some((index, _)), Some(size)) if index < size => {}
+        _ => {
+            return Err(StoreError::Invalid(format!(
+                "ledger {origin} is not covered by {pi}'s verified checkpoint yet; wait for the replica to catch up"
+            )));
+        }
+    }
+    let records = replica
+        .hydrate(origin)?
+        .into_iter()
+        .map(|r| NewRecord {
+            record_type: r.record_type,
+            content: r.content,
+            author_id: r.author_id,
+            metadata: r.metadata,
+        })
+        .collect();
+    Ok(Foreign {
+        session: o.session_id,
+        hash,
+        label: o.label,
+        records,
+        checkpoint,
+    })
+}
+
 impl Store {
+    /// Continues another Pi's sealed ledger here: a new session whose first ledger holds a
+    /// `session.fork` record naming that Pi, the ledger (id, session, hash) and the checkpoint
+    /// its verified `replica` holds, then copies of the ledger's records (same content, so
+    /// the same hashes). The origin ledger is not in this database, so it is no parent: the
+    /// link is the hash, checkable against the replica and that Pi's checkpoints.
+    pub fn fork_from_replica(
+        &mut self,
+        replica: &Store,
+        pi: &str,
+        origin: LedgerId,
+        label: &str,
+    ) -> Result<(Session, Ledger)> {
+        let f = read_foreign(replica, pi, origin)?;
+        let sealer = self.sealer().cloned();
+        self.write_raw(|conn| {
+            let session = create_session_in(conn, label)?;
+            let first = open_ledger_in(conn, session.session_id, "fork", &[])?;
+            append_in(
+                conn,
+                first.ledger_id,
+                &NewRecord {
+                    record_type: RecordType::SessionFork,
+                    content: SessionForkContent {
+                        origin_ledger: origin,
+                        origin_session: f.session,
+                        origin_hash: f.hash.clone(),
+                        origin_label: Some(f.label.clone()),
+                        origin_pi: Some(pi.to_owned()),
+                        origin_checkpoint: Some(f.checkpoint.clone()),
+                    }
+                    .to_value(),
+                    author_id: AUTHOR.to_owned(),
+                    metadata: Default::default(),
+                },
+            )?;
+            for r in &f.records {
+                append_in(conn, first.ledger_id, r)?;
+            }
+            let (sealed, _) = seal_in(conn, first.ledger_id, sealer.as_ref())?;
+            Ok((read_session_in(conn, session.session_id)?, sealed))
+        })
+    }
+
     /// Moves `session_id`'s head back to `target`, a sealed ledger of that session its head
     /// descends from; the ref log records `reset: <reason>`. The ledgers after it stay, as
     /// unreachable history.

@@ -6,6 +6,7 @@
 #![allow(missing_docs)]
 pub mod cli;
 pub mod console;
+pub mod hub;
 pub mod nats;
 pub mod rogue;
 pub mod stack;

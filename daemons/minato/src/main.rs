@@ -33,6 +33,13 @@ enum Command {
         /// Fork a new session from this sealed ledger (of any session) and continue there.
         #[arg(long, conflicts_with = "session")]
         from: Option<String>,
+        /// `--from` names a ledger of this Pi's verified replica of another Pi (its fleet
+        /// name): the fork records that Pi and the checkpoint the replica was verified against.
+        #[arg(long, requires = "from")]
+        replica: Option<String>,
+        /// Where the replicas are (default: `replicas/` beside the database).
+        #[arg(long, requires = "replica")]
+        replicas_dir: Option<std::path::PathBuf>,
         /// Follow the session until it completes and print the deliverable.
         #[arg(long)]
         wait: bool,
@@ -96,6 +103,8 @@ fn main() -> ExitCode {
             instruction,
             session,
             from,
+            replica,
+            replicas_dir,
             wait,
             timeout,
             author,
@@ -106,7 +115,7 @@ fn main() -> ExitCode {
                 config_path.as_deref(),
                 &instruction,
                 session,
-                from,
+                from.map(|f| (f, replica.map(|r| (r, replicas_dir)))),
                 wait,
                 author,
                 json,
@@ -119,7 +128,7 @@ fn submit_cmd(
     config_path: Option<&std::path::Path>,
     instruction: &str,
     session: Option<String>,
-    from: Option<String>,
+    from: Option<(String, Option<(String, Option<std::path::PathBuf>)>)>,
     wait: Option<Duration>,
     author: Option<String>,
     json: bool,
@@ -143,9 +152,14 @@ fn submit_cmd(
         }
     };
     // `--from`: the fork is durable before the request that continues it.
-    let session = match from.as_deref().map(|l| {
-        let ledger = kura_store::store::parse_id(l)?;
-        minato::submit::fork(&config.common, ledger)
+    let session = match from.map(|(l, replica)| {
+        let ledger = kura_store::store::parse_id(&l)?;
+        match replica {
+            None => minato::submit::fork(&config.common, ledger),
+            Some((pi, dir)) => {
+                minato::submit::fork_from_replica(&config.common, &pi, dir.as_deref(), ledger)
+            }
+        }
     }) {
         None => session,
         Some(Ok(forked)) => Some(forked),

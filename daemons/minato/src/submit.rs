@@ -30,6 +30,33 @@ pub fn fork(common: &Common, ledger: LedgerId) -> anyhow::Result<SessionId> {
     Ok(s.session_id)
 }
 
+/// Forks a new session from another Pi's sealed `ledger`, read from this Pi's verified
+/// replica of it (`replicas/<pi>.db` beside the database unless `dir` says where):
+/// `minato submit --from LEDGER --replica PI`.
+pub fn fork_from_replica(
+    common: &Common,
+    pi: &str,
+    dir: Option<&std::path::Path>,
+    ledger: LedgerId,
+) -> anyhow::Result<SessionId> {
+    proto::fleet::check_pi_name(pi)?;
+    let dir = dir.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+        common
+            .db
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+            .join("replicas")
+    });
+    let path = dir.join(format!("{pi}.db"));
+    let options = common.store_options()?;
+    let replica = Store::open(&path, &kura_store::StoreOptions::default())
+        .map_err(|e| anyhow::anyhow!("{e} (is {pi} one of [fleet] peers in serve.toml?)"))?;
+    let mut store = Store::open(&common.db, &options)?;
+    let (s, _) = store.fork_from_replica(&replica, pi, ledger, &format!("continued from {pi}"))?;
+    Ok(s.session_id)
+}
+
 /// Submits `instruction` (optionally continuing `session`) and, if `wait` is set, waits up
 /// to `timeout` for the session to complete.
 pub async fn run(

@@ -9,6 +9,7 @@ mod chaos;
 mod commits;
 mod console;
 mod e2e;
+mod fleet;
 mod memory;
 mod openai;
 mod supervise;

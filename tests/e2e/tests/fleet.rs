@@ -1,0 +1,481 @@
+//! A fleet of Pis: two full Kura stacks ("Pi A", "Pi B": each its own database, keys, bus
+//! and daemons) whose buses join a real JetStream hub (1 or 3 nodes of the bundled
+//! nats-server) as leaf nodes. Each Pi's sealed history reaches the other as a replica that
+//! verifies with the same ledger hashes and checkpoint root — through hub node kills, a dead
+//! hub, a killed publisher — and a rewritten history republished is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use kura_runtime::identity::Role;
+use kura_store::replica::logged_hash;
+use kura_store::{Store, StoreOptions};
+use kura_testkit::bin;
+use kura_testkit::hub::Hub;
+use kura_testkit::stack::Stack;
+use proto::fleet::{self, ReplMessage};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+const ONE_TURN: &str = r#"{"turns": [[
+  {"thought": "A short task: one note."},
+  {"tool": "fs.write", "args": {"path": "note.md", "content": "written on a Pi"}},
+  {"deliver": "wrote note.md"}
+]]}"#;
+
+/// One Pi of the fleet: its stack, its log key and witness key.
+struct Pi {
+    name: &'static str,
+    s: Stack,
+    log_key: PathBuf,
+    log_vkey: String,
+    witness_vkey: String,
+}
+
+fn note_key(dir: &Path, file: &str, name: &str, witness: bool) -> (PathBuf, String) {
+    let path = dir.join(file);
+    let mut cmd = Command::new(bin("kura"));
+    cmd.args(["log-key", "init", "--out"]).arg(&path).args(["--name", name]);
+    if witness {
+        cmd.arg("--witness");
+    }
+    let out = cmd.output().expect("kura log-key init");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let vkey = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .expect("vkey")
+        .trim()
+        .to_owned();
+    (path, vkey)
+}
+
+impl Pi {
+    /// A stack whose bus joins `hub` as `name`.
+    fn new(name: &'static str, hub: &Hub, script: &str) -> Pi {
+        let mut s = Stack::new(script);
+        s.nats.set_hub(Some(hub.link(name)));
+        s.nats.restart();
+        let (log_key, log_vkey) = note_key(s.dir.path(), "log.key", name, false);
+        let (_, witness_vkey) = note_key(s.dir.path(), "witness.key", &format!("{name}.witness"), true);
+        Pi {
+            name,
+            s,
+            log_key,
+            log_vkey,
+            witness_vkey,
+        }
+    }
+
+    /// Its serve.toml: sign every second, publish as itself, replicate `peers`.
+    fn configure(&mut self, peers: &[&Pi]) {
+        let mut text = format!(
+            "[serve]\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\nlog_key = {:?}\n\
+             log_verifier = {:?}\nwitness_key = {:?}\n\n[fleet]\nname = {:?}\n",
+            self.log_key,
+            self.log_vkey,
+            self.s.path("witness.key"),
+            self.name
+        );
+        for p in peers {
+            text.push_str(&format!(
+                "\n[[fleet.peers]]\nname = {:?}\nlog_verifier = {:?}\n",
+                p.name, p.log_vkey
+            ));
+        }
+        std::fs::write(self.s.path("serve.toml"), text).expect("serve.toml");
+        self.s.extra_env.push((
+            "KURA_SERVE_CONFIG".into(),
+            self.s.path("serve.toml").display().to_string(),
+        ));
+    }
+
+    fn replica_path(&self, origin: &str) -> PathBuf {
+        self.s.path(&format!("replicas/{origin}.db"))
+    }
+
+    /// Leaves of this Pi's own seal log.
+    fn size(&self) -> u64 {
+        kura_tlog::seallog::size(&self.s.store().seal_log()).expect("size")
+    }
+
+    /// Leaves its replica of `origin` verified (0 when it has none yet).
+    fn replica_size(&self, origin: &str) -> u64 {
+        let path = self.replica_path(origin);
+        if !path.exists() {
+            return 0;
+        }
+        let Ok(r) = Store::open(&path, &StoreOptions::default()) else {
+            return 0;
+        };
+        kura_tlog::seallog::size(&r.seal_log()).unwrap_or(0)
+    }
+
+    /// Waits until its replica of `origin` holds all `n` of its leaves.
+    fn wait_replica(&self, origin: &Pi, what: &str) {
+        let deadline = Instant::now() + MINUTE;
+        loop {
+            let want = origin.size();
+            if want > 0 && self.replica_size(origin.name) == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {}'s replica of {} has {} of {want} leaves\n--- {} serve\n{}\n--- {} serve\n{}",
+                self.name,
+                origin.name,
+                self.replica_size(origin.name),
+                self.name,
+                self.s.log("serve"),
+                origin.name,
+                origin.s.log("serve")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kura(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin("kura"))
+            .args(args)
+            .env("KURA_SERVE_CONFIG", self.s.path("serve.toml"))
+            .env_remove("KURA_DB")
+            .output()
+            .expect("kura")
+    }
+}
+
+/// The replica of `origin` kept by `at` holds the same ledgers, in the same seal-log order,
+/// with the same hashes; its seal log has the root of `origin`'s signed checkpoint; and
+/// `kura verify --all` passes on it.
+fn assert_same_history(origin: &Pi, at: &Pi) {
+    let a = origin.s.store();
+    let r = Store::open(at.replica_path(origin.name), &StoreOptions::default()).expect("replica");
+    let n = origin.size();
+    for i in 0..n {
+        assert_eq!(
+            logged_hash(&r, i).expect("replica leaf"),
+            logged_hash(&a, i).expect("origin leaf"),
+            "leaf {i} differs"
+        );
+    }
+    let note = std::fs::read_to_string(origin.s.path("kura.db.checkpoint")).expect("origin's checkpoint");
+    let cp = kura_tlog::checkpoint::open(&note, &origin.log_vkey).expect("signed by the origin");
+    let size = cp.size.min(n);
+    assert_eq!(
+        kura_tlog::seallog::root(&r.seal_log(), cp.size).expect("root").0,
+        cp.root.0,
+        "the replica's log has another root at the origin's checkpoint size {size}"
+    );
+    let db = at.replica_path(origin.name);
+    let out = Command::new(bin("kura"))
+        .args(["verify", "--all", "--db"])
+        .arg(&db)
+        .output()
+        .expect("verify");
+    assert!(out.status.success(), "verify on the replica: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The seal-log indexes of every ledger message `pi` has on the hub, in stream order.
+fn ledger_indexes(hub: &Hub, pi: &str) -> Vec<u64> {
+    rt().block_on(async {
+        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        let stream = js.get_stream(fleet::STREAM).await.expect("stream");
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: fleet::ledger_subject(pi),
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let mut messages = consumer.messages().await.expect("messages");
+        let mut out = Vec::new();
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(2), messages.next()).await;
+            let Ok(Some(Ok(m))) = next else { break };
+            match serde_json::from_slice::<ReplMessage>(&m.payload).expect("body") {
+                ReplMessage::Ledger(l) => out.push(l.index),
+                other => panic!("not a ledger on the ledger subject: {other:?}"),
+            }
+            if m.info().expect("info").pending == 0 {
+                break;
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_faults() {
+    let mut hub = Hub::start(3, &["pi-a", "pi-b"]);
+    let mut a = Pi::new("pi-a", &hub, ONE_TURN);
+    let mut b = Pi::new("pi-b", &hub, ONE_TURN);
+    a.configure(&[&b]);
+    b.configure(&[&a]);
+    for p in [&mut a, &mut b] {
+        for d in ["serve", "aegis", "minato", "hashi"] {
+            p.s.spawn(if d == "serve" { "kura" } else { d }, d);
+        }
+    }
+
+    // A session on A: its replica on B verifies with the same hashes and checkpoint root.
+    let r = a.s.submit("write a note on A");
+    a.s.wait_complete(r, MINUTE);
+    b.wait_replica(&a, "first session");
+    assert_same_history(&a, &b);
+    // B cosigned A's checkpoint as a witness, beside it in the hub's bucket.
+    let cosigned = rt().block_on(async {
+        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("bucket");
+        let deadline = Instant::now() + MINUTE;
+        loop {
+            if let Some(v) = kv.get(fleet::cosignature_key("pi-a", "pi-b")).await.expect("get") {
+                return String::from_utf8(v.to_vec()).expect("text");
+            }
+            assert!(Instant::now() < deadline, "no cosignature by pi-b\n{}", b.s.log("serve"));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let by = kura_tlog::cosign::cosigned_by(&cosigned, std::slice::from_ref(&b.witness_vkey))
+        .expect("cosignature");
+    assert!(!by.is_empty(), "pi-b's cosignature does not verify: {cosigned}");
+    // And the other way round.
+    let r = b.s.submit("write a note on B");
+    b.s.wait_complete(r, MINUTE);
+    a.wait_replica(&b, "B's session");
+    assert_same_history(&b, &a);
+
+    // SIGKILL one hub node while A publishes: nothing is lost.
+    let r = a.s.submit("second task");
+    hub.kill_node(1);
+    a.s.wait_complete(r, MINUTE);
+    b.wait_replica(&a, "with a hub node killed");
+    assert_same_history(&a, &b);
+    hub.start_node(1);
+
+    // The whole hub down: A keeps running sessions; its replica catches up when it returns.
+    for n in 0..3 {
+        hub.kill_node(n);
+    }
+    let r = a.s.submit("a task while the hub is away");
+    a.s.wait_complete(r, MINUTE);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(b.replica_size("pi-a") < a.size(), "the replica grew with no hub");
+    for n in 0..3 {
+        hub.start_node(n);
+    }
+    b.wait_replica(&a, "after the hub returned");
+    assert_same_history(&a, &b);
+
+    // SIGKILL A's publisher (kura serve) mid-batch: no gap and no duplicate on the hub.
+    let before = a.size();
+    let reqs: Vec<i64> = (0..3).map(|i| a.s.submit(&format!("batch {i}"))).collect();
+    let deadline = Instant::now() + MINUTE;
+    while a.size() == before {
+        assert!(Instant::now() < deadline, "nothing sealed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.s.signal("serve", "KILL");
+    for r in reqs {
+        a.s.wait_complete(r, MINUTE);
+    }
+    a.s.spawn("kura", "serve");
+    b.wait_replica(&a, "after the publisher was killed");
+    assert_same_history(&a, &b);
+    let indexes = ledger_indexes(&hub, "pi-a");
+    assert_eq!(indexes, (0..a.size()).collect::<Vec<_>>(), "gaps or duplicates on the hub");
+
+    // Restore A from the hub into an empty directory: it verifies and continues its log.
+    let fresh = tempfile::tempdir().expect("tempdir");
+    let restored = fresh.path().join("kura.db");
+    let out = a.kura(&[
+        "fleet", "restore", "pi-a", "--log-verifier", &a.log_vkey, "--to",
+        restored.to_str().expect("utf8"), "--url", &hub.url(), "--seed",
+        hub.admin_seed().to_str().expect("utf8"), "--ca", hub.ca().to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
+    let rs = Store::open(&restored, &StoreOptions::default()).expect("restored");
+    let astore = a.s.store();
+    let n = kura_tlog::seallog::size(&rs.seal_log()).expect("size");
+    assert!(n > 0 && n <= a.size());
+    for i in 0..n {
+        assert_eq!(logged_hash(&rs, i).expect("leaf"), logged_hash(&astore, i).expect("leaf"));
+    }
+    let verified = Command::new(bin("kura")).args(["verify", "--all", "--db"]).arg(&restored).output().expect("verify");
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    // The same log key signs on from the restored checkpoint (no fork of its own history).
+    let signed = Command::new(bin("kura"))
+        .args(["checkpoint", "--key"])
+        .arg(&a.log_key)
+        .arg("--db")
+        .arg(&restored)
+        .env_remove("KURA_SERVE_CONFIG")
+        .output()
+        .expect("checkpoint");
+    assert!(signed.status.success(), "{}", String::from_utf8_lossy(&signed.stderr));
+
+    // B continues A's last session from its replica.
+    let last = rs
+        .conn()
+        .query_row("SELECT ledger_id FROM seal_log_leaves WHERE leaf_index = ?1", [n as i64 - 1], |r| r.get::<_, String>(0))
+        .expect("last ledger");
+    let r = b.s.submit_with("continue A's work", &["--from", &last, "--replica", "pi-a"]);
+    b.s.wait_complete(r, MINUTE);
+    let fork: String = b
+        .s
+        .store()
+        .conn()
+        .query_row(
+            "SELECT content FROM records WHERE record_type = 'session.fork' AND content LIKE '%pi-a%'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("B's session.fork names pi-a");
+    let fork: serde_json::Value = serde_json::from_str(&fork).expect("json");
+    assert_eq!(fork["origin_ledger"], last);
+    assert_eq!(fork["origin_pi"], "pi-a");
+    let note = fork["origin_checkpoint"].as_str().expect("checkpoint");
+    kura_tlog::checkpoint::open(note, &a.log_vkey).expect("the fork names A's signed checkpoint");
+    b.s.verify_all();
+
+    // `kura fleet status` on B: itself and its replica, no alarm.
+    let out = b.kura(&["fleet", "status", "--db", b.s.db.to_str().expect("utf8")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("pi-b (this Pi)") && text.contains("pi-a: replica verified"), "{text}");
+    a.s.verify_all();
+}
+
+/// What the attacker of this test has: Pi A's bus identity for `kura serve` (so it may
+/// publish under `pi-a`) and A's log key (so its checkpoint verifies).
+async fn publish_as_a(a: &Pi, evil: &Store, note: &str) {
+    let client = a.s.nats.client(Role::Serve).await.expect("A's serve identity");
+    let js = jetstream::with_domain(client, fleet::DOMAIN);
+    let (l, records) = kura_store::replica::outgoing(evil, 0).expect("outgoing").expect("leaf 0");
+    for columns in records {
+        let body = serde_json::to_vec(&ReplMessage::Record(fleet::ReplRecord { columns })).expect("json");
+        js.publish(fleet::record_subject("pi-a"), body.into()).await.expect("publish").await.expect("ack");
+    }
+    let body = serde_json::to_vec(&ReplMessage::Ledger(l)).expect("json");
+    js.publish(fleet::ledger_subject("pi-a"), body.into()).await.expect("publish").await.expect("ack");
+    let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("bucket");
+    kv.put("pi-a", note.as_bytes().to_vec().into()).await.expect("put");
+}
+
+#[test]
+fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
+    let hub = Hub::start(1, &["pi-a", "pi-b"]);
+    let mut a = Pi::new("pi-a", &hub, ONE_TURN);
+    let mut b = Pi::new("pi-b", &hub, ONE_TURN);
+    a.configure(&[&b]);
+    b.configure(&[&a]);
+    // A's history, written as a person would (`kura` writes through the store).
+    {
+        let mut store = a.s.store();
+        let s = store.create_session("honest").expect("session").session_id;
+        for i in 0..3 {
+            let l = store.open_ledger(s, &format!("l{i}"), &[]).expect("open");
+            store
+                .append(l.ledger_id, &proto::NewRecord {
+                    record_type: proto::RecordType::AgentThought,
+                    content: serde_json::json!({"text": format!("honest {i}")}),
+                    author_id: "user:a".into(),
+                    metadata: Default::default(),
+                })
+                .expect("append");
+            store.seal_ledger(l.ledger_id).expect("seal");
+        }
+    }
+    // History written before the signer ran: a person accepts it once.
+    let accepted = Command::new(bin("kura"))
+        .args(["checkpoint", "--trust-current", "--key"])
+        .arg(&a.log_key)
+        .arg("--db")
+        .arg(&a.s.db)
+        .output()
+        .expect("checkpoint");
+    assert!(accepted.status.success(), "{}", String::from_utf8_lossy(&accepted.stderr));
+    a.s.spawn("kura", "serve");
+    b.s.spawn("kura", "serve");
+    b.wait_replica(&a, "honest history");
+    let replica = b.replica_path("pi-a");
+    let before = kura_testkit::cli::fingerprint(&replica);
+
+    // A Pi may not publish under another Pi's name, and no doorbell crosses the hub.
+    rt().block_on(async {
+        let client = a.s.nats.client(Role::Serve).await.expect("connect");
+        let js = jetstream::with_domain(client, fleet::DOMAIN);
+        let spoofed = tokio::time::timeout(
+            Duration::from_secs(5),
+            async { js.publish(fleet::ledger_subject("pi-b"), "{}".into()).await?.await.map_err(Into::into) },
+        )
+        .await;
+        let spoofed: Result<_, async_nats::Error> = spoofed.unwrap_or_else(|_| Err("timed out".into()));
+        assert!(spoofed.is_err(), "A published under pi-b: {spoofed:?}");
+        let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("bucket");
+        let put = tokio::time::timeout(Duration::from_secs(5), kv.put("pi-b", "forged".into())).await;
+        assert!(!matches!(put, Ok(Ok(_))), "A wrote pi-b's checkpoint");
+
+        let doorbell = a.s.nats.client(Role::Operator).await.expect("A operator");
+        let mut at_a = doorbell.subscribe("oclaw.v1.>").await.expect("sub");
+        let mut at_b = b.s.nats.client(Role::Operator).await.expect("B").subscribe("oclaw.v1.>").await.expect("sub");
+        let mut at_hub = hub.admin(0).await.subscribe("oclaw.v1.>").await.expect("sub");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        doorbell
+            .publish("oclaw.v1.hashi.cmd.worker.dispatch", "{\"turn_id\":\"x\"}".into())
+            .await
+            .expect("publish");
+        doorbell.flush().await.expect("flush");
+        let here = tokio::time::timeout(Duration::from_secs(2), at_a.next()).await;
+        assert!(matches!(here, Ok(Some(_))), "A's own bus did not deliver its doorbell");
+        for (who, sub) in [("pi-b", &mut at_b), ("the hub", &mut at_hub)] {
+            let got = tokio::time::timeout(Duration::from_secs(1), sub.next()).await;
+            assert!(got.is_err(), "{who} received A's doorbell");
+        }
+    });
+
+    // The attack: a consistent rewrite of A's history (other content at leaf 0, a checkpoint
+    // signed with A's own log key), republished under A's name.
+    let evil_dir = tempfile::tempdir().expect("tempdir");
+    let mut evil = Store::create(evil_dir.path().join("evil.db"), &StoreOptions::default()).expect("evil");
+    let s = evil.create_session("honest").expect("session").session_id;
+    for i in 0..3 {
+        let l = evil.open_ledger(s, &format!("l{i}"), &[]).expect("open");
+        evil.append(l.ledger_id, &proto::NewRecord {
+            record_type: proto::RecordType::AgentThought,
+            content: serde_json::json!({"text": format!("rewritten {i}")}),
+            author_id: "user:a".into(),
+            metadata: Default::default(),
+        })
+        .expect("append");
+        evil.seal_ledger(l.ledger_id).expect("seal");
+    }
+    let key = kura_tlog::checkpoint::LogKey::load(&a.log_key).expect("A's log key");
+    let root = kura_tlog::seallog::root(&evil.seal_log(), 3).expect("root");
+    let note = key.sign(3, root).expect("sign");
+    rt().block_on(publish_as_a(&a, &evil, &note));
+
+    let alarm = b.s.path("replicas/pi-a.alarm");
+    let deadline = Instant::now() + MINUTE;
+    while !alarm.exists() {
+        assert!(Instant::now() < deadline, "no ALARM\n{}", b.s.log("serve"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(kura_testkit::cli::fingerprint(&replica), before, "the replica changed");
+    let why = std::fs::read_to_string(&alarm).expect("alarm");
+    assert!(why.contains("pi-a") && why.contains("rewritten"), "{why}");
+    assert!(b.s.log("serve").contains("ALARM"), "{}", b.s.log("serve"));
+    let out = b.kura(&["fleet", "status", "--db", b.s.db.to_str().expect("utf8")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("pi-a: ALARM"), "{text}");
+}
