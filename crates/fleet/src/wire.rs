@@ -66,8 +66,13 @@ pub(crate) async fn decode(
         .read_to_end(&mut body)
         .await
         .map_err(FleetError::hub)?;
+    // Every Pi may write the object store, so a body that is not what the origin's pointer
+    // names is the hub's or another Pi's doing, not the origin's: retried, never an ALARM
+    // against the origin (the hub can delay, not forge).
     if body.len() as u64 != size || hex::encode(Sha256::digest(&body)) != sha256 {
-        return Err(refused(format!("object {name} is not the body its pointer names")));
+        return Err(FleetError::Hub(format!(
+            "object {name} on the hub is not the body {origin}'s pointer names (SHA-256 {sha256}); retrying"
+        )));
     }
     match serde_json::from_slice(&body) {
         Ok(ReplMessage::Object { .. }) => Err(refused(format!("object {name} points at another"))),

@@ -226,6 +226,16 @@ fn insert_checked(
         new.metadata,
         new.created_at
     ])?;
+    // Memory is searchable on a replica as on its origin (`kura search --db replica`).
+    if matches!(new.record_type.as_str(), "memory.fact" | "memory.decision")
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&new.content)
+        && let Some(text) = v.get("text").and_then(serde_json::Value::as_str)
+    {
+        c.execute_cached(
+            "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
+            params![text, new.record_id, new.record_type],
+        )?;
+    }
     Ok(())
 }
 

@@ -394,6 +394,26 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
                 .expect("append");
             store.seal_ledger(l.ledger_id).expect("seal");
         }
+        // A record too large for one message travels through the object store, and memory
+        // is searchable on the replica.
+        let l = store.open_ledger(s, "large", &[]).expect("open");
+        store
+            .append(l.ledger_id, &proto::NewRecord {
+                record_type: proto::RecordType::AgentThought,
+                content: serde_json::json!({"text": "x".repeat(200 * 1024)}),
+                author_id: "user:a".into(),
+                metadata: Default::default(),
+            })
+            .expect("append");
+        store
+            .append(l.ledger_id, &proto::NewRecord {
+                record_type: proto::RecordType::MemoryFact,
+                content: serde_json::json!({"text": "the kitchen Pi keeps the greenhouse log"}),
+                author_id: "user:a".into(),
+                metadata: Default::default(),
+            })
+            .expect("append");
+        store.seal_ledger(l.ledger_id).expect("seal");
     }
     // History written before the signer ran: a person accepts it once.
     let accepted = Command::new(bin("kura"))
@@ -409,6 +429,48 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     b.wait_replica(&a, "honest history");
     let replica = b.replica_path("pi-a");
     let before = kura_testkit::cli::fingerprint(&replica);
+    // The replica reads like any Kura database: log, search, prove and verify-proof.
+    let rp = replica.to_str().expect("utf8");
+    let out = b.kura(&["search", "greenhouse", "--db", rp]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("greenhouse log"), "{out:?}");
+    let large = Store::open(&replica, &StoreOptions::default())
+        .expect("replica")
+        .conn()
+        .query_row("SELECT max(length(content)) FROM records", [], |r| r.get::<_, i64>(0))
+        .expect("large");
+    assert!(large > 200 * 1024, "the large record did not arrive whole: {large}");
+    let objects = rt().block_on(async {
+        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        let os = js.get_object_store(fleet::OBJECTS_BUCKET).await.expect("objects");
+        let mut list = os.list().await.expect("list");
+        let mut n = 0;
+        while let Some(Ok(_)) = list.next().await {
+            n += 1;
+        }
+        n
+    });
+    assert_eq!(objects, 1, "the large record should be the one object");
+    // A proof of one of A's records from B's replica chains on to A's signed checkpoint.
+    let (record, ledger, note): (String, String, String) = Store::open(&replica, &StoreOptions::default())
+        .expect("replica")
+        .conn()
+        .query_row(
+            "SELECT lr.record_id, lr.ledger_id, (SELECT checkpoint FROM fleet_inbox) FROM ledger_records lr LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect("record");
+    let cp_file = b.s.path("a.checkpoint");
+    std::fs::write(&cp_file, note).expect("checkpoint file");
+    let out = b.kura(&[
+        "prove", &record, "--ledger", &ledger, "--db", rp, "--checkpoint",
+        cp_file.to_str().expect("utf8"), "--log-key", &a.log_vkey,
+    ]);
+    assert!(out.status.success(), "prove on the replica: {}", String::from_utf8_lossy(&out.stderr));
+    let proof = b.s.path("proof.json");
+    std::fs::write(&proof, &out.stdout).expect("proof");
+    let out = b.kura(&["verify-proof", proof.to_str().expect("utf8"), "--log-key", &a.log_vkey]);
+    assert!(out.status.success(), "verify-proof: {}", String::from_utf8_lossy(&out.stdout));
 
     // A Pi may not publish under another Pi's name, and no doorbell crosses the hub.
     rt().block_on(async {
