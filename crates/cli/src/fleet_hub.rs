@@ -22,6 +22,8 @@ struct Hub {
     client_port: u16,
     cluster_port: u16,
     leaf_port: u16,
+    /// Where the nodes keep their JetStream data.
+    data_dir: PathBuf,
     /// Routes between hub nodes authenticate with this (never leaves the hub's directory).
     route_password: String,
     /// The operator's bus key (from `hub-admin.seed`).
@@ -48,9 +50,12 @@ const ADMIN_SEED: &str = "hub-admin.seed";
 /// `kura fleet init-hub`.
 #[derive(Debug, clap::Args)]
 pub struct InitHub {
-    /// The hub's directory (configs, keys, JetStream data under `js-<n>`).
+    /// The hub's directory (configs and keys).
     #[arg(long)]
     dir: PathBuf,
+    /// Where each node keeps its JetStream data (`js-<n>` under it); default: `--dir`.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// Hub nodes: 1, or 3 for a cluster that survives one node's loss.
     #[arg(long, default_value_t = 1)]
     nodes: u16,
@@ -117,6 +122,7 @@ impl InitHub {
             client_port: self.client_port,
             cluster_port: self.cluster_port,
             leaf_port: self.leaf_port,
+            data_dir: self.data_dir.clone().unwrap_or_else(|| self.dir.clone()),
             route_password: random_hex(24)?,
             admin: identity::bus_key(&admin)?.public_key(),
             pis: Vec::new(),
@@ -161,9 +167,10 @@ impl AddPi {
             .map(|n| format!("\"tls://{}:{}\"", hub.host, hub.leaf_port + n))
             .collect();
         ctx.out.line(format!(
-            "{} may join: copy {} and {} to the Pi and set in mikado.toml:\n\
-             [nats.hub]\nurls = [{}]\nseed = \"<the copied leaf seed>\"\nca = \"<the copied hub CA>\"\n\
-             and in serve.toml: [fleet] name = \"{}\". Reload the hub nodes (kill -HUP, or systemctl reload kura-hub@*).",
+            "{} may join: copy {} to the Pi as /etc/kura/fleet/leaf.seed (0600) and {} as \
+             /etc/kura/fleet/hub-ca.pem; in mikado.toml set\n[nats.hub]\nurls = [{}]\n\
+             (README: A fleet of Pis, for mikado's credentials), and in serve.toml [fleet] name = \"{}\". \
+             Reload the hub nodes (systemctl reload kura-hub@*, or kill -HUP).",
             self.name,
             seed_file.display(),
             self.dir.join(CA).display(),
@@ -240,7 +247,7 @@ fn node_config(dir: &Path, hub: &Hub, n: u16) -> String {
     let _ = writeln!(
         c,
         "jetstream {{\n  store_dir: {}\n  domain: {:?}\n}}",
-        path(&format!("js-{}", n + 1)),
+        format!("{:?}", hub.data_dir.join(format!("js-{}", n + 1)).display().to_string()),
         fleet::DOMAIN
     );
     let tls = format!(

@@ -490,22 +490,40 @@ pub fn server_tls(dir: &Path) -> String {
 pub struct HubLink {
     /// The hub nodes' leaf-node URLs (`tls://hub.lan:7422`, one per node).
     pub urls: Vec<String>,
-    /// The Pi's leaf seed file.
-    pub seed: PathBuf,
-    /// The hub's CA (`hub-ca.pem`).
-    pub ca: PathBuf,
+    /// The Pi's leaf seed file; unset: systemd's `$CREDENTIALS_DIRECTORY/hub-leaf.seed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<PathBuf>,
+    /// The hub's CA (`hub-ca.pem`); unset: `$CREDENTIALS_DIRECTORY/hub-ca.pem`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+}
+
+impl HubLink {
+    /// A configured file, or the systemd credential of that name.
+    fn file(configured: Option<&PathBuf>, credential: &str) -> Result<PathBuf, IdentityError> {
+        configured
+            .cloned()
+            .or_else(|| std::env::var_os("CREDENTIALS_DIRECTORY").map(|d| PathBuf::from(d).join(credential)))
+            .ok_or_else(|| {
+                IdentityError::Refused(format!(
+                    "[nats.hub] needs the Pi's leaf seed and the hub's CA: set seed and ca, or hand \
+                     them over as the systemd credentials hub-leaf.seed and hub-ca.pem"
+                ))
+            })
+    }
 }
 
 /// The `leafnodes` block joining `hub`: no doorbell (`<prefix>.>`) crosses either way, so
 /// the hub and the other Pis never see this Pi's pointers nor ring its daemons.
 fn leaf_remote(hub: &HubLink, s: &Subjects) -> Result<String, IdentityError> {
-    let seed = read_seed(&hub.seed)?
+    let seed = read_seed(&HubLink::file(hub.seed.as_ref(), "hub-leaf.seed")?)?
         .seed()
         .map_err(|e| IdentityError::Refused(format!("cannot encode the leaf seed: {e}")))?;
-    if !hub.ca.exists() {
+    let ca = HubLink::file(hub.ca.as_ref(), "hub-ca.pem")?;
+    if !ca.exists() {
         return Err(IdentityError::Refused(format!(
             "the hub's CA {} is missing (copy hub-ca.pem from the hub's directory)",
-            hub.ca.display()
+            ca.display()
         )));
     }
     let doorbells = format!("{:?}", format!("{}.>", s.prefix()));
@@ -514,7 +532,7 @@ fn leaf_remote(hub: &HubLink, s: &Subjects) -> Result<String, IdentityError> {
          tls {{ ca_file: {:?}, timeout: 3 }}\n      deny_exports: [{doorbells}]\n      \
          deny_imports: [{doorbells}]\n    }}\n  ]\n}}\n",
         quoted_list(&hub.urls),
-        hub.ca.display().to_string()
+        ca.display().to_string()
     ))
 }
 

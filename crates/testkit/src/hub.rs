@@ -145,8 +145,8 @@ impl Hub {
             urls: (0..self.nodes)
                 .map(|n| format!("tls://127.0.0.1:{}", self.leaf_port + n))
                 .collect(),
-            seed: self.dir.path().join(format!("pi-{pi}.leaf.seed")),
-            ca: self.ca(),
+            seed: Some(self.dir.path().join(format!("pi-{pi}.leaf.seed"))),
+            ca: Some(self.ca()),
         }
     }
 
