@@ -320,6 +320,8 @@ async fn start_console(
             Some(ring) => crate::tlog::keyring(Some(ring.clone()))?,
             None => None,
         },
+        fleet: (config.fleet.name.is_some() || !config.fleet.peers.is_empty())
+            .then(|| (config.fleet.clone(), common.db.clone())),
     };
     let agents = agent_routes(config, bus.clone())?;
     let console = kura_console::Console::new(config.console.clone(), store, bus, aegis_key, trust)?;

@@ -89,6 +89,8 @@ pub struct Trust {
     pub log_verifier: Option<String>,
     /// Names for sealing keys (`[serve] keyring`), so a page says "sealed by hashi".
     pub sealers: Option<kura_tlog::sealer::Keyring>,
+    /// The fleet (`[fleet]`) and this Pi's database, for the fleet page and the replicas.
+    pub fleet: Option<(kura_fleet::FleetConfig, PathBuf)>,
 }
 
 /// Everything a request handler needs.
@@ -135,6 +137,28 @@ impl Console {
     }
 
     /// Runs `f` on the store on a blocking thread.
+    /// Reads a replica of the configured peer `pi` (a name from the URL, matched against
+    /// the configured peers: never a path).
+    async fn read_replica<T: Send + 'static>(
+        self: &Arc<Self>,
+        pi: &str,
+        f: impl FnOnce(&kura_store::Store) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let Some((config, db)) = &self.trust.fleet else {
+            anyhow::bail!("this Pi is not in a fleet");
+        };
+        let Some(peer) = config.peers.iter().find(|p| p.name == pi) else {
+            anyhow::bail!("no replica of that Pi here");
+        };
+        let path = kura_fleet::receive::replica_path(&config.replicas_dir(db), &peer.name);
+        tokio::task::spawn_blocking(move || {
+            anyhow::ensure!(path.exists(), "no replica of that Pi yet");
+            let store = kura_store::Store::open(&path, &kura_store::StoreOptions::default())?;
+            f(&store)
+        })
+        .await?
+    }
+
     async fn read<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&kura_store::Store) -> anyhow::Result<T> + Send + 'static,

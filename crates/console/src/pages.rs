@@ -36,6 +36,7 @@ pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) ->
                             a href="/verify" { "Verification" }
                             a href="/status" { "Status" }
                             a href="/memory" { "Memory" }
+                            a href="/fleet" { "Fleet" }
                         }
                         span.who { (l.name) " · " button.link #logout type="button" { "log out" } }
                     }
@@ -47,9 +48,10 @@ pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) ->
 }
 
 /// The sessions list.
-pub fn sessions(rows: &[SessionRow], page: i64, more: bool) -> Markup {
+pub fn sessions(rows: &[SessionRow], page: i64, more: bool, base: &str) -> Markup {
+    let pages = format!("{}/?page=", base);
     html! {
-        h1 { "Sessions" }
+        @if base.is_empty() { h1 { "Sessions" } } @else { h1 { "Sessions of " (t(base.trim_start_matches("/fleet/"))) } p.sub { "A verified, read-only replica of another Pi." } }
         @if rows.is_empty() { p.empty { "No sessions yet. Submit one with " code { "minato submit" } "." } }
         table.sessions {
             thead { tr { th { "Label" } th { "Status" } th { "Turns" } th { "Waiting" } th { "Created" } th { "Session" } } }
@@ -57,19 +59,19 @@ pub fn sessions(rows: &[SessionRow], page: i64, more: bool) -> Markup {
                 @for s in rows {
                     tr {
                         td.label {
-                            a href={ "/s/" (s.id) } { (t(&s.label)) } (flag(&s.label))
+                            a href={ (base) "/s/" (s.id) } { (t(&s.label)) } (flag(&s.label))
                             @if let Some(agent) = &s.agent { " " span.agent title="an outside agent's session" { (t(agent)) } }
                         }
                         td { span class={ "status " (s.status) } { (s.status) } }
                         td.num { (s.turns) }
                         td.num { @if s.waiting > 0 { a.badge href="/approvals" { (s.waiting) } } @else { "0" } }
                         td { (when(&s.created_at)) }
-                        td { a href={ "/s/" (s.id) } { code { (short(&s.id)) } } }
+                        td { a href={ (base) "/s/" (s.id) } { code { (short(&s.id)) } } }
                     }
                 }
             }
         }
-        (pager("/?page=", page, more))
+        (pager(&pages, page, more))
     }
 }
 
@@ -83,16 +85,17 @@ fn pager(base: &str, page: i64, more: bool) -> Markup {
 }
 
 /// A session's history, `kura log --records` in a page, with a diff picker.
-pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> Markup {
-    let sid = h.session.session_id.to_string();
+pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize, base: &str) -> Markup {
+    let sid = format!("{base}/s/{}", h.session.session_id);
+    let short_sid = h.session.session_id.to_string();
     html! {
-        h1 { "Session " code { (short(&sid)) } }
+        h1 { "Session " code { (short(&short_sid)) } }
         p.sub { (t(&h.session.label)) " · " span class={ "status " (h.session.status.as_str()) } { (h.session.status.as_str()) } " · " (h.total_ledgers) " ledgers" }
-        form.diff method="get" action="/diff" {
+        @if base.is_empty() { form.diff method="get" action="/diff" {
             label { "Diff " select name="a" { @for l in &h.ledgers { option value=(l.ledger.ledger_id) { (t(&l.ledger.label)) } } } }
             label { " against " select name="b" { @for l in h.ledgers.iter().rev() { option value=(l.ledger.ledger_id) { (t(&l.ledger.label)) } } } }
             button type="submit" { "Diff" }
-        }
+        } }
         @for l in &h.ledgers {
             section.ledger {
                 h2 {
@@ -104,21 +107,21 @@ pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize) -> 
                     @if let Some(hash) = &l.ledger.ledger_hash { " · hash " code title=(hash) { (short(hash)) } }
                     @if let Some(s) = &l.sealer { " · sealed by " strong.sealer { (t(s)) } }
                 }
-                @for r in &l.records { (record(r)) }
+                @for r in &l.records { (record(r, base)) }
                 @let shown_to = l.from + l.records.len() as u64;
                 nav.pager {
                     @if l.from > 0 {
-                        a href={ "/s/" (sid) "?page=" (page) "&ledger=" (l.ledger.ledger_id) "&from=" (l.from.saturating_sub(per_ledger as u64)) } { "← earlier records" }
+                        a href={ (sid) "?page=" (page) "&ledger=" (l.ledger.ledger_id) "&from=" (l.from.saturating_sub(per_ledger as u64)) } { "← earlier records" }
                     }
                     @if shown_to < l.ledger.record_count {
-                        a href={ "/s/" (sid) "?page=" (page) "&ledger=" (l.ledger.ledger_id) "&from=" (shown_to) } { "later records →" }
+                        a href={ (sid) "?page=" (page) "&ledger=" (l.ledger.ledger_id) "&from=" (shown_to) } { "later records →" }
                     }
                 }
             }
         }
         nav.pager {
-            @if page > 0 { a href={ "/s/" (sid) "?page=" (page - 1) } { "← newer ledgers" } }
-            @if (page + 1) * per_page < h.total_ledgers { a href={ "/s/" (sid) "?page=" (page + 1) } { "older ledgers →" } }
+            @if page > 0 { a href={ (sid) "?page=" (page - 1) } { "← newer ledgers" } }
+            @if (page + 1) * per_page < h.total_ledgers { a href={ (sid) "?page=" (page + 1) } { "older ledgers →" } }
         }
     }
 }
@@ -319,7 +322,7 @@ pub fn memory(q: &str, hits: &[kura_store::memory::Hit]) -> Markup {
         @if !q.is_empty() && hits.is_empty() { p.empty { "Nothing found." } }
         @for h in hits {
             div.hit {
-                (record(&RecordView::of(&h.record, 0)))
+                (record(&RecordView::of(&h.record, 0), ""))
                 p.sub { "score " (format!("{:.3}", h.score)) @if h.superseded { " · superseded" } }
             }
         }
@@ -361,4 +364,38 @@ pub fn enrol() -> Markup {
 /// A page saying what went wrong, with nothing from the request echoed unescaped.
 pub fn error(message: &str) -> Markup {
     html! { h1 { "Not available" } p.fail { (t(message)) } p { a href="/" { "Back to the sessions" } } }
+}
+
+/// The fleet: this Pi and each replica — what is sealed, what the hub holds, the checkpoint
+/// each replica was verified against, and any ALARM.
+pub fn fleet(pis: &[kura_fleet::status::PiStatus]) -> Markup {
+    html! {
+        h1 { "Fleet" }
+        @if pis.is_empty() { p.empty { "This Pi is not in a fleet ([fleet] in serve.toml; README: A fleet of Pis)." } }
+        table.daemons {
+            thead { tr { th { "Pi" } th { "Leaves" } th { "Hub / checkpoint" } th { "Last seal" } th { "State" } } }
+            tbody {
+                @for p in pis {
+                    tr {
+                        td.label {
+                            @if p.role == "self" { strong { (t(&p.name)) } " (this Pi)" }
+                            @else { a href={ "/fleet/" (p.name) } { (t(&p.name)) } }
+                        }
+                        td.num { (p.leaves) }
+                        td.num {
+                            @if p.role == "self" { (p.published) " on the hub" }
+                            @else { "verified to " (p.published) }
+                        }
+                        td { @if let Some(w) = &p.last_seal { (when(w)) } @else { "never" } }
+                        td {
+                            @if let Some(a) = &p.alarm { span.fail { "ALARM: " (t(a)) } }
+                            @else if p.role == "self" { (p.leaves.saturating_sub(p.published)) " to publish" }
+                            @else if let Some(v) = &p.verified_at { "verified " (when(v)) }
+                            @else { "nothing yet" }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

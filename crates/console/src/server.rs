@@ -245,6 +245,10 @@ fn router(console: Shared) -> Router {
         .route("/verify", get(verification))
         .route("/status", get(status))
         .route("/memory", get(memory))
+        .route("/fleet", get(fleet))
+        .route("/fleet/{pi}", get(replica_sessions))
+        .route("/fleet/{pi}/s/{id}", get(replica_history))
+        .route("/fleet/{pi}/r/{id}", get(replica_record))
         .route("/events", get(events))
         .route("/login", get(login_page))
         .route("/enrol", get(enrol_page))
@@ -350,7 +354,7 @@ async fn sessions(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<P
         let mut rows = rows?;
         let more = rows.len() as i64 > SESSIONS_PER_PAGE;
         rows.truncate(SESSIONS_PER_PAGE as usize);
-        Ok(pages::sessions(&rows, page_no, more))
+        Ok(pages::sessions(&rows, page_no, more, ""))
     })
     .await
 }
@@ -380,7 +384,7 @@ async fn history(
         })
         .await;
     page(&c, &headers, "session", |_| {
-        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger))
+        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger, ""))
     })
     .await
 }
@@ -418,7 +422,93 @@ async fn whole_record(
     let r = c
         .read(move |s| records::record_chunk(s, data::id(&id)?, from))
         .await;
-    page(&c, &headers, "record", |_| Ok(views::chunk(&r?))).await
+    page(&c, &headers, "record", |_| Ok(views::chunk(&r?, ""))).await
+}
+
+async fn fleet(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let me = c.clone();
+    let pis = tokio::task::spawn_blocking(move || match &me.trust.fleet {
+        Some((config, db)) => Ok(kura_fleet::status::read(config, db)?),
+        None => Ok(Vec::new()),
+    })
+    .await
+    .map_err(anyhow::Error::from)
+    .and_then(|r: anyhow::Result<_>| r);
+    page(&c, &headers, "fleet", |_| Ok(pages::fleet(&pis?))).await
+}
+
+async fn replica_sessions(
+    State(c): State<Shared>,
+    headers: HeaderMap,
+    Path(pi): Path<String>,
+    Query(q): Query<Paged>,
+) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let page_no: i64 = num(&q.page);
+    let rows = c
+        .read_replica(&pi, move |s| {
+            data::sessions(s, page_no * SESSIONS_PER_PAGE, SESSIONS_PER_PAGE + 1)
+        })
+        .await;
+    let base = format!("/fleet/{pi}");
+    page(&c, &headers, "replica", |_| {
+        let mut rows = rows?;
+        let more = rows.len() as i64 > SESSIONS_PER_PAGE;
+        rows.truncate(SESSIONS_PER_PAGE as usize);
+        Ok(pages::sessions(&rows, page_no, more, &base))
+    })
+    .await
+}
+
+async fn replica_history(
+    State(c): State<Shared>,
+    headers: HeaderMap,
+    Path((pi, id)): Path<(String, String)>,
+    Query(q): Query<Paged>,
+) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let page_no: usize = num(&q.page);
+    let per_ledger = c.config.page_records.max(1);
+    let focus = q
+        .ledger
+        .as_deref()
+        .and_then(|l| data::id(l).ok())
+        .map(|l| (l, num::<u64>(&q.from)));
+    let h = c
+        .read_replica(&pi, move |s| {
+            let id = data::id(&id)?;
+            data::history(s, id, page_no, LEDGERS_PER_PAGE, focus, per_ledger, None)
+        })
+        .await;
+    let base = format!("/fleet/{pi}");
+    page(&c, &headers, "replica session", |_| {
+        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger, &base))
+    })
+    .await
+}
+
+async fn replica_record(
+    State(c): State<Shared>,
+    headers: HeaderMap,
+    Path((pi, id)): Path<(String, String)>,
+    Query(q): Query<Paged>,
+) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let from: u64 = num(&q.from);
+    let r = c
+        .read_replica(&pi, move |s| records::record_chunk(s, data::id(&id)?, from))
+        .await;
+    let base = format!("/fleet/{pi}");
+    page(&c, &headers, "record", |_| Ok(views::chunk(&r?, &base))).await
 }
 
 async fn approvals(State(c): State<Shared>, headers: HeaderMap) -> Response {

@@ -6,8 +6,8 @@ use maud::{Markup, html};
 use crate::records::{CHUNK_BYTES, Chunk, DIFF_PER_PAGE, DiffView, RecordView, Section};
 use crate::text::{flag, short, t, when};
 
-/// One record as a row of a history.
-pub fn record(r: &RecordView) -> Markup {
+/// One record as a row of a history; `base` prefixes its links (`/fleet/<pi>` on a replica).
+pub fn record(r: &RecordView, base: &str) -> Markup {
     // Whole small records are pretty-printed; a cut one is shown as stored, up to the cut.
     let text = if r.complete() {
         serde_json::from_str::<serde_json::Value>(&r.content)
@@ -30,15 +30,15 @@ pub fn record(r: &RecordView) -> Markup {
             @if !r.complete() {
                 p.cut {
                     (r.bytes) " bytes, shown first " (r.content.len()) " · "
-                    a href={ "/r/" (r.record_id) "?from=0" } { "read it all, " (CHUNK_BYTES / 1024) " KiB at a time" }
+                    a href={ (base) "/r/" (r.record_id) "?from=0" } { "read it all, " (CHUNK_BYTES / 1024) " KiB at a time" }
                 }
             }
         }
     }
 }
 
-/// A record read a chunk at a time.
-pub fn chunk(c: &Chunk) -> Markup {
+/// A record read a chunk at a time (`base` as in [`record`]).
+pub fn chunk(c: &Chunk, base: &str) -> Markup {
     let r = &c.record;
     let to = c.from + r.content.len() as u64;
     html! {
@@ -52,10 +52,10 @@ pub fn chunk(c: &Chunk) -> Markup {
         pre.content { (t(&r.content)) }
         nav.pager {
             @if c.from > 0 {
-                a href={ "/r/" (r.record_id) "?from=" (c.from.saturating_sub(CHUNK_BYTES as u64)) } { "← previous chunk" }
+                a href={ (base) "/r/" (r.record_id) "?from=" (c.from.saturating_sub(CHUNK_BYTES as u64)) } { "← previous chunk" }
             }
             @if to < r.bytes {
-                a href={ "/r/" (r.record_id) "?from=" (to) } { "next chunk →" }
+                a href={ (base) "/r/" (r.record_id) "?from=" (to) } { "next chunk →" }
             }
         }
     }
@@ -67,7 +67,7 @@ pub fn diff(d: &DiffView) -> Markup {
     let side = |title: &str, class: &str, s: &Section| {
         html! {
             h2 { (title) " (" (s.total) ")" }
-            div class=(class) { @for r in &s.records { (record(r)) } }
+            div class=(class) { @for r in &s.records { (record(r, "")) } }
         }
     };
     let more = [&d.only_a, &d.only_b, &d.both]

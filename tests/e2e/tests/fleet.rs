@@ -424,9 +424,41 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         .output()
         .expect("checkpoint");
     assert!(accepted.status.success(), "{}", String::from_utf8_lossy(&accepted.stderr));
+    // B's console browses its replica of A read-only.
+    let port = kura_testkit::free_port();
+    let person = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    b.s.extra_env.extend([
+        ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
+        (
+            "KURA_CONSOLE__USERS".into(),
+            format!("[{{ name = \"ana\", public_key = \"{}\" }}]", hex::encode(person.verifying_key().as_bytes())),
+        ),
+    ]);
     a.s.spawn("kura", "serve");
     b.s.spawn("kura", "serve");
     b.wait_replica(&a, "honest history");
+    kura_testkit::console::wait_http(port);
+    let cookie = kura_testkit::console::login(port, &person);
+    let get = |path: &str| kura_testkit::console::http(port, "GET", path, &[("Cookie", &cookie)], "");
+    let (status, _, page) = get("/fleet");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("pi-b") && page.contains("href=\"/fleet/pi-a\""), "{page}");
+    let (status, _, page) = get("/fleet/pi-a");
+    assert_eq!(status, 200, "{page}");
+    let session = page
+        .split("href=\"/fleet/pi-a/s/")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a session link into the replica")
+        .to_owned();
+    let (status, _, page) = get(&format!("/fleet/pi-a/s/{session}"));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("honest 0"), "{page}");
+    for bad in ["/fleet/pi-c", "/fleet/..%2Fkura", "/fleet/pi-a/s/not-an-id"] {
+        let (status, _, page) = get(bad);
+        assert_ne!(status, 200, "{bad}: {page}");
+        assert!(!page.contains("honest"), "{bad}: {page}");
+    }
     let replica = b.replica_path("pi-a");
     let before = kura_testkit::cli::fingerprint(&replica);
     // The replica reads like any Kura database: log, search, prove and verify-proof.
@@ -540,4 +572,6 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("pi-a: ALARM"), "{text}");
+    let (_, _, page) = get("/fleet");
+    assert!(page.contains("ALARM"), "the console's fleet page hides the alarm: {page}");
 }
