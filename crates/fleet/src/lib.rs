@@ -32,7 +32,9 @@ pub struct FleetConfig {
     pub replicas_dir: Option<PathBuf>,
     /// The other Pis this one keeps verified replicas of.
     pub peers: Vec<FleetPeer>,
-    /// How often the publisher looks for newly sealed ledgers (it reads one SQLite counter).
+    /// How often the publisher looks for newly sealed ledgers: it reads SQLite's change
+    /// counter (`PRAGMA data_version`, a read of shared memory), so 2 ms costs little and
+    /// is most of the replication lag's floor.
     pub poll_ms: u64,
     /// Most bytes a receiver holds of an origin's history not yet covered by a checkpoint.
     pub max_pending_bytes: u64,
@@ -45,7 +47,7 @@ impl Default for FleetConfig {
             publish: true,
             replicas_dir: None,
             peers: Vec::new(),
-            poll_ms: 10,
+            poll_ms: 2,
             max_pending_bytes: 64 * 1024 * 1024,
         }
     }
@@ -57,7 +59,7 @@ impl Default for FleetConfig {
 pub struct FleetPeer {
     /// Its fleet name.
     pub name: String,
-    /// Its log's verifier key (`kura checkpoint key` on that Pi prints it): its checkpoints
+    /// Its log's verifier key (that Pi's `[serve] log_verifier`; `kura log-key show --key FILE` prints it): its checkpoints
     /// are checked with this key and no other.
     pub log_verifier: String,
     /// Its install's identities (public keys only): when set, every ledger must be sealed by
@@ -95,7 +97,7 @@ impl FleetConfig {
             names.push(&p.name);
             kura_tlog::checkpoint::open_verifier(&p.log_verifier).map_err(|e| {
                 FleetError::Config(format!(
-                    "[[fleet.peers]] {}: log_verifier: {e} (run `kura checkpoint key` on that Pi)",
+                    "[[fleet.peers]] {}: log_verifier: {e} (that Pi's [serve] log_verifier: `kura log-key show --key FILE` there)",
                     p.name
                 ))
             })?;

@@ -60,10 +60,15 @@ impl Publisher {
         let size = kura_tlog::seallog::size(&store.seal_log()).map_err(kura_store::StoreError::from)?;
         let (mut published, mut ledger_seq) = outbox(store, &self.pi)?;
         let start = published;
+        let mut put_at = None;
         while published < size {
-            let Some((ledger, records)) = outgoing(store, published)? else {
+            let Some((mut ledger, records)) = outgoing(store, published)? else {
                 break;
             };
+            let ends_batch = published + 1 == size || (published + 1) % LEAVES_PER_CHECKPOINT == 0;
+            // The checkpoint rides with the batch's last ledger: receivers verify on arrival.
+            let note = if ends_batch { sign(store, published + 1) } else { None };
+            ledger.checkpoint = note.clone();
             match self.publish_leaf(&ledger, records, ledger_seq).await? {
                 Placed::At(seq) => {
                     ledger_seq = seq;
@@ -81,14 +86,25 @@ impl Publisher {
                     tracing::info!(pi = %self.pi, index, "the hub already holds this Pi's ledgers up to here; resuming after them");
                     ledger_seq = seq;
                     published = index + 1;
+                    continue;
                 }
             }
-            if published % LEAVES_PER_CHECKPOINT == 0 || published == size {
+            if ends_batch {
+                // The bucket keeps the newest for `kura fleet status`, restores and receivers
+                // that start later; the cursor moves after it.
+                if let Some(note) = &note {
+                    self.put_checkpoint(note).await?;
+                    put_at = Some(published);
+                }
                 store.write(|tx| tx.set_outbox(&self.pi, published, ledger_seq))?;
-                if let Some(note) = sign(store, published) {
-                    self.put_checkpoint(&note).await?;
-                }
             }
+        }
+        // Resumed past ledgers the hub already held: their checkpoint may never have gone out.
+        if published > start && put_at != Some(published) {
+            if let Some(note) = sign(store, published) {
+                self.put_checkpoint(&note).await?;
+            }
+            store.write(|tx| tx.set_outbox(&self.pi, published, ledger_seq))?;
         }
         Ok(Round {
             published,
@@ -111,6 +127,10 @@ impl Publisher {
         records: Vec<proto::OwnedColumns>,
         ledger_seq: u64,
     ) -> Result<Placed> {
+        // Records and the ledger go out back to back (one connection keeps their order in
+        // the stream) and their acknowledgements are awaited together: one round trip, not two.
+        // A record the hub lost while it kept the ledger is published again by the next
+        // round; receivers wait for it rather than refuse.
         let mut acks = Vec::with_capacity(records.len());
         for columns in records {
             let id = fleet::record_msg_id(&self.pi, &columns.hash);
@@ -124,9 +144,6 @@ impl Publisher {
                     .map_err(FleetError::hub)?,
             );
         }
-        for ack in acks {
-            ack.await.map_err(FleetError::hub)?;
-        }
         let payload =
             wire::encode(&self.pi, &ReplMessage::Ledger(ledger.clone()), &self.objects).await?;
         let msg = PublishMessage::build()
@@ -138,7 +155,11 @@ impl Publisher {
             .send_publish(fleet::ledger_subject(&self.pi), msg)
             .await
             .map_err(FleetError::hub)?;
-        match sent.await {
+        let placed = sent.await;
+        for ack in acks {
+            ack.await.map_err(FleetError::hub)?;
+        }
+        match placed {
             Ok(ack) => Ok(Placed::At(ack.sequence)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                 self.hub_ahead(ledger).await

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::{self, kv, object_store::ObjectStore, stream::Stream};
 use futures::StreamExt;
-use kura_store::replica::{inbox, logged_hash};
+use kura_store::replica::{has_record, inbox, logged_hash};
 use kura_store::{Store, StoreError, StoreOptions};
 use kura_tlog::checkpoint::{self, Signed};
 use kura_tlog::cosign::Witness;
@@ -22,6 +22,10 @@ use proto::OwnedColumns;
 use proto::fleet::{self, ReplLedger, ReplMessage};
 
 use crate::{FleetError, FleetPeer, Result, wire};
+
+/// How long a receiver behind its origin's checkpoint waits for a message before it builds
+/// its consumer again.
+const STALLED: Duration = Duration::from_secs(5);
 
 /// A replica of one origin Pi.
 pub struct Receiver {
@@ -179,6 +183,7 @@ impl Receiver {
         let mut pending = Pending::default();
         let mut cp = self.latest_checkpoint().await?;
         let mut tick = tokio::time::interval(Duration::from_secs(2));
+        let mut progress = std::time::Instant::now();
         loop {
             self.apply(store, &mut pending, cp.as_ref()).await?;
             if let Some(until) = until
@@ -191,14 +196,32 @@ impl Receiver {
                     let m = m.ok_or_else(|| FleetError::Hub("the stream ended".into()))?
                         .map_err(FleetError::hub)?;
                     let seq = m.info().map_err(FleetError::hub)?.stream_sequence;
-                    self.take(store, &mut pending, seq, &m.payload).await?;
+                    progress = std::time::Instant::now();
+                    self.take(store, &mut pending, &mut cp, seq, &m.payload).await?;
                 }
                 e = watch.next() => {
                     if let Some(Ok(entry)) = e && entry.operation == kv::Operation::Put {
-                        cp = Some(self.open_checkpoint(&entry.value)?);
+                        self.newer(&mut cp, self.open_checkpoint(&entry.value)?);
                     }
                 }
-                _ = tick.tick() => { cp = self.latest_checkpoint().await?.or(cp); }
+                _ = tick.tick() => {
+                    if let Some(latest) = self.latest_checkpoint().await? {
+                        self.newer(&mut cp, latest);
+                    }
+                    // A consumer whose hub node died can stall without an error: when the
+                    // origin's checkpoint is ahead and nothing came for a while, start over
+                    // from the replica's cursor.
+                    let behind = cp.as_ref().is_some_and(|(_, c)| {
+                        kura_tlog::seallog::size(&store.seal_log()).is_ok_and(|n| n < c.size)
+                    });
+                    if behind && progress.elapsed() > STALLED {
+                        return Err(FleetError::Hub(format!(
+                            "nothing from {} for {} s while its checkpoint is ahead; reconnecting",
+                            self.origin,
+                            STALLED.as_secs()
+                        )));
+                    }
+                }
             }
         }
     }
@@ -220,8 +243,23 @@ impl Receiver {
         Ok((note, signed))
     }
 
-    /// Holds one message (or refuses it at once when it contradicts the replica).
-    async fn take(&self, store: &Store, p: &mut Pending, seq: u64, payload: &[u8]) -> Result<()> {
+    /// Keeps `new` as the checkpoint to verify against when it is larger than `cp`.
+    fn newer(&self, cp: &mut Option<(String, Signed)>, new: (String, Signed)) {
+        if cp.as_ref().is_none_or(|(_, old)| new.1.size > old.size) {
+            *cp = Some(new);
+        }
+    }
+
+    /// Holds one message (or refuses it at once when it contradicts the replica); a
+    /// checkpoint riding with a ledger replaces `cp` when newer.
+    async fn take(
+        &self,
+        store: &Store,
+        p: &mut Pending,
+        cp: &mut Option<(String, Signed)>,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<()> {
         p.bytes += payload.len() as u64;
         if p.bytes > self.max_pending {
             return Err(FleetError::Hub(format!(
@@ -234,7 +272,11 @@ impl Receiver {
                 p.records.insert(r.columns.hash.clone(), r.columns);
             }
             ReplMessage::Ledger(l) => match logged_hash(store, l.index)? {
-                Some(h) if h == l.ledger_hash => {}
+                Some(h) if h == l.ledger_hash => {
+                    if let Some(note) = &l.checkpoint {
+                        self.newer(cp, self.open_checkpoint(note.as_bytes())?);
+                    }
+                }
                 Some(h) => {
                     return Err(self.refused(format!(
                         "it republished leaf {} as ledger {} with hash {}, but the replica verified {h} there: its history was rewritten",
@@ -242,6 +284,9 @@ impl Receiver {
                     )));
                 }
                 None => {
+                    if let Some(note) = &l.checkpoint {
+                        self.newer(cp, self.open_checkpoint(note.as_bytes())?);
+                    }
                     p.ledgers.insert(l.index, (seq, l));
                 }
             },
@@ -273,6 +318,14 @@ impl Receiver {
         }
         if !(size..cp.size).all(|i| p.ledgers.contains_key(&i)) {
             return Ok(());
+        }
+        // A record not here yet is withheld or late (the hub may delay, not forge): wait.
+        for i in size..cp.size {
+            for hash in p.ledgers.get(&i).map(|(_, l)| &l.members).into_iter().flatten() {
+                if !p.records.contains_key(hash) && !has_record(&*store, hash)? {
+                    return Ok(());
+                }
+            }
         }
         let last_seq = p.ledgers.get(&(cp.size - 1)).map_or(0, |(s, _)| *s);
         let batch: Vec<&ReplLedger> = (size..cp.size)

@@ -118,6 +118,10 @@ pub struct ReplLedger {
     /// Who sealed it, when signed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<ReplSeal>,
+    /// When this ledger ends a batch: the origin's signed checkpoint of its first
+    /// `index + 1` leaves, so a receiver can verify without waiting for the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// A message body on a replication subject.

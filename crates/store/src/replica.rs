@@ -322,9 +322,20 @@ pub fn outgoing(
                     signature: s.signature?,
                 })
             }),
+            checkpoint: None,
         },
         fresh,
     )))
+}
+
+/// Whether a record with content hash `hash` is stored.
+pub fn has_record(db: &(impl Db + ?Sized), hash: &str) -> Result<bool> {
+    let Some(key) = hashcol::to_column(hash) else {
+        return Ok(false);
+    };
+    Ok(conn(db)
+        .prepare_cached("SELECT 1 FROM records WHERE hash = ?1")?
+        .exists([&key[..]])?)
 }
 
 /// The ledger hash this database's seal log holds at `index`, if it has that leaf.

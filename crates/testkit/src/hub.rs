@@ -2,7 +2,7 @@
 //! real `nats-server` process per node (a JetStream cluster of 1 or 3), its stream and
 //! buckets made by `kura fleet setup-hub`, and the hub operator's client to look inside.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,8 @@ use kura_runtime::bus::Credentials;
 use kura_runtime::identity::HubLink;
 
 use crate::bin;
+use crate::stack::Stack;
+use kura_store::{Store, StoreOptions};
 
 /// A running hub.
 pub struct Hub {
@@ -94,6 +96,11 @@ impl Hub {
         self.children[n as usize] = Some(child);
     }
 
+    /// Node `n`'s process id, while it runs.
+    pub fn pid(&self, n: u16) -> Option<u32> {
+        self.children[n as usize].as_ref().map(Child::id)
+    }
+
     /// SIGKILLs node `n`.
     pub fn kill_node(&mut self, n: u16) {
         if let Some(mut c) = self.children[n as usize].take() {
@@ -165,6 +172,44 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// The seal-log indexes of every ledger message `pi` has on the hub, in stream order.
+    pub fn ledger_indexes(&self, pi: &str) -> Vec<u64> {
+        use async_nats::jetstream;
+        use futures::StreamExt;
+        use proto::fleet::{self, ReplMessage};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let js = jetstream::with_domain(self.admin(0).await, fleet::DOMAIN);
+            let stream = js.get_stream(fleet::STREAM).await.expect("stream");
+            let consumer = stream
+                .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                    filter_subject: fleet::ledger_subject(pi),
+                    ..Default::default()
+                })
+                .await
+                .expect("consumer");
+            let mut messages = consumer.messages().await.expect("messages");
+            let mut out = Vec::new();
+            loop {
+                let next = tokio::time::timeout(Duration::from_secs(2), messages.next()).await;
+                let Ok(Some(Ok(m))) = next else { break };
+                match serde_json::from_slice::<ReplMessage>(&m.payload).expect("body") {
+                    ReplMessage::Ledger(l) => out.push(l.index),
+                    other => panic!("not a ledger on the ledger subject: {other:?}"),
+                }
+                if m.info().expect("info").pending == 0 {
+                    break;
+                }
+            }
+            out
+        })
+    }
+}
+
 impl Drop for Hub {
     fn drop(&mut self) {
         for n in 0..self.nodes {
@@ -172,3 +217,125 @@ impl Drop for Hub {
         }
     }
 }
+
+/// One Pi of the fleet: its stack, its log key and witness key.
+pub struct FleetPi {
+    pub name: &'static str,
+    pub s: Stack,
+    pub log_key: PathBuf,
+    pub log_vkey: String,
+    pub witness_vkey: String,
+}
+
+pub fn note_key(dir: &Path, file: &str, name: &str, witness: bool) -> (PathBuf, String) {
+    let path = dir.join(file);
+    let mut cmd = Command::new(bin("kura"));
+    cmd.args(["log-key", "init", "--out"]).arg(&path).args(["--name", name]);
+    if witness {
+        cmd.arg("--witness");
+    }
+    let out = cmd.output().expect("kura log-key init");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let vkey = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .expect("vkey")
+        .trim()
+        .to_owned();
+    (path, vkey)
+}
+
+impl FleetPi {
+    /// A stack whose bus joins `hub` as `name`.
+    pub fn new(name: &'static str, hub: &Hub, script: &str) -> FleetPi {
+        let mut s = Stack::new(script);
+        s.nats.set_hub(Some(hub.link(name)));
+        s.nats.restart();
+        let (log_key, log_vkey) = note_key(s.dir.path(), "log.key", name, false);
+        let (_, witness_vkey) = note_key(s.dir.path(), "witness.key", &format!("{name}.witness"), true);
+        FleetPi {
+            name,
+            s,
+            log_key,
+            log_vkey,
+            witness_vkey,
+        }
+    }
+
+    /// Its serve.toml: sign every second, publish as itself, replicate `peers`.
+    pub fn configure(&mut self, peers: &[&FleetPi]) {
+        let mut text = format!(
+            "[serve]\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\nlog_key = {:?}\n\
+             log_verifier = {:?}\nwitness_key = {:?}\n\n[fleet]\nname = {:?}\n",
+            self.log_key,
+            self.log_vkey,
+            self.s.path("witness.key"),
+            self.name
+        );
+        for p in peers {
+            text.push_str(&format!(
+                "\n[[fleet.peers]]\nname = {:?}\nlog_verifier = {:?}\n",
+                p.name, p.log_vkey
+            ));
+        }
+        std::fs::write(self.s.path("serve.toml"), text).expect("serve.toml");
+        self.s.extra_env.push((
+            "KURA_SERVE_CONFIG".into(),
+            self.s.path("serve.toml").display().to_string(),
+        ));
+    }
+
+    pub fn replica_path(&self, origin: &str) -> PathBuf {
+        self.s.path(&format!("replicas/{origin}.db"))
+    }
+
+    /// Leaves of this Pi's own seal log.
+    pub fn size(&self) -> u64 {
+        kura_tlog::seallog::size(&self.s.store().seal_log()).expect("size")
+    }
+
+    /// Leaves its replica of `origin` verified (0 when it has none yet).
+    pub fn replica_size(&self, origin: &str) -> u64 {
+        let path = self.replica_path(origin);
+        if !path.exists() {
+            return 0;
+        }
+        let Ok(r) = Store::open(&path, &StoreOptions::default()) else {
+            return 0;
+        };
+        kura_tlog::seallog::size(&r.seal_log()).unwrap_or(0)
+    }
+
+    /// Waits until its replica of `origin` holds all `n` of its leaves.
+    pub fn wait_replica(&self, origin: &FleetPi, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let want = origin.size();
+            if want > 0 && self.replica_size(origin.name) == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {}'s replica of {} has {} of {want} leaves\n--- {} serve\n{}\n--- {} serve\n{}",
+                self.name,
+                origin.name,
+                self.replica_size(origin.name),
+                self.name,
+                self.s.log("serve"),
+                origin.name,
+                origin.s.log("serve")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kura(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin("kura"))
+            .args(args)
+            .env("KURA_SERVE_CONFIG", self.s.path("serve.toml"))
+            .env_remove("KURA_DB")
+            .output()
+            .expect("kura")
+    }
+}
+

@@ -4,7 +4,6 @@
 //! verifies with the same ledger hashes and checkpoint root — through hub node kills, a dead
 //! hub, a killed publisher — and a rewritten history republished is refused.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -14,8 +13,7 @@ use kura_runtime::identity::Role;
 use kura_store::replica::logged_hash;
 use kura_store::{Store, StoreOptions};
 use kura_testkit::bin;
-use kura_testkit::hub::Hub;
-use kura_testkit::stack::Stack;
+use kura_testkit::hub::{FleetPi as Pi, Hub};
 use proto::fleet::{self, ReplMessage};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -25,127 +23,6 @@ const ONE_TURN: &str = r#"{"turns": [[
   {"tool": "fs.write", "args": {"path": "note.md", "content": "written on a Pi"}},
   {"deliver": "wrote note.md"}
 ]]}"#;
-
-/// One Pi of the fleet: its stack, its log key and witness key.
-struct Pi {
-    name: &'static str,
-    s: Stack,
-    log_key: PathBuf,
-    log_vkey: String,
-    witness_vkey: String,
-}
-
-fn note_key(dir: &Path, file: &str, name: &str, witness: bool) -> (PathBuf, String) {
-    let path = dir.join(file);
-    let mut cmd = Command::new(bin("kura"));
-    cmd.args(["log-key", "init", "--out"]).arg(&path).args(["--name", name]);
-    if witness {
-        cmd.arg("--witness");
-    }
-    let out = cmd.output().expect("kura log-key init");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let vkey = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .expect("vkey")
-        .trim()
-        .to_owned();
-    (path, vkey)
-}
-
-impl Pi {
-    /// A stack whose bus joins `hub` as `name`.
-    fn new(name: &'static str, hub: &Hub, script: &str) -> Pi {
-        let mut s = Stack::new(script);
-        s.nats.set_hub(Some(hub.link(name)));
-        s.nats.restart();
-        let (log_key, log_vkey) = note_key(s.dir.path(), "log.key", name, false);
-        let (_, witness_vkey) = note_key(s.dir.path(), "witness.key", &format!("{name}.witness"), true);
-        Pi {
-            name,
-            s,
-            log_key,
-            log_vkey,
-            witness_vkey,
-        }
-    }
-
-    /// Its serve.toml: sign every second, publish as itself, replicate `peers`.
-    fn configure(&mut self, peers: &[&Pi]) {
-        let mut text = format!(
-            "[serve]\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\nlog_key = {:?}\n\
-             log_verifier = {:?}\nwitness_key = {:?}\n\n[fleet]\nname = {:?}\n",
-            self.log_key,
-            self.log_vkey,
-            self.s.path("witness.key"),
-            self.name
-        );
-        for p in peers {
-            text.push_str(&format!(
-                "\n[[fleet.peers]]\nname = {:?}\nlog_verifier = {:?}\n",
-                p.name, p.log_vkey
-            ));
-        }
-        std::fs::write(self.s.path("serve.toml"), text).expect("serve.toml");
-        self.s.extra_env.push((
-            "KURA_SERVE_CONFIG".into(),
-            self.s.path("serve.toml").display().to_string(),
-        ));
-    }
-
-    fn replica_path(&self, origin: &str) -> PathBuf {
-        self.s.path(&format!("replicas/{origin}.db"))
-    }
-
-    /// Leaves of this Pi's own seal log.
-    fn size(&self) -> u64 {
-        kura_tlog::seallog::size(&self.s.store().seal_log()).expect("size")
-    }
-
-    /// Leaves its replica of `origin` verified (0 when it has none yet).
-    fn replica_size(&self, origin: &str) -> u64 {
-        let path = self.replica_path(origin);
-        if !path.exists() {
-            return 0;
-        }
-        let Ok(r) = Store::open(&path, &StoreOptions::default()) else {
-            return 0;
-        };
-        kura_tlog::seallog::size(&r.seal_log()).unwrap_or(0)
-    }
-
-    /// Waits until its replica of `origin` holds all `n` of its leaves.
-    fn wait_replica(&self, origin: &Pi, what: &str) {
-        let deadline = Instant::now() + MINUTE;
-        loop {
-            let want = origin.size();
-            if want > 0 && self.replica_size(origin.name) == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: {}'s replica of {} has {} of {want} leaves\n--- {} serve\n{}\n--- {} serve\n{}",
-                self.name,
-                origin.name,
-                self.replica_size(origin.name),
-                self.name,
-                self.s.log("serve"),
-                origin.name,
-                origin.s.log("serve")
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn kura(&self, args: &[&str]) -> std::process::Output {
-        Command::new(bin("kura"))
-            .args(args)
-            .env("KURA_SERVE_CONFIG", self.s.path("serve.toml"))
-            .env_remove("KURA_DB")
-            .output()
-            .expect("kura")
-    }
-}
 
 /// The replica of `origin` kept by `at` holds the same ledgers, in the same seal-log order,
 /// with the same hashes; its seal log has the root of `origin`'s signed checkpoint; and
@@ -183,35 +60,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
-}
-
-/// The seal-log indexes of every ledger message `pi` has on the hub, in stream order.
-fn ledger_indexes(hub: &Hub, pi: &str) -> Vec<u64> {
-    rt().block_on(async {
-        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
-        let stream = js.get_stream(fleet::STREAM).await.expect("stream");
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: fleet::ledger_subject(pi),
-                ..Default::default()
-            })
-            .await
-            .expect("consumer");
-        let mut messages = consumer.messages().await.expect("messages");
-        let mut out = Vec::new();
-        loop {
-            let next = tokio::time::timeout(Duration::from_secs(2), messages.next()).await;
-            let Ok(Some(Ok(m))) = next else { break };
-            match serde_json::from_slice::<ReplMessage>(&m.payload).expect("body") {
-                ReplMessage::Ledger(l) => out.push(l.index),
-                other => panic!("not a ledger on the ledger subject: {other:?}"),
-            }
-            if m.info().expect("info").pending == 0 {
-                break;
-            }
-        }
-        out
-    })
 }
 
 #[test]
@@ -291,7 +139,7 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
     a.s.spawn("kura", "serve");
     b.wait_replica(&a, "after the publisher was killed");
     assert_same_history(&a, &b);
-    let indexes = ledger_indexes(&hub, "pi-a");
+    let indexes = hub.ledger_indexes("pi-a");
     assert_eq!(indexes, (0..a.size()).collect::<Vec<_>>(), "gaps or duplicates on the hub");
 
     // Restore A from the hub into an empty directory: it verifies and continues its log.

@@ -24,6 +24,7 @@ use kura_testkit::bin;
 use kura_testkit::stack::Stack;
 
 mod adversary;
+mod fleet;
 
 /// How long every submitted session gets to complete once the faults stop.
 const SETTLE: Duration = Duration::from_secs(180);
@@ -714,13 +715,14 @@ fn chaos_nothing_is_lost() {
     // `KURA_CHAOS_ONLY=disk` (a substring of a scenario's name) runs just that one.
     let only = std::env::var("KURA_CHAOS_ONLY").unwrap_or_default();
     type Scenario = fn(&mut Rng) -> Row;
-    let scenarios: [(&str, Scenario); 6] = [
+    let scenarios: [(&str, Scenario); 7] = [
         ("daemon kills", daemon_kills),
         ("NATS outages", nats_outages),
         ("5+ writers", |_| many_writers()),
         ("disk full", |_| disk_full()),
         ("garbage on every subject", |_| garbage_everywhere()),
         ("adversarial model", |_| adversary::adversarial_model()),
+        ("fleet", fleet::fleet_kills),
     ];
     let rows: Vec<Row> = scenarios
         .iter()
