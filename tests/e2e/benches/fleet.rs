@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -103,20 +102,25 @@ fn lag(a: &FleetPi, b: &FleetPi, n: usize) -> Vec<f64> {
     let session = store.create_session("lag").expect("session").session_id;
     let replica = b.replica_path("pi-a");
     let mut out = Vec::new();
+    // The first ledger makes the replica; after it, one open handle polls it (each poll is a
+    // fresh read of the seal log's last leaf, a few microseconds).
+    let mut r: Option<Store> = None;
     for i in 0..n + 10 {
         let want = a.size() + 1;
         let t = Instant::now();
         seal_one(&mut store, session, i);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if replica.exists()
-                && let Ok(r) = Store::open(&replica, &StoreOptions::default())
-                && kura_tlog::seallog::size(&r.seal_log()).unwrap_or(0) >= want
+            if r.is_none() && replica.exists() {
+                r = Store::open(&replica, &StoreOptions::default()).ok();
+            }
+            if r.as_ref()
+                .is_some_and(|r| kura_tlog::seallog::size(&r.seal_log()).unwrap_or(0) >= want)
             {
                 break;
             }
             assert!(Instant::now() < deadline, "ledger {i} never reached B\n{}", b.s.log("serve"));
-            std::thread::sleep(Duration::from_micros(200));
+            std::thread::sleep(Duration::from_micros(100));
         }
         if i >= 10 {
             out.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -176,10 +180,11 @@ fn walk(p: &std::path::Path) -> u64 {
 
 /// `pis` simulated Pis, each sealing one ledger of [`RECORDS`] records every `every`, for
 /// `secs`: the hub's CPU (s/s), memory (KiB) and disk (bytes/s) while they run.
-fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> (f64, u64, f64, u64) {
+fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
     let pids: Vec<u32> = (0..hub.nodes).filter_map(|n| hub.pid(n)).collect();
     let cpu0: f64 = pids.iter().map(|&p| cpu_s(p)).sum();
     let disk0 = du(hub.dir.path());
+    let stored0 = stored_bytes(hub);
     let t = Instant::now();
     let sent = rt().block_on(async {
         let mut tasks = Vec::new();
@@ -236,8 +241,48 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> (f64, u64, f64
     let elapsed = t.elapsed().as_secs_f64();
     let cpu: f64 = pids.iter().map(|&p| cpu_s(p)).sum::<f64>() - cpu0;
     let rss: u64 = pids.iter().map(|&p| rss_kib(p).1).sum();
-    let disk = du(hub.dir.path()).saturating_sub(disk0) as f64 / elapsed;
-    (cpu / elapsed, rss, disk, sent)
+    Sim {
+        pis,
+        cpu: cpu / elapsed,
+        rss_kib: rss,
+        disk: du(hub.dir.path()).saturating_sub(disk0) as f64 / elapsed,
+        stored: stored_bytes(hub).saturating_sub(stored0) as f64 / elapsed,
+        sent,
+    }
+}
+
+/// What one run of simulated Pis cost the hub.
+struct Sim {
+    pis: usize,
+    /// CPU seconds per second, all nodes.
+    cpu: f64,
+    /// RSS of all nodes after the run.
+    rss_kib: u64,
+    /// Bytes per second the nodes' directories grew (every copy, files as allocated).
+    disk: f64,
+    /// Bytes per second the stream and buckets grew (one copy, as JetStream counts them).
+    stored: f64,
+    sent: u64,
+}
+
+/// Bytes in the stream and both buckets (one copy).
+fn stored_bytes(hub: &Hub) -> u64 {
+    rt().block_on(async {
+        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        let mut total = 0;
+        for name in [
+            fleet::STREAM.to_owned(),
+            format!("KV_{}", fleet::CHECKPOINTS_BUCKET),
+            format!("OBJ_{}", fleet::OBJECTS_BUCKET),
+        ] {
+            if let Ok(mut s) = js.get_stream(&name).await
+                && let Ok(info) = s.info().await
+            {
+                total += info.state.bytes;
+            }
+        }
+        total
+    })
 }
 
 fn main() {
@@ -290,11 +335,8 @@ fn main() {
     // Simulated Pis: one ledger of 10 records every 2 s each (a busy agent).
     let every = Duration::from_secs(2);
     let secs = if quick { 6 } else { 20 };
-    let mut sim: HashMap<usize, (f64, u64, f64, u64)> = HashMap::new();
     let sizes: &[usize] = if quick { &[20] } else { &[25, 100, 200] };
-    for &pis in sizes {
-        sim.insert(pis, simulate(&hub, pis, every, secs));
-    }
+    let sims: Vec<Sim> = sizes.iter().map(|&pis| simulate(&hub, pis, every, secs)).collect();
 
     let p50b = pct(&mut bare_ms, 0.5);
     let p99b = pct(&mut bare_ms, 0.99);
@@ -324,18 +366,33 @@ fn main() {
         rss / 1024,
         hwm / 1024
     );
-    let mut keys: Vec<_> = sim.keys().copied().collect();
-    keys.sort();
-    for pis in keys {
-        let (cpu, rss, disk, sent) = sim[&pis];
+    for m in &sims {
         println!(
-            "| {pis} simulated Pis, a ledger of {RECORDS} records every {}s each ({sent} ledgers) | hub CPU {:.1}% of a core ({:.2} ms/s per Pi), RSS {} MiB, disk {:.1} KiB/s ({:.0} B/s per Pi) | — | — | — |",
+            "| {} simulated Pis, a ledger of {RECORDS} records every {}s each ({} ledgers) | hub CPU {:.1}% of a core ({:.2} ms/s per Pi), RSS {} MiB, stored {:.1} KiB/s ({:.0} B/s per Pi, one copy), node directories +{:.0} KiB/s | — | — | — |",
+            m.pis,
             every.as_secs(),
-            cpu * 100.0,
-            cpu * 1000.0 / pis as f64,
-            rss / 1024,
-            disk / 1024.0,
-            disk / pis as f64
+            m.sent,
+            m.cpu * 100.0,
+            m.cpu * 1000.0 / m.pis as f64,
+            m.rss_kib / 1024,
+            m.stored / 1024.0,
+            m.stored / m.pis as f64,
+            m.disk / 1024.0
         );
+    }
+    // How many Pis one hub holds, from the largest run.
+    if let Some(m) = sims.last() {
+        let nodes = f64::from(hub.nodes);
+        let cpu_per_pi_node = m.cpu / m.pis as f64 / nodes; // s/s on one node
+        let by_cpu = 0.5 / cpu_per_pi_node;
+        let rss_per_pi = (m.rss_kib.saturating_sub(hub_base) as f64 / m.pis as f64 / nodes).max(1.0); // KiB on one node
+        let by_mem = (1024.0 * 1024.0 - hub_base as f64 / nodes) / rss_per_pi;
+        let per_day = m.stored / m.pis as f64 * 86_400.0; // bytes a Pi adds to each node a day
+        let years_1tb = 1e12 / (per_day * 365.0);
+        println!("> From the {}-Pi run, per Pi and per node: {:.3} ms of CPU a second, {:.0} KiB of memory, {:.1} MB of history a day (each node keeps a full copy).", m.pis, cpu_per_pi_node * 1000.0, rss_per_pi, per_day / 1e6);
+        println!("> - CPU: at half a core per node for the hub, 0.5 s/s ÷ {:.5} s/s = about {:.0} Pis.", cpu_per_pi_node, by_cpu);
+        println!("> - Memory: at 1 GiB per node, (1 GiB − {:.0} MiB at start) ÷ {:.0} KiB = about {:.0} Pis.", hub_base as f64 / nodes / 1024.0, rss_per_pi, by_mem);
+        println!("> - Disk: history is kept forever, so disk sets the horizon, not the count: one Pi this busy fills 1 TB in {:.0} years; {} of them in {:.1} years.", years_1tb, m.pis, years_1tb / m.pis as f64);
+        println!("> - So one 3-node hub of such machines holds about {:.0} Pis this busy (the smaller of CPU and memory), around the clock. These Pis only publish: every Pi that keeps a replica of every other multiplies what the hub sends by the fleet's size (N Pis × (N − 1) replicas), which is the limit to plan for beyond a few dozen — replicate to a few witnesses, not to all.", by_cpu.min(by_mem));
     }
 }

@@ -55,6 +55,10 @@ pub struct Restore {
     /// The new database (must not exist).
     #[arg(long)]
     pub to: PathBuf,
+    /// Where the signer's head goes (`[serve] checkpoint_file`; on an installed Pi
+    /// `/var/lib/kura-serve/checkpoint`); default: `<to>.checkpoint`. Must not exist.
+    #[arg(long)]
+    pub checkpoint_file: Option<PathBuf>,
     #[command(flatten)]
     pub hub: HubConn,
 }
@@ -114,6 +118,12 @@ impl Restore {
             "{} exists: restore builds a new database (move the old one away first)",
             self.to.display()
         );
+        let head = crate::tlog::state_file(self.checkpoint_file.as_deref(), &self.to);
+        anyhow::ensure!(
+            !head.exists(),
+            "{} exists: it is an older signer's head; move it away so the restored log's own checkpoint takes its place",
+            head.display()
+        );
         let dir = self
             .to
             .parent()
@@ -139,7 +149,6 @@ impl Restore {
         let db = kura_fleet::receive::replica_path(built.path(), &self.pi);
         std::fs::rename(&db, &self.to)
             .with_context(|| format!("cannot move the restored database to {}", self.to.display()))?;
-        let head = crate::tlog::state_file(None, &self.to);
         kura_tlog::witness::save_last(&head, &note)?;
         ctx.out.line(format!(
             "restored {}: {size} sealed ledgers verified against its checkpoint at size {size}; \
