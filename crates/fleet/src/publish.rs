@@ -66,10 +66,14 @@ impl Publisher {
                 break;
             };
             let ends_batch = published + 1 == size || (published + 1) % LEAVES_PER_CHECKPOINT == 0;
+            let t = std::time::Instant::now();
             // The checkpoint rides with the batch's last ledger: receivers verify on arrival.
             let note = if ends_batch { sign(store, published + 1) } else { None };
+            let signed = t.elapsed();
             ledger.checkpoint = note.clone();
-            match self.publish_leaf(&ledger, records, ledger_seq).await? {
+            let placed = self.publish_leaf(&ledger, records, ledger_seq).await?;
+            tracing::debug!(index = published, sign_us = signed.as_micros() as u64, publish_us = (t.elapsed() - signed).as_micros() as u64, "fleet: ledger published");
+            match placed {
                 Placed::At(seq) => {
                     ledger_seq = seq;
                     published += 1;

@@ -341,6 +341,7 @@ impl Receiver {
             .filter_map(|i| p.ledgers.get(&i).map(|(_, l)| l))
             .collect();
         let ids: Vec<String> = batch.iter().map(|l| l.ledger_id.to_string()).collect();
+        let t = std::time::Instant::now();
         let outcome = store.write(|tx| {
             for l in &batch {
                 tx.import_ledger(l, &p.records)?;
@@ -374,7 +375,7 @@ impl Receiver {
             Err(e) if e.is_corruption() => return Err(self.refused(e.to_string())),
             Err(e) => return Err(e.into()),
         }
-        tracing::info!(origin = %self.origin, size = cp.size, ledgers = batch.len(), "replica verified against the origin's checkpoint");
+        tracing::info!(origin = %self.origin, size = cp.size, ledgers = batch.len(), write_us = t.elapsed().as_micros() as u64, "replica verified against the origin's checkpoint");
         p.ledgers.retain(|i, _| *i >= cp.size);
         p.records.clear();
         p.bytes = 0;

@@ -107,8 +107,9 @@ fn lag(a: &FleetPi, b: &FleetPi, n: usize) -> Vec<f64> {
     let mut r: Option<Store> = None;
     for i in 0..n + 10 {
         let want = a.size() + 1;
-        let t = Instant::now();
         seal_one(&mut store, session, i);
+        // From the moment the seal is committed on A.
+        let t = Instant::now();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if r.is_none() && replica.exists() {
@@ -298,7 +299,11 @@ fn main() {
     a.configure(&[]);
     b.configure(&[&a]);
     for p in [&mut a, &mut b] {
-        p.s.extra_env.push(("RUST_LOG".into(), "warn".into()));
+        p.s.extra_env.push((
+            "RUST_LOG".into(),
+            std::env::var("KURA_BENCH_FLEET_LOG").unwrap_or_else(|_| "warn".into()),
+        ));
+        p.s.keep_files = std::env::var_os("KURA_BENCH_FLEET_LOG").is_some();
         p.s.spawn("kura", "serve");
     }
     std::thread::sleep(Duration::from_secs(2));
@@ -329,6 +334,9 @@ fn main() {
     let restore = total_records as f64 / t.elapsed().as_secs_f64();
     let group = local_group_commit(ledgers);
     let hub_after: Vec<(u64, u64)> = (0..3).filter_map(|n| hub.pid(n)).map(rss_kib).collect();
+    if a.s.keep_files {
+        eprintln!("logs kept: {} {}", a.s.dir.path().display(), b.s.dir.path().display());
+    }
     drop(a);
     drop(b);
 

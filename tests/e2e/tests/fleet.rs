@@ -311,6 +311,13 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     let before = kura_testkit::cli::fingerprint(&replica);
     // The replica reads like any Kura database: log, search, prove and verify-proof.
     let rp = replica.to_str().expect("utf8");
+    let honest: String = Store::open(&replica, &StoreOptions::default())
+        .expect("replica")
+        .conn()
+        .query_row("SELECT session_id FROM sessions WHERE label = 'honest'", [], |r| r.get(0))
+        .expect("the session on the replica");
+    let out = b.kura(&["log", &honest, "--db", rp, "--records"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("honest 1"), "{out:?}");
     let out = b.kura(&["search", "greenhouse", "--db", rp]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("greenhouse log"), "{out:?}");
     let large = Store::open(&replica, &StoreOptions::default())
@@ -420,6 +427,9 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("pi-a: ALARM"), "{text}");
+    let out = b.kura(&["status", "--db", b.s.db.to_str().expect("utf8")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fleet: pi-a: ALARM"), "kura status hides the alarm: {text}");
     let (_, _, page) = get("/fleet");
     assert!(page.contains("ALARM"), "the console's fleet page hides the alarm: {page}");
 }

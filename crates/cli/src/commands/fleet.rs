@@ -185,7 +185,8 @@ fn status(ctx: &mut Ctx) -> anyhow::Result<Outcome> {
     })
 }
 
-fn line(p: &PiStatus) -> String {
+/// One Pi in a line (also under `kura status`).
+pub(crate) fn line(p: &PiStatus) -> String {
     let seal = p.last_seal.as_deref().unwrap_or("never");
     match (p.role, &p.alarm) {
         (_, Some(a)) => format!("{}: ALARM: {}", p.name, proto::text::escape_controls(a)),

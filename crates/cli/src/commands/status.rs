@@ -19,6 +19,14 @@ impl Status {
         } else {
             print_status(out, &st)?;
             out.line(crate::tlog::anchoring(store.path()))?;
+            // A fleet: one line per Pi, so a replica's ALARM shows where people look first.
+            if let Ok(Some(config)) = crate::tlog::serve_config()
+                && (config.fleet.name.is_some() || !config.fleet.peers.is_empty())
+            {
+                for p in kura_fleet::status::read(&config.fleet, store.path())? {
+                    out.line(format!("fleet: {}", super::fleet::line(&p)))?;
+                }
+            }
         }
         Ok(Outcome::Ok)
     }
