@@ -18,7 +18,11 @@ use crate::commands::{Ctx, Outcome};
 #[serde(deny_unknown_fields)]
 struct Hub {
     nodes: u16,
+    /// The address every node listens on.
     host: String,
+    /// How Pis and the other nodes reach each node (one per node); empty: `host`.
+    #[serde(default)]
+    advertise: Vec<String>,
     client_port: u16,
     cluster_port: u16,
     leaf_port: u16,
@@ -65,6 +69,11 @@ pub struct InitHub {
     /// Names the hub's certificate is valid for besides localhost (its LAN name).
     #[arg(long = "hostname")]
     hostnames: Vec<String>,
+    /// How Pis and the other nodes reach node n (give it once per node, in order; e.g. the
+    /// three machines' LAN names); default: `--host`, or the first `--hostname` when the
+    /// host is 0.0.0.0.
+    #[arg(long = "node-address")]
+    node_addresses: Vec<String>,
     /// Client port of node 1 (node n listens on this + n - 1).
     #[arg(long, default_value_t = 4222)]
     client_port: u16,
@@ -74,6 +83,61 @@ pub struct InitHub {
     /// Leaf-node port of node 1 (Pis dial it).
     #[arg(long, default_value_t = 7422)]
     leaf_port: u16,
+}
+
+/// `kura fleet setup-hub`.
+#[derive(Debug, clap::Args)]
+pub struct SetupHub {
+    /// The hub's directory (`hub.toml`, its operator's seed and CA).
+    #[arg(long)]
+    dir: PathBuf,
+    /// A node's client URL; default: node 1's from `hub.toml`.
+    #[arg(long)]
+    url: Option<String>,
+    /// What one Pi's history may take on the hub (its stream, and again its large bodies),
+    /// in MiB; when full, the hub refuses more and the Pi's publisher retries.
+    #[arg(long, default_value_t = 1024)]
+    mib_per_pi: i64,
+}
+
+impl SetupHub {
+    /// Makes what is missing on the hub.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let hub = read_hub(&self.dir)?;
+        let url = self.url.clone().unwrap_or_else(|| {
+            let host = hub.advertise.first().cloned().unwrap_or_else(|| hub.host.clone());
+            format!("tls://{host}:{}", hub.client_port)
+        });
+        let conn = crate::commands::fleet::HubConn {
+            url,
+            seed: self.dir.join(ADMIN_SEED),
+            ca: Some(self.dir.join(CA)),
+        };
+        let pis: Vec<String> = hub.pis.iter().map(|p| p.name.clone()).collect();
+        let quota = kura_fleet::hub::Quota {
+            replicas: usize::from(hub.nodes),
+            bytes_per_pi: self.mib_per_pi.saturating_mul(1 << 20),
+        };
+        crate::commands::fleet::runtime()?.block_on(async {
+            let js = async_nats::jetstream::with_domain(conn.connect().await?, fleet::DOMAIN);
+            kura_fleet::hub::setup(&js, &pis, quota).await.map_err(|e| {
+                // JetStream reserves each quota on the node's disk up front.
+                if e.to_string().contains("insufficient storage") {
+                    anyhow::anyhow!("{e}: the hub's disk cannot reserve {} MiB for each of {} Pi(s) twice over; lower --mib-per-pi", self.mib_per_pi, pis.len())
+                } else {
+                    e.into()
+                }
+            })
+        })?;
+        ctx.out.line(format!(
+            "hub ready: the bucket {} and, for each of {} Pi(s), its stream and object store ({} copies, {} MiB each)",
+            fleet::CHECKPOINTS_BUCKET,
+            pis.len(),
+            hub.nodes,
+            self.mib_per_pi
+        ))?;
+        Ok(Outcome::Ok)
+    }
 }
 
 /// `kura fleet add-pi`.
@@ -106,8 +170,25 @@ impl InitHub {
         );
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        anyhow::ensure!(
+            self.node_addresses.is_empty() || self.node_addresses.len() == usize::from(self.nodes),
+            "--node-address: give one per node ({} of them), or none",
+            self.nodes
+        );
+        let advertise = if !self.node_addresses.is_empty() {
+            self.node_addresses.clone()
+        } else if self.host == "0.0.0.0" || self.host == "::" {
+            let name = self.hostnames.first().cloned().ok_or_else(|| {
+                anyhow::anyhow!("--host {} is no address a Pi can dial: add --hostname NAME (the hub's LAN name) or --node-address", self.host)
+            })?;
+            vec![name; usize::from(self.nodes)]
+        } else {
+            Vec::new()
+        };
         let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), self.host.clone()];
         hosts.extend(self.hostnames.iter().cloned());
+        hosts.extend(advertise.iter().cloned());
+        hosts.sort();
         hosts.dedup();
         let (ca, cert, key) = identity::server_certificate(&hosts)?;
         identity::write_new(&self.dir.join(CA), ca.as_bytes(), 0o644)?;
@@ -119,6 +200,7 @@ impl InitHub {
         let hub = Hub {
             nodes: self.nodes,
             host: self.host,
+            advertise,
             client_port: self.client_port,
             cluster_port: self.cluster_port,
             leaf_port: self.leaf_port,
@@ -129,15 +211,11 @@ impl InitHub {
         };
         write_hub(&self.dir, &hub)?;
         ctx.out.line(format!(
-            "hub of {} node(s) in {}: run `nats-server -c hub-<n>.conf` per node (or the kura-hub@<n> unit), \
-             then `kura fleet setup-hub --url tls://{}:{} --seed {} --ca {} --replicas {}`; add Pis with `kura fleet add-pi NAME --dir {}`",
+            "hub of {} node(s) in {}: add Pis with `kura fleet add-pi NAME --dir {}`, run `nats-server -c hub-<n>.conf` per node \
+             (the kura-hub@<n> unit), then `kura fleet setup-hub --dir {}`",
             hub.nodes,
             self.dir.display(),
-            hub.host,
-            hub.client_port,
-            self.dir.join(ADMIN_SEED).display(),
-            self.dir.join(CA).display(),
-            hub.nodes,
+            self.dir.display(),
             self.dir.display()
         ))?;
         Ok(Outcome::Ok)
@@ -164,7 +242,7 @@ impl AddPi {
         });
         write_hub(&self.dir, &hub)?;
         let urls: Vec<String> = (0..hub.nodes)
-            .map(|n| format!("\"tls://{}:{}\"", hub.host, hub.leaf_port + n))
+            .map(|n| format!("\"tls://{}:{}\"", node_address(&hub, n), hub.leaf_port + n))
             .collect();
         ctx.out.line(format!(
             "{} may join: copy {} to the Pi as /etc/kura/fleet/leaf.seed (0600) and {} as \
@@ -193,10 +271,17 @@ fn read_hub(dir: &Path) -> anyhow::Result<Hub> {
 /// password).
 fn write_hub(dir: &Path, hub: &Hub) -> anyhow::Result<()> {
     let write = |name: &str, text: String| -> anyhow::Result<()> {
+        use std::os::unix::fs::MetadataExt as _;
         let path = dir.join(name);
         let tmp = dir.join(format!(".{name}.new"));
         let _ = std::fs::remove_file(&tmp);
         identity::write_new(&tmp, text.as_bytes(), 0o600)?;
+        // The hub's nodes run as their own user (kura): a config rewritten by root keeps the
+        // owner the old one had, or a reload could no longer read it.
+        if let Ok(old) = std::fs::metadata(&path) {
+            std::os::unix::fs::chown(&tmp, Some(old.uid()), Some(old.gid()))
+                .with_context(|| format!("cannot give {} its old owner", tmp.display()))?;
+        }
         std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))
     };
     write(HUB_FILE, toml::to_string(hub)?)?;
@@ -228,14 +313,19 @@ pub fn leaf_permissions(pi: &str) -> (Vec<String>, Vec<String>) {
         format!("$KV.{kv}.*.cosig.{pi}"),
         format!("{d}.$KV.{kv}.{pi}"),
         format!("{d}.$KV.{kv}.*.cosig.{pi}"),
-        format!("$O.{}.>", fleet::OBJECTS_BUCKET),
-        format!("{d}.$O.{}.>", fleet::OBJECTS_BUCKET),
+        format!("$O.{}.>", fleet::objects_bucket(pi)),
+        format!("{d}.$O.{}.>", fleet::objects_bucket(pi)),
     ];
     (publish, vec!["_INBOX.>".into()])
 }
 
 fn quoted(items: &[String]) -> String {
     items.iter().map(|i| format!("{i:?}")).collect::<Vec<_>>().join(", ")
+}
+
+/// How Pis and other nodes reach node `n`.
+fn node_address(hub: &Hub, n: u16) -> &str {
+    hub.advertise.get(usize::from(n)).map_or(hub.host.as_str(), String::as_str)
 }
 
 fn node_config(dir: &Path, hub: &Hub, n: u16) -> String {
@@ -260,7 +350,7 @@ fn node_config(dir: &Path, hub: &Hub, n: u16) -> String {
     if hub.nodes > 1 {
         let routes: Vec<String> = (0..hub.nodes)
             .filter(|m| *m != n)
-            .map(|m| format!("\"nats-route://route:{}@{}:{}\"", hub.route_password, hub.host, hub.cluster_port + m))
+            .map(|m| format!("\"nats-route://route:{}@{}:{}\"", hub.route_password, node_address(hub, m), hub.cluster_port + m))
             .collect();
         let _ = writeln!(
             c,

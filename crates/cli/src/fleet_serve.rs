@@ -2,7 +2,6 @@
 //! batch followed by a checkpoint the signer made) and one receiver task per peer Pi (its
 //! verified replica). Both go through this Pi's own bus, which reaches the hub as a leaf node.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +10,6 @@ use kura_fleet::receive::Receiver;
 use kura_fleet::FleetError;
 use kura_runtime::{Bus, Stop};
 use kura_store::Store;
-use kura_tlog::checkpoint::LogKey;
 use kura_tlog::cosign::Witness;
 
 use crate::serve_config::ServeConfig;
@@ -29,6 +27,7 @@ pub(crate) fn start(
     config: &ServeConfig,
     bus: &Bus,
     signer: Option<Arc<dyn SignAt>>,
+    witness: Option<Arc<Witness>>,
     daemon: &mut kura_runtime::Daemon<Option<Bus>>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -57,7 +56,11 @@ pub(crate) fn start(
         })?;
     }
     let dir = fleet.replicas_dir(&config.common.db);
-    let witness = fleet_witness(config)?;
+    // This Pi cosigns each checkpoint a replica verified, as itself, with serve's witness.
+    let witness = match (&fleet.name, witness) {
+        (Some(me), Some(w)) => Some((me.clone(), w)),
+        _ => None,
+    };
     for peer in &fleet.peers {
         let keyring = match &peer.keyring {
             Some(k) => crate::tlog::keyring(Some(k.clone()))?,
@@ -156,29 +159,4 @@ fn publish_loop(
             }
         }
     }
-}
-
-/// This Pi as a witness of its peers' checkpoints, when it has a witness key.
-fn fleet_witness(config: &ServeConfig) -> anyhow::Result<Option<(String, Arc<Witness>)>> {
-    let fleet = &config.fleet;
-    let (Some(me), false) = (&fleet.name, fleet.peers.is_empty()) else {
-        return Ok(None);
-    };
-    let path = config.serve.witness_key.clone().or_else(|| {
-        std::env::var_os("CREDENTIALS_DIRECTORY")
-            .map(|d| PathBuf::from(d).join("witness.key"))
-            .filter(|p| p.exists())
-    });
-    let Some(path) = path else {
-        tracing::info!("fleet: no witness key, so replicas verify but do not cosign");
-        return Ok(None);
-    };
-    let key = LogKey::load(&path)?;
-    let mut state = config.common.db.as_os_str().to_owned();
-    state.push(".fleet-witnessed");
-    let logs = fleet.peers.iter().map(|p| p.log_verifier.clone()).collect();
-    Ok(Some((
-        me.clone(),
-        Arc::new(Witness::new(key, logs, &PathBuf::from(state))?),
-    )))
 }

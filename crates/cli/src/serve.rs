@@ -208,30 +208,39 @@ impl crate::fleet_serve::SignAt for Signer {
     }
 }
 
-/// This Kura as a witness for other Kuras' logs: its key and state, when configured.
+/// This Kura as a witness for other Kuras' logs — those in `witness_logs` and its fleet
+/// peers' — when it has a witness key: one witness, one state directory, so one key never
+/// cosigns two inconsistent checkpoints of a log.
 fn load_witness(config: &ServeConfig) -> anyhow::Result<Option<Witness>> {
-    if config.serve.witness_logs.is_empty() {
+    let mut logs = config.serve.witness_logs.clone();
+    for p in &config.fleet.peers {
+        if !logs.iter().any(|l| l.trim() == p.log_verifier.trim()) {
+            logs.push(p.log_verifier.clone());
+        }
+    }
+    if logs.is_empty() {
         return Ok(None);
     }
-    let path = config
-        .serve
-        .witness_key
-        .clone()
-        .or_else(|| {
-            std::env::var_os("CREDENTIALS_DIRECTORY").map(|d| PathBuf::from(d).join("witness.key"))
-        })
-        .ok_or_else(|| anyhow::anyhow!("[serve] witness_logs is set but no witness_key"))?;
+    let path = config.serve.witness_key.clone().or_else(|| {
+        std::env::var_os("CREDENTIALS_DIRECTORY")
+            .map(|d| PathBuf::from(d).join("witness.key"))
+            .filter(|p| p.exists())
+    });
+    let path = match path {
+        Some(p) => p,
+        None if config.serve.witness_logs.is_empty() => {
+            tracing::info!("fleet: no witness key, so replicas verify but do not cosign");
+            return Ok(None);
+        }
+        None => anyhow::bail!("[serve] witness_logs is set but no witness_key"),
+    };
     let key = LogKey::load(&path)?;
     let state = config.serve.witness_state.clone().unwrap_or_else(|| {
         let mut p = config.common.db.as_os_str().to_owned();
         p.push(".witnessed");
         PathBuf::from(p)
     });
-    Ok(Some(Witness::new(
-        key,
-        config.serve.witness_logs.clone(),
-        &state,
-    )?))
+    Ok(Some(Witness::new(key, logs, &state)?))
 }
 
 /// The outside agents' MCP and HTTP routes when `[agents] registry` is set: a store handle of
@@ -342,20 +351,22 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
     let signer = Signer::load(&config)?.map(std::sync::Arc::new);
     // The bus only when this Kura witnesses others (it answers their requests there) or
     // serves the console (which relays people's signed decisions to aegis).
-    let witness = load_witness(&config)?;
+    let witness = load_witness(&config)?.map(std::sync::Arc::new);
     let fleet = config.fleet.name.is_some() || !config.fleet.peers.is_empty();
     let wants_bus = witness.is_some() || config.console.listen.is_some() || fleet;
     let mut daemon = Daemon::start_bus_optional("kura", &common, wants_bus).await?;
-    if let (Some(w), Some(bus)) = (witness, daemon.bus()) {
+    if let (Some(w), Some(bus)) = (&witness, daemon.bus())
+        && !config.serve.witness_logs.is_empty()
+    {
         tracing::info!(verifier = %w.verifier(), logs = ?config.serve.witness_logs, "witnessing other logs");
-        witnessing::answer(bus, std::sync::Arc::new(w)).await?;
+        witnessing::answer(bus, w.clone()).await?;
     }
     let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
     if let (true, Some(bus)) = (fleet, daemon.bus().cloned()) {
         let sign = signer
             .clone()
             .map(|s| s as std::sync::Arc<dyn crate::fleet_serve::SignAt>);
-        crate::fleet_serve::start(&config, &bus, sign, &mut daemon, fleet_stopped)?;
+        crate::fleet_serve::start(&config, &bus, sign, witness.clone(), &mut daemon, fleet_stopped)?;
     }
     let (console_stop, console) = start_console(&config, daemon.bus().cloned()).await?;
     let duties = Duties {

@@ -1,79 +1,109 @@
-//! The hub's JetStream side: the stream every Pi publishes into, the checkpoints bucket and
-//! the object store, made once by the hub's operator ([`setup`]) and only opened by Pis
-//! ([`open`]), whose leaf connections may not create, change or delete them.
+//! The hub's JetStream side: each Pi's own stream and object store and the shared
+//! checkpoints bucket, made by the hub's operator ([`setup`], for every Pi `kura fleet
+//! add-pi` let in) and only opened by Pis ([`open`]), whose leaf connections may not create,
+//! change or delete them.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, object_store, stream};
-use proto::fleet::{CHECKPOINTS_BUCKET, OBJECTS_BUCKET, STREAM, SUBJECT_PREFIX};
+use proto::fleet::{self, CHECKPOINTS_BUCKET};
 
 use crate::{FleetError, Result};
 
 /// How long JetStream remembers a `Nats-Msg-Id` (a publisher killed and restarted within
 /// it republishes nothing twice; after it, the cursor and the expected sequence hold).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// The largest message a Pi's stream takes (the Pi's own bus takes 64 KiB).
+pub const MAX_MESSAGE: i32 = 64 * 1024;
+/// The largest value of the checkpoints bucket (a signed note with a few cosignatures).
+pub const MAX_CHECKPOINT: i32 = 16 * 1024;
 
-/// Opens the stream and buckets (made by [`setup`]).
+/// What one Pi's history may take on the hub, and how many copies the hub keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct Quota {
+    /// Copies of everything (1 or 3).
+    pub replicas: usize,
+    /// Bytes of one Pi's stream, and again of its object store; when full, the hub refuses
+    /// new messages (history is never aged out), and the Pi's publisher retries.
+    pub bytes_per_pi: i64,
+}
+
+/// `pi`'s stream and object store, and the checkpoints bucket (made by [`setup`]).
 pub async fn open(
     js: &jetstream::Context,
+    pi: &str,
 ) -> Result<(stream::Stream, kv::Store, object_store::ObjectStore)> {
     let missing = |what: &str, e: &dyn std::fmt::Display| {
         FleetError::Hub(format!(
-            "{what} is not on the hub ({e}): run `kura fleet setup-hub` against the hub once"
+            "{what} is not on the hub ({e}): on the hub, `kura fleet add-pi {pi}` then `kura fleet setup-hub`"
         ))
     };
+    let name = fleet::stream(pi);
     let s = js
-        .get_stream(STREAM)
+        .get_stream(&name)
         .await
-        .map_err(|e| missing(&format!("stream {STREAM}"), &e))?;
+        .map_err(|e| missing(&format!("stream {name}"), &e))?;
     let k = js
         .get_key_value(CHECKPOINTS_BUCKET)
         .await
         .map_err(|e| missing(&format!("bucket {CHECKPOINTS_BUCKET}"), &e))?;
+    let bucket = fleet::objects_bucket(pi);
     let o = js
-        .get_object_store(OBJECTS_BUCKET)
+        .get_object_store(&bucket)
         .await
-        .map_err(|e| missing(&format!("object store {OBJECTS_BUCKET}"), &e))?;
+        .map_err(|e| missing(&format!("object store {bucket}"), &e))?;
     Ok((s, k, o))
 }
 
-/// Makes the stream (every Pi's subjects, kept forever, file storage, `replicas` copies) and
-/// the buckets, if they are not there yet. Run by the hub's operator identity.
-pub async fn setup(js: &jetstream::Context, replicas: usize) -> Result<()> {
-    js.get_or_create_stream(stream::Config {
-        name: STREAM.into(),
-        subjects: vec![format!("{SUBJECT_PREFIX}.>")],
-        storage: stream::StorageType::File,
-        retention: stream::RetentionPolicy::Limits,
-        num_replicas: replicas,
-        duplicate_window: DUPLICATE_WINDOW,
-        // History is never aged out or rolled up; nobody may delete a message.
-        deny_delete: true,
-        deny_purge: true,
-        ..Default::default()
-    })
-    .await
-    .map_err(FleetError::hub)?;
+/// Makes, if they are not there yet, the checkpoints bucket and for each of `pis` its
+/// stream (its subjects only, file storage, kept forever, no deleting or purging) and its
+/// object store. Run by the hub's operator identity.
+pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Result<()> {
     if js.get_key_value(CHECKPOINTS_BUCKET).await.is_err() {
         js.create_key_value(kv::Config {
             bucket: CHECKPOINTS_BUCKET.into(),
             history: 16,
-            num_replicas: replicas,
+            num_replicas: quota.replicas,
             storage: stream::StorageType::File,
+            max_value_size: MAX_CHECKPOINT,
+            // Each Pi writes its own key and one cosignature key per peer it witnesses.
+            max_bytes: (pis.len().max(1) as i64).saturating_mul(64 * i64::from(MAX_CHECKPOINT)),
             ..Default::default()
         })
         .await
         .map_err(FleetError::hub)?;
     }
-    if js.get_object_store(OBJECTS_BUCKET).await.is_err() {
-        js.create_object_store(object_store::Config {
-            bucket: OBJECTS_BUCKET.into(),
-            num_replicas: replicas,
+    for pi in pis {
+        proto::fleet::check_pi_name(pi).map_err(|e| FleetError::Config(e.to_string()))?;
+        js.get_or_create_stream(stream::Config {
+            name: fleet::stream(pi),
+            subjects: vec![fleet::pi_subjects(pi)],
             storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::Limits,
+            discard: stream::DiscardPolicy::New,
+            num_replicas: quota.replicas,
+            duplicate_window: DUPLICATE_WINDOW,
+            max_bytes: quota.bytes_per_pi,
+            max_message_size: MAX_MESSAGE,
+            // History is never aged out or rolled up; nobody may delete a message.
+            deny_delete: true,
+            deny_purge: true,
             ..Default::default()
         })
         .await
         .map_err(FleetError::hub)?;
+        let bucket = fleet::objects_bucket(pi);
+        if js.get_object_store(&bucket).await.is_err() {
+            js.create_object_store(object_store::Config {
+                bucket,
+                num_replicas: quota.replicas,
+                storage: stream::StorageType::File,
+                max_bytes: quota.bytes_per_pi,
+                ..Default::default()
+            })
+            .await
+            .map_err(FleetError::hub)?;
+        }
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! publish under its own name (the hub's leaf-node permissions, [`hub::leaf_permissions`]).
 
 pub mod hub;
+mod pending;
 pub mod publish;
 pub mod receive;
 pub mod status;

@@ -44,7 +44,7 @@ impl Publisher {
     pub async fn connect(client: async_nats::Client, pi: &str) -> Result<Publisher> {
         proto::fleet::check_pi_name(pi).map_err(|e| FleetError::Config(e.to_string()))?;
         let js = jetstream::with_domain(client, fleet::DOMAIN);
-        let (stream, kv, objects) = crate::hub::open(&js).await?;
+        let (stream, kv, objects) = crate::hub::open(&js, pi).await?;
         Ok(Publisher {
             pi: pi.to_owned(),
             js,

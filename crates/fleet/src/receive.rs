@@ -1,11 +1,12 @@
-//! Keeping a verified replica of another Pi: read its subjects in stream order, hold its
-//! records and ledgers in memory (bounded) until its signed checkpoint covers them, then
-//! write them in one transaction that recomputes every hash, checks the seals, rebuilds the
-//! origin's seal log and compares its root with the checkpoint's — and commits only if all
-//! hold. A refusal is an ALARM: logged, kept in `<pi>.alarm` beside the replica, and the
-//! replica stays as it was until a person looks.
+//! Keeping a verified replica of another Pi: read its stream in order, hold its records and
+//! ledgers in memory (bounded, [`crate::pending`]) until one of its signed checkpoints covers
+//! them, then write them in one transaction that recomputes every hash, checks the seals,
+//! rebuilds the origin's seal log and compares its root with the checkpoint's — and commits
+//! only if all hold. What does not verify is never written. Only a signed checkpoint that
+//! contradicts what the replica already verified is an ALARM against the origin (logged,
+//! kept in `<pi>.alarm` beside the replica, which stays as it was until a person looks);
+//! anything else that does not fit is the hub's delay, dropped and retried.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +16,12 @@ use async_nats::jetstream::{self, kv, object_store::ObjectStore, stream::Stream}
 use futures::StreamExt;
 use kura_store::replica::{has_record, inbox, logged_hash};
 use kura_store::{Store, StoreError, StoreOptions};
-use kura_tlog::checkpoint::{self, Signed};
+use kura_tlog::checkpoint;
 use kura_tlog::cosign::Witness;
 use kura_tlog::sealer::Keyring;
-use proto::OwnedColumns;
 use proto::fleet::{self, ReplLedger, ReplMessage};
 
+use crate::pending::{Checkpoint, Pending};
 use crate::{FleetError, FleetPeer, Result, wire};
 
 /// How long a receiver behind its origin's checkpoint waits for a message before it builds
@@ -39,16 +40,6 @@ pub struct Receiver {
     stream: Stream,
     kv: kv::Store,
     objects: ObjectStore,
-}
-
-/// What the receiver holds of an origin's history not yet covered by a checkpoint.
-#[derive(Default)]
-struct Pending {
-    records: HashMap<String, OwnedColumns>,
-    ledgers: BTreeMap<u64, (u64, ReplLedger)>,
-    bytes: u64,
-    /// The last checkpoint (size, root) found consistent with what the replica holds.
-    checked: Option<(u64, [u8; 32])>,
 }
 
 /// The replica's file for `origin` in `dir`.
@@ -77,7 +68,7 @@ impl Receiver {
         std::fs::create_dir_all(dir)
             .map_err(|e| FleetError::Config(format!("cannot create {}: {e}", dir.display())))?;
         let js = jetstream::with_domain(client, fleet::DOMAIN);
-        let (stream, kv, objects) = crate::hub::open(&js).await?;
+        let (stream, kv, objects) = crate::hub::open(&js, &peer.name).await?;
         Ok(Receiver {
             origin: peer.name.clone(),
             vkey: peer.log_verifier.trim().to_owned(),
@@ -114,7 +105,7 @@ impl Receiver {
         tokio::pin!(stop);
         if let Ok(why) = std::fs::read_to_string(&self.alarm) {
             return Err(self.refused(format!(
-                "halted by an earlier ALARM ({}): {}; remove that file after investigating to resume",
+                "halted by an earlier ALARM ({}): {}; remove that file after investigating and restart kura serve to resume",
                 self.alarm.display(),
                 why.trim()
             )));
@@ -145,19 +136,80 @@ impl Receiver {
 
     /// Builds (or brings up to date) the replica up to the origin's newest checkpoint and
     /// returns: for `kura fleet restore`. Returns the leaves verified and the checkpoint.
+    ///
+    /// The newest checkpoint is the largest of the bucket's, the one riding with the
+    /// stream's last ledger, and those its witnesses cosigned. If the stream holds ledgers
+    /// past it (the Pi died between publishing and signing), the restore is refused: its
+    /// log key would otherwise sign a different tree at a size it may already have signed.
     pub async fn catch_up(self) -> Result<(u64, String)> {
-        let Some((note, target)) = self.latest_checkpoint().await? else {
+        let mut candidates: Vec<Checkpoint> = self.latest_checkpoint().await?.into_iter().collect();
+        let last = self.last_ledger().await?;
+        if let Some(note) = last.as_ref().and_then(|l| l.checkpoint.as_deref())
+            && let Ok(cp) = self.open_checkpoint(note.as_bytes())
+        {
+            candidates.push(cp);
+        }
+        candidates.extend(self.cosigned_checkpoints().await);
+        let Some((note, target)) = candidates.into_iter().max_by_key(|(_, c)| c.size) else {
             return Err(FleetError::Hub(format!(
                 "the hub holds no checkpoint of {}: nothing to restore",
                 self.origin
             )));
         };
+        if let Some(l) = &last
+            && l.index + 1 > target.size
+        {
+            return Err(FleetError::Hub(format!(
+                "the hub holds {} of {}'s ledgers but its newest checkpoint covers {}: it died \
+                 before signing the rest, and restoring would let its log key sign another tree \
+                 at sizes it may have signed; restore with a new log key instead (kura log-key \
+                 init) and pin that key on the other Pis",
+                l.index + 1,
+                self.origin,
+                target.size
+            )));
+        }
         let mut store = self.open_store()?;
         self.follow_until(&mut store, Some(target.size)).await?;
         let (seq, _) = inbox(&store, &self.origin)?.unwrap_or((0, note.clone()));
         let origin = self.origin.clone();
         store.write(|tx| tx.set_outbox(&origin, target.size, seq))?;
         Ok((target.size, note))
+    }
+
+    /// The last ledger the stream holds of the origin, if any.
+    async fn last_ledger(&self) -> Result<Option<ReplLedger>> {
+        let Ok(m) = self
+            .stream
+            .get_last_raw_message_by_subject(&fleet::ledger_subject(&self.origin))
+            .await
+        else {
+            return Ok(None);
+        };
+        match wire::decode(&self.origin, &m.payload, &self.objects).await {
+            Ok(ReplMessage::Ledger(l)) => Ok(Some(l)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The origin's checkpoints as its witnesses cosigned them (signature checked).
+    async fn cosigned_checkpoints(&self) -> Vec<Checkpoint> {
+        let mut out = Vec::new();
+        let prefix = format!("{}.cosig.", self.origin);
+        let Ok(mut keys) = self.kv.keys().await else {
+            return out;
+        };
+        while let Some(Ok(key)) = keys.next().await {
+            if !key.starts_with(&prefix) {
+                continue;
+            }
+            if let Ok(Some(v)) = self.kv.get(&key).await
+                && let Ok(cp) = self.open_checkpoint(&v)
+            {
+                out.push(cp);
+            }
+        }
+        out
     }
 
     /// One pass: from the replica's cursor, apply what checkpoints cover, until an error.
@@ -182,15 +234,16 @@ impl Receiver {
             .map_err(FleetError::hub)?;
         let mut messages = consumer.messages().await.map_err(FleetError::hub)?;
         let mut watch = self.kv.watch(&self.origin).await.map_err(FleetError::hub)?;
-        let mut pending = Pending::default();
-        let mut cp = self.latest_checkpoint().await?;
+        let mut p = Pending::default();
+        if let Some(cp) = self.latest_checkpoint().await? {
+            p.checkpoint(cp);
+        }
         let mut tick = tokio::time::interval(Duration::from_secs(2));
         let mut progress = std::time::Instant::now();
         loop {
-            self.apply(store, &mut pending, cp.as_ref()).await?;
-            if let Some(until) = until
-                && kura_tlog::seallog::size(&store.seal_log()).map_err(StoreError::from)? >= until
-            {
+            self.apply(store, &mut p).await?;
+            let size = kura_tlog::seallog::size(&store.seal_log()).map_err(StoreError::from)?;
+            if until.is_some_and(|u| size >= u) {
                 return Ok(());
             }
             tokio::select! {
@@ -199,24 +252,21 @@ impl Receiver {
                         .map_err(FleetError::hub)?;
                     let seq = m.info().map_err(FleetError::hub)?.stream_sequence;
                     progress = std::time::Instant::now();
-                    self.take(store, &mut pending, &mut cp, seq, &m.payload).await?;
+                    self.take(store, &mut p, seq, &m.payload).await?;
                 }
                 e = watch.next() => {
                     if let Some(Ok(entry)) = e && entry.operation == kv::Operation::Put {
-                        self.newer(&mut cp, self.open_checkpoint(&entry.value)?);
+                        self.keep_checkpoint(&mut p, &entry.value);
                     }
                 }
                 _ = tick.tick() => {
-                    if let Some(latest) = self.latest_checkpoint().await? {
-                        self.newer(&mut cp, latest);
+                    if let Some(cp) = self.latest_checkpoint().await? {
+                        p.checkpoint(cp);
                     }
                     // A consumer whose hub node died can stall without an error: when the
                     // origin's checkpoint is ahead and nothing came for a while, start over
                     // from the replica's cursor.
-                    let behind = cp.as_ref().is_some_and(|(_, c)| {
-                        kura_tlog::seallog::size(&store.seal_log()).is_ok_and(|n| n < c.size)
-                    });
-                    if behind && progress.elapsed() > STALLED {
+                    if p.newest().is_some_and(|n| n > size) && progress.elapsed() > STALLED {
                         return Err(FleetError::Hub(format!(
                             "nothing from {} for {} s while its checkpoint is ahead; reconnecting",
                             self.origin,
@@ -228,15 +278,24 @@ impl Receiver {
         }
     }
 
-    async fn latest_checkpoint(&self) -> Result<Option<(String, Signed)>> {
+    /// Keeps a checkpoint if it is the origin's (a bad one is dropped: unsigned bytes prove
+    /// nothing against anyone).
+    fn keep_checkpoint(&self, p: &mut Pending, bytes: &[u8]) {
+        match self.open_checkpoint(bytes) {
+            Ok(cp) => p.checkpoint(cp),
+            Err(e) => tracing::warn!(origin = %self.origin, error = %e, "dropped a checkpoint that is not the origin's"),
+        }
+    }
+
+    async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>> {
         match self.kv.get(&self.origin).await.map_err(FleetError::hub)? {
-            Some(v) => Ok(Some(self.open_checkpoint(&v)?)),
+            Some(v) => Ok(self.open_checkpoint(&v).ok()),
             None => Ok(None),
         }
     }
 
     /// A checkpoint from the bucket, under the origin's pinned key (any other is refused).
-    fn open_checkpoint(&self, bytes: &[u8]) -> Result<(String, Signed)> {
+    fn open_checkpoint(&self, bytes: &[u8]) -> Result<Checkpoint> {
         let note = std::str::from_utf8(bytes)
             .map_err(|_| self.refused("its checkpoint is not text"))?
             .to_owned();
@@ -245,101 +304,78 @@ impl Receiver {
         Ok((note, signed))
     }
 
-    /// Keeps `new` as the checkpoint to verify against when it is larger than `cp`.
-    fn newer(&self, cp: &mut Option<(String, Signed)>, new: (String, Signed)) {
-        if cp.as_ref().is_none_or(|(_, old)| new.1.size > old.size) {
-            *cp = Some(new);
+    /// Holds one message. A body that does not decode, or a ledger at a place the replica
+    /// already verified with another hash, is dropped with a warning: it is unsigned, so it
+    /// says nothing about the origin (a signed checkpoint will, if there is a rewrite).
+    async fn take(&self, store: &Store, p: &mut Pending, seq: u64, payload: &[u8]) -> Result<()> {
+        let message = match wire::decode(&self.origin, payload, &self.objects).await {
+            Ok(m) => m,
+            Err(FleetError::Refused { why, .. }) => {
+                tracing::warn!(origin = %self.origin, seq, %why, "dropped a message that is not a replication body");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        match message {
+            ReplMessage::Record(r) => {
+                p.bytes += r.columns.content.len() as u64 + 200;
+                p.records.insert(r.columns.hash.clone(), r.columns);
+            }
+            ReplMessage::Ledger(l) => {
+                p.bytes += l.members.len() as u64 * 70 + 1024;
+                if let Some(note) = &l.checkpoint {
+                    self.keep_checkpoint(p, note.as_bytes());
+                }
+                match logged_hash(store, l.index)? {
+                    Some(h) if h == l.ledger_hash => {}
+                    Some(h) => tracing::warn!(
+                        origin = %self.origin, index = l.index, seq,
+                        "dropped ledger {} with hash {}: the replica verified {h} there", l.ledger_id, l.ledger_hash
+                    ),
+                    None => {
+                        p.ledgers.entry(l.index).or_insert((seq, l));
+                    }
+                }
+            }
+            ReplMessage::Object { .. } => {}
         }
-    }
-
-    /// Holds one message (or refuses it at once when it contradicts the replica); a
-    /// checkpoint riding with a ledger replaces `cp` when newer.
-    async fn take(
-        &self,
-        store: &Store,
-        p: &mut Pending,
-        cp: &mut Option<(String, Signed)>,
-        seq: u64,
-        payload: &[u8],
-    ) -> Result<()> {
-        p.bytes += payload.len() as u64;
         if p.bytes > self.max_pending {
             return Err(FleetError::Hub(format!(
                 "{} sent more than {} bytes no checkpoint covers yet; starting over from the replica's cursor",
                 self.origin, self.max_pending
             )));
         }
-        match wire::decode(&self.origin, payload, &self.objects).await? {
-            ReplMessage::Record(r) => {
-                p.records.insert(r.columns.hash.clone(), r.columns);
-            }
-            ReplMessage::Ledger(l) => match logged_hash(store, l.index)? {
-                Some(h) if h == l.ledger_hash => {
-                    if let Some(note) = &l.checkpoint {
-                        self.newer(cp, self.open_checkpoint(note.as_bytes())?);
-                    }
-                }
-                Some(h) => {
-                    return Err(self.refused(format!(
-                        "it republished leaf {} as ledger {} with hash {}, but the replica verified {h} there: its history was rewritten",
-                        l.index, l.ledger_id, l.ledger_hash
-                    )));
-                }
-                None => {
-                    if let Some(note) = &l.checkpoint {
-                        self.newer(cp, self.open_checkpoint(note.as_bytes())?);
-                    }
-                    p.ledgers.insert(l.index, (seq, l));
-                }
-            },
-            ReplMessage::Object { .. } => return Err(self.refused("an object inside an object")),
-        }
         Ok(())
     }
 
-    /// Writes every held ledger the checkpoint covers, in one transaction that commits only
-    /// if the replica's seal log then has the checkpoint's root; checks an older checkpoint
-    /// against what the replica holds.
-    async fn apply(
-        &self,
-        store: &mut Store,
-        p: &mut Pending,
-        cp: Option<&(String, Signed)>,
-    ) -> Result<()> {
-        let Some((note, cp)) = cp else { return Ok(()) };
+    /// Holds each checkpoint of at most the replica's size against what it verified (a
+    /// different root is the origin's signed word for another history: the ALARM), then
+    /// writes the largest batch a held checkpoint covers.
+    async fn apply(&self, store: &mut Store, p: &mut Pending) -> Result<()> {
         let size = kura_tlog::seallog::size(&store.seal_log()).map_err(StoreError::from)?;
-        if cp.size <= size {
-            // Checked once per checkpoint (this runs for every message while nothing is due).
+        for (_, cp) in p.take_covered(size) {
             if p.checked == Some((cp.size, cp.root.0)) {
-                return Ok(());
+                continue;
             }
             let root = kura_tlog::seallog::root(&store.seal_log(), cp.size)
                 .map_err(StoreError::from)?
                 .0;
             if root != cp.root.0 {
                 return Err(self.refused(format!(
-                    "its checkpoint at size {} has another root than the {} leaves the replica verified: its history was rewritten",
+                    "its signed checkpoint at size {} has another root than the {} leaves the replica verified: its history was rewritten",
                     cp.size, cp.size
                 )));
             }
             p.checked = Some((cp.size, cp.root.0));
+        }
+        let Some((note, cp)) = p
+            .ready(size, |h| has_record(&*store, h).unwrap_or(false))
+            .cloned()
+        else {
             return Ok(());
-        }
-        if !(size..cp.size).all(|i| p.ledgers.contains_key(&i)) {
-            return Ok(());
-        }
-        // A record not here yet is withheld or late (the hub may delay, not forge): wait.
-        for i in size..cp.size {
-            for hash in p.ledgers.get(&i).map(|(_, l)| &l.members).into_iter().flatten() {
-                if !p.records.contains_key(hash) && !has_record(&*store, hash)? {
-                    return Ok(());
-                }
-            }
-        }
+        };
         let last_seq = p.ledgers.get(&(cp.size - 1)).map_or(0, |(s, _)| *s);
-        let batch: Vec<&ReplLedger> = (size..cp.size)
-            .filter_map(|i| p.ledgers.get(&i).map(|(_, l)| l))
-            .collect();
+        let batch: Vec<&ReplLedger> = p.ledgers.range(size..cp.size).map(|(_, (_, l))| l).collect();
         let ids: Vec<String> = batch.iter().map(|l| l.ledger_id.to_string()).collect();
         let t = std::time::Instant::now();
         let outcome = store.write(|tx| {
@@ -351,36 +387,44 @@ impl Receiver {
                     what: "replica",
                     id: self.origin.clone(),
                     detail: format!(
-                        "its seal log rebuilt to {} leaves does not have the signed checkpoint's root",
-                        cp.size
+                        "the ledgers the hub holds do not rebuild {}'s seal log to its signed checkpoint at {} leaves",
+                        self.origin, cp.size
                     ),
                 });
             }
+            // A seal that is there must verify and, with a keyring, be the origin's; a
+            // missing one is not held against it (seals are not covered by the checkpoint,
+            // and ledgers sealed before signing began have none).
             let problems = kura_tlog::sealer::check(
                 &kura_store::SealLog::over(kura_store::Db::sql(tx)),
                 &ids,
                 self.keyring.as_ref(),
             )?;
-            if let Some((id, check, detail)) = problems.into_iter().next() {
+            if let Some((id, check, detail)) =
+                problems.into_iter().find(|(_, c, _)| *c != "sealer_missing")
+            {
                 return Err(StoreError::Corrupt {
                     what: "replicated ledger",
                     id,
                     detail: format!("{check}: {detail}"),
                 });
             }
-            tx.set_inbox(&self.origin, last_seq, note)
+            tx.set_inbox(&self.origin, last_seq, &note)
         });
         match outcome {
             Ok(()) => {}
-            Err(e) if e.is_corruption() => return Err(self.refused(e.to_string())),
+            // Unsigned bodies that do not rebuild the signed root: nothing is written and the
+            // batch is read again (the hub may delay or mangle; it cannot make us write).
+            Err(e) if e.is_corruption() => {
+                tracing::error!(origin = %self.origin, error = %e, "refused a batch of the origin's history; nothing written; reading it again");
+                return Err(FleetError::Hub(format!("a batch did not verify: {e}")));
+            }
             Err(e) => return Err(e.into()),
         }
         tracing::info!(origin = %self.origin, size = cp.size, ledgers = batch.len(), write_us = t.elapsed().as_micros() as u64, "replica verified against the origin's checkpoint");
-        p.ledgers.retain(|i, _| *i >= cp.size);
-        p.records.clear();
-        p.bytes = 0;
+        p.applied(cp.size);
         p.checked = Some((cp.size, cp.root.0));
-        self.cosign(store, note).await;
+        self.cosign(store, &note).await;
         Ok(())
     }
 

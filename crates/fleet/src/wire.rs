@@ -10,6 +10,9 @@ use tokio::io::AsyncReadExt;
 
 use crate::{FleetError, Result};
 
+/// Longest wait for one object (at most [`OBJECT_MAX`] bytes on a LAN).
+const OBJECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The body to publish for `message`: itself, or a pointer to an object holding it.
 pub(crate) async fn encode(
     pi: &str,
@@ -28,10 +31,15 @@ pub(crate) async fn encode(
         ..Default::default()
     };
     let size = body.len() as u64;
-    objects
-        .put(meta, &mut body.as_slice())
-        .await
-        .map_err(FleetError::hub)?;
+    // Content-addressed: an object of that name is this body (a Pi's store is its own), and
+    // putting it again would need the purge a Pi may not do.
+    let exists = objects.info(&name).await.is_ok_and(|i| i.size as u64 == size && !i.deleted);
+    if !exists {
+        objects
+            .put(meta, &mut body.as_slice())
+            .await
+            .map_err(FleetError::hub)?;
+    }
     let pointer = ReplMessage::Object { name, sha256, size };
     serde_json::to_vec(&pointer)
         .map(Bytes::from)
@@ -59,13 +67,19 @@ pub(crate) async fn decode(
             "an object pointer names {name:?} of {size} bytes (at most {OBJECT_MAX}, under its own name)"
         )));
     }
-    let object = objects.get(&name).await.map_err(FleetError::hub)?;
-    let mut body = Vec::new();
-    object
-        .take(size + 1)
-        .read_to_end(&mut body)
-        .await
-        .map_err(FleetError::hub)?;
+    // Bounded in time as in bytes: a store that never finishes an object is the hub's delay.
+    let body = tokio::time::timeout(OBJECT_TIMEOUT, async {
+        let object = objects.get(&name).await.map_err(FleetError::hub)?;
+        let mut body = Vec::new();
+        object
+            .take(size + 1)
+            .read_to_end(&mut body)
+            .await
+            .map_err(FleetError::hub)?;
+        Ok::<_, FleetError>(body)
+    })
+    .await
+    .map_err(|_| FleetError::Hub(format!("object {name} took longer than {} s", OBJECT_TIMEOUT.as_secs())))??;
     // Every Pi may write the object store, so a body that is not what the origin's pointer
     // names is the hub's or another Pi's doing, not the origin's: retried, never an ALARM
     // against the origin (the hub can delay, not forge).

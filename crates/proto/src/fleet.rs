@@ -15,13 +15,26 @@ pub const SUBJECT_PREFIX: &str = "kura.repl.v1";
 /// The hub's JetStream domain: a Pi's own server runs no JetStream, and its clients reach the
 /// hub's through the leaf connection as `$JS.hub.API.…`.
 pub const DOMAIN: &str = "hub";
-/// The JetStream stream every Pi publishes into (one linear order per Pi by subject).
-pub const STREAM: &str = "KURA_REPL";
+/// The prefix of each Pi's JetStream stream, `KURA_REPL_<pi>` (see [`stream`]).
+pub const STREAM_PREFIX: &str = "KURA_REPL_";
 /// The key-value bucket of signed checkpoints (key `<pi>`) and cosignatures
 /// (key `<pi>.cosig.<witness>`).
 pub const CHECKPOINTS_BUCKET: &str = "kura_checkpoints";
-/// The object store for bodies too large for one message.
-pub const OBJECTS_BUCKET: &str = "kura_objects";
+/// The prefix of each Pi's object store for bodies too large for one message,
+/// `kura_objects_<pi>` (see [`objects_bucket`]).
+pub const OBJECTS_PREFIX: &str = "kura_objects_";
+
+/// `pi`'s own stream. One stream per Pi, not one shared: JetStream drops a repeated
+/// `Nats-Msg-Id` across a whole stream, so in a shared one a Pi could pre-empt another's
+/// ids; and the hub can give each Pi its own quota.
+pub fn stream(pi: &str) -> String {
+    format!("{STREAM_PREFIX}{pi}")
+}
+
+/// `pi`'s own object store: only `pi` may write it (so no other Pi can replace a body).
+pub fn objects_bucket(pi: &str) -> String {
+    format!("{OBJECTS_PREFIX}{pi}")
+}
 /// A body larger than this goes to the object store, and its message points at it: the
 /// Pi's bus takes at most 64 KiB per message (doorbells are tiny; replication bodies are
 /// not), so a body and its headers always fit.

@@ -399,7 +399,7 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
                 "$JS.ACK.>".into(),
                 "$JS.FC.>".into(),
                 format!("$KV.{}.>", proto::fleet::CHECKPOINTS_BUCKET),
-                format!("$O.{}.>", proto::fleet::OBJECTS_BUCKET),
+                "$O.*.>".into(),
             ],
             vec![
                 s.witness_add_checkpoint(),

@@ -114,11 +114,9 @@ impl Hub {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let out = Command::new(bin("kura"))
-                .args(["fleet", "setup-hub", "--url", &self.url(), "--seed"])
-                .arg(self.admin_seed())
-                .arg("--ca")
-                .arg(self.ca())
-                .args(["--replicas", &self.nodes.to_string()])
+                .args(["fleet", "setup-hub", "--dir"])
+                .arg(self.dir.path())
+                .args(["--url", &self.url(), "--mib-per-pi", "64"])
                 .output()
                 .expect("kura");
             if out.status.success() {
@@ -184,7 +182,7 @@ impl Hub {
             .expect("runtime");
         rt.block_on(async {
             let js = jetstream::with_domain(self.admin(0).await, fleet::DOMAIN);
-            let stream = js.get_stream(fleet::STREAM).await.expect("stream");
+            let stream = js.get_stream(fleet::stream(pi)).await.expect("stream");
             let consumer = stream
                 .create_consumer(jetstream::consumer::pull::OrderedConfig {
                     filter_subject: fleet::ledger_subject(pi),

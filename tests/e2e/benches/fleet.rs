@@ -68,7 +68,7 @@ fn bare(hub: &Hub, n: usize) -> Vec<f64> {
     rt().block_on(async {
         let js_x = jetstream::with_domain(x.client(Role::Serve).await.expect("x"), fleet::DOMAIN);
         let js_y = jetstream::with_domain(y.client(Role::Serve).await.expect("y"), fleet::DOMAIN);
-        let stream = js_y.get_stream(fleet::STREAM).await.expect("stream");
+        let stream = js_y.get_stream(fleet::stream("pi-x")).await.expect("stream");
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
                 filter_subject: fleet::record_subject("pi-x"),
@@ -186,6 +186,12 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
     let cpu0: f64 = pids.iter().map(|&p| cpu_s(p)).sum();
     let disk0 = du(hub.dir.path());
     let stored0 = stored_bytes(hub);
+    rt().block_on(async {
+        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        let names: Vec<String> = (0..pis).map(|p| format!("sim-{p}")).collect();
+        let quota = kura_fleet::hub::Quota { replicas: usize::from(hub.nodes), bytes_per_pi: 16 << 20 };
+        kura_fleet::hub::setup(&js, &names, quota).await.expect("simulated Pis' streams");
+    });
     let t = Instant::now();
     let sent = rt().block_on(async {
         let mut tasks = Vec::new();
@@ -270,12 +276,9 @@ struct Sim {
 fn stored_bytes(hub: &Hub) -> u64 {
     rt().block_on(async {
         let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        let mut names = js.stream_names();
         let mut total = 0;
-        for name in [
-            fleet::STREAM.to_owned(),
-            format!("KV_{}", fleet::CHECKPOINTS_BUCKET),
-            format!("OBJ_{}", fleet::OBJECTS_BUCKET),
-        ] {
+        while let Some(Ok(name)) = names.next().await {
             if let Ok(mut s) = js.get_stream(&name).await
                 && let Ok(info) = s.info().await
             {

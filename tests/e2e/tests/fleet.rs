@@ -308,7 +308,6 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         assert!(!page.contains("honest"), "{bad}: {page}");
     }
     let replica = b.replica_path("pi-a");
-    let before = kura_testkit::cli::fingerprint(&replica);
     // The replica reads like any Kura database: log, search, prove and verify-proof.
     let rp = replica.to_str().expect("utf8");
     let honest: String = Store::open(&replica, &StoreOptions::default())
@@ -328,7 +327,7 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     assert!(large > 200 * 1024, "the large record did not arrive whole: {large}");
     let objects = rt().block_on(async {
         let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
-        let os = js.get_object_store(fleet::OBJECTS_BUCKET).await.expect("objects");
+        let os = js.get_object_store(fleet::objects_bucket("pi-a")).await.expect("objects");
         let mut list = os.list().await.expect("list");
         let mut n = 0;
         while let Some(Ok(_)) = list.next().await {
@@ -358,6 +357,39 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     std::fs::write(&proof, &out.stdout).expect("proof");
     let out = b.kura(&["verify-proof", proof.to_str().expect("utf8"), "--log-key", &a.log_vkey]);
     assert!(out.status.success(), "verify-proof: {}", String::from_utf8_lossy(&out.stdout));
+
+    // Broke (review of issue 27): in one shared stream, B could publish under A's next
+    // message ids and JetStream dropped A's own ledger as a duplicate. Each Pi has its own
+    // stream now: B's messages with A's ids change nothing for A.
+    rt().block_on(async {
+        let js = jetstream::with_domain(b.s.nats.client(Role::Serve).await.expect("B"), fleet::DOMAIN);
+        for id in [fleet::ledger_msg_id("pi-a", a.size()), fleet::ledger_msg_id("pi-a", a.size() + 1)] {
+            let msg = jetstream::message::PublishMessage::build()
+                .payload("{}".into())
+                .message_id(id);
+            js.send_publish(fleet::record_subject("pi-b"), msg)
+                .await
+                .expect("publish")
+                .await
+                .expect("B may publish on its own subjects");
+        }
+    });
+    {
+        let mut store = a.s.store();
+        let s = store.create_session("after").expect("session").session_id;
+        let l = store.open_ledger(s, "after", &[]).expect("open");
+        store
+            .append(l.ledger_id, &proto::NewRecord {
+                record_type: proto::RecordType::AgentThought,
+                content: serde_json::json!({"text": "after B's ids"}),
+                author_id: "user:a".into(),
+                metadata: Default::default(),
+            })
+            .expect("append");
+        store.seal_ledger(l.ledger_id).expect("seal");
+    }
+    b.wait_replica(&a, "a ledger whose message id B published first");
+    let before = kura_testkit::cli::fingerprint(&replica);
 
     // A Pi may not publish under another Pi's name, and no doorbell crosses the hub.
     rt().block_on(async {

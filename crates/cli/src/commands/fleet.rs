@@ -21,8 +21,9 @@ pub enum FleetCmd {
     InitHub(crate::fleet_hub::InitHub),
     /// Let a Pi join the hub as a leaf node: its leaf key, and the hub's configs rewritten.
     AddPi(crate::fleet_hub::AddPi),
-    /// Make the hub's stream and buckets (once, with the hub's operator key).
-    SetupHub(HubConn),
+    /// Make the hub's streams and buckets for every Pi `add-pi` let in (with the hub's
+    /// operator key; run again after each `add-pi`).
+    SetupHub(crate::fleet_hub::SetupHub),
     /// Rebuild a Pi's database from the hub, verified against its last checkpoint.
     Restore(Restore),
 }
@@ -33,15 +34,13 @@ pub struct HubConn {
     /// A hub node's client URL (`tls://hub.lan:4222`).
     #[arg(long)]
     pub url: String,
-    /// The identity's seed file (the hub operator's `hub-admin.seed` for `setup-hub`).
+    /// The identity's seed file: the hub operator's `hub-admin.seed`, or on the Pi its
+    /// `serve` seed when its bus is joined to the hub.
     #[arg(long)]
     pub seed: PathBuf,
-    /// The hub's CA (`hub-ca.pem` from `init-hub`).
+    /// The CA of the server at `--url` (`hub-ca.pem`, or the Pi's `nats-ca.pem`).
     #[arg(long)]
     pub ca: Option<PathBuf>,
-    /// Copies the hub keeps of everything (1 or 3).
-    #[arg(long, default_value_t = 1)]
-    pub replicas: usize,
 }
 
 /// `kura fleet restore`.
@@ -70,28 +69,14 @@ impl FleetCmd {
             FleetCmd::Status => status(ctx),
             FleetCmd::InitHub(c) => c.run(ctx),
             FleetCmd::AddPi(c) => c.run(ctx),
-            FleetCmd::SetupHub(c) => {
-                let rt = runtime()?;
-                rt.block_on(async {
-                    let client = c.connect().await?;
-                    let js = async_nats::jetstream::with_domain(client, proto::fleet::DOMAIN);
-                    anyhow::Ok(kura_fleet::hub::setup(&js, c.replicas).await?)
-                })?;
-                ctx.out.line(format!(
-                    "hub ready: stream {} and buckets {}, {} with {} copies",
-                    proto::fleet::STREAM,
-                    proto::fleet::CHECKPOINTS_BUCKET,
-                    proto::fleet::OBJECTS_BUCKET,
-                    c.replicas
-                ))?;
-                Ok(Outcome::Ok)
-            }
+            FleetCmd::SetupHub(c) => c.run(ctx),
             FleetCmd::Restore(r) => r.run(ctx),
         }
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+/// A small runtime for one command.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -99,7 +84,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 impl HubConn {
-    async fn connect(&self) -> anyhow::Result<async_nats::Client> {
+    /// Connects with the seed and CA given.
+    pub(crate) async fn connect(&self) -> anyhow::Result<async_nats::Client> {
         let creds = Credentials {
             key: Some(std::sync::Arc::new(kura_runtime::identity::read_seed(
                 &self.seed,
@@ -142,7 +128,8 @@ impl Restore {
             .with_context(|| format!("cannot write in {}", dir.display()))?;
         let (size, note) = rt.block_on(async {
             let client = self.hub.connect().await?;
-            let r = kura_fleet::receive::Receiver::new(client, &peer, None, built.path(), u64::MAX, None)
+            // A restore holds at most one checkpoint's batch at a time, like a receiver.
+            let r = kura_fleet::receive::Receiver::new(client, &peer, None, built.path(), 256 << 20, None)
                 .await?;
             anyhow::Ok(r.catch_up().await?)
         })?;
