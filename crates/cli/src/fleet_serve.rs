@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kura_fleet::FleetError;
 use kura_fleet::publish::Publisher;
 use kura_fleet::receive::Receiver;
-use kura_fleet::FleetError;
 use kura_runtime::{Bus, Stop};
 use kura_store::Store;
 use kura_tlog::cosign::Witness;
@@ -50,7 +50,9 @@ pub(crate) fn start(
         daemon.thread("kura-fleet-publish", move |stop| {
             let store = match Store::open(&db, &options) {
                 Ok(s) => s,
-                Err(e) => return tracing::error!(error = %e, "fleet publisher cannot open the store"),
+                Err(e) => {
+                    return tracing::error!(error = %e, "fleet publisher cannot open the store");
+                }
             };
             publish_loop(&rt, client, &name, store, &*signer, poll, &stop, &detail);
         })?;
@@ -66,7 +68,12 @@ pub(crate) fn start(
             Some(k) => crate::tlog::keyring(Some(k.clone()))?,
             None => None,
         };
-        let (client, peer, dir, max) = (bus.client.clone(), peer.clone(), dir.clone(), fleet.max_pending_bytes);
+        let (client, peer, dir, max) = (
+            bus.client.clone(),
+            peer.clone(),
+            dir.clone(),
+            fleet.max_pending_bytes,
+        );
         let witness = witness.clone();
         let mut stop = stop_rx.clone();
         let rt = tokio::runtime::Handle::current();
@@ -144,7 +151,11 @@ fn publish_loop(
                 seen = version;
                 backoff = Duration::ZERO;
                 if r.new > 0 {
-                    tracing::info!(published = r.published, new = r.new, "fleet: published to the hub");
+                    tracing::info!(
+                        published = r.published,
+                        new = r.new,
+                        "fleet: published to the hub"
+                    );
                 }
             }
             Err(e @ FleetError::Diverged(_)) => {

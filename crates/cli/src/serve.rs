@@ -200,7 +200,11 @@ impl crate::fleet_serve::SignAt for Signer {
             return Some(note);
         }
         let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(kura_tlog::checkpoint::extends(&store.seal_log(), &cp), Ok(Ok(()))) || size > cp.size {
+        if !matches!(
+            kura_tlog::checkpoint::extends(&store.seal_log(), &cp),
+            Ok(Ok(()))
+        ) || size > cp.size
+        {
             return None;
         }
         let root = kura_tlog::seallog::root(&store.seal_log(), size).ok()?;
@@ -366,7 +370,14 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
         let sign = signer
             .clone()
             .map(|s| s as std::sync::Arc<dyn crate::fleet_serve::SignAt>);
-        crate::fleet_serve::start(&config, &bus, sign, witness.clone(), &mut daemon, fleet_stopped)?;
+        crate::fleet_serve::start(
+            &config,
+            &bus,
+            sign,
+            witness.clone(),
+            &mut daemon,
+            fleet_stopped,
+        )?;
     }
     let (console_stop, console) = start_console(&config, daemon.bus().cloned()).await?;
     let duties = Duties {

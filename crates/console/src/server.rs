@@ -384,7 +384,13 @@ async fn history(
         })
         .await;
     page(&c, &headers, "session", |_| {
-        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger, ""))
+        Ok(pages::history(
+            &h?,
+            page_no,
+            LEDGERS_PER_PAGE,
+            per_ledger,
+            "",
+        ))
     })
     .await
 }
@@ -489,7 +495,13 @@ async fn replica_history(
         .await;
     let base = format!("/fleet/{pi}");
     page(&c, &headers, "replica session", |_| {
-        Ok(pages::history(&h?, page_no, LEDGERS_PER_PAGE, per_ledger, &base))
+        Ok(pages::history(
+            &h?,
+            page_no,
+            LEDGERS_PER_PAGE,
+            per_ledger,
+            &base,
+        ))
     })
     .await
 }

@@ -3,8 +3,8 @@
 //! the others that are written only after every hash, seal signature and the origin's
 //! signed checkpoint is checked ([`receive`]). The hub can delay or withhold, never forge.
 //!
-//! The hub's stream and buckets ([`hub`]) are made once by the hub's operator; a Pi may only
-//! publish under its own name (the hub's leaf-node permissions, [`hub::leaf_permissions`]).
+//! Each Pi's stream and object store and the checkpoints bucket ([`hub`]) are made by the hub's operator; a Pi may only
+//! publish under its own name (the hub's leaf-node permissions, made by `kura fleet add-pi`).
 
 pub mod hub;
 mod pending;

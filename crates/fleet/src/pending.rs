@@ -118,7 +118,11 @@ mod tests {
     fn cp(size: u64) -> Checkpoint {
         (
             format!("note {size}"),
-            Signed { origin: "o".into(), size, root: tlog_tiles::Hash([0; 32]) },
+            Signed {
+                origin: "o".into(),
+                size,
+                root: tlog_tiles::Hash([0; 32]),
+            },
         )
     }
 
@@ -144,7 +148,10 @@ mod tests {
         p.checkpoint(cp(6));
         p.checkpoint(cp(9));
         assert_eq!(p.ready(2, |_| true).map(|c| c.1.size), Some(6));
-        assert!(p.ready(2, |_| false).is_none(), "record r is neither held nor stored");
+        assert!(
+            p.ready(2, |_| false).is_none(),
+            "record r is neither held nor stored"
+        );
         p.applied(6);
         assert!(p.ledgers.is_empty());
     }

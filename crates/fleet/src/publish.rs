@@ -57,7 +57,8 @@ impl Publisher {
     /// Publishes every leaf after the cursor, with a checkpoint after each
     /// [`LEAVES_PER_CHECKPOINT`] and at the end.
     pub async fn round(&self, store: &mut Store, sign: &mut SignAt<'_>) -> Result<Round> {
-        let size = kura_tlog::seallog::size(&store.seal_log()).map_err(kura_store::StoreError::from)?;
+        let size =
+            kura_tlog::seallog::size(&store.seal_log()).map_err(kura_store::StoreError::from)?;
         let (mut published, mut ledger_seq) = outbox(store, &self.pi)?;
         let start = published;
         let mut put_at = None;
@@ -68,11 +69,20 @@ impl Publisher {
             let ends_batch = published + 1 == size || (published + 1) % LEAVES_PER_CHECKPOINT == 0;
             let t = std::time::Instant::now();
             // The checkpoint rides with the batch's last ledger: receivers verify on arrival.
-            let note = if ends_batch { sign(store, published + 1) } else { None };
+            let note = if ends_batch {
+                sign(store, published + 1)
+            } else {
+                None
+            };
             let signed = t.elapsed();
             ledger.checkpoint = note.clone();
             let placed = self.publish_leaf(&ledger, records, ledger_seq).await?;
-            tracing::debug!(index = published, sign_us = signed.as_micros() as u64, publish_us = (t.elapsed() - signed).as_micros() as u64, "fleet: ledger published");
+            tracing::debug!(
+                index = published,
+                sign_us = signed.as_micros() as u64,
+                publish_us = (t.elapsed() - signed).as_micros() as u64,
+                "fleet: ledger published"
+            );
             match placed {
                 Placed::At(seq) => {
                     ledger_seq = seq;
@@ -148,8 +158,12 @@ impl Publisher {
                     .map_err(FleetError::hub)?,
             );
         }
-        let payload =
-            wire::encode(&self.pi, &ReplMessage::Ledger(ledger.clone()), &self.objects).await?;
+        let payload = wire::encode(
+            &self.pi,
+            &ReplMessage::Ledger(ledger.clone()),
+            &self.objects,
+        )
+        .await?;
         let msg = PublishMessage::build()
             .payload(payload)
             .message_id(fleet::ledger_msg_id(&self.pi, ledger.index))

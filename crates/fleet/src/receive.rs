@@ -1,5 +1,5 @@
 //! Keeping a verified replica of another Pi: read its stream in order, hold its records and
-//! ledgers in memory (bounded, [`crate::pending`]) until one of its signed checkpoints covers
+//! ledgers in memory (bounded, `pending`) until one of its signed checkpoints covers
 //! them, then write them in one transaction that recomputes every hash, checks the seals,
 //! rebuilds the origin's seal log and compares its root with the checkpoint's — and commits
 //! only if all hold. What does not verify is never written. Only a signed checkpoint that
@@ -283,7 +283,9 @@ impl Receiver {
     fn keep_checkpoint(&self, p: &mut Pending, bytes: &[u8]) {
         match self.open_checkpoint(bytes) {
             Ok(cp) => p.checkpoint(cp),
-            Err(e) => tracing::warn!(origin = %self.origin, error = %e, "dropped a checkpoint that is not the origin's"),
+            Err(e) => {
+                tracing::warn!(origin = %self.origin, error = %e, "dropped a checkpoint that is not the origin's")
+            }
         }
     }
 
@@ -375,7 +377,11 @@ impl Receiver {
             return Ok(());
         };
         let last_seq = p.ledgers.get(&(cp.size - 1)).map_or(0, |(s, _)| *s);
-        let batch: Vec<&ReplLedger> = p.ledgers.range(size..cp.size).map(|(_, (_, l))| l).collect();
+        let batch: Vec<&ReplLedger> = p
+            .ledgers
+            .range(size..cp.size)
+            .map(|(_, (_, l))| l)
+            .collect();
         let ids: Vec<String> = batch.iter().map(|l| l.ledger_id.to_string()).collect();
         let t = std::time::Instant::now();
         let outcome = store.write(|tx| {

@@ -80,8 +80,8 @@ pub fn read(config: &FleetConfig, db: &Path) -> Result<Vec<PiStatus>> {
             s.leaves = leaves(&store)?;
             s.last_seal = last_seal(&store)?;
             if let Some((_, note)) = inbox(&store, &peer.name)? {
-                s.published = kura_tlog::checkpoint::open(&note, &peer.log_verifier)
-                    .map_or(0, |c| c.size);
+                s.published =
+                    kura_tlog::checkpoint::open(&note, &peer.log_verifier).map_or(0, |c| c.size);
                 s.verified_at = store
                     .conn()
                     .query_row(

@@ -33,7 +33,10 @@ pub(crate) async fn encode(
     let size = body.len() as u64;
     // Content-addressed: an object of that name is this body (a Pi's store is its own), and
     // putting it again would need the purge a Pi may not do.
-    let exists = objects.info(&name).await.is_ok_and(|i| i.size as u64 == size && !i.deleted);
+    let exists = objects
+        .info(&name)
+        .await
+        .is_ok_and(|i| i.size as u64 == size && !i.deleted);
     if !exists {
         objects
             .put(meta, &mut body.as_slice())
@@ -79,7 +82,12 @@ pub(crate) async fn decode(
         Ok::<_, FleetError>(body)
     })
     .await
-    .map_err(|_| FleetError::Hub(format!("object {name} took longer than {} s", OBJECT_TIMEOUT.as_secs())))??;
+    .map_err(|_| {
+        FleetError::Hub(format!(
+            "object {name} took longer than {} s",
+            OBJECT_TIMEOUT.as_secs()
+        ))
+    })??;
     // Every Pi may write the object store, so a body that is not what the origin's pointer
     // names is the hub's or another Pi's doing, not the origin's: retried, never an ALARM
     // against the origin (the hub can delay, not forge).
@@ -91,6 +99,8 @@ pub(crate) async fn decode(
     match serde_json::from_slice(&body) {
         Ok(ReplMessage::Object { .. }) => Err(refused(format!("object {name} points at another"))),
         Ok(inner) => Ok(inner),
-        Err(e) => Err(refused(format!("object {name} is not a replication body: {e}"))),
+        Err(e) => Err(refused(format!(
+            "object {name} is not a replication body: {e}"
+        ))),
     }
 }

@@ -148,7 +148,7 @@ pub enum ReplMessage {
     /// A body too large for a message, in the object store: fetch it, check its SHA-256,
     /// and read it as the [`ReplMessage`] it holds.
     Object {
-        /// The object's name in [`OBJECTS_BUCKET`].
+        /// The object's name in the origin's object store ([`objects_bucket`]).
         name: String,
         /// Lowercase hex SHA-256 of the body.
         sha256: String,
@@ -177,7 +177,17 @@ mod tests {
             assert!(check_pi_name(good).is_ok(), "{good}");
         }
         let long = "a".repeat(65);
-        for bad in ["", "-a", "Pi", "a.b", "a*", "a>", "a b", "../x", long.as_str()] {
+        for bad in [
+            "",
+            "-a",
+            "Pi",
+            "a.b",
+            "a*",
+            "a>",
+            "a b",
+            "../x",
+            long.as_str(),
+        ] {
             assert!(check_pi_name(bad).is_err(), "{bad:?}");
         }
     }

@@ -505,10 +505,11 @@ impl HubLink {
             .cloned()
             .or_else(|| std::env::var_os("CREDENTIALS_DIRECTORY").map(|d| PathBuf::from(d).join(credential)))
             .ok_or_else(|| {
-                IdentityError::Refused(format!(
+                IdentityError::Refused(
                     "[nats.hub] needs the Pi's leaf seed and the hub's CA: set seed and ca, or hand \
                      them over as the systemd credentials hub-leaf.seed and hub-ca.pem"
-                ))
+                        .into(),
+                )
             })
     }
 }

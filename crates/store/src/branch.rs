@@ -218,7 +218,9 @@ fn read_foreign(replica: &Store, pi: &str, origin: LedgerId) -> Result<Foreign> 
     let c = replica.conn();
     let o = read_ledger_in(c, origin)?;
     let (Some(hash), LedgerState::Sealed) = (o.ledger_hash.clone(), o.state) else {
-        return Err(StoreError::Invalid(format!("ledger {origin} is not sealed in {pi}'s replica")));
+        return Err(StoreError::Invalid(format!(
+            "ledger {origin} is not sealed in {pi}'s replica"
+        )));
     };
     let Some((_, checkpoint)) = crate::replica::inbox(replica, pi)? else {
         return Err(StoreError::Invalid(format!(

@@ -139,7 +139,10 @@ impl Tx<'_> {
         if hash != l.ledger_hash {
             return Err(refused(
                 l,
-                format!("its ledger hash recomputes to {hash}, not {}", l.ledger_hash),
+                format!(
+                    "its ledger hash recomputes to {hash}, not {}",
+                    l.ledger_hash
+                ),
             ));
         }
         c.prepare_cached(

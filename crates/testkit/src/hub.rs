@@ -57,10 +57,24 @@ impl Hub {
         let dir = tempfile::tempdir().expect("tempdir");
         let base = free_ports(nodes);
         let d = dir.path().to_str().expect("utf8").to_owned();
-        let (c, r, l) = (base.to_string(), (base + 100).to_string(), (base + 200).to_string());
+        let (c, r, l) = (
+            base.to_string(),
+            (base + 100).to_string(),
+            (base + 200).to_string(),
+        );
         kura(&[
-            "fleet", "init-hub", "--dir", &d, "--nodes", &nodes.to_string(), "--client-port", &c,
-            "--cluster-port", &r, "--leaf-port", &l,
+            "fleet",
+            "init-hub",
+            "--dir",
+            &d,
+            "--nodes",
+            &nodes.to_string(),
+            "--client-port",
+            &c,
+            "--cluster-port",
+            &r,
+            "--leaf-port",
+            &l,
         ]);
         for pi in pis {
             kura(&["fleet", "add-pi", pi, "--dir", &d]);
@@ -86,13 +100,15 @@ impl Hub {
             .append(true)
             .open(self.dir.path().join(format!("hub-{}.log", n + 1)))
             .expect("log");
-        let child = Command::new(kura_runtime::natsbin::find(None).expect("nats-server (./scripts/fetch-nats-server)"))
-            .arg("-c")
-            .arg(self.dir.path().join(format!("hub-{}.conf", n + 1)))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("nats-server");
+        let child = Command::new(
+            kura_runtime::natsbin::find(None).expect("nats-server (./scripts/fetch-nats-server)"),
+        )
+        .arg("-c")
+        .arg(self.dir.path().join(format!("hub-{}.conf", n + 1)))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("nats-server");
         self.children[n as usize] = Some(child);
     }
 
@@ -164,7 +180,10 @@ impl Hub {
             ca: Some(self.ca()),
         };
         creds
-            .connect_once("hub-admin", &format!("nats://127.0.0.1:{}", self.client_port + n))
+            .connect_once(
+                "hub-admin",
+                &format!("nats://127.0.0.1:{}", self.client_port + n),
+            )
             .await
             .expect("admin connects")
     }
@@ -228,12 +247,18 @@ pub struct FleetPi {
 pub fn note_key(dir: &Path, file: &str, name: &str, witness: bool) -> (PathBuf, String) {
     let path = dir.join(file);
     let mut cmd = Command::new(bin("kura"));
-    cmd.args(["log-key", "init", "--out"]).arg(&path).args(["--name", name]);
+    cmd.args(["log-key", "init", "--out"])
+        .arg(&path)
+        .args(["--name", name]);
     if witness {
         cmd.arg("--witness");
     }
     let out = cmd.output().expect("kura log-key init");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let vkey = String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
@@ -250,7 +275,12 @@ impl FleetPi {
         s.nats.set_hub(Some(hub.link(name)));
         s.nats.restart();
         let (log_key, log_vkey) = note_key(s.dir.path(), "log.key", name, false);
-        let (_, witness_vkey) = note_key(s.dir.path(), "witness.key", &format!("{name}.witness"), true);
+        let (_, witness_vkey) = note_key(
+            s.dir.path(),
+            "witness.key",
+            &format!("{name}.witness"),
+            true,
+        );
         FleetPi {
             name,
             s,
@@ -336,4 +366,3 @@ impl FleetPi {
             .expect("kura")
     }
 }
-

@@ -52,8 +52,7 @@ fn write_config(config: &Config) -> anyhow::Result<tempfile::TempPath> {
             .unwrap_or_else(|| PathBuf::from(".")),
     };
     let keys = keys_dir(config)?;
-    let text =
-        kura_runtime::identity::server_config(
+    let text = kura_runtime::identity::server_config(
         &host,
         port,
         &keys,

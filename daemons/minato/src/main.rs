@@ -124,11 +124,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--replica PI [--replicas-dir DIR]`: the fork comes from that Pi's verified replica.
+type Replica = (String, Option<std::path::PathBuf>);
+
 fn submit_cmd(
     config_path: Option<&std::path::Path>,
     instruction: &str,
     session: Option<String>,
-    from: Option<(String, Option<(String, Option<std::path::PathBuf>)>)>,
+    from: Option<(String, Option<Replica>)>,
     wait: Option<Duration>,
     author: Option<String>,
     json: bool,

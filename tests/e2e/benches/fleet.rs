@@ -41,7 +41,9 @@ fn record(i: usize, j: usize) -> NewRecord {
 
 /// Appends and seals one ledger of [`RECORDS`] records in its own transaction.
 fn seal_one(store: &mut Store, session: proto::SessionId, i: usize) {
-    let l = store.open_ledger(session, &format!("l{i}"), &[]).expect("open");
+    let l = store
+        .open_ledger(session, &format!("l{i}"), &[])
+        .expect("open");
     let batch: Vec<NewRecord> = (0..RECORDS).map(|j| record(i, j)).collect();
     store.append_batch(l.ledger_id, &batch).expect("append");
     store.seal_ledger(l.ledger_id).expect("seal");
@@ -68,7 +70,10 @@ fn bare(hub: &Hub, n: usize) -> Vec<f64> {
     rt().block_on(async {
         let js_x = jetstream::with_domain(x.client(Role::Serve).await.expect("x"), fleet::DOMAIN);
         let js_y = jetstream::with_domain(y.client(Role::Serve).await.expect("y"), fleet::DOMAIN);
-        let stream = js_y.get_stream(fleet::stream("pi-x")).await.expect("stream");
+        let stream = js_y
+            .get_stream(fleet::stream("pi-x"))
+            .await
+            .expect("stream");
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
                 filter_subject: fleet::record_subject("pi-x"),
@@ -120,7 +125,11 @@ fn lag(a: &FleetPi, b: &FleetPi, n: usize) -> Vec<f64> {
             {
                 break;
             }
-            assert!(Instant::now() < deadline, "ledger {i} never reached B\n{}", b.s.log("serve"));
+            assert!(
+                Instant::now() < deadline,
+                "ledger {i} never reached B\n{}",
+                b.s.log("serve")
+            );
             std::thread::sleep(Duration::from_micros(100));
         }
         if i >= 10 {
@@ -134,7 +143,8 @@ fn lag(a: &FleetPi, b: &FleetPi, n: usize) -> Vec<f64> {
 /// The same `ledgers` ledgers written locally, 256 per transaction (records/s).
 fn local_group_commit(ledgers: usize) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut store = Store::create(dir.path().join("g.db"), &StoreOptions::default()).expect("create");
+    let mut store =
+        Store::create(dir.path().join("g.db"), &StoreOptions::default()).expect("create");
     let session = store.create_session("group").expect("session").session_id;
     let t = Instant::now();
     for chunk in (0..ledgers).collect::<Vec<_>>().chunks(256) {
@@ -169,7 +179,9 @@ fn du(path: &std::path::Path) -> u64 {
 }
 
 fn walk(p: &std::path::Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(p) else { return 0 };
+    let Ok(meta) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
     if meta.is_dir() {
         std::fs::read_dir(p)
             .map(|d| d.flatten().map(|e| walk(&e.path())).sum())
@@ -189,8 +201,13 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
     rt().block_on(async {
         let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
         let names: Vec<String> = (0..pis).map(|p| format!("sim-{p}")).collect();
-        let quota = kura_fleet::hub::Quota { replicas: usize::from(hub.nodes), bytes_per_pi: 16 << 20 };
-        kura_fleet::hub::setup(&js, &names, quota).await.expect("simulated Pis' streams");
+        let quota = kura_fleet::hub::Quota {
+            replicas: usize::from(hub.nodes),
+            bytes_per_pi: 16 << 20,
+        };
+        kura_fleet::hub::setup(&js, &names, quota)
+            .await
+            .expect("simulated Pis' streams");
     });
     let t = Instant::now();
     let sent = rt().block_on(async {
@@ -200,7 +217,10 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
             tasks.push(tokio::spawn(async move {
                 let name = format!("sim-{p}");
                 let js = jetstream::with_domain(client, fleet::DOMAIN);
-                let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("kv");
+                let kv = js
+                    .get_key_value(fleet::CHECKPOINTS_BUCKET)
+                    .await
+                    .expect("kv");
                 let mut tick = tokio::time::interval(every);
                 let deadline = Instant::now() + Duration::from_secs(secs);
                 let mut n = 0u64;
@@ -222,7 +242,11 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
                             },
                         }))
                         .expect("json");
-                        acks.push(js.publish(fleet::record_subject(&name), body.into()).await.expect("publish"));
+                        acks.push(
+                            js.publish(fleet::record_subject(&name), body.into())
+                                .await
+                                .expect("publish"),
+                        );
                     }
                     for a in acks {
                         a.await.expect("ack");
@@ -233,7 +257,9 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
                         .expect("publish")
                         .await
                         .expect("ack");
-                    kv.put(&name, vec![b'c'; 300].into()).await.expect("checkpoint");
+                    kv.put(&name, vec![b'c'; 300].into())
+                        .await
+                        .expect("checkpoint");
                     n += 1;
                 }
                 n
@@ -293,7 +319,10 @@ fn main() {
     let quick = std::env::var_os("KURA_BENCH_QUICK").is_some();
     let (n, ledgers) = if quick { (40, 200) } else { (200, 2000) };
     let hub = Hub::start(3, &["pi-a", "pi-b", "pi-x", "pi-y"]);
-    let hub_base: u64 = (0..3).filter_map(|n| hub.pid(n)).map(|p| rss_kib(p).1).sum();
+    let hub_base: u64 = (0..3)
+        .filter_map(|n| hub.pid(n))
+        .map(|p| rss_kib(p).1)
+        .sum();
 
     let mut bare_ms = bare(&hub, n);
 
@@ -329,16 +358,34 @@ fn main() {
     let to = fresh.path().join("restored.db");
     let t = Instant::now();
     let out = a.kura(&[
-        "fleet", "restore", "pi-a", "--log-verifier", &a.log_vkey, "--to",
-        to.to_str().expect("utf8"), "--url", &hub.url(), "--seed",
-        hub.admin_seed().to_str().expect("utf8"), "--ca", hub.ca().to_str().expect("utf8"),
+        "fleet",
+        "restore",
+        "pi-a",
+        "--log-verifier",
+        &a.log_vkey,
+        "--to",
+        to.to_str().expect("utf8"),
+        "--url",
+        &hub.url(),
+        "--seed",
+        hub.admin_seed().to_str().expect("utf8"),
+        "--ca",
+        hub.ca().to_str().expect("utf8"),
     ]);
-    assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let restore = total_records as f64 / t.elapsed().as_secs_f64();
     let group = local_group_commit(ledgers);
     let hub_after: Vec<(u64, u64)> = (0..3).filter_map(|n| hub.pid(n)).map(rss_kib).collect();
     if a.s.keep_files {
-        eprintln!("logs kept: {} {}", a.s.dir.path().display(), b.s.dir.path().display());
+        eprintln!(
+            "logs kept: {} {}",
+            a.s.dir.path().display(),
+            b.s.dir.path().display()
+        );
     }
     drop(a);
     drop(b);
@@ -347,7 +394,10 @@ fn main() {
     let every = Duration::from_secs(2);
     let secs = if quick { 6 } else { 20 };
     let sizes: &[usize] = if quick { &[20] } else { &[25, 100, 200] };
-    let sims: Vec<Sim> = sizes.iter().map(|&pis| simulate(&hub, pis, every, secs)).collect();
+    let sims: Vec<Sim> = sizes
+        .iter()
+        .map(|&pis| simulate(&hub, pis, every, secs))
+        .collect();
 
     let p50b = pct(&mut bare_ms, 0.5);
     let p99b = pct(&mut bare_ms, 0.99);
@@ -370,7 +420,9 @@ fn main() {
         "| restore from the hub ({total_records} records ingested and verified) | {restore:.0}/s | {group:.0}/s local group commit (256 ledgers a transaction) | {:.2}× | ≥ 0.5× |",
         restore / group
     );
-    let (hwm, rss): (u64, u64) = hub_after.iter().fold((0, 0), |(h, r), (a, b)| (h.max(*a), r + b));
+    let (hwm, rss): (u64, u64) = hub_after
+        .iter()
+        .fold((0, 0), |(h, r), (a, b)| (h.max(*a), r + b));
     println!(
         "| hub: 3 nodes' RSS at start / after the runs (peak of one node) | {} MiB / {} MiB ({} MiB) | — | — | — |",
         hub_base / 1024,
@@ -396,14 +448,37 @@ fn main() {
         let nodes = f64::from(hub.nodes);
         let cpu_per_pi_node = m.cpu / m.pis as f64 / nodes; // s/s on one node
         let by_cpu = 0.5 / cpu_per_pi_node;
-        let rss_per_pi = (m.rss_kib.saturating_sub(hub_base) as f64 / m.pis as f64 / nodes).max(1.0); // KiB on one node
+        let rss_per_pi =
+            (m.rss_kib.saturating_sub(hub_base) as f64 / m.pis as f64 / nodes).max(1.0); // KiB on one node
         let by_mem = (1024.0 * 1024.0 - hub_base as f64 / nodes) / rss_per_pi;
         let per_day = m.stored / m.pis as f64 * 86_400.0; // bytes a Pi adds to each node a day
         let years_1tb = 1e12 / (per_day * 365.0);
-        println!("> From the {}-Pi run, per Pi and per node: {:.3} ms of CPU a second, {:.0} KiB of memory, {:.1} MB of history a day (each node keeps a full copy).", m.pis, cpu_per_pi_node * 1000.0, rss_per_pi, per_day / 1e6);
-        println!("> - CPU: at half a core per node for the hub, 0.5 s/s ÷ {:.5} s/s = about {:.0} Pis.", cpu_per_pi_node, by_cpu);
-        println!("> - Memory: at 1 GiB per node, (1 GiB − {:.0} MiB at start) ÷ {:.0} KiB = about {:.0} Pis.", hub_base as f64 / nodes / 1024.0, rss_per_pi, by_mem);
-        println!("> - Disk: history is kept forever, so disk sets the horizon, not the count: one Pi this busy fills 1 TB in {:.0} years; {} of them in {:.1} years.", years_1tb, m.pis, years_1tb / m.pis as f64);
-        println!("> - So one 3-node hub of such machines holds about {:.0} Pis this busy (the smaller of CPU and memory), around the clock. These Pis only publish: every Pi that keeps a replica of every other multiplies what the hub sends by the fleet's size (N Pis × (N − 1) replicas), which is the limit to plan for beyond a few dozen — replicate to a few witnesses, not to all.", by_cpu.min(by_mem));
+        println!(
+            "> From the {}-Pi run, per Pi and per node: {:.3} ms of CPU a second, {:.0} KiB of memory, {:.1} MB of history a day (each node keeps a full copy).",
+            m.pis,
+            cpu_per_pi_node * 1000.0,
+            rss_per_pi,
+            per_day / 1e6
+        );
+        println!(
+            "> - CPU: at half a core per node for the hub, 0.5 s/s ÷ {:.5} s/s = about {:.0} Pis.",
+            cpu_per_pi_node, by_cpu
+        );
+        println!(
+            "> - Memory: at 1 GiB per node, (1 GiB − {:.0} MiB at start) ÷ {:.0} KiB = about {:.0} Pis.",
+            hub_base as f64 / nodes / 1024.0,
+            rss_per_pi,
+            by_mem
+        );
+        println!(
+            "> - Disk: history is kept forever, so disk sets the horizon, not the count: one Pi this busy fills 1 TB in {:.0} years; {} of them in {:.1} years.",
+            years_1tb,
+            m.pis,
+            years_1tb / m.pis as f64
+        );
+        println!(
+            "> - So one 3-node hub of such machines holds about {:.0} Pis this busy (the smaller of CPU and memory), around the clock. These Pis only publish: every Pi that keeps a replica of every other multiplies what the hub sends by the fleet's size (N Pis × (N − 1) replicas), which is the limit to plan for beyond a few dozen — replicate to a few witnesses, not to all.",
+            by_cpu.min(by_mem)
+        );
     }
 }

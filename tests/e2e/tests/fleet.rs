@@ -38,11 +38,14 @@ fn assert_same_history(origin: &Pi, at: &Pi) {
             "leaf {i} differs"
         );
     }
-    let note = std::fs::read_to_string(origin.s.path("kura.db.checkpoint")).expect("origin's checkpoint");
+    let note =
+        std::fs::read_to_string(origin.s.path("kura.db.checkpoint")).expect("origin's checkpoint");
     let cp = kura_tlog::checkpoint::open(&note, &origin.log_vkey).expect("signed by the origin");
     let size = cp.size.min(n);
     assert_eq!(
-        kura_tlog::seallog::root(&r.seal_log(), cp.size).expect("root").0,
+        kura_tlog::seallog::root(&r.seal_log(), cp.size)
+            .expect("root")
+            .0,
         cp.root.0,
         "the replica's log has another root at the origin's checkpoint size {size}"
     );
@@ -52,7 +55,11 @@ fn assert_same_history(origin: &Pi, at: &Pi) {
         .arg(&db)
         .output()
         .expect("verify");
-    assert!(out.status.success(), "verify on the replica: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "verify on the replica: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -83,19 +90,33 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
     // B cosigned A's checkpoint as a witness, beside it in the hub's bucket.
     let cosigned = rt().block_on(async {
         let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
-        let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("bucket");
+        let kv = js
+            .get_key_value(fleet::CHECKPOINTS_BUCKET)
+            .await
+            .expect("bucket");
         let deadline = Instant::now() + MINUTE;
         loop {
-            if let Some(v) = kv.get(fleet::cosignature_key("pi-a", "pi-b")).await.expect("get") {
+            if let Some(v) = kv
+                .get(fleet::cosignature_key("pi-a", "pi-b"))
+                .await
+                .expect("get")
+            {
                 return String::from_utf8(v.to_vec()).expect("text");
             }
-            assert!(Instant::now() < deadline, "no cosignature by pi-b\n{}", b.s.log("serve"));
+            assert!(
+                Instant::now() < deadline,
+                "no cosignature by pi-b\n{}",
+                b.s.log("serve")
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
     let by = kura_tlog::cosign::cosigned_by(&cosigned, std::slice::from_ref(&b.witness_vkey))
         .expect("cosignature");
-    assert!(!by.is_empty(), "pi-b's cosignature does not verify: {cosigned}");
+    assert!(
+        !by.is_empty(),
+        "pi-b's cosignature does not verify: {cosigned}"
+    );
     // And the other way round.
     let r = b.s.submit("write a note on B");
     b.s.wait_complete(r, MINUTE);
@@ -117,7 +138,10 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
     let r = a.s.submit("a task while the hub is away");
     a.s.wait_complete(r, MINUTE);
     std::thread::sleep(Duration::from_secs(1));
-    assert!(b.replica_size("pi-a") < a.size(), "the replica grew with no hub");
+    assert!(
+        b.replica_size("pi-a") < a.size(),
+        "the replica grew with no hub"
+    );
     for n in 0..3 {
         hub.start_node(n);
     }
@@ -140,26 +164,55 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
     b.wait_replica(&a, "after the publisher was killed");
     assert_same_history(&a, &b);
     let indexes = hub.ledger_indexes("pi-a");
-    assert_eq!(indexes, (0..a.size()).collect::<Vec<_>>(), "gaps or duplicates on the hub");
+    assert_eq!(
+        indexes,
+        (0..a.size()).collect::<Vec<_>>(),
+        "gaps or duplicates on the hub"
+    );
 
     // Restore A from the hub into an empty directory: it verifies and continues its log.
     let fresh = tempfile::tempdir().expect("tempdir");
     let restored = fresh.path().join("kura.db");
     let out = a.kura(&[
-        "fleet", "restore", "pi-a", "--log-verifier", &a.log_vkey, "--to",
-        restored.to_str().expect("utf8"), "--url", &hub.url(), "--seed",
-        hub.admin_seed().to_str().expect("utf8"), "--ca", hub.ca().to_str().expect("utf8"),
+        "fleet",
+        "restore",
+        "pi-a",
+        "--log-verifier",
+        &a.log_vkey,
+        "--to",
+        restored.to_str().expect("utf8"),
+        "--url",
+        &hub.url(),
+        "--seed",
+        hub.admin_seed().to_str().expect("utf8"),
+        "--ca",
+        hub.ca().to_str().expect("utf8"),
     ]);
-    assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rs = Store::open(&restored, &StoreOptions::default()).expect("restored");
     let astore = a.s.store();
     let n = kura_tlog::seallog::size(&rs.seal_log()).expect("size");
     assert!(n > 0 && n <= a.size());
     for i in 0..n {
-        assert_eq!(logged_hash(&rs, i).expect("leaf"), logged_hash(&astore, i).expect("leaf"));
+        assert_eq!(
+            logged_hash(&rs, i).expect("leaf"),
+            logged_hash(&astore, i).expect("leaf")
+        );
     }
-    let verified = Command::new(bin("kura")).args(["verify", "--all", "--db"]).arg(&restored).output().expect("verify");
-    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    let verified = Command::new(bin("kura"))
+        .args(["verify", "--all", "--db"])
+        .arg(&restored)
+        .output()
+        .expect("verify");
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
     // The same log key signs on from the restored checkpoint (no fork of its own history).
     let signed = Command::new(bin("kura"))
         .args(["checkpoint", "--key"])
@@ -169,14 +222,23 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
         .env_remove("KURA_SERVE_CONFIG")
         .output()
         .expect("checkpoint");
-    assert!(signed.status.success(), "{}", String::from_utf8_lossy(&signed.stderr));
+    assert!(
+        signed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&signed.stderr)
+    );
 
     // B continues A's last session from its replica.
     let last = rs
         .conn()
-        .query_row("SELECT ledger_id FROM seal_log_leaves WHERE leaf_index = ?1", [n as i64 - 1], |r| r.get::<_, String>(0))
+        .query_row(
+            "SELECT ledger_id FROM seal_log_leaves WHERE leaf_index = ?1",
+            [n as i64 - 1],
+            |r| r.get::<_, String>(0),
+        )
         .expect("last ledger");
-    let r = b.s.submit_with("continue A's work", &["--from", &last, "--replica", "pi-a"]);
+    let r =
+        b.s.submit_with("continue A's work", &["--from", &last, "--replica", "pi-a"]);
     b.s.wait_complete(r, MINUTE);
     let fork: String = b
         .s
@@ -198,25 +260,52 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
     // `kura fleet status` on B: itself and its replica, no alarm.
     let out = b.kura(&["fleet", "status", "--db", b.s.db.to_str().expect("utf8")]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("pi-b (this Pi)") && text.contains("pi-a: replica verified"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("pi-b (this Pi)") && text.contains("pi-a: replica verified"),
+        "{text}"
+    );
     a.s.verify_all();
 }
 
 /// What the attacker of this test has: Pi A's bus identity for `kura serve` (so it may
 /// publish under `pi-a`) and A's log key (so its checkpoint verifies).
 async fn publish_as_a(a: &Pi, evil: &Store, note: &str) {
-    let client = a.s.nats.client(Role::Serve).await.expect("A's serve identity");
+    let client =
+        a.s.nats
+            .client(Role::Serve)
+            .await
+            .expect("A's serve identity");
     let js = jetstream::with_domain(client, fleet::DOMAIN);
-    let (l, records) = kura_store::replica::outgoing(evil, 0).expect("outgoing").expect("leaf 0");
+    let (l, records) = kura_store::replica::outgoing(evil, 0)
+        .expect("outgoing")
+        .expect("leaf 0");
     for columns in records {
-        let body = serde_json::to_vec(&ReplMessage::Record(fleet::ReplRecord { columns })).expect("json");
-        js.publish(fleet::record_subject("pi-a"), body.into()).await.expect("publish").await.expect("ack");
+        let body =
+            serde_json::to_vec(&ReplMessage::Record(fleet::ReplRecord { columns })).expect("json");
+        js.publish(fleet::record_subject("pi-a"), body.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("ack");
     }
     let body = serde_json::to_vec(&ReplMessage::Ledger(l)).expect("json");
-    js.publish(fleet::ledger_subject("pi-a"), body.into()).await.expect("publish").await.expect("ack");
-    let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("bucket");
-    kv.put("pi-a", note.as_bytes().to_vec().into()).await.expect("put");
+    js.publish(fleet::ledger_subject("pi-a"), body.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("ack");
+    let kv = js
+        .get_key_value(fleet::CHECKPOINTS_BUCKET)
+        .await
+        .expect("bucket");
+    kv.put("pi-a", note.as_bytes().to_vec().into())
+        .await
+        .expect("put");
 }
 
 #[test]
@@ -233,12 +322,15 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         for i in 0..3 {
             let l = store.open_ledger(s, &format!("l{i}"), &[]).expect("open");
             store
-                .append(l.ledger_id, &proto::NewRecord {
-                    record_type: proto::RecordType::AgentThought,
-                    content: serde_json::json!({"text": format!("honest {i}")}),
-                    author_id: "user:a".into(),
-                    metadata: Default::default(),
-                })
+                .append(
+                    l.ledger_id,
+                    &proto::NewRecord {
+                        record_type: proto::RecordType::AgentThought,
+                        content: serde_json::json!({"text": format!("honest {i}")}),
+                        author_id: "user:a".into(),
+                        metadata: Default::default(),
+                    },
+                )
                 .expect("append");
             store.seal_ledger(l.ledger_id).expect("seal");
         }
@@ -246,20 +338,26 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         // is searchable on the replica.
         let l = store.open_ledger(s, "large", &[]).expect("open");
         store
-            .append(l.ledger_id, &proto::NewRecord {
-                record_type: proto::RecordType::AgentThought,
-                content: serde_json::json!({"text": "x".repeat(200 * 1024)}),
-                author_id: "user:a".into(),
-                metadata: Default::default(),
-            })
+            .append(
+                l.ledger_id,
+                &proto::NewRecord {
+                    record_type: proto::RecordType::AgentThought,
+                    content: serde_json::json!({"text": "x".repeat(200 * 1024)}),
+                    author_id: "user:a".into(),
+                    metadata: Default::default(),
+                },
+            )
             .expect("append");
         store
-            .append(l.ledger_id, &proto::NewRecord {
-                record_type: proto::RecordType::MemoryFact,
-                content: serde_json::json!({"text": "the kitchen Pi keeps the greenhouse log"}),
-                author_id: "user:a".into(),
-                metadata: Default::default(),
-            })
+            .append(
+                l.ledger_id,
+                &proto::NewRecord {
+                    record_type: proto::RecordType::MemoryFact,
+                    content: serde_json::json!({"text": "the kitchen Pi keeps the greenhouse log"}),
+                    author_id: "user:a".into(),
+                    metadata: Default::default(),
+                },
+            )
             .expect("append");
         store.seal_ledger(l.ledger_id).expect("seal");
     }
@@ -271,7 +369,11 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         .arg(&a.s.db)
         .output()
         .expect("checkpoint");
-    assert!(accepted.status.success(), "{}", String::from_utf8_lossy(&accepted.stderr));
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
     // B's console browses its replica of A read-only.
     let port = kura_testkit::free_port();
     let person = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
@@ -279,7 +381,10 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
         (
             "KURA_CONSOLE__USERS".into(),
-            format!("[{{ name = \"ana\", public_key = \"{}\" }}]", hex::encode(person.verifying_key().as_bytes())),
+            format!(
+                "[{{ name = \"ana\", public_key = \"{}\" }}]",
+                hex::encode(person.verifying_key().as_bytes())
+            ),
         ),
     ]);
     a.s.spawn("kura", "serve");
@@ -287,10 +392,14 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     b.wait_replica(&a, "honest history");
     kura_testkit::console::wait_http(port);
     let cookie = kura_testkit::console::login(port, &person);
-    let get = |path: &str| kura_testkit::console::http(port, "GET", path, &[("Cookie", &cookie)], "");
+    let get =
+        |path: &str| kura_testkit::console::http(port, "GET", path, &[("Cookie", &cookie)], "");
     let (status, _, page) = get("/fleet");
     assert_eq!(status, 200, "{page}");
-    assert!(page.contains("pi-b") && page.contains("href=\"/fleet/pi-a\""), "{page}");
+    assert!(
+        page.contains("pi-b") && page.contains("href=\"/fleet/pi-a\""),
+        "{page}"
+    );
     let (status, _, page) = get("/fleet/pi-a");
     assert_eq!(status, 200, "{page}");
     let session = page
@@ -313,21 +422,39 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     let honest: String = Store::open(&replica, &StoreOptions::default())
         .expect("replica")
         .conn()
-        .query_row("SELECT session_id FROM sessions WHERE label = 'honest'", [], |r| r.get(0))
+        .query_row(
+            "SELECT session_id FROM sessions WHERE label = 'honest'",
+            [],
+            |r| r.get(0),
+        )
         .expect("the session on the replica");
     let out = b.kura(&["log", &honest, "--db", rp, "--records"]);
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("honest 1"), "{out:?}");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("honest 1"),
+        "{out:?}"
+    );
     let out = b.kura(&["search", "greenhouse", "--db", rp]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("greenhouse log"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("greenhouse log"),
+        "{out:?}"
+    );
     let large = Store::open(&replica, &StoreOptions::default())
         .expect("replica")
         .conn()
-        .query_row("SELECT max(length(content)) FROM records", [], |r| r.get::<_, i64>(0))
+        .query_row("SELECT max(length(content)) FROM records", [], |r| {
+            r.get::<_, i64>(0)
+        })
         .expect("large");
-    assert!(large > 200 * 1024, "the large record did not arrive whole: {large}");
+    assert!(
+        large > 200 * 1024,
+        "the large record did not arrive whole: {large}"
+    );
     let objects = rt().block_on(async {
         let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
-        let os = js.get_object_store(fleet::objects_bucket("pi-a")).await.expect("objects");
+        let os = js
+            .get_object_store(fleet::objects_bucket("pi-a"))
+            .await
+            .expect("objects");
         let mut list = os.list().await.expect("list");
         let mut n = 0;
         while let Some(Ok(_)) = list.next().await {
@@ -349,21 +476,48 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     let cp_file = b.s.path("a.checkpoint");
     std::fs::write(&cp_file, note).expect("checkpoint file");
     let out = b.kura(&[
-        "prove", &record, "--ledger", &ledger, "--db", rp, "--checkpoint",
-        cp_file.to_str().expect("utf8"), "--log-key", &a.log_vkey,
+        "prove",
+        &record,
+        "--ledger",
+        &ledger,
+        "--db",
+        rp,
+        "--checkpoint",
+        cp_file.to_str().expect("utf8"),
+        "--log-key",
+        &a.log_vkey,
     ]);
-    assert!(out.status.success(), "prove on the replica: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "prove on the replica: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let proof = b.s.path("proof.json");
     std::fs::write(&proof, &out.stdout).expect("proof");
-    let out = b.kura(&["verify-proof", proof.to_str().expect("utf8"), "--log-key", &a.log_vkey]);
-    assert!(out.status.success(), "verify-proof: {}", String::from_utf8_lossy(&out.stdout));
+    let out = b.kura(&[
+        "verify-proof",
+        proof.to_str().expect("utf8"),
+        "--log-key",
+        &a.log_vkey,
+    ]);
+    assert!(
+        out.status.success(),
+        "verify-proof: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     // Broke (review of issue 27): in one shared stream, B could publish under A's next
     // message ids and JetStream dropped A's own ledger as a duplicate. Each Pi has its own
     // stream now: B's messages with A's ids change nothing for A.
     rt().block_on(async {
-        let js = jetstream::with_domain(b.s.nats.client(Role::Serve).await.expect("B"), fleet::DOMAIN);
-        for id in [fleet::ledger_msg_id("pi-a", a.size()), fleet::ledger_msg_id("pi-a", a.size() + 1)] {
+        let js = jetstream::with_domain(
+            b.s.nats.client(Role::Serve).await.expect("B"),
+            fleet::DOMAIN,
+        );
+        for id in [
+            fleet::ledger_msg_id("pi-a", a.size()),
+            fleet::ledger_msg_id("pi-a", a.size() + 1),
+        ] {
             let msg = jetstream::message::PublishMessage::build()
                 .payload("{}".into())
                 .message_id(id);
@@ -379,12 +533,15 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         let s = store.create_session("after").expect("session").session_id;
         let l = store.open_ledger(s, "after", &[]).expect("open");
         store
-            .append(l.ledger_id, &proto::NewRecord {
-                record_type: proto::RecordType::AgentThought,
-                content: serde_json::json!({"text": "after B's ids"}),
-                author_id: "user:a".into(),
-                metadata: Default::default(),
-            })
+            .append(
+                l.ledger_id,
+                &proto::NewRecord {
+                    record_type: proto::RecordType::AgentThought,
+                    content: serde_json::json!({"text": "after B's ids"}),
+                    author_id: "user:a".into(),
+                    metadata: Default::default(),
+                },
+            )
             .expect("append");
         store.seal_ledger(l.ledger_id).expect("seal");
     }
@@ -395,29 +552,54 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     rt().block_on(async {
         let client = a.s.nats.client(Role::Serve).await.expect("connect");
         let js = jetstream::with_domain(client, fleet::DOMAIN);
-        let spoofed = tokio::time::timeout(
-            Duration::from_secs(5),
-            async { js.publish(fleet::ledger_subject("pi-b"), "{}".into()).await?.await.map_err(Into::into) },
-        )
+        let spoofed = tokio::time::timeout(Duration::from_secs(5), async {
+            js.publish(fleet::ledger_subject("pi-b"), "{}".into())
+                .await?
+                .await
+                .map_err(Into::into)
+        })
         .await;
-        let spoofed: Result<_, async_nats::Error> = spoofed.unwrap_or_else(|_| Err("timed out".into()));
+        let spoofed: Result<_, async_nats::Error> =
+            spoofed.unwrap_or_else(|_| Err("timed out".into()));
         assert!(spoofed.is_err(), "A published under pi-b: {spoofed:?}");
-        let kv = js.get_key_value(fleet::CHECKPOINTS_BUCKET).await.expect("bucket");
-        let put = tokio::time::timeout(Duration::from_secs(5), kv.put("pi-b", "forged".into())).await;
+        let kv = js
+            .get_key_value(fleet::CHECKPOINTS_BUCKET)
+            .await
+            .expect("bucket");
+        let put =
+            tokio::time::timeout(Duration::from_secs(5), kv.put("pi-b", "forged".into())).await;
         assert!(!matches!(put, Ok(Ok(_))), "A wrote pi-b's checkpoint");
 
         let doorbell = a.s.nats.client(Role::Operator).await.expect("A operator");
         let mut at_a = doorbell.subscribe("oclaw.v1.>").await.expect("sub");
-        let mut at_b = b.s.nats.client(Role::Operator).await.expect("B").subscribe("oclaw.v1.>").await.expect("sub");
-        let mut at_hub = hub.admin(0).await.subscribe("oclaw.v1.>").await.expect("sub");
+        let mut at_b =
+            b.s.nats
+                .client(Role::Operator)
+                .await
+                .expect("B")
+                .subscribe("oclaw.v1.>")
+                .await
+                .expect("sub");
+        let mut at_hub = hub
+            .admin(0)
+            .await
+            .subscribe("oclaw.v1.>")
+            .await
+            .expect("sub");
         tokio::time::sleep(Duration::from_millis(500)).await;
         doorbell
-            .publish("oclaw.v1.hashi.cmd.worker.dispatch", "{\"turn_id\":\"x\"}".into())
+            .publish(
+                "oclaw.v1.hashi.cmd.worker.dispatch",
+                "{\"turn_id\":\"x\"}".into(),
+            )
             .await
             .expect("publish");
         doorbell.flush().await.expect("flush");
         let here = tokio::time::timeout(Duration::from_secs(2), at_a.next()).await;
-        assert!(matches!(here, Ok(Some(_))), "A's own bus did not deliver its doorbell");
+        assert!(
+            matches!(here, Ok(Some(_))),
+            "A's own bus did not deliver its doorbell"
+        );
         for (who, sub) in [("pi-b", &mut at_b), ("the hub", &mut at_hub)] {
             let got = tokio::time::timeout(Duration::from_secs(1), sub.next()).await;
             assert!(got.is_err(), "{who} received A's doorbell");
@@ -427,16 +609,20 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     // The attack: a consistent rewrite of A's history (other content at leaf 0, a checkpoint
     // signed with A's own log key), republished under A's name.
     let evil_dir = tempfile::tempdir().expect("tempdir");
-    let mut evil = Store::create(evil_dir.path().join("evil.db"), &StoreOptions::default()).expect("evil");
+    let mut evil =
+        Store::create(evil_dir.path().join("evil.db"), &StoreOptions::default()).expect("evil");
     let s = evil.create_session("honest").expect("session").session_id;
     for i in 0..3 {
         let l = evil.open_ledger(s, &format!("l{i}"), &[]).expect("open");
-        evil.append(l.ledger_id, &proto::NewRecord {
-            record_type: proto::RecordType::AgentThought,
-            content: serde_json::json!({"text": format!("rewritten {i}")}),
-            author_id: "user:a".into(),
-            metadata: Default::default(),
-        })
+        evil.append(
+            l.ledger_id,
+            &proto::NewRecord {
+                record_type: proto::RecordType::AgentThought,
+                content: serde_json::json!({"text": format!("rewritten {i}")}),
+                author_id: "user:a".into(),
+                metadata: Default::default(),
+            },
+        )
         .expect("append");
         evil.seal_ledger(l.ledger_id).expect("seal");
     }
@@ -451,7 +637,11 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         assert!(Instant::now() < deadline, "no ALARM\n{}", b.s.log("serve"));
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(kura_testkit::cli::fingerprint(&replica), before, "the replica changed");
+    assert_eq!(
+        kura_testkit::cli::fingerprint(&replica),
+        before,
+        "the replica changed"
+    );
     let why = std::fs::read_to_string(&alarm).expect("alarm");
     assert!(why.contains("pi-a") && why.contains("rewritten"), "{why}");
     assert!(b.s.log("serve").contains("ALARM"), "{}", b.s.log("serve"));
@@ -461,7 +651,13 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     assert!(text.contains("pi-a: ALARM"), "{text}");
     let out = b.kura(&["status", "--db", b.s.db.to_str().expect("utf8")]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("fleet: pi-a: ALARM"), "kura status hides the alarm: {text}");
+    assert!(
+        text.contains("fleet: pi-a: ALARM"),
+        "kura status hides the alarm: {text}"
+    );
     let (_, _, page) = get("/fleet");
-    assert!(page.contains("ALARM"), "the console's fleet page hides the alarm: {page}");
+    assert!(
+        page.contains("ALARM"),
+        "the console's fleet page hides the alarm: {page}"
+    );
 }

@@ -129,13 +129,21 @@ impl Restore {
         let (size, note) = rt.block_on(async {
             let client = self.hub.connect().await?;
             // A restore holds at most one checkpoint's batch at a time, like a receiver.
-            let r = kura_fleet::receive::Receiver::new(client, &peer, None, built.path(), 256 << 20, None)
-                .await?;
+            let r = kura_fleet::receive::Receiver::new(
+                client,
+                &peer,
+                None,
+                built.path(),
+                256 << 20,
+                None,
+            )
+            .await?;
             anyhow::Ok(r.catch_up().await?)
         })?;
         let db = kura_fleet::receive::replica_path(built.path(), &self.pi);
-        std::fs::rename(&db, &self.to)
-            .with_context(|| format!("cannot move the restored database to {}", self.to.display()))?;
+        std::fs::rename(&db, &self.to).with_context(|| {
+            format!("cannot move the restored database to {}", self.to.display())
+        })?;
         kura_tlog::witness::save_last(&head, &note)?;
         ctx.out.line(format!(
             "restored {}: {size} sealed ledgers verified against its checkpoint at size {size}; \

@@ -23,15 +23,20 @@ fn text(t: &str) -> NewRecord {
 /// An origin with two sessions, a chain, a shared record and signed seals.
 fn origin() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("create");
+    let mut store =
+        Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("create");
     let key = Arc::new(nkeys::KeyPair::new_user());
     store.set_sealer(Some(kura_tlog::sealer::Sealer::new(key).expect("sealer")));
     let s = store.create_session("one").expect("session").session_id;
     let mut parent = Vec::new();
     for i in 0..3 {
-        let l = store.open_ledger(s, &format!("l{i}"), &parent).expect("open");
+        let l = store
+            .open_ledger(s, &format!("l{i}"), &parent)
+            .expect("open");
         store.append(l.ledger_id, &text("shared")).expect("append");
-        store.append(l.ledger_id, &text(&format!("step {i}"))).expect("append");
+        store
+            .append(l.ledger_id, &text(&format!("step {i}")))
+            .expect("append");
         store.seal_ledger(l.ledger_id).expect("seal");
         parent = vec![l.ledger_id];
     }
@@ -46,7 +51,10 @@ fn everything(store: &Store) -> Vec<(ReplLedger, HashMap<String, OwnedColumns>)>
     let mut out = Vec::new();
     let mut i = 0;
     while let Some((l, records)) = outgoing(store, i).expect("outgoing") {
-        out.push((l, records.into_iter().map(|r| (r.hash.clone(), r)).collect()));
+        out.push((
+            l,
+            records.into_iter().map(|r| (r.hash.clone(), r)).collect(),
+        ));
         i += 1;
     }
     out
@@ -59,7 +67,9 @@ fn replica() -> (tempfile::TempDir, Store) {
 }
 
 fn root(store: &Store, size: u64) -> [u8; 32] {
-    kura_tlog::seallog::root(&store.seal_log(), size).expect("root").0
+    kura_tlog::seallog::root(&store.seal_log(), size)
+        .expect("root")
+        .0
 }
 
 #[test]
@@ -77,7 +87,10 @@ fn a_replica_has_the_origins_seal_log_and_verifies() {
     }
     assert_eq!(root(&r, 4), root(&a, 4));
     for (i, (l, _)) in all.iter().enumerate() {
-        assert_eq!(logged_hash(&r, i as u64).expect("leaf"), Some(l.ledger_hash.clone()));
+        assert_eq!(
+            logged_hash(&r, i as u64).expect("leaf"),
+            Some(l.ledger_hash.clone())
+        );
     }
     let report = crate::verify::verify(&r, &crate::verify::Scope::All, None, None).expect("verify");
     assert!(report.ok(), "{:?}", report.problems);
@@ -91,25 +104,40 @@ fn an_altered_replication_message_is_refused_and_writes_nothing() {
     let (l0, r0) = all[0].clone();
     type Alter = Box<dyn Fn(&mut ReplLedger, &mut HashMap<String, OwnedColumns>)>;
     let alterations: Vec<(&str, Alter)> = vec![
-        ("record content", Box::new(|_, r| {
-            let c = r.values_mut().next().expect("record");
-            c.content = c.content.replace("shared", "SHARED");
-        })),
-        ("record metadata", Box::new(|_, r| {
-            let c = r.values_mut().next().expect("record");
-            c.metadata = r#"{"x":"y"}"#.into();
-        })),
+        (
+            "record content",
+            Box::new(|_, r| {
+                let c = r.values_mut().next().expect("record");
+                c.content = c.content.replace("shared", "SHARED");
+            }),
+        ),
+        (
+            "record metadata",
+            Box::new(|_, r| {
+                let c = r.values_mut().next().expect("record");
+                c.metadata = r#"{"x":"y"}"#.into();
+            }),
+        ),
         ("a missing record", Box::new(|_, r| r.clear())),
         ("the root", Box::new(|l, _| l.root_hash = "00".repeat(32))),
-        ("the ledger hash", Box::new(|l, _| l.ledger_hash = "11".repeat(32))),
+        (
+            "the ledger hash",
+            Box::new(|l, _| l.ledger_hash = "11".repeat(32)),
+        ),
         ("the label", Box::new(|l, _| l.label = "other".into())),
-        ("the seal time", Box::new(|l, _| l.sealed_at = "2020-01-01T00:00:00.000000Z".into())),
+        (
+            "the seal time",
+            Box::new(|l, _| l.sealed_at = "2020-01-01T00:00:00.000000Z".into()),
+        ),
         ("the members' order", Box::new(|l, _| l.members.reverse())),
-        ("the seal signature", Box::new(|l, _| {
-            if let Some(s) = &mut l.seal {
-                s.signature = "AAAA".into();
-            }
-        })),
+        (
+            "the seal signature",
+            Box::new(|l, _| {
+                if let Some(s) = &mut l.seal {
+                    s.signature = "AAAA".into();
+                }
+            }),
+        ),
         ("its place in the log", Box::new(|l, _| l.index = 1)),
     ];
     for (what, alter) in alterations {
@@ -121,9 +149,16 @@ fn an_altered_replication_message_is_refused_and_writes_nothing() {
         assert!(refused.is_err(), "{what}: accepted");
         let n: i64 = r
             .conn()
-            .query_row("SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM ledgers)", [], |x| x.get(0))
+            .query_row(
+                "SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM ledgers)",
+                [],
+                |x| x.get(0),
+            )
             .expect("count");
         assert_eq!(n, 0, "{what}: rows were written");
-        assert_eq!(kura_tlog::seallog::size(&r.seal_log()).expect("size"), before);
+        assert_eq!(
+            kura_tlog::seallog::size(&r.seal_log()).expect("size"),
+            before
+        );
     }
 }

@@ -22,7 +22,13 @@ pub fn fleet_kills(rng: &mut Rng) -> Row {
     s.nats.restart();
     let (log_key, log_vkey) = note_key(s.dir.path(), "log.key", "pi-a", false);
     let (_, witness_vkey) = note_key(s.dir.path(), "witness.key", "pi-a.witness", true);
-    let mut a = FleetPi { name: "pi-a", s, log_key, log_vkey, witness_vkey };
+    let mut a = FleetPi {
+        name: "pi-a",
+        s,
+        log_key,
+        log_vkey,
+        witness_vkey,
+    };
     let mut b = FleetPi::new("pi-b", &hub, "{\"turns\": []}");
     a.configure(&[]);
     b.configure(&[&a]);
