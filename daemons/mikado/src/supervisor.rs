@@ -188,4 +188,37 @@ mod tests {
         assert!(text.contains("tls {"), "{text}");
         assert!(!text.contains("password"), "{text}");
     }
+
+    /// In a fleet, mikado's server dials the hub as a leaf node with the Pi's own leaf seed,
+    /// pins the hub's CA, and lets no doorbell cross either way; without the seed it refuses
+    /// to start rather than join unauthenticated.
+    #[test]
+    fn a_fleet_pi_joins_the_hub_as_a_leaf_node_and_keeps_its_doorbells() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::default();
+        config.common.db = dir.path().join("kura.db");
+        let keys = dir.path().join("keys");
+        kura_runtime::identity::init(&keys, &[]).expect("keys");
+        config.nats.keys_dir = Some(keys.clone());
+        let seed = dir.path().join("leaf.seed");
+        let leaf = nkeys::KeyPair::new_user();
+        std::fs::write(&seed, leaf.seed().expect("seed")).expect("write");
+        std::fs::set_permissions(&seed, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("chmod");
+        config.nats.hub = Some(kura_runtime::identity::HubLink {
+            urls: vec!["tls://hub.lan:7422".into()],
+            seed: Some(dir.path().join("missing.seed")),
+            ca: Some(keys.join("nats-ca.pem")),
+        });
+        assert!(write_config(&config).is_err(), "a missing leaf seed must refuse");
+        if let Some(h) = config.nats.hub.as_mut() {
+            h.seed = Some(seed);
+        }
+        let text = std::fs::read_to_string(write_config(&config).expect("config")).expect("read");
+        assert!(text.contains("leafnodes {"), "{text}");
+        assert!(text.contains("\"tls://hub.lan:7422\""), "{text}");
+        assert!(text.contains("deny_exports: [\"oclaw.v1.>\"]"), "{text}");
+        assert!(text.contains("deny_imports: [\"oclaw.v1.>\"]"), "{text}");
+        assert!(text.contains("ca_file:"), "{text}");
+    }
 }
