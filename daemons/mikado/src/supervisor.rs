@@ -210,7 +210,10 @@ mod tests {
             seed: Some(dir.path().join("missing.seed")),
             ca: Some(keys.join("nats-ca.pem")),
         });
-        assert!(write_config(&config).is_err(), "a missing leaf seed must refuse");
+        assert!(
+            write_config(&config).is_err(),
+            "a missing leaf seed must refuse"
+        );
         if let Some(h) = config.nats.hub.as_mut() {
             h.seed = Some(seed);
         }

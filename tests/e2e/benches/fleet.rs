@@ -470,11 +470,15 @@ fn main() {
             rss_per_pi,
             by_mem
         );
+        let all = years_1tb / m.pis as f64;
+        let all = if all >= 1.0 {
+            format!("{all:.1} years")
+        } else {
+            format!("{:.0} days", all * 365.0)
+        };
         println!(
-            "> - Disk: history is kept forever, so disk sets the horizon, not the count: one Pi this busy fills 1 TB in {:.0} years; {} of them in {:.1} years.",
-            years_1tb,
-            m.pis,
-            years_1tb / m.pis as f64
+            "> - Disk: history is kept forever, so disk sets the horizon, not the count: one Pi this busy fills 1 TB in {years_1tb:.0} years; {} of them in {all}.",
+            m.pis
         );
         println!(
             "> - So one 3-node hub of such machines holds about {:.0} Pis this busy (the smaller of CPU and memory), around the clock. These Pis only publish: every Pi that keeps a replica of every other multiplies what the hub sends by the fleet's size (N Pis × (N − 1) replicas), which is the limit to plan for beyond a few dozen — replicate to a few witnesses, not to all.",
