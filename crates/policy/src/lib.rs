@@ -6,6 +6,7 @@
 //! the policy that was published.
 
 pub mod path;
+pub mod writ;
 
 use std::collections::BTreeMap;
 

@@ -68,6 +68,9 @@ pub struct ToolCallContent {
     /// Set (and `arguments` empty) when the call was too big to record; it was not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_omitted: Option<OmittedArguments>,
+    /// The writ the call runs under (its id), when its session or submitter holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writ: Option<String>,
 }
 
 impl ToolCallContent {
@@ -79,6 +82,7 @@ impl ToolCallContent {
             call_id: Some(call_id.to_owned()),
             arguments_as_given: None,
             arguments_omitted: None,
+            writ: None,
         }
     }
 

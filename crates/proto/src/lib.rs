@@ -17,6 +17,7 @@ pub mod record;
 pub mod states;
 pub mod subjects;
 pub mod text;
+pub mod writ;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
 pub use ids::{LedgerId, RecordId, RequestId, SessionId, TurnId, new_id};

@@ -95,6 +95,9 @@ record_types! {
     ApprovalRequest => "approval.request", "A tool call waiting for a policy or human decision.";
     ApprovalDecision => "approval.decision", "A policy or human decision on an approval request.";
     SessionFork => "session.fork", "The first record of a session forked from a sealed ledger: names its origin.";
+    AuthorityWrit => "authority.writ", "A signed writ: bounded authority a person granted, or a holder delegated.";
+    AuthorityRevocation => "authority.revocation", "A signed revocation of a writ and every writ delegated from it.";
+    SysRedaction => "sys.redaction", "A signed redaction: a record's content erased, its leaf kept.";
 }
 
 impl RecordType {

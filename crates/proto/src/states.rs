@@ -115,7 +115,22 @@ text_enum!(
     Write = "write",
     /// Reaches outside (processes, network): never re-run blindly.
     External = "external",
+    /// Cannot be undone (deleting, sending, paying): a call config marks so (`[[tools.irreversible]]`
+    /// or an outside agent's declaration). A writ's ceiling must name it to allow it.
+    Irreversible = "irreversible",
 });
+
+impl Effect {
+    /// Its place in the order writ ceilings use: read < write < external < irreversible.
+    pub fn rank(self) -> u8 {
+        match self {
+            Effect::Read => 0,
+            Effect::Write => 1,
+            Effect::External => 2,
+            Effect::Irreversible => 3,
+        }
+    }
+}
 
 text_enum!(
     /// A decision on a tool call, by policy or by a person.

@@ -1,0 +1,405 @@
+//! Checking writs, pure: a signature under the right key, a delegation no wider than its
+//! parent on any axis, and a call inside a writ's scope, ceiling, time and budget. The
+//! store keeps the writs and what was spent; this module decides.
+
+use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use proto::Effect;
+use proto::writ::{
+    Budget, MAX_FIELD_BYTES, MAX_SCOPES, REVOCATION_KIND, Revocation, RevocationBody, WRIT_KIND,
+    Writ, WritBody, check_holder,
+};
+use serde_json::{Map, Value};
+
+use crate::glob;
+
+/// Why a writ, a delegation, a revocation or a call under a writ is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WritError {
+    /// Not a writ: a wrong kind, a field out of bounds, a bad time.
+    #[error("malformed writ: {0}")]
+    Malformed(String),
+    /// The signature is not the named key's over these bytes.
+    #[error("the signature does not verify (forged or altered); sign it again with `kura writ grant`")]
+    BadSignature,
+    /// The key is not a trusted issuer's (`[writs] issuers`), or not the parent's
+    /// `delegate_key`.
+    #[error("{0}")]
+    Untrusted(String),
+    /// A delegation wider than its parent on one axis.
+    #[error("the delegated writ is wider than its parent: {0}")]
+    Wider(String),
+    /// Revoked (itself or an ancestor).
+    #[error("writ {0} was revoked")]
+    Revoked(String),
+    /// Past its expiry, or before its issue time.
+    #[error("writ {id} is not valid now: {why}")]
+    Expired {
+        /// The writ.
+        id: String,
+        /// Expired, or not yet valid.
+        why: String,
+    },
+    /// The call's tool or a path is outside the writ's scope.
+    #[error("outside writ {id}'s scope: {why}")]
+    OutOfScope {
+        /// The writ.
+        id: String,
+        /// Which tool or path.
+        why: String,
+    },
+    /// The call's effect class is above the writ's ceiling.
+    #[error("a {effect} call is above writ {id}'s ceiling ({ceiling})")]
+    AboveCeiling {
+        /// The writ.
+        id: String,
+        /// The call's class.
+        effect: Effect,
+        /// The writ's ceiling.
+        ceiling: Effect,
+    },
+    /// A budget axis is spent.
+    #[error("writ {id}'s {axis} budget is spent ({used} of {limit})")]
+    BudgetSpent {
+        /// The writ.
+        id: String,
+        /// `tool_calls`, `tokens`, `money_micros` or `wall_ms`.
+        axis: &'static str,
+        /// Spent so far.
+        used: u64,
+        /// Its limit.
+        limit: u64,
+    },
+}
+
+/// A person who may grant writs (`[writs] issuers` in hashi's, aegis's and serve's config).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Issuer {
+    /// Their name; their grants say `user:<name>`.
+    pub name: String,
+    /// Hex Ed25519 public key (their approver key file's `public_key`).
+    pub public_key: String,
+}
+
+/// What was spent under a writ so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Model tokens.
+    pub tokens: u64,
+    /// Money, millionths.
+    pub money_micros: u64,
+    /// Since the first call (ms), 0 before it.
+    pub wall_ms: u64,
+}
+
+/// Unix milliseconds of an RFC 3339 time.
+pub fn parse_time(text: &str) -> Result<i64, WritError> {
+    let t = humantime::parse_rfc3339(text)
+        .map_err(|e| WritError::Malformed(format!("time {text:?}: {e}")))?;
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| WritError::Malformed(format!("time {text:?} is before 1970")))?
+        .as_millis();
+    i64::try_from(ms).map_err(|_| WritError::Malformed(format!("time {text:?} is too far")))
+}
+
+/// RFC 3339 UTC (seconds) of unix milliseconds.
+pub fn format_time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn key_of(hex_key: &str) -> Result<VerifyingKey, WritError> {
+    let bytes: [u8; 32] = hex::decode(hex_key)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| WritError::Malformed("key is not 32 bytes of hex".into()))?;
+    VerifyingKey::from_bytes(&bytes).map_err(|e| WritError::Malformed(format!("key: {e}")))
+}
+
+fn verify_bytes(hex_key: &str, signature: &str, bytes: &[u8]) -> Result<(), WritError> {
+    let key = key_of(hex_key)?;
+    let sig: [u8; 64] = hex::decode(signature)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or(WritError::BadSignature)?;
+    key.verify(bytes, &Signature::from_bytes(&sig))
+        .map_err(|_| WritError::BadSignature)
+}
+
+/// Signs `body` with `key`.
+pub fn sign_writ(key: &SigningKey, body: WritBody) -> Writ {
+    let signature = hex::encode(key.sign(&body.signing_bytes()).to_bytes());
+    Writ {
+        body,
+        key: hex::encode(key.verifying_key().to_bytes()),
+        signature,
+    }
+}
+
+/// Signs a revocation `body` with `key`.
+pub fn sign_revocation(key: &SigningKey, body: RevocationBody) -> Revocation {
+    let signature = hex::encode(key.sign(&body.signing_bytes()).to_bytes());
+    Revocation {
+        body,
+        key: hex::encode(key.verifying_key().to_bytes()),
+        signature,
+    }
+}
+
+fn bounded(what: &str, items: &[String]) -> Result<(), WritError> {
+    if items.is_empty() || items.len() > MAX_SCOPES {
+        return Err(WritError::Malformed(format!(
+            "{what}: 1 to {MAX_SCOPES} globs"
+        )));
+    }
+    match items
+        .iter()
+        .find(|g| g.is_empty() || g.len() > MAX_FIELD_BYTES || g.chars().any(char::is_control))
+    {
+        Some(g) => Err(WritError::Malformed(format!("{what}: invalid glob {g:?}"))),
+        None => Ok(()),
+    }
+}
+
+/// The writ's shape: kind, id, holder, globs, times.
+pub fn check_shape(w: &WritBody) -> Result<(), WritError> {
+    if w.kind != WRIT_KIND {
+        return Err(WritError::Malformed(format!("kind {:?} is not {WRIT_KIND}", w.kind)));
+    }
+    uuid::Uuid::parse_str(&w.id).map_err(|_| WritError::Malformed("id is not a UUID".into()))?;
+    check_holder(&w.holder).map_err(WritError::Malformed)?;
+    bounded("tools", &w.tools)?;
+    bounded("paths", &w.paths)?;
+    let (from, to) = (parse_time(&w.issued_at)?, parse_time(&w.expires_at)?);
+    if to <= from {
+        return Err(WritError::Malformed("expires_at is not after issued_at".into()));
+    }
+    let expected_issuer = match &w.parent {
+        Some(p) => format!("writ:{p}"),
+        None => w.issuer.clone(),
+    };
+    if w.issuer != expected_issuer || (w.parent.is_none() && !w.issuer.starts_with("user:")) {
+        return Err(WritError::Malformed(format!(
+            "issuer {:?}: a grant is issued by user:<name>, a delegation by writ:<parent>",
+            w.issuer
+        )));
+    }
+    Ok(())
+}
+
+/// A person's grant: its shape, and a signature by the trusted issuer it names.
+pub fn verify_grant(w: &Writ, issuers: &[Issuer]) -> Result<(), WritError> {
+    check_shape(&w.body)?;
+    let name = w.body.issuer.trim_start_matches("user:");
+    let Some(issuer) = issuers.iter().find(|i| i.name == name) else {
+        return Err(WritError::Untrusted(format!(
+            "{} is not a writ issuer here; add them to [writs] issuers (name and public_key)",
+            w.body.issuer
+        )));
+    };
+    if !issuer.public_key.eq_ignore_ascii_case(&w.key) {
+        return Err(WritError::Untrusted(format!(
+            "signed with a key that is not {}'s issuer key",
+            w.body.issuer
+        )));
+    }
+    verify_bytes(&w.key, &w.signature, &w.body.signing_bytes())
+}
+
+/// Whether every text `child` matches is also matched by `parent` — decided only where it is
+/// sure (equal, `*`, or a literal prefix then `*` covering the child's literal start); any
+/// other pair counts as wider, so a delegation can be refused but never widened.
+fn glob_covers(parent: &str, child: &str) -> bool {
+    if parent == "*" || parent == child {
+        return true;
+    }
+    match parent.strip_suffix('*') {
+        Some(prefix) if !prefix.contains(['*', '?']) => child.starts_with(prefix),
+        _ => !child.contains(['*', '?']) && glob(parent, child),
+    }
+}
+
+fn within(axis: &str, parent: &[String], child: &[String]) -> Result<(), WritError> {
+    match child
+        .iter()
+        .find(|c| !parent.iter().any(|p| glob_covers(p, c)))
+    {
+        Some(c) => Err(WritError::Wider(format!("{axis} {c:?} is not within the parent's"))),
+        None => Ok(()),
+    }
+}
+
+fn budget_within(parent: &Budget, child: &Budget) -> Result<(), WritError> {
+    let axes = [
+        ("tool_calls", parent.tool_calls, child.tool_calls),
+        ("tokens", parent.tokens, child.tokens),
+        ("money_micros", parent.money_micros, child.money_micros),
+        ("wall_ms", parent.wall_ms, child.wall_ms),
+    ];
+    for (axis, p, c) in axes {
+        match (p, c) {
+            (Some(_), None) => {
+                return Err(WritError::Wider(format!("{axis}: unlimited under a limited parent")));
+            }
+            (Some(p), Some(c)) if c > p => {
+                return Err(WritError::Wider(format!("{axis}: {c} is more than {p}")));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A delegation: its shape, the parent's `delegate_key` as signer, and no axis wider than
+/// the parent's (tools, paths, ceiling, every budget, expiry).
+pub fn verify_delegation(child: &Writ, parent: &Writ) -> Result<(), WritError> {
+    check_shape(&child.body)?;
+    let (c, p) = (&child.body, &parent.body);
+    if c.parent.as_deref() != Some(p.id.as_str()) {
+        return Err(WritError::Malformed("its parent is another writ".into()));
+    }
+    let Some(dk) = &p.delegate_key else {
+        return Err(WritError::Untrusted(format!(
+            "writ {} names no delegate_key, so it cannot be delegated",
+            p.id
+        )));
+    };
+    if !dk.eq_ignore_ascii_case(&child.key) {
+        return Err(WritError::Untrusted(format!(
+            "a delegation of writ {} must be signed with its delegate_key",
+            p.id
+        )));
+    }
+    verify_bytes(&child.key, &child.signature, &c.signing_bytes())?;
+    within("tool", &p.tools, &c.tools)?;
+    within("path", &p.paths, &c.paths)?;
+    if c.ceiling.rank() > p.ceiling.rank() {
+        return Err(WritError::Wider(format!(
+            "ceiling {} is above the parent's {}",
+            c.ceiling, p.ceiling
+        )));
+    }
+    budget_within(&p.budget, &c.budget)?;
+    if parse_time(&c.expires_at)? > parse_time(&p.expires_at)? {
+        return Err(WritError::Wider("it expires after its parent".into()));
+    }
+    Ok(())
+}
+
+/// A revocation's signature: by a trusted issuer, or (for a delegated writ) by the key its
+/// parent let delegate.
+pub fn verify_revocation(
+    r: &Revocation,
+    issuers: &[Issuer],
+    parent: Option<&Writ>,
+) -> Result<(), WritError> {
+    if r.body.kind != REVOCATION_KIND {
+        return Err(WritError::Malformed(format!("kind {:?}", r.body.kind)));
+    }
+    if r.body.reason.len() > MAX_FIELD_BYTES {
+        return Err(WritError::Malformed("reason is too long".into()));
+    }
+    parse_time(&r.body.revoked_at)?;
+    let trusted = match r.body.by.strip_prefix("user:") {
+        Some(name) => issuers
+            .iter()
+            .any(|i| i.name == name && i.public_key.eq_ignore_ascii_case(&r.key)),
+        None => parent.is_some_and(|p| {
+            r.body.by == format!("writ:{}", p.body.id)
+                && p.body
+                    .delegate_key
+                    .as_deref()
+                    .is_some_and(|k| k.eq_ignore_ascii_case(&r.key))
+        }),
+    };
+    if !trusted {
+        return Err(WritError::Untrusted(format!(
+            "{} may not revoke this writ with that key",
+            r.body.by
+        )));
+    }
+    verify_bytes(&r.key, &r.signature, &r.body.signing_bytes())
+}
+
+/// The path arguments a writ's `paths` bound: `path` and `file_path` (outside agents' name
+/// for it), as strings.
+fn paths_of(args: &Map<String, Value>) -> impl Iterator<Item = &str> {
+    ["path", "file_path"]
+        .into_iter()
+        .filter_map(|k| args.get(k).and_then(Value::as_str))
+}
+
+/// A call against one writ: time, tool, paths, ceiling and budget (`spent` before it).
+pub fn check_call(
+    w: &WritBody,
+    tool: &str,
+    effect: Effect,
+    args: &Map<String, Value>,
+    spent: Spent,
+    now_ms: i64,
+) -> Result<(), WritError> {
+    let id = w.id.clone();
+    if now_ms < parse_time(&w.issued_at)? {
+        let why = format!("issued for {}", w.issued_at);
+        return Err(WritError::Expired { id, why });
+    }
+    if now_ms >= parse_time(&w.expires_at)? {
+        let why = format!("expired at {}", w.expires_at);
+        return Err(WritError::Expired { id, why });
+    }
+    if !w.tools.iter().any(|g| glob(g, tool)) {
+        let why = format!("tool {tool:?}");
+        return Err(WritError::OutOfScope { id, why });
+    }
+    for p in paths_of(args) {
+        let normal = crate::path::normalize(p).unwrap_or_else(|_| p.to_owned());
+        if !w.paths.iter().any(|g| glob(g, &normal)) {
+            let why = format!("path {normal:?}");
+            return Err(WritError::OutOfScope { id, why });
+        }
+    }
+    if effect.rank() > w.ceiling.rank() {
+        return Err(WritError::AboveCeiling {
+            id,
+            effect,
+            ceiling: w.ceiling,
+        });
+    }
+    check_budget(w, spent, 1)
+}
+
+/// Whether `spent` (plus `calls` more tool calls) is inside every budget axis of `w`.
+pub fn check_budget(w: &WritBody, spent: Spent, calls: u64) -> Result<(), WritError> {
+    let b = &w.budget;
+    let axes = [
+        ("tool_calls", b.tool_calls, spent.tool_calls.saturating_add(calls)),
+        ("tokens", b.tokens, spent.tokens),
+        ("money_micros", b.money_micros, spent.money_micros),
+        ("wall_ms", b.wall_ms, spent.wall_ms),
+    ];
+    for (axis, limit, used) in axes {
+        // tool_calls counts the call being asked for; the others what was already spent,
+        // which must still be under the limit for anything more to run.
+        let over = match axis {
+            "tool_calls" => limit.is_some_and(|l| used > l),
+            _ => limit.is_some_and(|l| used >= l),
+        };
+        if over {
+            return Err(WritError::BudgetSpent {
+                id: w.id.clone(),
+                axis,
+                used,
+                limit: limit.unwrap_or(0),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "writ_tests.rs"]
+mod tests;

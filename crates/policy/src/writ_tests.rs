@@ -1,0 +1,171 @@
+//! Writs refused for each attack on them: forged, wider, out of scope, above the ceiling,
+//! past budget or expiry, revoked by the wrong key — and the protocol's test vector.
+
+use super::*;
+use proto::writ::{REVOCATION_KIND, WRIT_KIND};
+use serde_json::json;
+
+fn key(b: u8) -> SigningKey {
+    SigningKey::from_bytes(&[b; 32])
+}
+
+fn ana() -> Vec<Issuer> {
+    vec![Issuer {
+        name: "ana".into(),
+        public_key: hex::encode(key(1).verifying_key().to_bytes()),
+    }]
+}
+
+fn body() -> WritBody {
+    WritBody {
+        kind: WRIT_KIND.into(),
+        id: "01930000-0000-7000-8000-000000000001".into(),
+        holder: "session:01930000-0000-7000-8000-0000000000aa".into(),
+        issuer: "user:ana".into(),
+        parent: None,
+        tools: vec!["fs.*".into()],
+        paths: vec!["notes/*".into()],
+        ceiling: Effect::Write,
+        budget: Budget {
+            tool_calls: Some(3),
+            tokens: Some(1000),
+            money_micros: None,
+            wall_ms: None,
+        },
+        issued_at: "2026-11-26T00:00:00Z".into(),
+        expires_at: "2026-11-27T00:00:00Z".into(),
+        delegate_key: Some(hex::encode(key(2).verifying_key().to_bytes())),
+    }
+}
+
+fn child() -> WritBody {
+    WritBody {
+        id: "01930000-0000-7000-8000-000000000002".into(),
+        holder: "session:01930000-0000-7000-8000-0000000000bb".into(),
+        issuer: "writ:01930000-0000-7000-8000-000000000001".into(),
+        parent: Some("01930000-0000-7000-8000-000000000001".into()),
+        tools: vec!["fs.read".into()],
+        ceiling: Effect::Read,
+        budget: Budget {
+            tool_calls: Some(2),
+            tokens: Some(500),
+            ..Budget::default()
+        },
+        delegate_key: None,
+        ..body()
+    }
+}
+
+const NOON: i64 = 1_795_694_400_000; // 2026-11-26T12:00:00Z
+
+/// The vector in PROTOCOL.md ("Writs"): secret key 32 bytes of 0x01, the body above.
+#[test]
+fn the_protocol_test_vector_signs_and_verifies() {
+    let w = sign_writ(&key(1), body());
+    let bytes = String::from_utf8(w.body.signing_bytes()).expect("utf8");
+    assert!(bytes.starts_with(r#"{"budget":{"tokens":1000,"tool_calls":3},"ceiling":"write","#));
+    assert_eq!(
+        proto::sha256_hex(bytes.as_bytes()),
+        include_str!("../testdata/writ-vector.sha256").trim()
+    );
+    assert_eq!(
+        w.signature,
+        include_str!("../testdata/writ-vector.sig").trim()
+    );
+    verify_grant(&w, &ana()).expect("verifies");
+}
+
+#[test]
+fn a_forged_writ_is_refused() {
+    // Altered after signing: a wider ceiling.
+    let mut w = sign_writ(&key(1), body());
+    w.body.ceiling = Effect::Irreversible;
+    assert_eq!(verify_grant(&w, &ana()), Err(WritError::BadSignature));
+    // Signed by a key that is not the issuer's.
+    let w = sign_writ(&key(9), body());
+    assert!(matches!(verify_grant(&w, &ana()), Err(WritError::Untrusted(_))));
+    // Signed by nobody trusted, naming someone else.
+    let w = sign_writ(&key(1), WritBody { issuer: "user:bob".into(), ..body() });
+    assert!(matches!(verify_grant(&w, &ana()), Err(WritError::Untrusted(_))));
+    // An approval's kind cannot pass for a writ.
+    let w = sign_writ(&key(1), WritBody { kind: "kura.approval.v1".into(), ..body() });
+    assert!(matches!(verify_grant(&w, &ana()), Err(WritError::Malformed(_))));
+}
+
+#[test]
+fn a_child_writ_wider_than_its_parent_is_refused() {
+    let parent = sign_writ(&key(1), body());
+    verify_delegation(&sign_writ(&key(2), child()), &parent).expect("a narrower child");
+    let wider: Vec<(&str, WritBody)> = vec![
+        ("tool", WritBody { tools: vec!["shell.run".into()], ..child() }),
+        ("tool glob", WritBody { tools: vec!["*".into()], ..child() }),
+        ("path", WritBody { paths: vec!["*".into()], ..child() }),
+        ("ceiling", WritBody { ceiling: Effect::External, ..child() }),
+        ("tool_calls", WritBody { budget: Budget { tool_calls: Some(4), ..child().budget }, ..child() }),
+        ("tokens unlimited", WritBody { budget: Budget { tokens: None, ..child().budget }, ..child() }),
+        ("expiry", WritBody { expires_at: "2026-11-28T00:00:00Z".into(), ..child() }),
+    ];
+    for (axis, b) in wider {
+        let r = verify_delegation(&sign_writ(&key(2), b), &parent);
+        assert!(matches!(r, Err(WritError::Wider(_))), "{axis}: {r:?}");
+    }
+    // Signed by someone other than the parent's delegate key.
+    let r = verify_delegation(&sign_writ(&key(3), child()), &parent);
+    assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
+    // A parent without a delegate key cannot be delegated at all.
+    let closed = sign_writ(&key(1), WritBody { delegate_key: None, ..body() });
+    let r = verify_delegation(&sign_writ(&key(2), child()), &closed);
+    assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
+}
+
+#[test]
+fn a_call_outside_the_scope_above_the_ceiling_or_past_budget_or_expiry_is_refused() {
+    let w = body();
+    let args = |p: &str| json!({ "path": p }).as_object().cloned().expect("object");
+    let ok = check_call(&w, "fs.write", Effect::Write, &args("notes/a"), Spent::default(), NOON);
+    assert_eq!(ok, Ok(()));
+    let r = check_call(&w, "shell.run", Effect::Read, &args("notes/a"), Spent::default(), NOON);
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    let r = check_call(&w, "fs.read", Effect::Read, &args("secrets/k"), Spent::default(), NOON);
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    // A path spelled to climb back in is judged in its normal form.
+    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/../secrets/k"), Spent::default(), NOON);
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    let r = check_call(&w, "fs.write", Effect::External, &args("notes/a"), Spent::default(), NOON);
+    assert!(matches!(r, Err(WritError::AboveCeiling { .. })), "{r:?}");
+    let spent = Spent { tool_calls: 3, ..Spent::default() };
+    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), spent, NOON);
+    assert!(matches!(r, Err(WritError::BudgetSpent { axis: "tool_calls", .. })), "{r:?}");
+    let spent = Spent { tokens: 1000, ..Spent::default() };
+    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), spent, NOON);
+    assert!(matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })), "{r:?}");
+    let late = NOON + 13 * 3_600_000;
+    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), Spent::default(), late);
+    assert!(matches!(r, Err(WritError::Expired { .. })), "{r:?}");
+    let early = NOON - 13 * 3_600_000;
+    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), Spent::default(), early);
+    assert!(matches!(r, Err(WritError::Expired { .. })), "{r:?}");
+}
+
+#[test]
+fn a_revocation_without_a_valid_signature_is_refused() {
+    let body = RevocationBody {
+        kind: REVOCATION_KIND.into(),
+        writ_id: body().id,
+        by: "user:ana".into(),
+        reason: "done".into(),
+        revoked_at: "2026-11-26T12:00:00Z".into(),
+    };
+    verify_revocation(&sign_revocation(&key(1), body.clone()), &ana(), None).expect("ana's");
+    let mut altered = sign_revocation(&key(1), body.clone());
+    altered.body.writ_id = child().id;
+    assert_eq!(verify_revocation(&altered, &ana(), None), Err(WritError::BadSignature));
+    let r = verify_revocation(&sign_revocation(&key(7), body.clone()), &ana(), None);
+    assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
+    // A delegator takes back its own child with its delegate key, and nobody else's.
+    let parent = sign_writ(&key(1), super::tests::body());
+    let by_parent = RevocationBody { by: format!("writ:{}", parent.body.id), writ_id: child().id, ..body };
+    verify_revocation(&sign_revocation(&key(2), by_parent.clone()), &ana(), Some(&parent)).expect("delegator");
+    let r = verify_revocation(&sign_revocation(&key(2), by_parent), &ana(), None);
+    assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
+}

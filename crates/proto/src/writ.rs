@@ -1,0 +1,174 @@
+//! Writs: bounded authority a person grants (Ed25519 over RFC 8785 bytes, kind
+//! `kura.writ.v1`), a holder may narrow for a sub-session, and a signed revocation
+//! (`kura.revocation.v1`) takes back with every writ delegated from it.
+//!
+//! The signed bytes are the RFC 8785 JSON of the body, which carries its `kind`: a writ's
+//! signature can stand in for no other statement (approvals sign `kura.approval.v1`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::Effect;
+
+/// The `kind` of a writ's body.
+pub const WRIT_KIND: &str = "kura.writ.v1";
+/// The `kind` of a revocation's body.
+pub const REVOCATION_KIND: &str = "kura.revocation.v1";
+/// Most tool or path globs one writ names.
+pub const MAX_SCOPES: usize = 64;
+/// Longest glob, holder or reason.
+pub const MAX_FIELD_BYTES: usize = 512;
+
+/// What a writ lets its holder spend; an absent axis is not limited by this writ.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Tool calls run under it (and every writ delegated from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    /// Model tokens (in + out, as the provider reports them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Money in millionths of the price table's currency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub money_micros: Option<u64>,
+    /// Wall time from the first call run under it, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_ms: Option<u64>,
+}
+
+/// What the issuer signs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WritBody {
+    /// Always [`WRIT_KIND`].
+    pub kind: String,
+    /// Unique id (a UUID): a writ is stored once, and a second body under a taken id is
+    /// refused.
+    pub id: String,
+    /// Who may act under it: `session:<id>` (that session's turns), or an author id
+    /// (`agent:<name>` for an outside agent, `user:<name>`) — the sessions it submits and the
+    /// calls it files.
+    pub holder: String,
+    /// Who signed: `user:<name>` for a person's grant, `writ:<parent id>` for a delegation.
+    pub issuer: String,
+    /// The writ this one narrows, for a delegation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Tool name globs (`*` any run, `?` one character) a call must match one of.
+    pub tools: Vec<String>,
+    /// Path globs (normal form: relative, `/`-separated) every path argument of a call must
+    /// match one of; `["*"]` allows any path.
+    pub paths: Vec<String>,
+    /// The highest effect class a call may have.
+    pub ceiling: Effect,
+    /// What may be spent.
+    #[serde(default)]
+    pub budget: Budget,
+    /// When it was signed (RFC 3339 UTC); not valid before.
+    pub issued_at: String,
+    /// When it stops being valid (RFC 3339 UTC).
+    pub expires_at: String,
+    /// Hex Ed25519 public key that may sign writs delegated from this one (the holder's);
+    /// absent, it cannot be delegated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate_key: Option<String>,
+}
+
+/// A signed writ, as stored in its `authority.writ` record's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Writ {
+    /// What was signed.
+    pub body: WritBody,
+    /// Hex Ed25519 public key of the signer.
+    pub key: String,
+    /// Hex Ed25519 signature over [`WritBody::signing_bytes`].
+    pub signature: String,
+}
+
+impl WritBody {
+    /// The RFC 8785 bytes signed.
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        crate::canonical_json(self)
+            .map(String::into_bytes)
+            .unwrap_or_default()
+    }
+}
+
+/// What a revoker signs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevocationBody {
+    /// Always [`REVOCATION_KIND`].
+    pub kind: String,
+    /// The writ taken back (with every writ delegated from it).
+    pub writ_id: String,
+    /// Who: `user:<name>`, or `writ:<parent id>` for a delegator taking back its child.
+    pub by: String,
+    /// Why, one line.
+    pub reason: String,
+    /// When (RFC 3339 UTC).
+    pub revoked_at: String,
+}
+
+impl RevocationBody {
+    /// The RFC 8785 bytes signed.
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        crate::canonical_json(self)
+            .map(String::into_bytes)
+            .unwrap_or_default()
+    }
+}
+
+/// A signed revocation, as stored in its `authority.revocation` record's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Revocation {
+    /// What was signed.
+    pub body: RevocationBody,
+    /// Hex Ed25519 public key of the signer.
+    pub key: String,
+    /// Hex Ed25519 signature over [`RevocationBody::signing_bytes`].
+    pub signature: String,
+}
+
+/// Why a holder name is refused.
+pub fn check_holder(holder: &str) -> Result<(), String> {
+    let ok = holder.len() <= MAX_FIELD_BYTES
+        && holder.split_once(':').is_some_and(|(k, n)| {
+            matches!(k, "session" | "agent" | "user")
+                && !n.is_empty()
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid holder {holder:?}: expected session:<id>, agent:<name> or user:<name>"
+        ))
+    }
+}
+
+/// Where a model step's usage is recorded: the provider, model and tokens as the
+/// OpenAI-compatible API reported them, and what they cost by the price table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    /// The provider kind (`openai`, `scripted`, `command`).
+    pub provider: String,
+    /// The model name the server answered with (else the one asked for).
+    pub model: String,
+    /// Prompt tokens.
+    pub tokens_in: u64,
+    /// Completion tokens.
+    pub tokens_out: u64,
+    /// Cost in millionths of the price table's currency (0 when the model has no price).
+    pub money_micros: u64,
+}
+
+impl Usage {
+    /// Tokens in and out.
+    pub fn tokens(&self) -> u64 {
+        self.tokens_in.saturating_add(self.tokens_out)
+    }
+}
