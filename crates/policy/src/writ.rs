@@ -58,6 +58,12 @@ pub enum WritError {
         /// The writ's ceiling.
         ceiling: Effect,
     },
+    /// Its id is already granted (a writ is stored once: no replay under a taken id).
+    #[error("writ {0} is already granted; a new grant needs a new id")]
+    Taken(String),
+    /// Not found.
+    #[error("no writ {0} here (list them with `kura writ list`)")]
+    Unknown(String),
     /// A budget axis is spent.
     #[error("writ {id}'s {axis} budget is spent ({used} of {limit})")]
     BudgetSpent {
@@ -189,6 +195,12 @@ pub fn check_shape(w: &WritBody) -> Result<(), WritError> {
         )));
     }
     Ok(())
+}
+
+/// Whether `w` is signed by the key it names (who that key may be is another question).
+pub fn verify_signed(w: &Writ) -> Result<(), WritError> {
+    check_shape(&w.body)?;
+    verify_bytes(&w.key, &w.signature, &w.body.signing_bytes())
 }
 
 /// A person's grant: its shape, and a signature by the trusted issuer it names.

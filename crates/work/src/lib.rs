@@ -14,6 +14,7 @@ pub mod policy;
 mod requests;
 mod turns;
 mod tx;
+pub mod writs;
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};

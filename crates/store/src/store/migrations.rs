@@ -56,6 +56,8 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!("../../migrations/015_agent_turns.sql")),
         // 016: the fleet's outbox cursor and a replica's verified position.
         M::up(include_str!("../../migrations/016_fleet.sql")),
+        // 017: writs and what was spent under them; model usage per session.
+        M::up(include_str!("../../migrations/017_writs.sql")),
     ]
 }
 
@@ -74,7 +76,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "f33c15063894b88c6f8b60b50ba5d260cf90ae5fbe1b56d0127fe275c184804e";
+    "a0981098713465145c77891e7c7400f757134be12d1f40f27bb4f41e4762c30a";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
