@@ -20,7 +20,9 @@ pub enum WritError {
     #[error("malformed writ: {0}")]
     Malformed(String),
     /// The signature is not the named key's over these bytes.
-    #[error("the signature does not verify (forged or altered); sign it again with `kura writ grant`")]
+    #[error(
+        "the signature does not verify (forged or altered); sign it again with `kura writ grant`"
+    )]
     BadSignature,
     /// The key is not a trusted issuer's (`[writs] issuers`), or not the parent's
     /// `delegate_key`.
@@ -174,7 +176,10 @@ fn bounded(what: &str, items: &[String]) -> Result<(), WritError> {
 /// The writ's shape: kind, id, holder, globs, times.
 pub fn check_shape(w: &WritBody) -> Result<(), WritError> {
     if w.kind != WRIT_KIND {
-        return Err(WritError::Malformed(format!("kind {:?} is not {WRIT_KIND}", w.kind)));
+        return Err(WritError::Malformed(format!(
+            "kind {:?} is not {WRIT_KIND}",
+            w.kind
+        )));
     }
     uuid::Uuid::parse_str(&w.id).map_err(|_| WritError::Malformed("id is not a UUID".into()))?;
     check_holder(&w.holder).map_err(WritError::Malformed)?;
@@ -182,7 +187,9 @@ pub fn check_shape(w: &WritBody) -> Result<(), WritError> {
     bounded("paths", &w.paths)?;
     let (from, to) = (parse_time(&w.issued_at)?, parse_time(&w.expires_at)?);
     if to <= from {
-        return Err(WritError::Malformed("expires_at is not after issued_at".into()));
+        return Err(WritError::Malformed(
+            "expires_at is not after issued_at".into(),
+        ));
     }
     let expected_issuer = match &w.parent {
         Some(p) => format!("writ:{p}"),
@@ -240,7 +247,9 @@ fn within(axis: &str, parent: &[String], child: &[String]) -> Result<(), WritErr
         .iter()
         .find(|c| !parent.iter().any(|p| glob_covers(p, c)))
     {
-        Some(c) => Err(WritError::Wider(format!("{axis} {c:?} is not within the parent's"))),
+        Some(c) => Err(WritError::Wider(format!(
+            "{axis} {c:?} is not within the parent's"
+        ))),
         None => Ok(()),
     }
 }
@@ -255,7 +264,9 @@ fn budget_within(parent: &Budget, child: &Budget) -> Result<(), WritError> {
     for (axis, p, c) in axes {
         match (p, c) {
             (Some(_), None) => {
-                return Err(WritError::Wider(format!("{axis}: unlimited under a limited parent")));
+                return Err(WritError::Wider(format!(
+                    "{axis}: unlimited under a limited parent"
+                )));
             }
             (Some(p), Some(c)) if c > p => {
                 return Err(WritError::Wider(format!("{axis}: {c} is more than {p}")));
@@ -388,7 +399,11 @@ pub fn check_call(
 pub fn check_budget(w: &WritBody, spent: Spent, calls: u64) -> Result<(), WritError> {
     let b = &w.budget;
     let axes = [
-        ("tool_calls", b.tool_calls, spent.tool_calls.saturating_add(calls)),
+        (
+            "tool_calls",
+            b.tool_calls,
+            spent.tool_calls.saturating_add(calls),
+        ),
         ("tokens", b.tokens, spent.tokens),
         ("money_micros", b.money_micros, spent.money_micros),
         ("wall_ms", b.wall_ms, spent.wall_ms),

@@ -83,13 +83,34 @@ fn a_forged_writ_is_refused() {
     assert_eq!(verify_grant(&w, &ana()), Err(WritError::BadSignature));
     // Signed by a key that is not the issuer's.
     let w = sign_writ(&key(9), body());
-    assert!(matches!(verify_grant(&w, &ana()), Err(WritError::Untrusted(_))));
+    assert!(matches!(
+        verify_grant(&w, &ana()),
+        Err(WritError::Untrusted(_))
+    ));
     // Signed by nobody trusted, naming someone else.
-    let w = sign_writ(&key(1), WritBody { issuer: "user:bob".into(), ..body() });
-    assert!(matches!(verify_grant(&w, &ana()), Err(WritError::Untrusted(_))));
+    let w = sign_writ(
+        &key(1),
+        WritBody {
+            issuer: "user:bob".into(),
+            ..body()
+        },
+    );
+    assert!(matches!(
+        verify_grant(&w, &ana()),
+        Err(WritError::Untrusted(_))
+    ));
     // An approval's kind cannot pass for a writ.
-    let w = sign_writ(&key(1), WritBody { kind: "kura.approval.v1".into(), ..body() });
-    assert!(matches!(verify_grant(&w, &ana()), Err(WritError::Malformed(_))));
+    let w = sign_writ(
+        &key(1),
+        WritBody {
+            kind: "kura.approval.v1".into(),
+            ..body()
+        },
+    );
+    assert!(matches!(
+        verify_grant(&w, &ana()),
+        Err(WritError::Malformed(_))
+    ));
 }
 
 #[test]
@@ -97,13 +118,61 @@ fn a_child_writ_wider_than_its_parent_is_refused() {
     let parent = sign_writ(&key(1), body());
     verify_delegation(&sign_writ(&key(2), child()), &parent).expect("a narrower child");
     let wider: Vec<(&str, WritBody)> = vec![
-        ("tool", WritBody { tools: vec!["shell.run".into()], ..child() }),
-        ("tool glob", WritBody { tools: vec!["*".into()], ..child() }),
-        ("path", WritBody { paths: vec!["*".into()], ..child() }),
-        ("ceiling", WritBody { ceiling: Effect::External, ..child() }),
-        ("tool_calls", WritBody { budget: Budget { tool_calls: Some(4), ..child().budget }, ..child() }),
-        ("tokens unlimited", WritBody { budget: Budget { tokens: None, ..child().budget }, ..child() }),
-        ("expiry", WritBody { expires_at: "2026-11-28T00:00:00Z".into(), ..child() }),
+        (
+            "tool",
+            WritBody {
+                tools: vec!["shell.run".into()],
+                ..child()
+            },
+        ),
+        (
+            "tool glob",
+            WritBody {
+                tools: vec!["*".into()],
+                ..child()
+            },
+        ),
+        (
+            "path",
+            WritBody {
+                paths: vec!["*".into()],
+                ..child()
+            },
+        ),
+        (
+            "ceiling",
+            WritBody {
+                ceiling: Effect::External,
+                ..child()
+            },
+        ),
+        (
+            "tool_calls",
+            WritBody {
+                budget: Budget {
+                    tool_calls: Some(4),
+                    ..child().budget
+                },
+                ..child()
+            },
+        ),
+        (
+            "tokens unlimited",
+            WritBody {
+                budget: Budget {
+                    tokens: None,
+                    ..child().budget
+                },
+                ..child()
+            },
+        ),
+        (
+            "expiry",
+            WritBody {
+                expires_at: "2026-11-28T00:00:00Z".into(),
+                ..child()
+            },
+        ),
     ];
     for (axis, b) in wider {
         let r = verify_delegation(&sign_writ(&key(2), b), &parent);
@@ -113,7 +182,13 @@ fn a_child_writ_wider_than_its_parent_is_refused() {
     let r = verify_delegation(&sign_writ(&key(3), child()), &parent);
     assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
     // A parent without a delegate key cannot be delegated at all.
-    let closed = sign_writ(&key(1), WritBody { delegate_key: None, ..body() });
+    let closed = sign_writ(
+        &key(1),
+        WritBody {
+            delegate_key: None,
+            ..body()
+        },
+    );
     let r = verify_delegation(&sign_writ(&key(2), child()), &closed);
     assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
 }
@@ -122,28 +197,95 @@ fn a_child_writ_wider_than_its_parent_is_refused() {
 fn a_call_outside_the_scope_above_the_ceiling_or_past_budget_or_expiry_is_refused() {
     let w = body();
     let args = |p: &str| json!({ "path": p }).as_object().cloned().expect("object");
-    let ok = check_call(&w, "fs.write", Effect::Write, &args("notes/a"), Spent::default(), NOON);
+    let ok = check_call(
+        &w,
+        "fs.write",
+        Effect::Write,
+        &args("notes/a"),
+        Spent::default(),
+        NOON,
+    );
     assert_eq!(ok, Ok(()));
-    let r = check_call(&w, "shell.run", Effect::Read, &args("notes/a"), Spent::default(), NOON);
+    let r = check_call(
+        &w,
+        "shell.run",
+        Effect::Read,
+        &args("notes/a"),
+        Spent::default(),
+        NOON,
+    );
     assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
-    let r = check_call(&w, "fs.read", Effect::Read, &args("secrets/k"), Spent::default(), NOON);
+    let r = check_call(
+        &w,
+        "fs.read",
+        Effect::Read,
+        &args("secrets/k"),
+        Spent::default(),
+        NOON,
+    );
     assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
     // A path spelled to climb back in is judged in its normal form.
-    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/../secrets/k"), Spent::default(), NOON);
+    let r = check_call(
+        &w,
+        "fs.read",
+        Effect::Read,
+        &args("notes/../secrets/k"),
+        Spent::default(),
+        NOON,
+    );
     assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
-    let r = check_call(&w, "fs.write", Effect::External, &args("notes/a"), Spent::default(), NOON);
+    let r = check_call(
+        &w,
+        "fs.write",
+        Effect::External,
+        &args("notes/a"),
+        Spent::default(),
+        NOON,
+    );
     assert!(matches!(r, Err(WritError::AboveCeiling { .. })), "{r:?}");
-    let spent = Spent { tool_calls: 3, ..Spent::default() };
+    let spent = Spent {
+        tool_calls: 3,
+        ..Spent::default()
+    };
     let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), spent, NOON);
-    assert!(matches!(r, Err(WritError::BudgetSpent { axis: "tool_calls", .. })), "{r:?}");
-    let spent = Spent { tokens: 1000, ..Spent::default() };
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "tool_calls",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let spent = Spent {
+        tokens: 1000,
+        ..Spent::default()
+    };
     let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), spent, NOON);
-    assert!(matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })),
+        "{r:?}"
+    );
     let late = NOON + 13 * 3_600_000;
-    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), Spent::default(), late);
+    let r = check_call(
+        &w,
+        "fs.read",
+        Effect::Read,
+        &args("notes/a"),
+        Spent::default(),
+        late,
+    );
     assert!(matches!(r, Err(WritError::Expired { .. })), "{r:?}");
     let early = NOON - 13 * 3_600_000;
-    let r = check_call(&w, "fs.read", Effect::Read, &args("notes/a"), Spent::default(), early);
+    let r = check_call(
+        &w,
+        "fs.read",
+        Effect::Read,
+        &args("notes/a"),
+        Spent::default(),
+        early,
+    );
     assert!(matches!(r, Err(WritError::Expired { .. })), "{r:?}");
 }
 
@@ -159,13 +301,25 @@ fn a_revocation_without_a_valid_signature_is_refused() {
     verify_revocation(&sign_revocation(&key(1), body.clone()), &ana(), None).expect("ana's");
     let mut altered = sign_revocation(&key(1), body.clone());
     altered.body.writ_id = child().id;
-    assert_eq!(verify_revocation(&altered, &ana(), None), Err(WritError::BadSignature));
+    assert_eq!(
+        verify_revocation(&altered, &ana(), None),
+        Err(WritError::BadSignature)
+    );
     let r = verify_revocation(&sign_revocation(&key(7), body.clone()), &ana(), None);
     assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
     // A delegator takes back its own child with its delegate key, and nobody else's.
     let parent = sign_writ(&key(1), super::tests::body());
-    let by_parent = RevocationBody { by: format!("writ:{}", parent.body.id), writ_id: child().id, ..body };
-    verify_revocation(&sign_revocation(&key(2), by_parent.clone()), &ana(), Some(&parent)).expect("delegator");
+    let by_parent = RevocationBody {
+        by: format!("writ:{}", parent.body.id),
+        writ_id: child().id,
+        ..body
+    };
+    verify_revocation(
+        &sign_revocation(&key(2), by_parent.clone()),
+        &ana(),
+        Some(&parent),
+    )
+    .expect("delegator");
     let r = verify_revocation(&sign_revocation(&key(2), by_parent), &ana(), None);
     assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
 }

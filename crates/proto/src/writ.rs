@@ -138,7 +138,8 @@ pub fn check_holder(holder: &str) -> Result<(), String> {
         && holder.split_once(':').is_some_and(|(k, n)| {
             matches!(k, "session" | "agent" | "user")
                 && !n.is_empty()
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         });
     if ok {
         Ok(())

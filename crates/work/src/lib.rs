@@ -150,3 +150,5 @@ pub trait WorkTx {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod writ_tests;

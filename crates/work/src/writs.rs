@@ -109,9 +109,8 @@ pub fn held_by(
     session: SessionId,
     submitter: Option<&str>,
 ) -> Result<Option<StoredWrit>> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM writs WHERE holder = ?1 ORDER BY granted_seq DESC LIMIT 1"
-    );
+    let sql =
+        format!("SELECT {COLUMNS} FROM writs WHERE holder = ?1 ORDER BY granted_seq DESC LIMIT 1");
     let one = |holder: &str| -> Result<Option<StoredWrit>> {
         conn.sql()
             .prepare_cached(&sql)?
@@ -218,7 +217,10 @@ pub fn check_model_step(
             let now_ok = check::parse_time(&b.expires_at).map(|t| now_ms < t)?;
             if !now_ok {
                 let why = format!("expired at {}", b.expires_at);
-                return Err(WritError::Expired { id: b.id.clone(), why });
+                return Err(WritError::Expired {
+                    id: b.id.clone(),
+                    why,
+                });
             }
             check::check_budget(b, w.spent(now_ms), 0)
         })

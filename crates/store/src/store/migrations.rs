@@ -208,12 +208,15 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
     }
 }
 
-/// Undoes migration 015 on a test database (the agent columns), as the first step of going
+/// Undoes migrations 015 to 017 on a test database (writs, the fleet, the agent columns), as the first step of going
 /// back to any older version.
 #[cfg(test)]
 pub(crate) fn back_to_version_14(conn: &Connection) {
     conn.execute_batch(
-        "DROP TABLE fleet_outbox;
+        "DROP TABLE writs;
+         DROP TABLE authority;
+         DROP TABLE session_usage;
+         DROP TABLE fleet_outbox;
          DROP TABLE fleet_inbox;
          DROP INDEX idx_turns_agent;
          ALTER TABLE turns DROP COLUMN agent;

@@ -1,0 +1,262 @@
+//! Writs in the store: a replayed id refused, a wider delegation refused before it is
+//! stored, a revocation that stops the writ and its delegations at once, budgets debited on
+//! the whole chain, and the grant itself a sealed, verifying record.
+
+use ed25519_dalek::SigningKey;
+use kura_policy::writ::{Issuer, WritError, sign_revocation, sign_writ};
+use kura_store::{Store, StoreOptions};
+use proto::Effect;
+use proto::writ::{Budget, REVOCATION_KIND, RevocationBody, Usage, WRIT_KIND, WritBody};
+use serde_json::{Map, Value, json};
+
+use crate::writs;
+
+fn key(b: u8) -> SigningKey {
+    SigningKey::from_bytes(&[b; 32])
+}
+
+fn issuers() -> Vec<Issuer> {
+    vec![Issuer {
+        name: "ana".into(),
+        public_key: hex::encode(key(1).verifying_key().to_bytes()),
+    }]
+}
+
+fn grant_body(id: &str, holder: &str) -> WritBody {
+    WritBody {
+        kind: WRIT_KIND.into(),
+        id: id.into(),
+        holder: holder.into(),
+        issuer: "user:ana".into(),
+        parent: None,
+        tools: vec!["fs.*".into()],
+        paths: vec!["*".into()],
+        ceiling: Effect::Write,
+        budget: Budget {
+            tool_calls: Some(3),
+            tokens: Some(100),
+            ..Budget::default()
+        },
+        issued_at: "2026-01-01T00:00:00Z".into(),
+        expires_at: "2099-01-01T00:00:00Z".into(),
+        delegate_key: Some(hex::encode(key(2).verifying_key().to_bytes())),
+    }
+}
+
+const ROOT: &str = "01930000-0000-7000-8000-000000000001";
+const CHILD: &str = "01930000-0000-7000-8000-000000000002";
+
+fn child_body(tools: &[&str], calls: u64) -> WritBody {
+    WritBody {
+        id: CHILD.into(),
+        holder: "session:01930000-0000-7000-8000-0000000000bb".into(),
+        issuer: format!("writ:{ROOT}"),
+        parent: Some(ROOT.into()),
+        tools: tools.iter().map(|t| t.to_string()).collect(),
+        budget: Budget {
+            tool_calls: Some(calls),
+            tokens: Some(50),
+            ..Budget::default()
+        },
+        delegate_key: None,
+        ..grant_body(CHILD, "session:x")
+    }
+}
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::create(dir.path().join("w.db"), &StoreOptions::default()).expect("create");
+    (dir, store)
+}
+
+fn call(store: &mut Store, id: &str, tool: &str) -> Result<(), WritError> {
+    let args: Map<String, Value> = json!({"path": "a.txt"}).as_object().cloned().expect("obj");
+    store
+        .write(|tx| {
+            writs::check_call(
+                tx,
+                id,
+                &issuers(),
+                tool,
+                Effect::Read,
+                &args,
+                crate::now_ms(),
+            )
+        })
+        .expect("check")
+}
+
+#[test]
+fn a_replayed_writ_id_is_refused() {
+    let (_d, mut store) = store();
+    let w = sign_writ(&key(1), grant_body(ROOT, "user:oles"));
+    store
+        .write(|tx| writs::grant(tx, &w, "user:ana", None))
+        .expect("grant")
+        .expect("ok");
+    // The same signed writ again, and another body under the taken id.
+    let again = store
+        .write(|tx| writs::grant(tx, &w, "user:ana", None))
+        .expect("tx");
+    assert_eq!(again, Err(WritError::Taken(ROOT.into())));
+    let other = sign_writ(&key(1), grant_body(ROOT, "agent:laptop"));
+    let r = store
+        .write(|tx| writs::grant(tx, &other, "user:ana", None))
+        .expect("tx");
+    assert_eq!(r, Err(WritError::Taken(ROOT.into())));
+    assert_eq!(writs::list(&store).expect("list").len(), 1);
+    // The grant is a sealed record of the authority session, and the store verifies.
+    let report = kura_store::verify::verify(&store, &kura_store::verify::Scope::All, None, None)
+        .expect("verify");
+    assert!(report.ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn a_child_writ_wider_than_its_parent_is_refused_and_not_stored() {
+    let (_d, mut store) = store();
+    let w = sign_writ(&key(1), grant_body(ROOT, "user:oles"));
+    store
+        .write(|tx| writs::grant(tx, &w, "user:ana", None))
+        .expect("grant")
+        .expect("ok");
+    let wide = sign_writ(&key(2), child_body(&["shell.run"], 2));
+    let r = store
+        .write(|tx| writs::grant(tx, &wide, "agent:hashi", None))
+        .expect("tx");
+    assert!(matches!(r, Err(WritError::Wider(_))), "{r:?}");
+    assert!(writs::writ(&store, CHILD).expect("read").is_none());
+}
+
+#[test]
+fn a_call_right_after_revocation_is_refused_with_its_delegations() {
+    let (_d, mut store) = store();
+    let w = sign_writ(&key(1), grant_body(ROOT, "user:oles"));
+    store
+        .write(|tx| writs::grant(tx, &w, "user:ana", None))
+        .expect("grant")
+        .expect("ok");
+    let c = sign_writ(&key(2), child_body(&["fs.read"], 2));
+    store
+        .write(|tx| writs::grant(tx, &c, "agent:hashi", None))
+        .expect("tx")
+        .expect("ok");
+    assert_eq!(call(&mut store, CHILD, "fs.read"), Ok(()));
+    // The child's call is debited on the parent too.
+    assert_eq!(
+        writs::writ(&store, ROOT).expect("r").expect("w").calls_used,
+        1
+    );
+    let rev = |key_byte: u8| {
+        sign_revocation(
+            &key(key_byte),
+            RevocationBody {
+                kind: REVOCATION_KIND.into(),
+                writ_id: ROOT.into(),
+                by: "user:ana".into(),
+                reason: "done".into(),
+                revoked_at: "2026-11-26T12:00:00Z".into(),
+            },
+        )
+    };
+    // A revocation without a valid signature changes nothing.
+    let forged = store
+        .write(|tx| writs::revoke(tx, &rev(9), &issuers(), "user:eve", None))
+        .expect("tx");
+    assert!(matches!(forged, Err(WritError::Untrusted(_))), "{forged:?}");
+    assert_eq!(call(&mut store, CHILD, "fs.read"), Ok(()));
+    store
+        .write(|tx| writs::revoke(tx, &rev(1), &issuers(), "user:ana", None))
+        .expect("tx")
+        .expect("ok");
+    assert_eq!(
+        call(&mut store, ROOT, "fs.read"),
+        Err(WritError::Revoked(ROOT.into()))
+    );
+    assert_eq!(
+        call(&mut store, CHILD, "fs.read"),
+        Err(WritError::Revoked(ROOT.into()))
+    );
+    assert_eq!(
+        writs::writ(&store, CHILD).expect("r").expect("w").refused,
+        1
+    );
+}
+
+#[test]
+fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
+    let (_d, mut store) = store();
+    let w = sign_writ(&key(1), grant_body(ROOT, "user:oles"));
+    store
+        .write(|tx| writs::grant(tx, &w, "user:ana", None))
+        .expect("grant")
+        .expect("ok");
+    let c = sign_writ(&key(2), child_body(&["fs.*"], 3));
+    store
+        .write(|tx| writs::grant(tx, &c, "agent:hashi", None))
+        .expect("tx")
+        .expect("ok");
+    for _ in 0..3 {
+        assert_eq!(call(&mut store, CHILD, "fs.read"), Ok(()));
+    }
+    let r = call(&mut store, CHILD, "fs.read");
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "tool_calls",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // The parent's three calls are spent too: the child cannot multiply them.
+    let r = call(&mut store, ROOT, "fs.read");
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "tool_calls",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // Tokens: 60 spent under the child (limit 50) ends its model steps, not the parent's (100).
+    let session = proto::new_id().into();
+    let usage = Usage {
+        provider: "openai".into(),
+        model: "m".into(),
+        tokens_in: 40,
+        tokens_out: 20,
+        money_micros: 0,
+    };
+    store
+        .write(|tx| writs::debit_usage(tx, session, Some(CHILD), &usage))
+        .expect("debit");
+    let now = crate::now_ms();
+    let r = writs::check_model_step(&store, CHILD, &issuers(), now).expect("check");
+    assert!(
+        matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })),
+        "{r:?}"
+    );
+    assert_eq!(
+        writs::check_model_step(&store, ROOT, &issuers(), now).expect("check"),
+        Ok(())
+    );
+    assert_eq!(
+        writs::session_usage(&store, session).expect("usage"),
+        Some((1, 40, 20, 0))
+    );
+}
+
+#[test]
+fn a_grant_by_an_untrusted_key_stores_but_never_runs_a_call() {
+    let (_d, mut store) = store();
+    let w = sign_writ(&key(5), grant_body(ROOT, "user:oles"));
+    store
+        .write(|tx| writs::grant(tx, &w, "user:mallory", None))
+        .expect("grant")
+        .expect("stored");
+    let r = call(&mut store, ROOT, "fs.read");
+    assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
+}
