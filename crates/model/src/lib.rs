@@ -121,10 +121,47 @@ pub enum ProviderError {
     Fatal(String),
 }
 
+/// A model's answer: its steps, and what it cost when the provider says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// What to do next.
+    pub steps: Vec<Step>,
+    /// The provider, model and tokens of this answer (and their price), when reported.
+    pub usage: Option<proto::writ::Usage>,
+}
+
 /// A model provider.
 pub trait Provider: Send + Sync {
     /// The next step(s) given the context and this turn's history.
     fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError>;
+
+    /// [`Provider::next`] with the answer's usage (none unless the provider reports it).
+    fn answer(&self, input: &TurnInput<'_>) -> Result<Answer, ProviderError> {
+        Ok(Answer {
+            steps: self.next(input)?,
+            usage: None,
+        })
+    }
+}
+
+/// What a model costs, in millionths of a currency per million tokens (`0.15` dollars per
+/// million input tokens is `input = 150000`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per million prompt tokens.
+    pub input: u64,
+    /// Per million completion tokens.
+    pub output: u64,
+}
+
+impl Price {
+    /// The cost of `tokens_in` and `tokens_out`, rounded up to a whole millionth.
+    pub fn cost(&self, tokens_in: u64, tokens_out: u64) -> u64 {
+        let micros = u128::from(tokens_in) * u128::from(self.input)
+            + u128::from(tokens_out) * u128::from(self.output);
+        u64::try_from(micros.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    }
 }
 
 /// Which model provider.
@@ -178,6 +215,9 @@ pub struct ProviderConfig {
     /// A transient failure (server down, timeout) is retried this many times within one
     /// step before the step fails.
     pub retries: u32,
+    /// Prices by model name (as the server answers it), for the money spent per step.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub prices: std::collections::BTreeMap<String, Price>,
 }
 
 impl Default for ProviderConfig {
@@ -195,6 +235,7 @@ impl Default for ProviderConfig {
             command_env: std::collections::BTreeMap::new(),
             command_pass_env: vec![],
             retries: 3,
+            prices: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct OpenAi {
     system: String,
     /// The runtime the worker thread blocks on for HTTP.
     handle: tokio::runtime::Handle,
+    /// Prices by model name.
+    prices: std::collections::BTreeMap<String, super::Price>,
 }
 
 impl OpenAi {
@@ -45,6 +47,7 @@ impl OpenAi {
                 .filter(|k| !k.is_empty()),
             system: config.system_prompt.clone(),
             handle,
+            prices: config.prices.clone(),
         })
     }
 }
@@ -275,8 +278,42 @@ async fn read_body(mut resp: reqwest::Response, limit: usize) -> Result<String, 
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// What a response says it cost: the model it names (else the one asked for, a bounded
+/// quote of either) and `usage.prompt_tokens` / `completion_tokens` (absent counts 0).
+pub fn usage_of(
+    body: &Value,
+    asked: &str,
+    prices: &std::collections::BTreeMap<String, super::Price>,
+) -> proto::writ::Usage {
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(asked);
+    let tokens = |k: &str| {
+        body.pointer(&format!("/usage/{k}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let (tokens_in, tokens_out) = (tokens("prompt_tokens"), tokens("completion_tokens"));
+    // The price of the model asked for when the server names it otherwise (an alias): a
+    // server cannot make its answers free by renaming the model.
+    let price = prices.get(model).or_else(|| prices.get(asked));
+    proto::writ::Usage {
+        provider: "openai".into(),
+        model: excerpt(model, 128),
+        tokens_in,
+        tokens_out,
+        money_micros: price.map_or(0, |p| p.cost(tokens_in, tokens_out)),
+    }
+}
+
 impl Provider for OpenAi {
     fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
+        self.answer(input).map(|a| a.steps)
+    }
+
+    fn answer(&self, input: &TurnInput<'_>) -> Result<super::Answer, ProviderError> {
         let body = request_body(&self.model, &self.system, input);
         let response: Value = self.handle.block_on(async {
             let mut req = self.http.post(&self.url).json(&body);
@@ -320,7 +357,10 @@ impl Provider for OpenAi {
             serde_json::from_str(&text)
                 .map_err(|e| ProviderError::Fatal(format!("response is not JSON: {e}")))
         })?;
-        parse_response(&response, input)
+        Ok(super::Answer {
+            steps: parse_response(&response, input)?,
+            usage: Some(usage_of(&response, &self.model, &self.prices)),
+        })
     }
 }
 

@@ -90,6 +90,15 @@ pub struct Issuer {
     pub public_key: String,
 }
 
+/// The `[writs]` table of hashi's, aegis's and serve's config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WritsConfig {
+    /// The people whose grants are trusted; empty, every writ is refused (and sessions
+    /// without one run as before, under the installed policy).
+    pub issuers: Vec<Issuer>,
+}
+
 /// What was spent under a writ so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Spent {

@@ -32,6 +32,8 @@ pub struct Config {
     pub provider: provider::ProviderConfig,
     /// The tools and their policy.
     pub tools: tools::ToolsConfig,
+    /// Who may grant writs.
+    pub writs: kura_policy::writ::WritsConfig,
 }
 
 /// How turns are worked.
@@ -58,6 +60,11 @@ pub struct WorkerConfig {
     pub approvals: Approvals,
     /// How long a worker waits for aegis's allow/deny before parking the turn.
     pub approval_wait_ms: u64,
+    /// Model tokens (in + out) one session may spend; 0: no limit but its writ's.
+    pub session_tokens: u64,
+    /// Money (millionths, by `[provider] prices`) one session may spend; 0: no limit but
+    /// its writ's.
+    pub session_money_micros: u64,
 }
 
 impl Default for WorkerConfig {
@@ -71,6 +78,8 @@ impl Default for WorkerConfig {
             author: "agent:hashi".into(),
             approvals: Approvals::Aegis,
             approval_wait_ms: 3000,
+            session_tokens: 0,
+            session_money_micros: 0,
         }
     }
 }
@@ -126,6 +135,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             stop: daemon.stop_signal(),
             staged: Vec::new(),
             policy: None,
+            issuers: config.writs.issuers.clone().into(),
+            writ: None,
+            spent: Vec::new(),
+            usage_note: None,
         };
         wakers.push(daemon.consumer(&owner, config.common.poll_interval(), move || worker.step())?);
     }

@@ -191,6 +191,10 @@ fn worker_on(
         stop: Stop::new(),
         staged: Vec::new(),
         policy: None,
+        issuers: Arc::from(issuers()),
+        writ: None,
+        spent: Vec::new(),
+        usage_note: None,
     };
     (rt, worker)
 }
@@ -318,3 +322,7 @@ fn flood_of_tool_calls_in_one_response_stops_at_max_steps() {
         .count();
     assert_eq!(written, 5, "only the allowed calls ran");
 }
+
+#[path = "writ_tests.rs"]
+mod writs;
+use writs::issuers;

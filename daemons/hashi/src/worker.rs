@@ -60,6 +60,15 @@ pub struct Worker {
     pub staged: Vec<NewRecord>,
     /// The policy aegis published, by hash, parsed once.
     pub policy: Option<(String, Arc<Policy>)>,
+    /// Who may grant writs (`[writs] issuers`).
+    pub issuers: Arc<[kura_policy::writ::Issuer]>,
+    /// The writ this turn runs under (its id), when its session or submitter holds one.
+    pub writ: Option<String>,
+    /// Model usage not yet debited: it is debited on the session and the writ with the
+    /// commit that makes the answer's records durable (one transaction).
+    pub spent: Vec<proto::writ::Usage>,
+    /// The last answer's usage, put on the first record it produces.
+    pub usage_note: Option<proto::writ::Usage>,
 }
 
 /// How a turn ended for this worker.
@@ -244,6 +253,19 @@ impl Worker {
         history: &mut Vec<Record>,
         rec: NewRecord,
     ) -> kura_store::Result<()> {
+        let mut rec = rec;
+        // The first record of a model's answer says which model gave it and what it cost.
+        if let Some(u) = self.usage_note.take() {
+            for (k, v) in [
+                ("provider", u.provider.clone()),
+                ("model", u.model.clone()),
+                ("tokens_in", u.tokens_in.to_string()),
+                ("tokens_out", u.tokens_out.to_string()),
+                ("money_micros", u.money_micros.to_string()),
+            ] {
+                rec.metadata.insert(k.into(), v);
+            }
+        }
         history.push(Record {
             record_id: RecordId::from(uuid::Uuid::nil()),
             hash: String::new(),
@@ -266,10 +288,15 @@ impl Worker {
         f: impl FnOnce(&kura_store::Tx<'_>) -> kura_store::Result<T>,
     ) -> kura_store::Result<T> {
         let staged = std::mem::take(&mut self.staged);
+        let spent = std::mem::take(&mut self.spent);
+        let writ = self.writ.clone();
         let (appended, out) = fenced(&mut self.store, claim, |tx| {
             let mut records = Vec::with_capacity(staged.len());
             for rec in &staged {
                 records.push(tx.append(claim.output_ledger_id, rec)?.record);
+            }
+            for usage in &spent {
+                kura_work::writs::debit_usage(tx, claim.session_id, writ.as_deref(), usage)?;
             }
             Ok((records, f(tx)?))
         })?;
@@ -281,7 +308,7 @@ impl Worker {
 
     /// Commits what is staged, if anything.
     fn flush(&mut self, claim: &Claim, history: &mut Vec<Record>) -> kura_store::Result<()> {
-        if self.staged.is_empty() {
+        if self.staged.is_empty() && self.spent.is_empty() {
             return Ok(());
         }
         self.commit(claim, history, |_| Ok(()))
@@ -328,6 +355,11 @@ impl Worker {
 
     fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura_store::Result<End> {
         self.staged.clear();
+        self.spent.clear();
+        self.usage_note = None;
+        let submitter = kura_work::turn_submitter(&self.store, claim.turn_id)?;
+        self.writ = kura_work::writs::held_by(&self.store, claim.session_id, submitter.as_deref())?
+            .map(|w| w.writ.body.id);
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
@@ -361,6 +393,11 @@ impl Worker {
                 release(&mut self.store, claim)?;
                 return Ok(End::Released);
             }
+            let offline = recorded.as_ref().is_some_and(|r| !r.replay.live);
+            if !offline && let Some(why) = self.budget_ended(claim, &mut history)? {
+                self.fail(claim, &mut history, &why)?;
+                break;
+            }
             let input = TurnInput {
                 session_id: claim.session_id,
                 seq: claim.seq,
@@ -379,9 +416,14 @@ impl Worker {
                     .step(input.steps_taken())
                     .map(|s| vec![s])
                     .map_err(|e| e.to_string()),
-                None => self
-                    .ask(&input)
-                    .map_err(|e| format!("model provider failed: {e}")),
+                None => match self.ask(&input) {
+                    Ok(answer) => {
+                        self.spent.extend(answer.usage.clone());
+                        self.usage_note = answer.usage;
+                        Ok(answer.steps)
+                    }
+                    Err(e) => Err(format!("model provider failed: {e}")),
+                },
             };
             let steps = match asked {
                 Ok(s) => s,
@@ -447,11 +489,53 @@ impl Worker {
         Ok(Steps::Continue)
     }
 
+    /// Which budget, if any, forbids asking the model again: the session's (`[worker]
+    /// session_tokens`, `session_money_micros`) or its writ's (tokens, money, wall time,
+    /// expiry, revocation). Counts what is spent but not yet committed.
+    fn budget_ended(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+    ) -> kura_store::Result<Option<String>> {
+        let used =
+            kura_work::writs::session_usage(&self.store, claim.session_id)?.unwrap_or_default();
+        let (tokens, money) = self
+            .spent
+            .iter()
+            .fold((used.1 + used.2, used.3), |(t, m), u| {
+                (
+                    t.saturating_add(u.tokens()),
+                    m.saturating_add(u.money_micros),
+                )
+            });
+        let (t_max, m_max) = (self.config.session_tokens, self.config.session_money_micros);
+        if t_max > 0 && tokens >= t_max {
+            return Ok(Some(format!(
+                "the session's token budget ended the run ({tokens} of {t_max} tokens spent)"
+            )));
+        }
+        if m_max > 0 && money >= m_max {
+            return Ok(Some(format!(
+                "the session's money budget ended the run ({money} of {m_max} millionths spent)"
+            )));
+        }
+        let Some(writ) = self.writ.clone() else {
+            return Ok(None);
+        };
+        // Staged usage is debited with the next commit: make it count before asking again.
+        self.flush(claim, history)?;
+        let verdict =
+            kura_work::writs::check_model_step(&self.store, &writ, &self.issuers, now_ms())?;
+        Ok(verdict
+            .err()
+            .map(|e| format!("its writ ended the run: {e}")))
+    }
+
     /// Asks the provider, retrying transient failures with backoff.
-    fn ask(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
+    fn ask(&self, input: &TurnInput<'_>) -> Result<kura_model::Answer, ProviderError> {
         let mut attempt = 0u32;
         loop {
-            match self.provider.next(input) {
+            match self.provider.answer(input) {
                 Err(ProviderError::Transient(e)) if attempt < self.retries => {
                     attempt += 1;
                     tracing::warn!(error = %excerpt(&e.to_string(), MAX_QUOTE_BYTES), attempt, "model provider failed; retrying");
@@ -514,13 +598,13 @@ impl Worker {
             Some((id, _, false)) if !id.is_empty() => id.clone(),
             _ => proto::new_id().to_string(),
         };
-        let effect = self
-            .tools
-            .get(name)
-            .map(|t| t.effect().as_str())
-            .unwrap_or("unknown");
+        let effect = match self.tools.get(name) {
+            Some(_) => self.tools.effect_of(name, &arguments).as_str(),
+            None => "unknown",
+        };
         let shown_name = excerpt(name, 256);
         let mut typed = ToolCallContent::new(shown_name.clone(), arguments.clone(), &call_id);
+        typed.writ = self.writ.clone();
         if as_given != arguments {
             typed.arguments_as_given = Some(as_given);
         }

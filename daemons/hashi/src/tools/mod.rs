@@ -94,6 +94,35 @@ pub struct ToolsConfig {
     pub max_processes: u64,
     /// Address space of one tool child, in MiB.
     pub memory_mib: u64,
+    /// Calls that cannot be undone (`[[tools.irreversible]] tool = "shell.run"`, `args =
+    /// { argv = "*rm *" }`): their effect class is `irreversible`, which a writ's ceiling
+    /// must name and policy treats as `external`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub irreversible: Vec<CallPattern>,
+}
+
+/// A tool name glob and argument globs, as policy rules match them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallPattern {
+    /// Tool name glob.
+    pub tool: String,
+    /// Argument globs: each named argument (a string, or the JSON text of other values)
+    /// must match.
+    #[serde(default)]
+    pub args: std::collections::BTreeMap<String, String>,
+}
+
+impl CallPattern {
+    /// Whether a call of `name` with `args` matches.
+    pub fn matches(&self, name: &str, args: &Map<String, Value>) -> bool {
+        kura_policy::glob(&self.tool, name)
+            && self.args.iter().all(|(k, pat)| match args.get(k) {
+                Some(Value::String(s)) => kura_policy::glob(pat, s),
+                Some(other) => kura_policy::glob(pat, &other.to_string()),
+                None => false,
+            })
+    }
 }
 
 impl Default for ToolsConfig {
@@ -118,6 +147,7 @@ impl Default for ToolsConfig {
             cpu_seconds: 60,
             max_processes: 512,
             memory_mib: 2048,
+            irreversible: vec![],
         }
     }
 }
@@ -225,6 +255,21 @@ impl Toolbox {
                 parameters: t.parameters(),
             })
             .collect()
+    }
+
+    /// A call's effect class: its tool's, or `irreversible` when `[[tools.irreversible]]`
+    /// matches it; `external` for a tool that does not exist (the most a writ must allow
+    /// before the call is refused as unknown).
+    pub fn effect_of(&self, name: &str, args: &Map<String, Value>) -> Effect {
+        if self
+            .config
+            .irreversible
+            .iter()
+            .any(|p| p.matches(name, args))
+        {
+            return Effect::Irreversible;
+        }
+        self.get(name).map_or(Effect::External, |t| t.effect())
     }
 
     /// Looks a tool up by name.

@@ -79,6 +79,15 @@ impl Worker {
         arguments: &Map<String, Value>,
         call_id: &str,
     ) -> kura_store::Result<CallEnd> {
+        // The writ first: before the static policy, before aegis, before anything runs —
+        // checked and debited in the commit that makes the call durable.
+        if let Some(refusal) = self.check_writ(claim, history, name, arguments)? {
+            let error = TextContent::new(&refusal).to_value();
+            let e = self.record(claim, RecordType::SysError, error, &[]);
+            self.append(claim, history, e)?;
+            self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal)))?;
+            return Ok(CallEnd::Done);
+        }
         let outcome = match self.tools.check(name) {
             Err(Refusal::Unknown) => Err(ToolError::Refused(format!("unknown tool {name:?}"))),
             Err(Refusal::Denied(rule)) => {
@@ -99,8 +108,8 @@ impl Worker {
                 self.flush(claim, history)?;
                 self.run_tool(claim, name, arguments, call_id)
             }
-            Ok(tool) => {
-                let effect = tool.effect();
+            Ok(_) => {
+                let effect = self.tools.effect_of(name, arguments);
                 match self.ask_approval(claim, history, name, arguments, call_id, effect)? {
                     Ok(end) => return Ok(end),
                     Err(refusal) => Err(refusal),
@@ -109,6 +118,30 @@ impl Worker {
         };
         self.record_result(claim, history, call_id, outcome)?;
         Ok(CallEnd::Done)
+    }
+
+    /// The turn's writ on this call (its whole chain: signatures, revocation, time, scope,
+    /// ceiling, budget), checked and debited in one commit with what is staged. `Some` says
+    /// why the call is refused; no writ, no check.
+    fn check_writ(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> kura_store::Result<Option<String>> {
+        let Some(writ) = self.writ.clone() else {
+            return Ok(None);
+        };
+        let effect = self.tools.effect_of(name, arguments);
+        let issuers = self.issuers.clone();
+        let verdict = self.commit(claim, history, |tx| {
+            kura_work::writs::check_call(tx, &writ, &issuers, name, effect, arguments, now_ms())
+        })?;
+        Ok(verdict.err().map(|e| {
+            tracing::warn!(turn_id = %claim.turn_id, %writ, tool = %excerpt(name, 256), error = %e, "call refused by its writ");
+            format!("refused by writ: {e}")
+        }))
     }
 
     /// Files the approval request and has it decided: by the published policy in the same
