@@ -25,6 +25,8 @@ pub struct ServeConfig {
     /// A fleet of Pis: this Pi's name, publishing its sealed history to the hub, and the
     /// verified replicas it keeps of the others.
     pub fleet: kura_fleet::FleetConfig,
+    /// Who may grant writs (checked by `kura writ grant` and `revoke`).
+    pub writs: kura_policy::writ::WritsConfig,
 }
 
 /// What `kura serve` does, and how often.

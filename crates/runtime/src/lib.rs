@@ -12,6 +12,7 @@ pub mod heartbeat;
 pub mod identity;
 pub mod logging;
 pub mod natsbin;
+pub mod person;
 pub mod wake;
 
 use std::path::PathBuf;

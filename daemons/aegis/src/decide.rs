@@ -53,6 +53,7 @@ pub struct Evaluated {
 pub fn evaluate(
     store: &mut Store,
     policy: &Policy,
+    issuers: &[kura_policy::writ::Issuer],
     ask_timeout_ms: i64,
     request_id: Option<RequestId>,
 ) -> kura_store::Result<Option<Evaluated>> {
@@ -71,6 +72,23 @@ pub fn evaluate(
         let author = kura_work::approvals::request_author(tx, a.request_id)?;
         let submitter = kura_work::turn_submitter(tx, a.turn_id)?;
         let session = a.session_id.to_string();
+        // An outside agent's call is held to its writ (its session's, else its own) before
+        // policy; hashi checks its own calls before it files them.
+        if kura_work::agents::turn_agent(tx, a.turn_id)?.is_some()
+            && let Some(w) = kura_work::writs::held_by(tx, a.session_id, Some(&author))?
+        {
+            let args = args.as_object().cloned().unwrap_or_default();
+            let id = w.writ.body.id;
+            let verdict =
+                kura_work::writs::check_call(tx, &id, issuers, &a.tool_name, a.effect, &args, now_ms())?;
+            if let Err(e) = verdict {
+                let rule = proto::text::excerpt(&format!("writ: {e}"), 512);
+                let (hash, _) = policy.canonical()?;
+                let woke = tx.decide_by_policy(&a, false, &rule, &hash, BTreeMap::new())?;
+                tracing::info!(request_id = %a.request_id, tool = %a.tool_name, %rule, "refused by its writ");
+                return Ok(Some(Evaluated { request_id: a.request_id, state: ApprovalState::Denied, woke, asked_now: false }));
+            }
+        }
         let mut ruling = policy.evaluate(&kura_policy::Call {
             tool: &a.tool_name,
             effect: a.effect.as_str(),

@@ -33,6 +33,8 @@ pub struct Config {
     pub common: Common,
     /// Policy and approvers.
     pub aegis: AegisConfig,
+    /// Who may grant writs (outside agents' calls are checked against theirs).
+    pub writs: kura_policy::writ::WritsConfig,
 }
 
 /// A person whose decisions are trusted.
@@ -211,6 +213,7 @@ fn trusted_approvers(config: &AegisConfig) -> anyhow::Result<Approvers> {
 struct Handlers {
     store: Mutex<kura_store::Store>,
     policy: Arc<policy::Policy>,
+    issuers: Arc<[kura_policy::writ::Issuer]>,
     approvers: Arc<Approvers>,
     limiter: Arc<Mutex<limit::Limiter>>,
     bus: kura_runtime::Bus,
@@ -241,6 +244,7 @@ impl Handlers {
         match decide::evaluate(
             &mut store,
             &self.policy,
+            &self.issuers,
             self.ask_timeout_ms,
             Some(req.request_id),
         ) {
@@ -326,6 +330,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         None => policy::Policy::default(),
     });
     let timeout = i64::try_from(config.aegis.ask_timeout_ms).unwrap_or(i64::MAX);
+    let issuers: Arc<[kura_policy::writ::Issuer]> = config.writs.issuers.clone().into();
     let approvers = Arc::new(trusted_approvers(&config.aegis)?);
     let mut daemon = Daemon::start("aegis", &config.common).await?;
     let bus = daemon.bus().clone();
@@ -338,6 +343,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     serve(Arc::new(Handlers {
         store: Mutex::new(serve_store),
         policy: policy.clone(),
+        issuers: issuers.clone(),
         approvers: approvers.clone(),
         limiter: limiter.clone(),
         bus: bus.clone(),
@@ -350,7 +356,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // The recovery loop: requests filed while aegis or NATS was down, and expiry (polled at
     // least every second so deadlines hold).
     let mut store = daemon.open_store()?;
-    let (b, p) = (bus.clone(), policy.clone());
+    let (b, p, iss) = (bus.clone(), policy.clone(), issuers.clone());
     let poll = config
         .common
         .poll_interval()
@@ -363,7 +369,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .unwrap_or_default();
         decide::add_refusals(&mut store, &held)?;
         let mut woke = decide::expire_overdue(&mut store, kura_work::now_ms())?;
-        let evaluated = decide::evaluate(&mut store, &p, timeout, None)?;
+        let evaluated = decide::evaluate(&mut store, &p, &iss, timeout, None)?;
         woke.extend(evaluated.as_ref().and_then(|e| e.woke));
         if let Some(e) = evaluated.as_ref().filter(|e| e.asked_now) {
             notifier.asked(e.request_id);

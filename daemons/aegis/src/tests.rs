@@ -63,7 +63,7 @@ fn asked_request(store: &mut Store) -> proto::RequestId {
         )
     })
     .expect("request");
-    let e = decide::evaluate(store, &Policy::default(), 60_000, Some(a.request_id))
+    let e = decide::evaluate(store, &Policy::default(), &[], 60_000, Some(a.request_id))
         .expect("evaluate")
         .expect("evaluated");
     assert_eq!(
@@ -477,7 +477,7 @@ fn asked_requests(store: &mut Store, sizes: &[usize]) -> Vec<proto::RequestId> {
                 )
             })
             .expect("request");
-            decide::evaluate(store, &Policy::default(), 60_000, Some(a.request_id))
+            decide::evaluate(store, &Policy::default(), &[], 60_000, Some(a.request_id))
                 .expect("evaluate");
             a.request_id
         })
@@ -926,4 +926,118 @@ fn an_approver_whose_decision_key_logs_in_or_who_was_removed_is_refused() {
         &signed(&old, "old", request_id, &hash),
     );
     assert!(!v.ok && v.message.contains("logs in to the bus"), "{v:?}");
+}
+
+/// Attack: an outside agent holding a writ for reads asks to run a write; refused by the writ
+/// before policy (whose default would have asked people), recorded, counted on the writ.
+#[test]
+fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
+    use kura_policy::writ::{Issuer, sign_writ};
+    use proto::writ::{Budget, WRIT_KIND, WritBody};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("db");
+    let ana = SigningKey::from_bytes(&[1; 32]);
+    let issuers = vec![Issuer {
+        name: "ana".into(),
+        public_key: hex::encode(ana.verifying_key().to_bytes()),
+    }];
+    let writ = sign_writ(
+        &ana,
+        WritBody {
+            kind: WRIT_KIND.into(),
+            id: "01930000-0000-7000-8000-0000000000a1".into(),
+            holder: "agent:laptop".into(),
+            issuer: "user:ana".into(),
+            parent: None,
+            tools: vec!["Read".into(), "Bash".into()],
+            paths: vec!["*".into()],
+            ceiling: Effect::Read,
+            budget: Budget::default(),
+            issued_at: "2026-01-01T00:00:00Z".into(),
+            expires_at: "2099-01-01T00:00:00Z".into(),
+            delegate_key: None,
+        },
+    );
+    store
+        .write(|tx| kura_work::writs::grant(tx, &writ, "user:ana", None))
+        .expect("tx")
+        .expect("granted");
+    let instruction = store
+        .write_record(&proto::record::NewRecord {
+            record_type: RecordType::TaskInstruction,
+            content: serde_json::json!({"text": "tidy"}),
+            author_id: "agent:laptop".into(),
+            metadata: Default::default(),
+        })
+        .expect("instruction")
+        .0
+        .record_id;
+    let ask = |store: &mut Store, tool: &str, effect: Effect, call: &str| {
+        let claim = store
+            .write(|tx| {
+                kura_work::agents::open_agent_turn(
+                    tx,
+                    &kura_work::agents::AgentStart {
+                        agent: "agent:laptop",
+                        instruction,
+                        session: kura_work::agents::AgentSession::New("laptop"),
+                        memory: &[],
+                    },
+                    None,
+                )
+            })
+            .expect("turn");
+        let args = serde_json::json!({"command": "rm -rf build"})
+            .as_object()
+            .cloned()
+            .expect("o");
+        let a = fenced(store, &claim, |tx| {
+            tx.request_approval(
+                &claim,
+                call,
+                tool,
+                &args,
+                effect,
+                "agent:laptop",
+                Default::default(),
+            )
+        })
+        .expect("request");
+        decide::evaluate(
+            store,
+            &Policy::default(),
+            &issuers,
+            60_000,
+            Some(a.request_id),
+        )
+        .expect("evaluate")
+        .expect("evaluated")
+        .state
+    };
+    assert_eq!(
+        ask(&mut store, "Bash", Effect::External, "c1"),
+        ApprovalState::Denied
+    );
+    assert_eq!(
+        ask(&mut store, "Write", Effect::Read, "c2"),
+        ApprovalState::Denied
+    );
+    assert_eq!(
+        ask(&mut store, "Read", Effect::Read, "c3"),
+        ApprovalState::Approved
+    );
+    let w = kura_work::writs::writ(&store, &writ.body.id)
+        .expect("read")
+        .expect("writ");
+    assert_eq!((w.refused, w.calls_used), (2, 1));
+    let rule: String = store
+        .conn()
+        .query_row("SELECT rule FROM approvals WHERE call_id = 'c1'", [], |r| {
+            r.get(0)
+        })
+        .expect("rule");
+    assert!(
+        rule.contains("above writ") && rule.contains("ceiling"),
+        "{rule}"
+    );
 }

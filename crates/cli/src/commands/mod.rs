@@ -13,6 +13,7 @@
 //! | `keys` | `kura keys …` |
 //! | `serve` | `kura serve` (the daemon itself is [`crate::serve`]) |
 //! | `fleet` | `kura fleet …` (the hub's files are [`crate::fleet_hub`]) |
+//! | `writ` | `kura writ grant/delegate/revoke/list/show` |
 //! | `bench` | `kura bench`, `kura bench-peer` |
 
 pub mod agents;
@@ -36,6 +37,7 @@ pub mod session;
 pub mod show;
 pub mod status;
 pub mod verify;
+pub mod writ;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -106,6 +108,9 @@ pub enum Command {
     /// A fleet of Pis: the hub, replicas, restore.
     #[command(subcommand)]
     Fleet(fleet::FleetCmd),
+    /// Writs: bounded authority people grant, narrow and take back.
+    #[command(subcommand)]
+    Writ(writ::WritCmd),
     Mcp(mcp::Mcp),
     Hook(hook::Hook),
     Bench(bench::Bench),
@@ -156,6 +161,7 @@ impl Command {
             Command::Keys(c) => c.run(ctx),
             Command::Serve(c) => c.run(ctx),
             Command::Fleet(c) => c.run(ctx),
+            Command::Writ(c) => c.run(ctx),
             Command::Mcp(c) => c.run(ctx),
             Command::Hook(c) => c.run(ctx),
             Command::Bench(c) => c.run(ctx),
