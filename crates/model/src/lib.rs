@@ -216,7 +216,6 @@ pub struct ProviderConfig {
     /// step before the step fails.
     pub retries: u32,
     /// Prices by model name (as the server answers it), for the money spent per step.
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub prices: std::collections::BTreeMap<String, Price>,
 }
 

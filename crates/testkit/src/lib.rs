@@ -8,6 +8,7 @@ pub mod cli;
 pub mod console;
 pub mod hub;
 pub mod nats;
+pub mod openai;
 pub mod rogue;
 pub mod stack;
 pub mod wal;

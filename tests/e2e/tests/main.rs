@@ -16,3 +16,4 @@ mod supervise;
 mod timetravel;
 mod upgrade;
 mod witness;
+mod writs;

@@ -34,6 +34,46 @@ struct LogJson<'a> {
     ledgers: Vec<LedgerJson<'a>>,
     /// The session.
     session: &'a Session,
+    /// What its model answers spent, when any reported usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spent: Option<Spent>,
+}
+
+/// A session's model usage in `kura log --json`.
+#[derive(Serialize)]
+struct Spent {
+    /// Model answers.
+    answers: u64,
+    /// Prompt tokens.
+    tokens_in: u64,
+    /// Completion tokens.
+    tokens_out: u64,
+    /// Money by the price table, millionths.
+    money_micros: u64,
+}
+
+/// What one ledger's model answers spent (from the usage its records carry): answers,
+/// models, tokens in, tokens out, money.
+fn ledger_usage(records: &[Record]) -> Option<String> {
+    let mut models: Vec<&str> = Vec::new();
+    let (mut n, mut i, mut o, mut m) = (0u64, 0u64, 0u64, 0u64);
+    let num = |r: &Record, k: &str| r.metadata.get(k).and_then(|v| v.parse::<u64>().ok());
+    for r in records {
+        let Some(model) = r.metadata.get("model") else {
+            continue;
+        };
+        n += 1;
+        i = i.saturating_add(num(r, "tokens_in").unwrap_or(0));
+        o = o.saturating_add(num(r, "tokens_out").unwrap_or(0));
+        m = m.saturating_add(num(r, "money_micros").unwrap_or(0));
+        if !models.contains(&model.as_str()) {
+            models.push(model);
+        }
+    }
+    (n > 0).then(|| {
+        let models = proto::text::escape_controls(&models.join(", ")).into_owned();
+        format!("Usage:   {n} model answers ({models}), {i}+{o} tokens, {m} millionths")
+    })
 }
 
 /// One ledger in `kura log --json`: the ledger's own fields and where it stands.
@@ -94,9 +134,16 @@ fn log(
                 },
             });
         }
+        let spent = kura_work::writs::session_usage(store, session_id)?.map(|(a, i, o, m)| Spent {
+            answers: a,
+            tokens_in: i,
+            tokens_out: o,
+            money_micros: m,
+        });
         out.json_sorted(&LogJson {
             ledgers: items,
             session: &session,
+            spent,
         })?;
         return Ok(());
     }
@@ -104,6 +151,11 @@ fn log(
         "session {} ({}, {})",
         session.session_id, session.label, session.status
     ))?;
+    if let Some((a, i, o, m)) = kura_work::writs::session_usage(store, session_id)? {
+        out.line(format!(
+            "spent: {a} model answers, {i}+{o} tokens, {m} millionths"
+        ))?;
+    }
     if ledgers.is_empty() {
         out.line("(no ledgers yet)")?;
     }
@@ -121,8 +173,12 @@ fn log(
                 "Note:    unreachable (the head was reset past it; see `kura show <session>`)",
             )?;
         }
+        let records = store.hydrate(l.ledger_id)?;
+        if let Some(usage) = ledger_usage(&records) {
+            out.line(usage)?;
+        }
         if with_records {
-            for (i, r) in store.hydrate(l.ledger_id)?.iter().enumerate() {
+            for (i, r) in records.iter().enumerate() {
                 out.line(output::record_line(i, r))?;
             }
         }

@@ -97,7 +97,6 @@ pub struct ToolsConfig {
     /// Calls that cannot be undone (`[[tools.irreversible]] tool = "shell.run"`, `args =
     /// { argv = "*rm *" }`): their effect class is `irreversible`, which a writ's ceiling
     /// must name and policy treats as `external`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub irreversible: Vec<CallPattern>,
 }
 
