@@ -332,7 +332,7 @@ fn limit(v: Option<u64>) -> String {
 fn list(store: &Store, out: &mut Out, json: bool) -> anyhow::Result<()> {
     let all = writs::list(store)?;
     if json {
-        return Ok(out.json(&all)?);
+        return out.json(&all);
     }
     let now = kura_work::now_ms();
     for w in &all {
@@ -361,5 +361,5 @@ fn list(store: &Store, out: &mut Out, json: bool) -> anyhow::Result<()> {
 fn show(store: &Store, out: &mut Out, id: &str) -> anyhow::Result<()> {
     let w = writs::writ(store, id)?
         .with_context(|| format!("no writ {id} here (see `kura writ list`)"))?;
-    Ok(out.json(&w)?)
+    out.json(&w)
 }
