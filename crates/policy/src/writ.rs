@@ -5,8 +5,8 @@
 use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
 use proto::Effect;
 use proto::writ::{
-    Budget, MAX_FIELD_BYTES, MAX_SCOPES, REVOCATION_KIND, Revocation, RevocationBody, WRIT_KIND,
-    Writ, WritBody, check_holder,
+    Budget, MAX_FIELD_BYTES, MAX_SCOPES, REDACTION_KIND, REVOCATION_KIND, Redaction, RedactionBody,
+    Revocation, RevocationBody, WRIT_KIND, Writ, WritBody, check_holder,
 };
 use serde_json::{Map, Value};
 
@@ -355,6 +355,45 @@ pub fn verify_revocation(
         )));
     }
     verify_bytes(&r.key, &r.signature, &r.body.signing_bytes())
+}
+
+/// Signs a redaction `body` with `key`.
+pub fn sign_redaction(key: &SigningKey, body: RedactionBody) -> Redaction {
+    let signature = hex::encode(key.sign(&body.signing_bytes()).to_bytes());
+    Redaction {
+        body,
+        key: hex::encode(key.verifying_key().to_bytes()),
+        signature,
+    }
+}
+
+/// A redaction: its shape, signed by the trusted person (`[writs] issuers`) it names.
+pub fn verify_redaction(r: &Redaction, people: &[Issuer]) -> Result<(), WritError> {
+    let b = &r.body;
+    if b.kind != REDACTION_KIND {
+        return Err(WritError::Malformed(format!(
+            "kind {:?} is not {REDACTION_KIND}",
+            b.kind
+        )));
+    }
+    if b.reason.len() > MAX_FIELD_BYTES || b.record_hash.len() != 64 {
+        return Err(WritError::Malformed(
+            "reason too long, or not a record hash".into(),
+        ));
+    }
+    parse_time(&b.redacted_at)?;
+    let trusted = b.by.strip_prefix("user:").is_some_and(|name| {
+        people
+            .iter()
+            .any(|i| i.name == name && i.public_key.eq_ignore_ascii_case(&r.key))
+    });
+    if !trusted {
+        return Err(WritError::Untrusted(format!(
+            "{} is not one of the people who may redact here ([writs] issuers), or signed with another key",
+            b.by
+        )));
+    }
+    verify_bytes(&r.key, &r.signature, &b.signing_bytes())
 }
 
 /// The path arguments a writ's `paths` bound: `path` and `file_path` (outside agents' name

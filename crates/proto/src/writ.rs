@@ -173,3 +173,56 @@ impl Usage {
         self.tokens_in.saturating_add(self.tokens_out)
     }
 }
+
+/// The `kind` of a redaction's body.
+pub const REDACTION_KIND: &str = "kura.redaction.v1";
+
+/// What a person signs to erase a record's content: the record (by id and content hash),
+/// who, when and why. The record's leaf stays, so every root, ledger hash and checkpoint
+/// still verifies; `kura verify` reports the record as redacted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionBody {
+    /// Always [`REDACTION_KIND`].
+    pub kind: String,
+    /// The record erased.
+    pub record_id: String,
+    /// Its content hash (what it was).
+    pub record_hash: String,
+    /// Who: `user:<name>`.
+    pub by: String,
+    /// Why, one line.
+    pub reason: String,
+    /// When (RFC 3339 UTC).
+    pub redacted_at: String,
+}
+
+impl RedactionBody {
+    /// The RFC 8785 bytes signed.
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        crate::canonical_json(self)
+            .map(String::into_bytes)
+            .unwrap_or_default()
+    }
+}
+
+/// A signed redaction, as stored in its `sys.redaction` record's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Redaction {
+    /// What was signed.
+    pub body: RedactionBody,
+    /// Hex Ed25519 public key of the signer.
+    pub key: String,
+    /// Hex Ed25519 signature over [`RedactionBody::signing_bytes`].
+    pub signature: String,
+}
+
+/// The content a redacted record's row holds instead of its own: which `sys.redaction`
+/// record erased it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tombstone {
+    /// The `sys.redaction` record's id.
+    pub redacted: String,
+}

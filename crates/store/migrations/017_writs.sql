@@ -35,3 +35,25 @@ CREATE TABLE session_usage (
     tokens_out   INTEGER NOT NULL DEFAULT 0,
     money_micros INTEGER NOT NULL DEFAULT 0
 );
+
+-- Records whose content a person erased (a signed sys.redaction record says who, when and
+-- why). The row's content is a tombstone; its leaf is kept here, so roots and checkpoints
+-- taken before still verify, and `verify` reports the record as redacted, not tampered.
+CREATE TABLE redactions (
+    record_id           TEXT PRIMARY KEY,
+    record_hash         TEXT NOT NULL,     -- what its content hashed to
+    leaf_hash           TEXT NOT NULL,     -- its Merkle leaf (every column as appended)
+    redaction_record_id TEXT NOT NULL      -- the sys.redaction record
+);
+
+-- Records still never change, but for one thing: a signed redaction replaces a record's
+-- content with its tombstone (every other column as it was, the redaction row first).
+DROP TRIGGER records_no_update;
+CREATE TRIGGER records_no_update BEFORE UPDATE ON records
+WHEN NOT (NEW.record_id = OLD.record_id AND NEW.hash = OLD.hash
+          AND NEW.record_type = OLD.record_type AND NEW.author_id = OLD.author_id
+          AND NEW.metadata = OLD.metadata AND NEW.created_at = OLD.created_at
+          AND NEW.content LIKE '{"redacted":%'
+          AND EXISTS (SELECT 1 FROM redactions d WHERE d.record_id = OLD.record_id
+                        AND d.redaction_record_id = json_extract(NEW.content, '$.redacted')))
+BEGIN SELECT RAISE(ABORT, 'kura: records are immutable (only a signed redaction erases content)'); END;

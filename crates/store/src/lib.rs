@@ -12,6 +12,10 @@ pub mod diff;
 pub mod error;
 pub mod memory;
 pub mod proof;
+pub mod redact;
+#[cfg(test)]
+#[path = "tests/redact.rs"]
+mod redact_tests;
 pub mod replica;
 #[cfg(test)]
 #[path = "tests/replica.rs"]

@@ -6,7 +6,7 @@
 //! hash-chained ref log. Every problem found is reported, not just the first.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 use proto::ledger::{LedgerHeader, ParentRef};
@@ -65,6 +65,26 @@ pub struct Report {
     pub sessions_checked: u64,
     /// Every problem found; empty means verified.
     pub problems: Vec<Problem>,
+    /// Records whose content a trusted person erased under a valid signed redaction: their
+    /// leaves still verify, their content is gone.
+    pub redacted: Vec<RedactedRecord>,
+}
+
+/// A record verify found redacted, and by whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RedactedRecord {
+    /// The record.
+    pub record_id: String,
+    /// What its content hashed to.
+    pub record_hash: String,
+    /// Who (`user:<name>`).
+    pub by: String,
+    /// When.
+    pub redacted_at: String,
+    /// Why.
+    pub reason: String,
+    /// The `sys.redaction` record.
+    pub redaction_record: String,
 }
 
 impl Report {
@@ -144,6 +164,8 @@ struct Verifier<'c> {
     conn: &'c Connection,
     report: Report,
     seen_records: Seen,
+    /// Records under a valid redaction: their kept leaves (hex), by record id.
+    redacted: &'c HashMap<String, String>,
 }
 
 impl Verifier<'_> {
@@ -176,7 +198,8 @@ impl Verifier<'_> {
         }
         // Fast path: the hash over the raw bytes matches, so the content is byte-for-byte the
         // canonical content that was hashed. Only on a mismatch is the JSON parsed, to say why.
-        if !c.hash_matches() {
+        // A redacted record's content is a tombstone: its leaf is checked instead.
+        if !self.redacted.contains_key(id) && !c.hash_matches() {
             match serde_json::from_str::<serde_json::Value>(c.content) {
                 Err(e) => self.problem(
                     "record",
@@ -378,7 +401,10 @@ impl Verifier<'_> {
                 created_at: s(6),
             };
             self.check_record(&c);
-            let leaf = c.leaf_hash();
+            let leaf = match self.redacted.get(c.record_id) {
+                Some(kept) => merkle::decode_hash(kept).unwrap_or_default(),
+                None => c.leaf_hash(),
+            };
             if !proto::canonical::hex_matches(&leaf, s(7)) {
                 self.problem(
                     "record",
@@ -712,6 +738,7 @@ fn check_ledgers(
         return ids.iter().map(|id| v.check_ledger(id)).collect();
     }
     let chunk = ids.len().div_ceil(threads);
+    let redacted = v.redacted;
     // Each worker has its own read-only connection; contiguous chunks keep the order.
     let results: Vec<Result<ChunkResult>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ids
@@ -727,6 +754,7 @@ fn check_ledgers(
                         conn: &conn,
                         report: Report::default(),
                         seen_records: Seen::default(),
+                        redacted,
                     };
                     let parents = part
                         .iter()
@@ -772,12 +800,31 @@ pub fn verify(
     trusted_head: Option<&str>,
     keyring: Option<&kura_tlog::sealer::Keyring>,
 ) -> Result<Report> {
+    verify_with(store, scope, trusted_head, keyring, &[])
+}
+
+/// [`verify`], accepting redactions signed by `people` (`[writs] issuers`): a record under
+/// one is reported redacted and its kept leaf used; any other redaction is a problem, and
+/// its record's tombstone fails its hash like any altered content.
+pub fn verify_with(
+    store: &Store,
+    scope: &Scope,
+    trusted_head: Option<&str>,
+    keyring: Option<&kura_tlog::sealer::Keyring>,
+    people: &[kura_policy::writ::Issuer],
+) -> Result<Report> {
     let conn = store.conn();
+    let (redacted, notes, refused) = valid_redactions(store, people)?;
     let mut v = Verifier {
         conn,
         report: Report::default(),
         seen_records: Seen::default(),
+        redacted: &redacted,
     };
+    v.report.redacted = notes;
+    for (id, why) in refused {
+        v.problem("record", &id, "redaction", why);
+    }
     v.check_schema(store.schema_gaps());
     let (start, sessions) = scope_ids(conn, scope)?;
     let done = walk_ledgers(&mut v, store.path(), start)?;
@@ -805,6 +852,56 @@ pub fn verify(
         v.check_trusted_ancestor(&done, trusted);
     }
     Ok(v.report)
+}
+
+/// Redactions whose signature is a trusted person's and whose record hash is the row's:
+/// their kept leaves by record id, what to report, and the refused ones with why.
+#[allow(clippy::type_complexity)]
+fn valid_redactions(
+    store: &Store,
+    people: &[kura_policy::writ::Issuer],
+) -> Result<(
+    HashMap<String, String>,
+    Vec<RedactedRecord>,
+    Vec<(String, String)>,
+)> {
+    let (mut leaves, mut notes, mut refused) = (HashMap::new(), Vec::new(), Vec::new());
+    let conn = store.conn();
+    for (id, d) in crate::redact::redactions(store)? {
+        let stored: Option<String> = conn
+            .query_row(
+                "SELECT hash FROM records WHERE record_id = ?1",
+                [&id],
+                |r| Ok(crate::store::hashcol::to_hex(r.get_ref(0)?)),
+            )
+            .optional()?;
+        let b = &d.redaction.body;
+        let why = if b.record_id != id
+            || stored.as_deref() != Some(b.record_hash.as_str())
+            || d.record_hash != b.record_hash
+        {
+            Some("the redaction names another record or hash".to_owned())
+        } else {
+            kura_policy::writ::verify_redaction(&d.redaction, people)
+                .err()
+                .map(|e| format!("{e} (kura verify checks redactions against [writs] issuers)"))
+        };
+        if let Some(why) = why {
+            refused.push((id, why));
+            continue;
+        }
+        notes.push(RedactedRecord {
+            record_id: id.clone(),
+            record_hash: d.record_hash.clone(),
+            by: b.by.clone(),
+            redacted_at: b.redacted_at.clone(),
+            reason: b.reason.clone(),
+            redaction_record: d.redaction_record.clone(),
+        });
+        leaves.insert(id, d.leaf_hash);
+    }
+    notes.sort_by(|a, b| a.record_id.cmp(&b.record_id));
+    Ok((leaves, notes, refused))
 }
 
 /// The ledgers to start from and the sessions to check, for `scope`.

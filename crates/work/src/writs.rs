@@ -9,7 +9,7 @@ use kura_store::{Cached, Db, Result, StoreError, Tx};
 use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, RecordType};
 use proto::writ::{Revocation, Usage, Writ};
-use proto::{Effect, LedgerId, RecordId, SessionId};
+use proto::{Effect, RecordId, SessionId};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -276,40 +276,6 @@ pub fn session_usage(conn: &impl Db, session: SessionId) -> Result<Option<(u64, 
     Ok(row.map(|(a, b, c, d)| (u(a), u(b), u(c), u(d))))
 }
 
-/// Appends `record` as the only record of a new sealed ledger of the authority session
-/// (created on first use), chained to the previous one.
-pub(crate) fn append_authority(
-    tx: &Tx<'_>,
-    record: &NewRecord,
-    sealer: Option<&Sealer>,
-) -> Result<RecordId> {
-    let row: Option<(String, Option<String>)> = tx
-        .sql()
-        .prepare_cached("SELECT session_id, head FROM authority WHERE id = 1")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let (session, head): (SessionId, Option<LedgerId>) = match row {
-        Some((s, h)) => (parse_id(&s)?, h.as_deref().map(parse_id).transpose()?),
-        None => {
-            let s = tx.create_session("authority")?.session_id;
-            tx.sql().execute_cached(
-                "INSERT INTO authority (id, session_id) VALUES (1, ?1)",
-                [s.to_string()],
-            )?;
-            (s, None)
-        }
-    };
-    let parents: Vec<LedgerId> = head.into_iter().collect();
-    let ledger = tx.open_ledger(session, record.record_type.as_str(), &parents)?;
-    let appended = tx.append(ledger.ledger_id, record)?;
-    tx.seal(ledger.ledger_id, sealer)?;
-    tx.sql().execute_cached(
-        "UPDATE authority SET head = ?1 WHERE id = 1",
-        [ledger.ledger_id.to_string()],
-    )?;
-    Ok(appended.record.record_id)
-}
-
 /// Stores a grant or a delegation as an `authority.writ` record by `author`: signed by the
 /// key it names, a delegation within its stored parent, its id not taken. Whether the
 /// grant's key is a trusted issuer's is checked where it is used (hashi, aegis).
@@ -342,7 +308,7 @@ pub fn grant(
         author_id: author.to_owned(),
         metadata: Default::default(),
     };
-    let record_id = append_authority(tx, &record, sealer)?;
+    let record_id = tx.append_authority(&record, sealer)?;
     let body = proto::canonical_json(w).map_err(|e| StoreError::Invalid(e.to_string()))?;
     tx.sql().execute_cached(
         "INSERT INTO writs (writ_id, parent_id, holder, body, record_id, granted_seq)
@@ -384,7 +350,7 @@ pub fn revoke(
         author_id: author.to_owned(),
         metadata: Default::default(),
     };
-    let record_id = append_authority(tx, &record, sealer)?;
+    let record_id = tx.append_authority(&record, sealer)?;
     tx.sql().execute_cached(
         "UPDATE writs SET revoked_by = coalesce(revoked_by, ?2) WHERE writ_id = ?1",
         params![r.body.writ_id, record_id.to_string()],

@@ -76,7 +76,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "a0981098713465145c77891e7c7400f757134be12d1f40f27bb4f41e4762c30a";
+    "9f5dc9ea6d2edaf81d5a624f2fa296b93f7bb57706115306143e065544406e07";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -213,7 +213,11 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
 #[cfg(test)]
 pub(crate) fn back_to_version_14(conn: &Connection) {
     conn.execute_batch(
-        "DROP TABLE writs;
+        "DROP TRIGGER records_no_update;
+         CREATE TRIGGER records_no_update BEFORE UPDATE ON records
+BEGIN SELECT RAISE(ABORT, 'kura: records are immutable'); END;
+         DROP TABLE redactions;
+         DROP TABLE writs;
          DROP TABLE authority;
          DROP TABLE session_usage;
          DROP TABLE fleet_outbox;
