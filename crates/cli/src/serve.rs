@@ -384,6 +384,7 @@ pub async fn serve(config: ServeConfig, shutdown: impl Future<Output = ()>) -> a
         store,
         signer,
         keyring: sweep_keyring(&config),
+        people: config.writs.issuers.clone(),
         m: config.serve.clone(),
         detail: Box::new(daemon.detail_setter()),
     };
@@ -419,6 +420,8 @@ struct Duties {
     store: Store,
     signer: Option<std::sync::Arc<Signer>>,
     keyring: Option<kura_tlog::sealer::Keyring>,
+    /// Whose redactions the sweep accepts (`[writs] issuers`).
+    people: Vec<kura_policy::writ::Issuer>,
     m: Maintenance,
     /// Sets what `kura status` shows beside this daemon.
     detail: Box<dyn Fn(String) + Send>,
@@ -477,7 +480,7 @@ impl Duties {
             due.ckpt = now + ms(m.checkpoint_interval_ms);
         }
         if now >= due.sweep {
-            match sweep(store, self.keyring.as_ref()) {
+            match sweep(store, self.keyring.as_ref(), &self.people) {
                 Ok((true, summary)) => tracing::info!(%summary, "integrity sweep ok"),
                 Ok((false, summary)) => {
                     tracing::error!(%summary, "integrity sweep found problems")

@@ -35,6 +35,20 @@ pub struct InclusionProof {
     /// included in a signed checkpoint (checked with the log's verifier key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal_log: Option<SealLogLink>,
+    /// When the record's content was erased: the leaf it had and the signed redaction. The
+    /// proof then proves the ledger and the record's place and hash, not its content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<RedactedLeaf>,
+}
+
+/// A redacted record's kept leaf and the redaction that erased its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactedLeaf {
+    /// The record's RFC 6962 leaf as it was appended (hex).
+    pub leaf_hash: String,
+    /// The signed redaction (whose signer `verify-proof` checks against trusted people).
+    pub redaction: crate::writ::Redaction,
 }
 
 /// Ledger → checkpoint: the ledger's seal-log leaf and its RFC 6962 inclusion proof in the
@@ -78,7 +92,16 @@ impl InclusionProof {
             });
         }
         let cols = self.record.as_columns();
-        let recomputed = cols.recompute_hash()?;
+        if let Some(r) = &self.redacted {
+            let b = &r.redaction.body;
+            if b.record_id != self.record.record_id || b.record_hash != self.record.hash {
+                return Err(InclusionError::Redaction);
+            }
+        }
+        let recomputed = match &self.redacted {
+            Some(_) => self.record.hash.clone(),
+            None => cols.recompute_hash()?,
+        };
         if recomputed != self.record.hash {
             return Err(InclusionError::RecordHash {
                 record_id: self.record.record_id.clone(),
@@ -102,7 +125,10 @@ impl InclusionProof {
             .iter()
             .map(|h| decode_hash(h).ok_or_else(|| InclusionError::PathNotHex(h.clone())))
             .collect::<Result<Vec<_>, _>>()?;
-        let leaf = leaf_hash(&cols.leaf_bytes());
+        let leaf = match &self.redacted {
+            Some(r) => decode_hash(&r.leaf_hash).ok_or(InclusionError::Redaction)?,
+            None => leaf_hash(&cols.leaf_bytes()),
+        };
         Ok(verify_inclusion(
             &leaf,
             self.leaf_index,
@@ -133,6 +159,9 @@ pub enum InclusionError {
         /// The hash the proof claims.
         claimed: String,
     },
+    /// A redaction that names another record or hash, or a kept leaf that is not hex.
+    #[error("the proof's redaction does not match its record")]
+    Redaction,
     /// The record's columns do not form a record.
     #[error(transparent)]
     Record(#[from] RecordError),
@@ -221,6 +250,7 @@ mod tests {
                 .map(hex::encode)
                 .collect(),
             seal_log: None,
+            redacted: None,
         }
     }
 

@@ -32,9 +32,14 @@ pub fn prove(store: &Store, record_id: RecordId, ledger_id: LedgerId) -> Result<
         .ok_or_else(|| {
             StoreError::Invalid(format!("record {record_id} is not in ledger {ledger_id}"))
         })?;
+    // A redacted member's leaf is the one kept when its content was erased.
+    let redacted = crate::redact::redactions(store)?;
     let leaves: Vec<merkle::Hash> = members
         .iter()
-        .map(|m| m.columns.as_columns().leaf_hash())
+        .map(|m| match redacted.get(&m.columns.record_id) {
+            Some(d) => merkle::decode_hash(&d.leaf_hash).unwrap_or_default(),
+            None => m.columns.as_columns().leaf_hash(),
+        })
         .collect();
     let path = merkle::audit_path(&leaves, index).unwrap_or_default();
     let conn = store.conn();
@@ -50,6 +55,10 @@ pub fn prove(store: &Store, record_id: RecordId, ledger_id: LedgerId) -> Result<
         record: members[index].columns.clone(),
         audit_path: path.iter().map(hex::encode).collect(),
         seal_log: None,
+        redacted: redacted.get(&rid).map(|d| proto::proof::RedactedLeaf {
+            leaf_hash: d.leaf_hash.clone(),
+            redaction: d.redaction.clone(),
+        }),
     })
 }
 

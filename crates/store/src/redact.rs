@@ -105,6 +105,15 @@ pub fn redactions(db: &impl Db) -> Result<HashMap<String, Redacted>> {
     Ok(out)
 }
 
+/// The leaf kept for `record_id` when it was redacted: a redacted record's leaf everywhere
+/// (a new ledger it joins, a seal, a proof), since its content is a tombstone.
+pub(crate) fn kept_leaf(conn: &rusqlite::Connection, record_id: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT leaf_hash FROM redactions WHERE record_id = ?1")?
+        .query_row([record_id], |r| r.get(0))
+        .optional()?)
+}
+
 fn invalid(why: String) -> StoreError {
     StoreError::Invalid(why)
 }

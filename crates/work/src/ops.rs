@@ -8,7 +8,7 @@ use proto::consumers::{MIKADO_MEMORY, MINATO_REQUESTS};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use kura_store::verify::{Scope, verify};
+use kura_store::verify::Scope;
 use kura_store::{Cached, Db, Result, Store, StoreError};
 
 /// How often a daemon beats; `kura status` calls it down after three missed beats.
@@ -54,9 +54,10 @@ fn record_sweep(store: &mut Store, kind: &str, ok: bool, ms: u128, summary: &str
 pub fn sweep(
     store: &mut Store,
     keyring: Option<&kura_tlog::sealer::Keyring>,
+    people: &[kura_policy::writ::Issuer],
 ) -> Result<(bool, String)> {
     let t = Instant::now();
-    let report = verify(store, &Scope::All, None, keyring)?;
+    let report = kura_store::verify::verify_with(store, &Scope::All, None, keyring, people)?;
     let integrity = store.integrity_check()?;
     let ok = report.ok() && integrity == ["ok"];
     let mut summary = format!(

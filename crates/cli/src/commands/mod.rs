@@ -13,7 +13,7 @@
 //! | `keys` | `kura keys …` |
 //! | `serve` | `kura serve` (the daemon itself is [`crate::serve`]) |
 //! | `fleet` | `kura fleet …` (the hub's files are [`crate::fleet_hub`]) |
-//! | `writ` | `kura writ grant/delegate/revoke/list/show` |
+//! | `writ`, `redact` | `kura writ grant/delegate/revoke/list/show`, `kura redact` |
 //! | `bench` | `kura bench`, `kura bench-peer` |
 
 pub mod agents;
@@ -31,6 +31,7 @@ pub mod mcp;
 pub mod prove;
 pub mod query;
 pub mod record;
+pub mod redact;
 pub mod search;
 pub mod serve;
 pub mod session;
@@ -111,6 +112,7 @@ pub enum Command {
     /// Writs: bounded authority people grant, narrow and take back.
     #[command(subcommand)]
     Writ(writ::WritCmd),
+    Redact(redact::Redact),
     Mcp(mcp::Mcp),
     Hook(hook::Hook),
     Bench(bench::Bench),
@@ -162,6 +164,7 @@ impl Command {
             Command::Serve(c) => c.run(ctx),
             Command::Fleet(c) => c.run(ctx),
             Command::Writ(c) => c.run(ctx),
+            Command::Redact(c) => c.run(ctx),
             Command::Mcp(c) => c.run(ctx),
             Command::Hook(c) => c.run(ctx),
             Command::Bench(c) => c.run(ctx),
@@ -204,6 +207,23 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
         );
     }
     String::from_utf8(buf).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
+}
+
+/// The people whose writs and redactions count: `[writs] issuers` in serve.toml, else
+/// `KURA_WRITS__ISSUERS`.
+fn people() -> anyhow::Result<Vec<kura_policy::writ::Issuer>> {
+    if let Some(c) = crate::tlog::serve_config()?
+        && !c.writs.issuers.is_empty()
+    {
+        return Ok(c.writs.issuers);
+    }
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    #[serde(default)]
+    struct Env {
+        writs: kura_policy::writ::WritsConfig,
+    }
+    let (env, _) = kura_runtime::config::load_with_env::<Env>(None, std::env::vars())?;
+    Ok(env.writs.issuers)
 }
 
 /// Seals with the nkey seed at `path`, when given. On an install whose serve config names a

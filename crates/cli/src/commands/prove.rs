@@ -57,6 +57,9 @@ struct Checked<'a> {
     ok: bool,
     /// The proved record.
     record_id: &'a str,
+    /// Who erased the record's content, when it was redacted (its place is still proved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redacted_by: Option<&'a str>,
     /// The ledger's Merkle root.
     root_hash: &'a str,
 }
@@ -112,9 +115,18 @@ impl VerifyProof {
             None => None,
         };
         let mut chained = None;
+        let people = match &proof.redacted {
+            Some(_) => super::people()?,
+            None => Vec::new(),
+        };
         let result = proof
             .verify(root)
             .map_err(|e| e.to_string())
+            .and_then(|()| match &proof.redacted {
+                Some(r) => kura_policy::writ::verify_redaction(&r.redaction, &people)
+                    .map_err(|e| format!("the record is redacted, but {e}")),
+                None => Ok(()),
+            })
             .and_then(|()| match &vkey {
                 Some(v) => kura_tlog::proof::verify_link(&proof, v)
                     .map(|c| chained = Some(c))
@@ -134,6 +146,10 @@ impl VerifyProof {
                 ledger_id: &proof.ledger_id,
                 ok: result.is_ok(),
                 record_id: &proof.record.record_id,
+                redacted_by: proof
+                    .redacted
+                    .as_ref()
+                    .map(|r| r.redaction.body.by.as_str()),
                 root_hash: &proof.root_hash,
             })?;
         } else {
@@ -178,6 +194,16 @@ fn print_ok(
             ""
         }
     ))?;
+    if let Some(r) = &proof.redacted {
+        let b = &r.redaction.body;
+        out.line(format!(
+            "REDACTED: the record's content was erased by {} at {} ({}); its hash {} and place are proved, its content is not",
+            proto::text::escape_controls(&b.by),
+            proto::text::escape_controls(&b.redacted_at),
+            proto::text::escape_controls(&b.reason),
+            b.record_hash
+        ))?;
+    }
     if let Some((leaf_index, origin, size)) = chained {
         out.line(format!(
             "chain ok: the ledger is leaf {} of the seal log in checkpoint {} of size {}, signed by the log key",

@@ -52,6 +52,8 @@ struct Verdict<'a> {
     problems: &'a [Problem],
     /// Records checked.
     records_checked: u64,
+    /// Records erased under a valid signed redaction (their leaves verified).
+    redacted: &'a [kura_store::verify::RedactedRecord],
     /// Sessions checked.
     sessions_checked: u64,
 }
@@ -69,11 +71,13 @@ impl Verify {
             store.path(),
         )?;
         let keyring = crate::tlog::keyring(self.keyring)?;
-        let mut report = kura_store::verify::verify(
+        let people = super::people()?;
+        let mut report = kura_store::verify::verify_with(
             &store,
             &scope,
             self.trusted_head.as_deref(),
             keyring.as_ref(),
+            &people,
         )?;
         let used = trust.check(&store, &mut report)?;
         print_report(out, json, &report)?;
@@ -118,12 +122,23 @@ fn print_report(out: &mut Out, json: bool, report: &Report) -> anyhow::Result<()
             ok: report.ok(),
             problems: &report.problems,
             records_checked: report.records_checked,
+            redacted: &report.redacted,
             sessions_checked: report.sessions_checked,
         })?;
         return Ok(());
     }
     for p in &report.problems {
         out.line(format!("FAIL {p}"))?;
+    }
+    for r in &report.redacted {
+        out.line(format!(
+            "REDACTED record {} (hash {}) by {} at {}: {}",
+            r.record_id,
+            r.record_hash,
+            proto::text::escape_controls(&r.by),
+            proto::text::escape_controls(&r.redacted_at),
+            proto::text::escape_controls(&r.reason)
+        ))?;
     }
     let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
     let summary = format!(

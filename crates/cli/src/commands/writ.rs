@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use kura_policy::writ::{self as check, Issuer, WritsConfig};
+use kura_policy::writ::{self as check};
 use kura_store::Store;
 use kura_work::writs::{self, StoredWrit};
 use proto::Effect;
 use proto::writ::{Budget, REVOCATION_KIND, RevocationBody, WRIT_KIND, WritBody};
-use serde::{Deserialize, Serialize};
 
 use super::{Ctx, Outcome, use_sealer};
 use crate::output::Out;
@@ -104,22 +103,6 @@ pub enum WritCmd {
         /// The writ.
         writ: String,
     },
-}
-
-/// The people whose writs count: `[writs] issuers` in serve.toml, else `KURA_WRITS__ISSUERS`.
-fn issuers() -> anyhow::Result<Vec<Issuer>> {
-    if let Some(c) = crate::tlog::serve_config()?
-        && !c.writs.issuers.is_empty()
-    {
-        return Ok(c.writs.issuers);
-    }
-    #[derive(Default, Serialize, Deserialize)]
-    #[serde(default)]
-    struct Env {
-        writs: WritsConfig,
-    }
-    let (env, _) = kura_runtime::config::load_with_env::<Env>(None, std::env::vars())?;
-    Ok(env.writs.issuers)
 }
 
 /// When a writ granted now with `--expires` ends.
@@ -233,7 +216,7 @@ fn grant(
 ) -> anyhow::Result<()> {
     let (name, signing) = kura_runtime::person::load(key)?;
     let w = check::sign_writ(&signing, scope.body(format!("user:{name}"), None)?);
-    let issuers = issuers()?;
+    let issuers = super::people()?;
     check::verify_grant(&w, &issuers).map_err(|e| match e {
         check::WritError::Untrusted(why) => anyhow::anyhow!(
             "{why} (serve.toml's [writs] issuers, or KURA_WRITS__ISSUERS; hashi and aegis need the same)"
@@ -305,7 +288,7 @@ fn revoke(
         revoked_at: check::format_time(kura_work::now_ms()),
     };
     let r = check::sign_revocation(&signing, body);
-    let issuers = issuers()?;
+    let issuers = super::people()?;
     let sealer = store.sealer().cloned();
     let record = store.write(|tx| writs::revoke(tx, &r, &issuers, &by, sealer.as_ref()))??;
     if json {

@@ -120,11 +120,18 @@ pub(crate) fn member_rows(conn: &Connection, ledger_id: LedgerId) -> Result<Vec<
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// RFC 6962 leaf hashes of the members, in order.
-pub(crate) fn leaf_hashes(members: &[MemberRow]) -> Vec<merkle::Hash> {
+/// RFC 6962 leaf hashes of the members, in order (a redacted record's kept leaf).
+pub(crate) fn leaf_hashes(conn: &Connection, members: &[MemberRow]) -> Result<Vec<merkle::Hash>> {
     members
         .iter()
-        .map(|m| m.columns.as_columns().leaf_hash())
+        .map(|m| {
+            Ok(
+                match crate::redact::kept_leaf(conn, &m.columns.record_id)? {
+                    Some(kept) => merkle::decode_hash(&kept).unwrap_or_default(),
+                    None => m.columns.as_columns().leaf_hash(),
+                },
+            )
+        })
         .collect()
 }
 
@@ -180,7 +187,10 @@ fn add_member(
     position: i64,
     columns: &OwnedColumns,
 ) -> Result<()> {
-    let leaf = proto::canonical::to_hex(&columns.as_columns().leaf_hash());
+    let leaf = match crate::redact::kept_leaf(conn, &columns.record_id)? {
+        Some(kept) => kept,
+        None => proto::canonical::to_hex(&columns.as_columns().leaf_hash()),
+    };
     conn.prepare_cached(
         "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
     )?
@@ -299,7 +309,7 @@ pub(crate) fn seal_in(
             ledger.record_count
         )));
     }
-    let leaves = leaf_hashes(&members);
+    let leaves = leaf_hashes(conn, &members)?;
     for (m, leaf) in members.iter().zip(&leaves) {
         if proto::canonical::to_hex(leaf) != m.leaf_at_append {
             return Err(StoreError::Invalid(format!(

@@ -243,3 +243,44 @@ fn a_redaction_of_a_record_to_hide_tampering_of_its_neighbours_is_still_caught()
         .expect_err("refused");
     assert!(e.to_string().contains("cannot hide tampering"), "{e}");
 }
+
+/// A redacted record packed into a later ledger (as minato packs a previous deliverable)
+/// joins with its kept leaf; proofs of it and of its neighbours still hold, the redacted
+/// one saying so.
+#[test]
+fn a_redacted_record_still_proves_its_place_and_joins_new_ledgers() {
+    let (_dir, mut s, records) = store();
+    s.redact(&redaction(1, &records[1]), &people(), "user:ana")
+        .expect("redact");
+    let ledger = s.ledgers_containing(records[1].record_id).expect("ledgers")[0];
+    let neighbour = crate::proof::prove(&s, records[0].record_id, ledger).expect("prove");
+    assert!(neighbour.redacted.is_none());
+    neighbour.verify(None).expect("a neighbour's proof holds");
+    let proof = crate::proof::prove(&s, records[1].record_id, ledger).expect("prove");
+    proof
+        .verify(None)
+        .expect("the redacted record's place holds");
+    assert_eq!(
+        proof
+            .redacted
+            .as_ref()
+            .map(|r| r.redaction.body.by.as_str()),
+        Some("user:ana")
+    );
+    // Its content cannot be swapped back in under the proof.
+    let mut lie = proof.clone();
+    lie.redacted = None;
+    assert!(
+        lie.verify(None).is_err(),
+        "the tombstone is not the content that was sealed"
+    );
+    let session = s.create_session("next").expect("session").session_id;
+    let next = s
+        .open_ledger(session, "turn-2-ctx", &[ledger])
+        .expect("open");
+    s.write(|tx| tx.append_existing(next.ledger_id, records[1].record_id))
+        .expect("pack");
+    s.seal_ledger(next.ledger_id).expect("seal");
+    let report = verify_with(&s, &Scope::All, None, None, &people()).expect("verify");
+    assert!(report.ok(), "{:?}", report.problems);
+}
