@@ -15,26 +15,49 @@ pub fn start(
     usage: (u64, u64),
     answer: impl Fn(&Value) -> Value + Send + Sync + 'static,
 ) -> String {
+    start_raw(move |body, _| {
+        let message = answer(body);
+        let finish = if message.get("tool_calls").is_some() {
+            "tool_calls"
+        } else {
+            "stop"
+        };
+        let response = json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1,
+                      "total_tokens": usage.0 + usage.1}
+        });
+        (200, response.to_string())
+    })
+}
+
+/// Starts a server whose every answer is `respond(body, authorization header)`: an HTTP status
+/// and a body.
+pub fn start_raw(
+    respond: impl Fn(&Value, &str) -> (u16, String) + Send + Sync + 'static,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let answer = Arc::new(answer);
+    let respond = Arc::new(respond);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            let answer = answer.clone();
-            std::thread::spawn(move || serve(stream, usage, &*answer));
+            let respond = respond.clone();
+            std::thread::spawn(move || serve(stream, &*respond));
         }
     });
     format!("http://127.0.0.1:{port}/v1")
 }
 
-fn serve(mut stream: std::net::TcpStream, usage: (u64, u64), answer: &dyn Fn(&Value) -> Value) {
+fn serve(mut stream: std::net::TcpStream, respond: &dyn Fn(&Value, &str) -> (u16, String)) {
     let Ok(clone) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(clone);
     let mut line = String::new();
-    let mut len = 0usize;
+    let (mut len, mut auth) = (0usize, String::new());
     if reader.read_line(&mut line).is_err() {
         return;
     }
@@ -43,8 +66,12 @@ fn serve(mut stream: std::net::TcpStream, usage: (u64, u64), answer: &dyn Fn(&Va
         if reader.read_line(&mut h).is_err() || h.trim_end().is_empty() {
             break;
         }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+        let lower = h.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
             len = v.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("authorization:") {
+            auth = h["authorization:".len()..].trim().to_owned();
         }
     }
     let mut body = vec![0; len];
@@ -52,23 +79,10 @@ fn serve(mut stream: std::net::TcpStream, usage: (u64, u64), answer: &dyn Fn(&Va
         return;
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let message = answer(&body);
-    let finish = if message.get("tool_calls").is_some() {
-        "tool_calls"
-    } else {
-        "stop"
-    };
-    let response = json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
-        "model": body["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1,
-                  "total_tokens": usage.0 + usage.1}
-    })
-    .to_string();
+    let (status, response) = respond(&body, &auth);
     let _ = write!(
         stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
         response.len(),
         response
     );

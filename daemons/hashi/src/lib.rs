@@ -4,6 +4,7 @@
 
 mod replay;
 pub mod sandbox;
+pub mod secrets;
 pub mod tools;
 mod worker;
 
@@ -60,6 +61,10 @@ pub struct WorkerConfig {
     pub approvals: Approvals,
     /// How long a worker waits for aegis's allow/deny before parking the turn.
     pub approval_wait_ms: u64,
+    /// Environment variables whose values are secrets (credentials passed to tools, say):
+    /// replaced by `[secret:NAME]` in everything recorded or logged. The model API key
+    /// (`[provider] api_key_env`) always is.
+    pub secret_env: Vec<String>,
     /// Model tokens (in + out) one session may spend; 0: no limit but its writ's.
     pub session_tokens: u64,
     /// Money (millionths, by `[provider] prices`) one session may spend; 0: no limit but
@@ -78,6 +83,7 @@ impl Default for WorkerConfig {
             author: "agent:hashi".into(),
             approvals: Approvals::Aegis,
             approval_wait_ms: 3000,
+            secret_env: vec![],
             session_tokens: 0,
             session_money_micros: 0,
         }
@@ -112,6 +118,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         state => tracing::info!(sandbox = %state, "tool sandbox"),
     }
     let specs: Arc<[provider::ToolSpec]> = toolbox.specs().into();
+    let secrets = Arc::new(secrets::Secrets::from_env(
+        config
+            .worker
+            .secret_env
+            .iter()
+            .map(String::as_str)
+            .chain(config.provider.api_key_env.as_deref()),
+    ));
+    tracing::info!(
+        secrets = secrets.len(),
+        "secrets scrubbed from records and logs"
+    );
     let mut daemon = Daemon::start("hashi", &config.common).await?;
     daemon.set_detail(format!("sandbox: {}", toolbox.sandbox_state()));
     let n = config.worker.workers.max(1);
@@ -139,6 +157,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             writ: None,
             spent: Vec::new(),
             usage_note: None,
+            secrets: secrets.clone(),
         };
         wakers.push(daemon.consumer(&owner, config.common.poll_interval(), move || worker.step())?);
     }

@@ -195,6 +195,7 @@ fn worker_on(
         writ: None,
         spent: Vec::new(),
         usage_note: None,
+        secrets: Arc::default(),
     };
     (rt, worker)
 }

@@ -69,6 +69,8 @@ pub struct Worker {
     pub spent: Vec<proto::writ::Usage>,
     /// The last answer's usage, put on the first record it produces.
     pub usage_note: Option<proto::writ::Usage>,
+    /// Replaced by markers in every record and log line.
+    pub secrets: Arc<crate::secrets::Secrets>,
 }
 
 /// How a turn ended for this worker.
@@ -203,7 +205,7 @@ impl Worker {
             }
             Err(e) => {
                 // This attempt failed: back off so other turns go first, and count it.
-                let error = excerpt(&e.to_string(), MAX_QUOTE_BYTES);
+                let error = excerpt(&self.secrets.scrub(&e.to_string()), MAX_QUOTE_BYTES);
                 let shift = claim.attempt.clamp(1, 7) - 1;
                 let backoff = self
                     .config
@@ -254,6 +256,13 @@ impl Worker {
         rec: NewRecord,
     ) -> kura_store::Result<()> {
         let mut rec = rec;
+        // No secret reaches a record: the model's words, a tool's output, an error.
+        self.secrets.scrub_value(&mut rec.content);
+        for v in rec.metadata.values_mut() {
+            if let std::borrow::Cow::Owned(clean) = self.secrets.scrub(v) {
+                *v = clean;
+            }
+        }
         // The first record of a model's answer says which model gave it and what it cost.
         if let Some(u) = self.usage_note.take() {
             for (k, v) in [
@@ -538,7 +547,7 @@ impl Worker {
             match self.provider.answer(input) {
                 Err(ProviderError::Transient(e)) if attempt < self.retries => {
                     attempt += 1;
-                    tracing::warn!(error = %excerpt(&e.to_string(), MAX_QUOTE_BYTES), attempt, "model provider failed; retrying");
+                    tracing::warn!(error = %excerpt(&self.secrets.scrub(&e.to_string()), MAX_QUOTE_BYTES), attempt, "model provider failed; retrying");
                     // A stop during the backoff ends it at once; the turn is then released.
                     if self
                         .stop
@@ -559,6 +568,7 @@ impl Worker {
         history: &mut Vec<Record>,
         message: &str,
     ) -> kura_store::Result<()> {
+        let message = &*self.secrets.scrub(message);
         tracing::error!(turn_id = %claim.turn_id, %message, "turn failed");
         let error = TextContent::new(message).to_value();
         let e = self.record(claim, RecordType::SysError, error, &[]);
@@ -578,6 +588,13 @@ impl Worker {
         mut arguments: Map<String, Value>,
         recorded: Option<&mut Recorded>,
     ) -> kura_store::Result<CallEnd> {
+        // A secret the model put in the arguments is replaced before anything sees them:
+        // what runs is what is recorded, and neither holds the secret.
+        let mut scrubbed = Value::Object(std::mem::take(&mut arguments));
+        self.secrets.scrub_value(&mut scrubbed);
+        if let Value::Object(m) = scrubbed {
+            arguments = m;
+        }
         // Policy, record and tool all see the one normalised spelling of each path.
         let as_given = arguments.clone();
         self.tools.normalize_args(&mut arguments);

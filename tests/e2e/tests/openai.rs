@@ -110,12 +110,31 @@ impl Drop for Killed {
 
 /// Queues one turn and runs hashi (no NATS: polling alone) with `env` until it is done.
 fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, proto::SessionId) {
+    run_turn_with(dir, env, "Write out.txt, then say so.", &[])
+}
+
+/// [`run_one_turn`] of `instruction`, with `files` planted in the session's workspace first.
+fn run_turn_with(
+    dir: &Path,
+    env: &[(&str, String)],
+    instruction: &str,
+    files: &[(&str, String)],
+) -> (Store, proto::SessionId) {
     let db = dir.join("kura.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
-    let req = submit(&mut store, "Write out.txt, then say so.", "user:test", None).expect("submit");
+    let req = submit(&mut store, instruction, "user:test", None).expect("submit");
     accept_next_request(&mut store, 0)
         .expect("accept")
         .expect("turn");
+    let ws = dir.join("ws").join(
+        store.sessions().expect("sessions")[0]
+            .session_id
+            .to_string(),
+    );
+    for (name, text) in files {
+        std::fs::create_dir_all(&ws).expect("ws");
+        std::fs::write(ws.join(name), text).expect("plant");
+    }
     let mut cmd = Command::new(bin("hashi"));
     cmd.arg("run")
         .env("KURA_DB", &db)
@@ -345,4 +364,67 @@ fn a_huge_error_body_from_the_model_server_ends_the_turn_with_a_short_error() {
         .expect("log")
         .len();
     assert!(log < 64 * 1024, "hashi's log grew to {log} bytes");
+}
+
+/// Attack: a canary secret — the model API key, and a credential named in `[worker]
+/// secret_env` — echoed by the model, read by a tool, and quoted back in a model server's
+/// error. None of it reaches a record, the database file or hashi's log: each is a marker.
+#[test]
+fn a_canary_secret_echoed_by_a_tool_or_a_model_never_reaches_a_record_or_a_log() {
+    const KEY: &str = "sk-canary-0f1e2d3c4b5a";
+    const TOKEN: &str = "tok-canary-9a8b7c6d5e";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = kura_testkit::openai::start_raw(|body, auth| {
+        if kura_testkit::openai::has_tool_result(body) {
+            // A server that quotes the key it was sent back in its error.
+            return (400, format!("{{\"error\": \"invalid api key: {auth}\"}}"));
+        }
+        let mut m = kura_testkit::openai::call("fs_read", json!({"path": "creds.txt"}));
+        m["content"] = json!(format!("I was told the key is {KEY}; reading {TOKEN}"));
+        let r = json!({"id": "c", "object": "chat.completion", "created": 1, "model": body["model"],
+            "choices": [{"index": 0, "message": m, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2}});
+        (200, r.to_string())
+    });
+    let (store, session) = run_turn_with(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "openai".into()),
+            ("KURA_PROVIDER__BASE_URL", url),
+            ("KURA_PROVIDER__API_KEY_ENV", "FAKE_OPENAI_KEY".into()),
+            ("FAKE_OPENAI_KEY", KEY.into()),
+            ("KURA_PROVIDER__RETRIES", "0".into()),
+            ("KURA_WORKER__SECRET_ENV", "[\"TOOL_TOKEN\"]".into()),
+            ("TOOL_TOKEN", TOKEN.into()),
+        ],
+        "Read creds.txt",
+        &[("creds.txt", format!("token={TOKEN}\nkey={KEY}\n"))],
+    );
+    let records = kura_testkit::stack::session_records(&store, session);
+    let all: String = records.iter().map(|r| r.content.to_string()).collect();
+    assert!(
+        all.contains("[secret:FAKE_OPENAI_KEY]") && all.contains("[secret:TOOL_TOKEN]"),
+        "{all}"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.record_type == proto::record::RecordType::SysError),
+        "the server's error is recorded, scrubbed"
+    );
+    drop(store);
+    for entry in std::fs::read_dir(dir.path()).expect("dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            continue;
+        }
+        let bytes = std::fs::read(&path).expect("read");
+        for canary in [KEY, TOKEN] {
+            assert!(
+                !bytes.windows(canary.len()).any(|w| w == canary.as_bytes()),
+                "{canary} is in {}",
+                path.display()
+            );
+        }
+    }
 }

@@ -139,7 +139,8 @@ impl Worker {
             kura_work::writs::check_call(tx, &writ, &issuers, name, effect, arguments, now_ms())
         })?;
         Ok(verdict.err().map(|e| {
-            tracing::warn!(turn_id = %claim.turn_id, %writ, tool = %excerpt(name, 256), error = %e, "call refused by its writ");
+            let (tool, error) = (self.secrets.scrub(name), self.secrets.scrub(&e.to_string()).into_owned());
+            tracing::warn!(turn_id = %claim.turn_id, %writ, tool = %excerpt(&tool, 256), %error, "call refused by its writ");
             format!("refused by writ: {e}")
         }))
     }
