@@ -37,7 +37,9 @@ fn public_key(key_file: &std::path::Path) -> String {
 fn kura(s: &Stack, args: &[&str]) -> Output {
     let mut cmd = Command::new(bin("kura"));
     cmd.args(args).arg("--db").arg(&s.db);
-    if args[0] == "writ" && ["grant", "delegate", "revoke"].contains(&args[1]) {
+    if args[0] == "redact"
+        || (args[0] == "writ" && ["grant", "delegate", "revoke"].contains(&args[1]))
+    {
         cmd.arg("--sealer-key")
             .arg(s.nats.seed(kura_runtime::identity::Role::Operator));
     }
@@ -301,5 +303,107 @@ fn a_writ_with_a_token_budget_stops_a_run_its_delegation_refuses_a_wider_call_an
 
     // Grants and revocations are sealed records: everything verifies.
     s.verify_all();
+
+    // A checkpoint now, then a tool result of the first session redacted.
+    let log_key = s.path("log.key").to_string_lossy().into_owned();
+    let vkey = ok(
+        &s,
+        &["log-key", "init", "--out", &log_key, "--name", "writs.test"],
+    )
+    .lines()
+    .last()
+    .expect("vkey")
+    .trim()
+    .to_owned();
+    ok(&s, &["checkpoint", "--key", &log_key, "--trust-current"]);
+    let before = s.path("before.checkpoint");
+    std::fs::copy(s.path("kura.db.checkpoint"), &before).expect("keep the checkpoint");
+    let result = kura_testkit::stack::session_records(&s.store(), session)
+        .into_iter()
+        .find(|r| r.record_type == RecordType::ToolResult)
+        .expect("a tool result");
+    let ledger = s
+        .store()
+        .ledgers_containing(result.record_id)
+        .expect("ledgers")[0]
+        .to_string();
+    let forged = kura(
+        &s,
+        &[
+            "redact",
+            &result.record_id.to_string(),
+            "--reason",
+            "x",
+            "--key",
+            &bob,
+        ],
+    );
+    assert_eq!(forged.status.code(), Some(2), "bob may not redact");
+    ok(
+        &s,
+        &[
+            "redact",
+            &result.record_id.to_string(),
+            "--reason",
+            "held a customer's address",
+            "--key",
+            &ana,
+        ],
+    );
+    let keyring = s
+        .nats
+        .keys_dir()
+        .join(kura_runtime::identity::IDENTITIES_FILE);
+    let keyring = keyring.to_string_lossy().into_owned();
+    let before = before.to_string_lossy().into_owned();
+    let verified = ok(
+        &s,
+        &[
+            "verify",
+            "--all",
+            "--keyring",
+            &keyring,
+            "--log-key",
+            &vkey,
+            "--checkpoint",
+            &before,
+        ],
+    );
+    assert!(
+        verified.contains(&format!("REDACTED record {}", result.record_id)),
+        "{verified}"
+    );
+    assert!(
+        verified.contains("by user:ana") && verified.contains("held a customer's address"),
+        "{verified}"
+    );
+    assert!(verified.contains("verified:"), "{verified}");
+    // Its place in the ledger is still proved, and the proof says it was redacted.
+    let proof = ok(
+        &s,
+        &["prove", &result.record_id.to_string(), "--ledger", &ledger],
+    );
+    std::fs::write(s.path("proof.json"), proof).expect("proof");
+    let checked = ok(
+        &s,
+        &["verify-proof", &s.path("proof.json").to_string_lossy()],
+    );
+    assert!(
+        checked.contains("proof ok") && checked.contains("REDACTED"),
+        "{checked}"
+    );
+    // Someone who does not know who may redact cannot tell it from tampering.
+    let mut blind = Command::new(bin("kura"));
+    blind
+        .args(["verify", "--all", "--db"])
+        .arg(&s.db)
+        .env_remove("KURA_WRITS__ISSUERS")
+        .env_remove("KURA_SERVE_CONFIG");
+    let blind = blind.output().expect("verify");
+    assert_eq!(blind.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&blind.stdout).contains("redaction"),
+        "{blind:?}"
+    );
     assert!(s.exited().is_empty(), "a daemon died:\n{}", s.logs());
 }
