@@ -75,6 +75,7 @@ pub(crate) fn start(
             fleet.max_pending_bytes,
         );
         let witness = witness.clone();
+        let people = config.writs.issuers.clone();
         let mut stop = stop_rx.clone();
         let rt = tokio::runtime::Handle::current();
         // A thread of its own: the replica's SQLite handle lives across awaits, and a
@@ -82,7 +83,9 @@ pub(crate) fn start(
         let name = format!("kura-fleet-{}", peer.name);
         std::thread::Builder::new().name(name).spawn(move || rt.block_on(async move {
             loop {
-                let made = Receiver::new(client.clone(), &peer, keyring.clone(), &dir, max, witness.clone()).await;
+                let made = Receiver::new(client.clone(), &peer, keyring.clone(), &dir, max, witness.clone())
+                    .await
+                    .map(|r| r.with_people(people.clone()));
                 let stopped = async {
                     let _ = stop.wait_for(|s| *s).await;
                 };

@@ -24,6 +24,8 @@ pub(crate) type Checkpoint = (String, Signed);
 pub(crate) struct Pending {
     /// Records by content hash (each a candidate: checked against its ledger's root).
     pub records: HashMap<String, OwnedColumns>,
+    /// For records the origin redacted: the kept leaf and the redaction, by content hash.
+    pub redacted: HashMap<String, proto::proof::RedactedLeaf>,
     /// Ledgers by seal-log index, with the stream sequence they came at.
     pub ledgers: BTreeMap<u64, (u64, ReplLedger)>,
     /// Signed checkpoints by size.
@@ -91,6 +93,7 @@ impl Pending {
             .collect();
         for h in used {
             self.records.remove(&h);
+            self.redacted.remove(&h);
         }
         self.bytes = self
             .records

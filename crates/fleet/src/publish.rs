@@ -66,6 +66,20 @@ impl Publisher {
             let Some((mut ledger, records)) = outgoing(store, published)? else {
                 break;
             };
+            // A record erased here goes out as its tombstone with its kept leaf and redaction.
+            let redactions = kura_store::redact::redactions(&*store)?;
+            let records = records
+                .into_iter()
+                .map(|c| {
+                    let kept = redactions
+                        .get(&c.record_id)
+                        .map(|d| proto::proof::RedactedLeaf {
+                            leaf_hash: d.leaf_hash.clone(),
+                            redaction: d.redaction.clone(),
+                        });
+                    (c, kept)
+                })
+                .collect();
             let ends_batch = published + 1 == size || (published + 1) % LEAVES_PER_CHECKPOINT == 0;
             let t = std::time::Instant::now();
             // The checkpoint rides with the batch's last ledger: receivers verify on arrival.
@@ -138,7 +152,7 @@ impl Publisher {
     async fn publish_leaf(
         &self,
         ledger: &ReplLedger,
-        records: Vec<proto::OwnedColumns>,
+        records: Vec<(proto::OwnedColumns, Option<proto::proof::RedactedLeaf>)>,
         ledger_seq: u64,
     ) -> Result<Placed> {
         // Records and the ledger go out back to back (one connection keeps their order in
@@ -146,9 +160,9 @@ impl Publisher {
         // A record the hub lost while it kept the ledger is published again by the next
         // round; receivers wait for it rather than refuse.
         let mut acks = Vec::with_capacity(records.len());
-        for columns in records {
+        for (columns, redacted) in records {
             let id = fleet::record_msg_id(&self.pi, &columns.hash);
-            let body = ReplMessage::Record(ReplRecord { columns });
+            let body = ReplMessage::Record(ReplRecord { columns, redacted });
             let payload = wire::encode(&self.pi, &body, &self.objects).await?;
             let msg = PublishMessage::build().payload(payload).message_id(id);
             acks.push(

@@ -40,6 +40,7 @@ pub struct Receiver {
     stream: Stream,
     kv: kv::Store,
     objects: ObjectStore,
+    people: Vec<kura_policy::writ::Issuer>,
 }
 
 /// The replica's file for `origin` in `dir`.
@@ -80,7 +81,14 @@ impl Receiver {
             stream,
             kv,
             objects,
+            people: Vec::new(),
         })
+    }
+
+    /// The people whose redactions the replica applies as its origin did (`[writs] issuers`).
+    pub fn with_people(mut self, people: Vec<kura_policy::writ::Issuer>) -> Receiver {
+        self.people = people;
+        self
     }
 
     fn refused(&self, why: impl Into<String>) -> FleetError {
@@ -333,6 +341,9 @@ impl Receiver {
         match message {
             ReplMessage::Record(r) => {
                 p.bytes += r.columns.content.len() as u64 + 200;
+                if let Some(kept) = r.redacted {
+                    p.redacted.insert(r.columns.hash.clone(), kept);
+                }
                 p.records.insert(r.columns.hash.clone(), r.columns);
             }
             ReplMessage::Ledger(l) => {
@@ -398,7 +409,7 @@ impl Receiver {
         let t = std::time::Instant::now();
         let outcome = store.write(|tx| {
             for l in &batch {
-                tx.import_ledger(l, &p.records)?;
+                tx.import_ledger_with(l, &p.records, &p.redacted, &self.people)?;
             }
             if tx.seal_log_root(cp.size)? != cp.root.0 {
                 return Err(StoreError::Corrupt {

@@ -328,25 +328,40 @@ fn a_revocation_without_a_valid_signature_is_refused() {
 /// `cryptography` signs them (`testdata/writ-vector.py`).
 #[test]
 fn the_protocol_revocation_and_redaction_vectors_verify() {
-    let rev = sign_revocation(&key(1), RevocationBody {
-        kind: REVOCATION_KIND.into(),
-        writ_id: "01930000-0000-7000-8000-000000000001".into(),
-        by: "user:ana".into(),
-        reason: "done".into(),
-        revoked_at: "2026-11-26T12:00:00Z".into(),
-    });
-    assert_eq!(rev.signature, "530ac7f9d832f18a929c43958c3ccabe525242b28e5c8a95df03d7c8749b0b3ad7397d2f81a2f282f63e0db745630807f4e1803e77020d46464875f7a13f1f08");
-    let red = sign_redaction(&key(1), proto::writ::RedactionBody {
-        kind: proto::writ::REDACTION_KIND.into(),
-        record_id: "01930000-0000-7000-8000-0000000000c1".into(),
-        record_hash: "15150c2c9711709f8f3fca7f2c38dc26ad522c5f8c3aa6be1fbb82a97a053ed9".into(),
-        by: "user:ana".into(),
-        reason: "a key leaked".into(),
-        redacted_at: "2026-11-26T12:00:00Z".into(),
-    });
-    assert_eq!(red.signature, "7f8fedc52e7cc98cd75248178a72ec1778a4976021e0e6b11319db4d4d08d9706de9313226b38c8d7a0ebfade9d298290520385cd7773b7005d95e89ab71fb04");
+    let rev = sign_revocation(
+        &key(1),
+        RevocationBody {
+            kind: REVOCATION_KIND.into(),
+            writ_id: "01930000-0000-7000-8000-000000000001".into(),
+            by: "user:ana".into(),
+            reason: "done".into(),
+            revoked_at: "2026-11-26T12:00:00Z".into(),
+        },
+    );
+    assert_eq!(
+        rev.signature,
+        "530ac7f9d832f18a929c43958c3ccabe525242b28e5c8a95df03d7c8749b0b3ad7397d2f81a2f282f63e0db745630807f4e1803e77020d46464875f7a13f1f08"
+    );
+    let red = sign_redaction(
+        &key(1),
+        proto::writ::RedactionBody {
+            kind: proto::writ::REDACTION_KIND.into(),
+            record_id: "01930000-0000-7000-8000-0000000000c1".into(),
+            record_hash: "15150c2c9711709f8f3fca7f2c38dc26ad522c5f8c3aa6be1fbb82a97a053ed9".into(),
+            by: "user:ana".into(),
+            reason: "a key leaked".into(),
+            redacted_at: "2026-11-26T12:00:00Z".into(),
+        },
+    );
+    assert_eq!(
+        red.signature,
+        "7f8fedc52e7cc98cd75248178a72ec1778a4976021e0e6b11319db4d4d08d9706de9313226b38c8d7a0ebfade9d298290520385cd7773b7005d95e89ab71fb04"
+    );
     verify_redaction(&red, &ana()).expect("ana's redaction");
     let mut other = red.clone();
     other.body.record_hash = "00".repeat(32);
-    assert_eq!(verify_redaction(&other, &ana()), Err(WritError::BadSignature));
+    assert_eq!(
+        verify_redaction(&other, &ana()),
+        Err(WritError::BadSignature)
+    );
 }

@@ -90,6 +90,10 @@ pub fn cosignature_key(pi: &str, witness: &str) -> String {
 pub struct ReplRecord {
     /// The stored columns.
     pub columns: OwnedColumns,
+    /// For a record whose content the origin erased: its kept leaf and the signed redaction
+    /// (the columns then hold the tombstone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<crate::proof::RedactedLeaf>,
 }
 
 /// Who sealed a ledger: the sealer's public nkey and its signature over the ledger hash.

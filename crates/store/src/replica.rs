@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use proto::fleet::{ReplLedger, ReplSeal};
 use proto::merkle;
+use proto::proof::RedactedLeaf;
 use proto::record::OwnedColumns;
 use rusqlite::{OptionalExtension, params};
 
@@ -64,6 +65,21 @@ impl Tx<'_> {
         l: &ReplLedger,
         records: &HashMap<String, OwnedColumns>,
     ) -> Result<()> {
+        self.import_ledger_with(l, records, &HashMap::new(), &[])
+    }
+
+    /// [`Tx::import_ledger`] that also takes records the origin redacted (`redacted`, by
+    /// content hash: the tombstone is accepted with the kept leaf when the redaction is
+    /// signed by one of `people` and names that record; the root check then holds the kept
+    /// leaf to what the origin sealed), and applies each `sys.redaction` it imports to the
+    /// record it names, as the origin did.
+    pub fn import_ledger_with(
+        &self,
+        l: &ReplLedger,
+        records: &HashMap<String, OwnedColumns>,
+        redacted: &HashMap<String, RedactedLeaf>,
+        people: &[kura_policy::writ::Issuer],
+    ) -> Result<()> {
         let c = conn(self);
         let log = crate::SealLog(c);
         let size = kura_tlog::seallog::size(&log)?;
@@ -102,6 +118,7 @@ impl Tx<'_> {
             l.created_at,
         ])?;
         let mut leaves = Vec::with_capacity(l.members.len());
+        let mut applied = Vec::new();
         for (position, hash) in l.members.iter().enumerate() {
             let columns = match record_by_hash(c, hash)? {
                 Some(stored) => stored,
@@ -109,11 +126,22 @@ impl Tx<'_> {
                     let new = records
                         .get(hash)
                         .ok_or_else(|| refused(l, format!("record {hash} was never sent")))?;
-                    insert_checked(c, l, hash, new)?;
+                    match redacted.get(hash) {
+                        Some(r) => insert_redacted(c, l, hash, new, r, people)?,
+                        None => insert_checked(c, l, hash, new)?,
+                    }
+                    if new.record_type == "sys.redaction" {
+                        applied.push(new.clone());
+                    }
                     new.clone()
                 }
             };
-            let leaf = columns.as_columns().leaf_hash();
+            let leaf = match crate::redact::kept_leaf(c, &columns.record_id)? {
+                Some(kept) => merkle::decode_hash(&kept).ok_or_else(|| {
+                    refused(l, format!("record {hash} has a kept leaf that is not hex"))
+                })?,
+                None => columns.as_columns().leaf_hash(),
+            };
             c.prepare_cached(
                 "INSERT INTO ledger_records (ledger_id, position, record_id, leaf_hash) VALUES (?1, ?2, ?3, ?4)",
             )?
@@ -159,6 +187,9 @@ impl Tx<'_> {
                 &seal.sealer,
                 &seal.signature,
             )?;
+        }
+        for r in applied {
+            apply_redaction(c, &r, people)?;
         }
         Ok(())
     }
@@ -239,6 +270,108 @@ fn insert_checked(
             params![text, new.record_id, new.record_type],
         )?;
     }
+    Ok(())
+}
+
+/// Inserts a record the origin redacted: its tombstone and its kept leaf, after checking the
+/// redaction names it and is signed by one of `people` (the root check holds the leaf).
+fn insert_redacted(
+    c: &rusqlite::Connection,
+    l: &ReplLedger,
+    hash: &str,
+    new: &OwnedColumns,
+    r: &RedactedLeaf,
+    people: &[kura_policy::writ::Issuer],
+) -> Result<()> {
+    let b = &r.redaction.body;
+    let tombstone: Option<proto::writ::Tombstone> = serde_json::from_str(&new.content).ok();
+    if new.hash != hash
+        || b.record_id != new.record_id
+        || b.record_hash != hash
+        || tombstone.is_none()
+    {
+        return Err(refused(
+            l,
+            format!("record {hash} comes redacted, but not as its redaction says"),
+        ));
+    }
+    kura_policy::writ::verify_redaction(&r.redaction, people).map_err(|e| {
+        refused(
+            l,
+            format!("record {hash} comes redacted, and {e} ([writs] issuers in serve.toml)"),
+        )
+    })?;
+    let key = hashcol::to_column(hash)
+        .ok_or_else(|| refused(l, format!("{hash:?} is not a SHA-256 hash")))?;
+    let redaction_record = tombstone.map(|t| t.redacted).unwrap_or_default();
+    c.execute_cached(
+        "INSERT INTO redactions (record_id, record_hash, leaf_hash, redaction_record_id)
+         VALUES (?1, ?2, ?3, ?4)",
+        params![new.record_id, hash, r.leaf_hash, redaction_record],
+    )?;
+    c.prepare_cached(&format!(
+        "INSERT INTO records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    ))?
+    .execute(params![
+        new.record_id,
+        &key[..],
+        new.record_type,
+        new.content,
+        new.author_id,
+        new.metadata,
+        new.created_at
+    ])?;
+    Ok(())
+}
+
+/// Applies a replicated `sys.redaction` record to the record it names, as its origin did:
+/// when that record is here, not yet redacted, and the redaction is signed by one of
+/// `people` (else the replica keeps the content and says so in the log).
+fn apply_redaction(
+    c: &rusqlite::Connection,
+    record: &OwnedColumns,
+    people: &[kura_policy::writ::Issuer],
+) -> Result<()> {
+    let Ok(r) = serde_json::from_str::<proto::writ::Redaction>(&record.content) else {
+        return Ok(());
+    };
+    if let Err(e) = kura_policy::writ::verify_redaction(&r, people) {
+        tracing::warn!(record = %r.body.record_id, error = %e, "a replicated redaction is not applied here: its signer is not one of [writs] issuers");
+        return Ok(());
+    }
+    if crate::redact::kept_leaf(c, &r.body.record_id)?.is_some() {
+        return Ok(());
+    }
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
+    let Some(target) = c
+        .prepare_cached(&sql)?
+        .query_row([&r.body.record_id], columns_from_row)
+        .optional()?
+    else {
+        return Ok(());
+    };
+    if target.hash != r.body.record_hash || !target.as_columns().hash_matches() {
+        return Ok(());
+    }
+    let leaf = proto::canonical::to_hex(&target.as_columns().leaf_hash());
+    let tombstone = proto::canonical_json(&proto::writ::Tombstone {
+        redacted: record.record_id.clone(),
+    })
+    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    c.execute_cached(
+        "INSERT INTO redactions (record_id, record_hash, leaf_hash, redaction_record_id)
+         VALUES (?1, ?2, ?3, ?4)",
+        params![target.record_id, target.hash, leaf, record.record_id],
+    )?;
+    c.execute_cached(
+        "UPDATE records SET content = ?2 WHERE record_id = ?1",
+        params![target.record_id, tombstone],
+    )?;
+    c.execute_cached("DELETE FROM kb WHERE record_id = ?1", [&target.record_id])?;
+    c.execute_cached(
+        "DELETE FROM kb_vectors WHERE record_id = ?1",
+        [&target.record_id],
+    )?;
     Ok(())
 }
 

@@ -38,7 +38,7 @@ impl Secrets {
 
     /// These `(name, value)` secrets.
     pub fn new(mut pairs: Vec<(String, String)>) -> Secrets {
-        pairs.sort_by(|a, b| b.1.len().cmp(&a.1.len()));
+        pairs.sort_by_key(|p| std::cmp::Reverse(p.1.len()));
         pairs.dedup_by(|a, b| a.1 == b.1);
         Secrets(pairs)
     }

@@ -240,6 +240,7 @@ fn simulate(hub: &Hub, pis: usize, every: Duration, secs: u64) -> Sim {
                                 metadata: "{}".into(),
                                 created_at: "2026-11-26T00:00:00.000000Z".into(),
                             },
+                            redacted: None,
                         }))
                         .expect("json");
                         acks.push(

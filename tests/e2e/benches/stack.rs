@@ -43,17 +43,36 @@ fn writ_cost(n: usize) -> (f64, f64) {
         ("KURA_POLL_INTERVAL_MS".into(), "5000".into()),
         ("KURA_WORKER__LEASE_MS".into(), "30000".into()),
         ("RUST_LOG".into(), "warn".into()),
-        ("KURA_WRITS__ISSUERS".into(), format!("[{{name = \"ana\", public_key = \"{public}\"}}]")),
+        (
+            "KURA_WRITS__ISSUERS".into(),
+            format!("[{{name = \"ana\", public_key = \"{public}\"}}]"),
+        ),
     ];
     let out = std::process::Command::new(bin("kura"))
-        .args(["writ", "grant", "--holder", "user:held", "--tool", "fs.*", "--tokens", "1000000000"])
-        .arg("--key").arg(&ana)
-        .arg("--sealer-key").arg(s.nats.seed(kura_runtime::identity::Role::Operator))
-        .arg("--db").arg(&s.db)
+        .args([
+            "writ",
+            "grant",
+            "--holder",
+            "user:held",
+            "--tool",
+            "fs.*",
+            "--tokens",
+            "1000000000",
+        ])
+        .arg("--key")
+        .arg(&ana)
+        .arg("--sealer-key")
+        .arg(s.nats.seed(kura_runtime::identity::Role::Operator))
+        .arg("--db")
+        .arg(&s.db)
         .env("KURA_WRITS__ISSUERS", &s.extra_env[4].1)
         .output()
         .expect("kura writ grant");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for d in DAEMONS {
         s.spawn(kura_testkit::stack::binary(d), d);
     }
@@ -82,14 +101,25 @@ fn writ_cost(n: usize) -> (f64, f64) {
         .expect("rows");
     let (mut free, mut held) = (Vec::new(), Vec::new());
     for (author, a, b) in rows {
-        let Some(ms) = micros(&b).zip(micros(&a)).map(|(b, a)| (b - a) as f64 / 1000.0) else {
+        let Some(ms) = micros(&b)
+            .zip(micros(&a))
+            .map(|(b, a)| (b - a) as f64 / 1000.0)
+        else {
             continue;
         };
-        if author == "user:held" { held.push(ms) } else { free.push(ms) }
+        if author == "user:held" {
+            held.push(ms)
+        } else {
+            free.push(ms)
+        }
     }
     let refused: i64 = store
         .conn()
-        .query_row("SELECT count(*) FROM records WHERE record_type = 'sys.error'", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM records WHERE record_type = 'sys.error'",
+            [],
+            |r| r.get(0),
+        )
         .expect("count");
     assert_eq!(refused, 0, "no call was refused: the writ allows them all");
     drop(stmt);

@@ -285,8 +285,11 @@ async fn publish_as_a(a: &Pi, evil: &Store, note: &str) {
         .expect("outgoing")
         .expect("leaf 0");
     for columns in records {
-        let body =
-            serde_json::to_vec(&ReplMessage::Record(fleet::ReplRecord { columns })).expect("json");
+        let body = serde_json::to_vec(&ReplMessage::Record(fleet::ReplRecord {
+            columns,
+            redacted: None,
+        }))
+        .expect("json");
         js.publish(fleet::record_subject("pi-a"), body.into())
             .await
             .expect("publish")

@@ -137,7 +137,8 @@ impl Restore {
                 256 << 20,
                 None,
             )
-            .await?;
+            .await?
+            .with_people(super::people()?);
             anyhow::Ok(r.catch_up().await?)
         })?;
         let db = kura_fleet::receive::replica_path(built.path(), &self.pi);

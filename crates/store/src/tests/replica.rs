@@ -167,3 +167,131 @@ fn an_altered_replication_message_is_refused_and_writes_nothing() {
         );
     }
 }
+
+mod redacted {
+    //! A redaction reaches a replica: a record redacted before it was published arrives as its
+    //! tombstone with its kept leaf, one redacted after is erased when the `sys.redaction`
+    //! arrives; without a trusted signature the tombstone is refused.
+
+    use super::*;
+    use ed25519_dalek::SigningKey;
+    use kura_policy::writ::{Issuer, sign_redaction};
+    use proto::proof::RedactedLeaf;
+    use proto::writ::{REDACTION_KIND, RedactionBody};
+
+    use crate::verify::{Scope, verify_with};
+
+    fn people() -> Vec<Issuer> {
+        vec![Issuer {
+            name: "ana".into(),
+            public_key: hex::encode(SigningKey::from_bytes(&[1; 32]).verifying_key().to_bytes()),
+        }]
+    }
+
+    /// Redacts the first "step 0" record of `a`; returns its id.
+    fn redact_step0(a: &mut Store) -> String {
+        let r = a
+            .query(&crate::store::Query::default())
+            .expect("query")
+            .into_iter()
+            .find(|r| r.content["text"] == "step 0")
+            .expect("step 0");
+        let red = sign_redaction(
+            &SigningKey::from_bytes(&[1; 32]),
+            RedactionBody {
+                kind: REDACTION_KIND.into(),
+                record_id: r.record_id.to_string(),
+                record_hash: r.hash.clone(),
+                by: "user:ana".into(),
+                reason: "test".into(),
+                redacted_at: "2026-11-26T12:00:00Z".into(),
+            },
+        );
+        a.redact(&red, &people(), "user:ana").expect("redact");
+        r.record_id.to_string()
+    }
+
+    fn kept(a: &Store) -> HashMap<String, RedactedLeaf> {
+        let all = crate::redact::redactions(a).expect("redactions");
+        let mut out = HashMap::new();
+        for d in all.values() {
+            out.insert(
+                d.record_hash.clone(),
+                RedactedLeaf {
+                    leaf_hash: d.leaf_hash.clone(),
+                    redaction: d.redaction.clone(),
+                },
+            );
+        }
+        out
+    }
+
+    fn import_all(
+        r: &mut Store,
+        from: u64,
+        a: &Store,
+        people: &[Issuer],
+    ) -> Result<(), crate::StoreError> {
+        let all = everything(a);
+        let red = kept(a);
+        for (l, records) in all.iter().skip(from as usize) {
+            r.write(|tx| tx.import_ledger_with(l, records, &red, people))?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_record_redacted_before_it_was_published_arrives_redacted_and_verifies() {
+        let (_a, mut a) = origin();
+        let id = redact_step0(&mut a);
+        let (_r, mut r) = replica();
+        import_all(&mut r, 0, &a, &people()).expect("import");
+        let n = kura_tlog::seallog::size(&a.seal_log()).expect("size");
+        assert_eq!(root(&r, n), root(&a, n));
+        let report = verify_with(&r, &Scope::All, None, None, &people()).expect("verify");
+        assert!(report.ok(), "{:?}", report.problems);
+        assert_eq!(
+            report
+                .redacted
+                .iter()
+                .map(|x| x.record_id.clone())
+                .collect::<Vec<_>>(),
+            [id]
+        );
+    }
+
+    #[test]
+    fn a_redacted_record_without_a_trusted_signature_is_refused_and_writes_nothing() {
+        let (_a, mut a) = origin();
+        redact_step0(&mut a);
+        let (_r, mut r) = replica();
+        assert!(import_all(&mut r, 0, &a, &[]).is_err());
+        let n: i64 = r
+            .conn()
+            .query_row("SELECT count(*) FROM records", [], |x| x.get(0))
+            .expect("n");
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn a_record_redacted_after_it_was_replicated_is_erased_on_the_replica_too() {
+        let (_a, mut a) = origin();
+        let (_r, mut r) = replica();
+        import_all(&mut r, 0, &a, &people()).expect("import");
+        let before = kura_tlog::seallog::size(&a.seal_log()).expect("size");
+        let id = redact_step0(&mut a);
+        import_all(&mut r, before, &a, &people()).expect("import the redaction");
+        let row: String = r
+            .conn()
+            .query_row(
+                "SELECT content FROM records WHERE record_id = ?1",
+                [&id],
+                |x| x.get(0),
+            )
+            .expect("row");
+        assert!(row.starts_with("{\"redacted\":"), "{row}");
+        let report = verify_with(&r, &Scope::All, None, None, &people()).expect("verify");
+        assert!(report.ok(), "{:?}", report.problems);
+        assert_eq!(report.redacted.len(), 1);
+    }
+}
