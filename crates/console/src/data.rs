@@ -63,6 +63,10 @@ pub struct History {
     pub session: kura_store::store::Session,
     pub ledgers: Vec<LedgerView>,
     pub total_ledgers: usize,
+    /// What its model answers spent: (answers, tokens in, tokens out, money millionths).
+    pub spent: Option<(u64, u64, u64, u64)>,
+    /// The writs its calls ran under (ids, as the calls name them).
+    pub writs: Vec<String>,
 }
 
 /// Reads a page of a session's history.
@@ -103,7 +107,20 @@ pub fn history(
             from,
         });
     }
+    // The writs its calls ran under, as their records name them.
+    let mut stmt = store.conn().prepare_cached(
+        "SELECT DISTINCT json_extract(r.content, '$.writ') FROM ledger_records lr
+           JOIN ledgers l ON l.ledger_id = lr.ledger_id
+           JOIN records r ON r.record_id = lr.record_id
+          WHERE l.session_id = ?1 AND r.record_type = 'tool.call'
+            AND json_extract(r.content, '$.writ') IS NOT NULL",
+    )?;
+    let writs = stmt
+        .query_map([session.to_string()], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(History {
+        spent: kura_work::writs::session_usage(store, session)?,
+        writs,
         session: s,
         ledgers,
         total_ledgers,

@@ -37,6 +37,7 @@ pub fn layout(title: &str, login: Option<&Login>, waiting: i64, body: Markup) ->
                             a href="/status" { "Status" }
                             a href="/memory" { "Memory" }
                             a href="/fleet" { "Fleet" }
+                            a href="/writs" { "Writs" }
                         }
                         span.who { (l.name) " · " button.link #logout type="button" { "log out" } }
                     }
@@ -91,6 +92,8 @@ pub fn history(h: &History, page: usize, per_page: usize, per_ledger: usize, bas
     html! {
         h1 { "Session " code { (short(&short_sid)) } }
         p.sub { (t(&h.session.label)) " · " span class={ "status " (h.session.status.as_str()) } { (h.session.status.as_str()) } " · " (h.total_ledgers) " ledgers" }
+        @if let Some((a, i, o, m)) = h.spent { p.sub.spent { "Spent: " (a) " model answers, " (i) "+" (o) " tokens, " (m) " millionths" } }
+        @if !h.writs.is_empty() { p.sub { "Its calls ran under writ " @for w in &h.writs { code { (t(w)) } " " } "(" a href="/writs" { "writs" } ")" } }
         @if base.is_empty() { form.diff method="get" action="/diff" {
             label { "Diff " select name="a" { @for l in &h.ledgers { option value=(l.ledger.ledger_id) { (t(&l.ledger.label)) } } } }
             label { " against " select name="b" { @for l in h.ledgers.iter().rev() { option value=(l.ledger.ledger_id) { (t(&l.ledger.label)) } } } }
@@ -392,6 +395,37 @@ pub fn fleet(pis: &[kura_fleet::status::PiStatus]) -> Markup {
                             @else if p.role == "self" { (p.leaves.saturating_sub(p.published)) " to publish" }
                             @else if let Some(v) = &p.verified_at { "verified " (when(v)) }
                             @else { "nothing yet" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every writ: who holds it, what it allows, what was spent and refused, and whether it is
+/// live. Granting and revoking are `kura writ` (README: Give an agent a budget).
+pub fn writs(all: &[kura_work::writs::StoredWrit], now_ms: i64) -> Markup {
+    let limit = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    html! {
+        h1 { "Writs" }
+        @if all.is_empty() { p.empty { "No writs: sessions run under the installed policy (grant one with kura writ grant)." } }
+        table.daemons {
+            thead { tr { th { "Writ" } th { "Holder" } th { "Allows" } th { "Spent" } th { "Refused" } th { "State" } } }
+            tbody {
+                @for w in all {
+                    @let b = &w.writ.body;
+                    @let expired = kura_policy::writ::parse_time(&b.expires_at).is_ok_and(|e| now_ms >= e);
+                    tr {
+                        td.label { code title=(b.id) { (short(&b.id)) } @if let Some(p) = &b.parent { br; "from " code title=(p) { (short(p)) } } }
+                        td { (t(&b.holder)) br; "by " (t(&b.issuer)) }
+                        td { (t(&b.tools.join(", "))) " · paths " (t(&b.paths.join(", "))) " · up to " (b.ceiling.as_str()) }
+                        td.num { (w.calls_used) "/" (limit(b.budget.tool_calls)) " calls · " (w.tokens_used) "/" (limit(b.budget.tokens)) " tokens · " (w.money_used) "/" (limit(b.budget.money_micros)) " millionths" }
+                        td.num { (w.refused) }
+                        td {
+                            @if w.revoked_by.is_some() { span.fail { "revoked" } }
+                            @else if expired { "expired " (when(&b.expires_at)) }
+                            @else { "live until " (when(&b.expires_at)) }
                         }
                     }
                 }

@@ -246,6 +246,7 @@ fn router(console: Shared) -> Router {
         .route("/status", get(status))
         .route("/memory", get(memory))
         .route("/fleet", get(fleet))
+        .route("/writs", get(writs))
         .route("/fleet/{pi}", get(replica_sessions))
         .route("/fleet/{pi}/s/{id}", get(replica_history))
         .route("/fleet/{pi}/r/{id}", get(replica_record))
@@ -444,6 +445,17 @@ async fn fleet(State(c): State<Shared>, headers: HeaderMap) -> Response {
     .map_err(anyhow::Error::from)
     .and_then(|r: anyhow::Result<_>| r);
     page(&c, &headers, "fleet", |_| Ok(pages::fleet(&pis?))).await
+}
+
+async fn writs(State(c): State<Shared>, headers: HeaderMap) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let all = c.read(|s| Ok(kura_work::writs::list(s)?)).await;
+    page(&c, &headers, "writs", |_| {
+        Ok(pages::writs(&all?, kura_work::now_ms()))
+    })
+    .await
 }
 
 async fn replica_sessions(

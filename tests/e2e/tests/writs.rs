@@ -301,6 +301,43 @@ fn a_writ_with_a_token_budget_stops_a_run_its_delegation_refuses_a_wider_call_an
         "{list}"
     );
 
+    // The console shows each writ with what was spent, and each session's spend.
+    let port = kura_testkit::free_port();
+    let person = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    s.extra_env.extend([
+        ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
+        (
+            "KURA_CONSOLE__USERS".into(),
+            format!(
+                "[{{ name = \"ana\", public_key = \"{}\" }}]",
+                hex::encode(person.verifying_key().as_bytes())
+            ),
+        ),
+    ]);
+    s.spawn("kura", "serve");
+    kura_testkit::console::wait_http(port);
+    let cookie = kura_testkit::console::login(port, &person);
+    let get =
+        |path: &str| kura_testkit::console::http(port, "GET", path, &[("Cookie", &cookie)], "");
+    let (status, _, page) = get("/writs");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&budgeted[..8])
+            && page.contains("200/200 tokens")
+            && page.contains("revoked"),
+        "{page}"
+    );
+    let (status, _, page) = get(&format!("/s/{session}"));
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Spent: 4 model answers, 160+40 tokens, 48 millionths"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("Its calls ran under writ <code>{budgeted}</code>")),
+        "{page}"
+    );
+
     // Grants and revocations are sealed records: everything verifies.
     s.verify_all();
 
