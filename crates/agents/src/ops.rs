@@ -33,6 +33,8 @@ pub struct Gateway {
     store: Mutex<Store>,
     pub(crate) bus: Option<kura_runtime::Bus>,
     pub(crate) limits: Limits,
+    /// Who may grant writs: an agent's calls are checked against its writ before policy.
+    people: Vec<kura_policy::writ::Issuer>,
 }
 
 pub(crate) fn store_error(e: StoreError) -> GatewayError {
@@ -58,6 +60,7 @@ impl Gateway {
             store: Mutex::new(store),
             bus,
             limits,
+            people: Vec::new(),
         }
     }
 
@@ -244,6 +247,12 @@ impl Gateway {
         })
     }
 
+    /// The people whose writs bind agents here (`[writs] issuers`).
+    pub fn with_people(mut self, people: Vec<kura_policy::writ::Issuer>) -> Self {
+        self.people = people;
+        self
+    }
+
     /// Declares a tool call: `tool.call` and `approval.request` in the turn, ruled on by the
     /// published policy in the same commit when it allows or denies; else aegis is asked.
     pub fn declare_call(
@@ -276,6 +285,16 @@ impl Gateway {
                 None => None,
             };
             let meta = rec.metadata.clone();
+            // The agent's writ (its session's, else its own), named by the call and checked
+            // before policy in the commit that records it.
+            let writ = kura_work::writs::held_by(store, claim.session_id, Some(&author))
+                .map_err(store_error)?
+                .map(|w| w.writ.body.id);
+            let mut rec = rec.clone();
+            if let (Some(id), Some(content)) = (&writ, rec.content.as_object_mut()) {
+                content.insert("writ".into(), Value::String(id.clone()));
+            }
+            let people = &self.people;
             kura_work::fenced(store, &claim, |tx| {
                 tx.append(claim.output_ledger_id, &rec)?;
                 let a = tx.request_approval(
@@ -287,6 +306,23 @@ impl Gateway {
                     &author,
                     meta.clone(),
                 )?;
+                if let Some(id) = &writ {
+                    let verdict = kura_work::writs::check_call(
+                        tx,
+                        id,
+                        people,
+                        &req.tool,
+                        effect,
+                        &req.arguments,
+                        kura_work::now_ms(),
+                    )?;
+                    if let Err(e) = verdict {
+                        let rule = proto::text::excerpt(&format!("writ: {e}"), 512);
+                        let hash = published.as_ref().map_or("none", |(h, _)| h.as_str());
+                        tx.decide_by_policy(&a, false, &rule, hash, meta)?;
+                        return Ok((a.request_id, Some((false, rule))));
+                    }
+                }
                 let Some((hash, p)) = published else {
                     return Ok((a.request_id, None));
                 };

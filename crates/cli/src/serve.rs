@@ -271,7 +271,8 @@ fn agent_routes(config: &ServeConfig, bus: Option<Bus>) -> anyhow::Result<Option
     };
     tracing::info!(registry = %registry.display(), "outside agents: MCP at /mcp, HTTP under /agent/v1/");
     let surface = kura_agents::Surface {
-        gateway: kura_agents::Gateway::new(config.agents.clone(), store, bus),
+        gateway: kura_agents::Gateway::new(config.agents.clone(), store, bus)
+            .with_people(config.writs.issuers.clone()),
         registry: kura_agents::registry::Registry::new(registry),
     };
     Ok(Some(kura_agents::router(

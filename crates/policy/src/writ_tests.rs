@@ -378,15 +378,50 @@ fn money_and_wall_time_budgets_are_held() {
         },
         ..body()
     };
-    let args = json!({"path": "notes/a"}).as_object().cloned().expect("object");
-    let spent = |money, wall| Spent { money_micros: money, wall_ms: wall, ..Spent::default() };
-    assert_eq!(check_call(&w, "fs.read", Effect::Read, &args, spent(499, 59_999), NOON), Ok(()));
+    let args = json!({"path": "notes/a"})
+        .as_object()
+        .cloned()
+        .expect("object");
+    let spent = |money, wall| Spent {
+        money_micros: money,
+        wall_ms: wall,
+        ..Spent::default()
+    };
+    assert_eq!(
+        check_call(&w, "fs.read", Effect::Read, &args, spent(499, 59_999), NOON),
+        Ok(())
+    );
     let r = check_call(&w, "fs.read", Effect::Read, &args, spent(500, 0), NOON);
-    assert!(matches!(r, Err(WritError::BudgetSpent { axis: "money_micros", .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "money_micros",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     let r = check_call(&w, "fs.read", Effect::Read, &args, spent(0, 60_000), NOON);
-    assert!(matches!(r, Err(WritError::BudgetSpent { axis: "wall_ms", .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "wall_ms",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
     let parent = sign_writ(&key(1), w.clone());
-    let unlimited = WritBody { budget: Budget { money_micros: None, wall_ms: Some(1), ..Budget::default() }, ..child() };
+    let unlimited = WritBody {
+        budget: Budget {
+            money_micros: None,
+            wall_ms: Some(1),
+            ..Budget::default()
+        },
+        ..child()
+    };
     let r = verify_delegation(&sign_writ(&key(2), unlimited), &parent);
     assert!(matches!(r, Err(WritError::Wider(_))), "{r:?}");
 }

@@ -903,3 +903,99 @@ fn a_request_put_to_people_is_sent_to_their_notification_targets() {
     );
     s.shutdown_cleanly();
 }
+
+/// Attack: an outside agent holding a writ for reads declares a write and a read outside its
+/// paths. The published policy would allow a read at once — the writ is checked first, in
+/// the same commit, and refuses both; the allowed read names its writ.
+#[test]
+fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
+    let port = free_port();
+    // The issuer: a person with a fixed key, trusted by serve (the agents' gateway) and aegis.
+    let bo = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]);
+    let public = hex::encode(bo.verifying_key().as_bytes());
+    let issuers = format!("[{{name = \"bo\", public_key = \"{public}\"}}]");
+    let (s, token) = agent_stack_with(port, &[("KURA_WRITS__ISSUERS", issuers.clone())]);
+    let key_file = s.path("bo.key");
+    let key = serde_json::json!({"name": "bo", "secret_key": hex::encode(bo.to_bytes()), "public_key": public});
+    std::fs::write(&key_file, key.to_string()).expect("key file");
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("0600");
+    let out = Command::new(bin("kura"))
+        .args([
+            "writ",
+            "grant",
+            "--holder",
+            "agent:laptop",
+            "--tool",
+            "Read",
+            "--path",
+            "notes/*",
+            "--ceiling",
+            "read",
+            "--tool-calls",
+            "5",
+        ])
+        .arg("--key")
+        .arg(&key_file)
+        .arg("--sealer-key")
+        .arg(s.nats.seed(kura_runtime::identity::Role::Operator))
+        .arg("--db")
+        .arg(&s.db)
+        .env("KURA_WRITS__ISSUERS", &issuers)
+        .output()
+        .expect("kura writ grant");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let writ = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let (_, started) = post(
+        port,
+        "start_session",
+        Some(&token),
+        r#"{"instruction": "tidy"}"#,
+    );
+    let turn = started["turn_id"].as_str().expect("turn").to_owned();
+    let call = |tool: &str, path: &str| {
+        let body = format!(
+            r#"{{"turn_id": "{turn}", "tool": "{tool}", "arguments": {{"file_path": "{path}"}}}}"#
+        );
+        post(port, "declare_call", Some(&token), &body).1
+    };
+    let d = call("Write", "notes/a");
+    assert_eq!(d["decision"].as_str(), Some("deny"), "{d}");
+    assert!(
+        d["rule"]
+            .as_str()
+            .is_some_and(|r| r.contains("writ: outside writ")),
+        "{d}"
+    );
+    let d = call("Read", "secrets/key");
+    assert_eq!(d["decision"].as_str(), Some("deny"), "{d}");
+    assert!(
+        d["rule"]
+            .as_str()
+            .is_some_and(|r| r.contains("path \"secrets/key\"")),
+        "{d}"
+    );
+    let d = call("Read", "notes/a");
+    assert_eq!(d["decision"].as_str(), Some("allow"), "{d}");
+    let store = s.store();
+    let w = kura_work::writs::writ(&store, &writ)
+        .expect("read")
+        .expect("writ");
+    assert_eq!((w.calls_used, w.refused), (1, 2));
+    let named: i64 = store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM records WHERE record_type = 'tool.call' AND json_extract(content, '$.writ') = ?1",
+            [&writ],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(named, 3, "every call the agent declared names its writ");
+}
