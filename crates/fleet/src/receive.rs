@@ -342,6 +342,8 @@ impl Receiver {
             ReplMessage::Record(r) => {
                 p.bytes += r.columns.content.len() as u64 + 200;
                 if let Some(kept) = r.redacted {
+                    // The signed redaction is held too, and counted against the bound.
+                    p.bytes += kept.redaction.body.reason.len() as u64 + 512;
                     p.redacted.insert(r.columns.hash.clone(), kept);
                 }
                 p.records.insert(r.columns.hash.clone(), r.columns);

@@ -214,7 +214,11 @@ impl Policy {
                 glob(pat, &text)
             });
             if glob(&r.tool, tool)
-                && r.effect.as_deref().is_none_or(|e| e == effect)
+                // An irreversible call is an external one that cannot be undone: a rule for
+                // `external` calls holds it too.
+                && r.effect.as_deref().is_none_or(|e| {
+                    e == effect || (e == "external" && effect == "irreversible")
+                })
                 && r.session.as_deref().is_none_or(|s| glob(s, session))
                 && r.author
                     .as_deref()

@@ -125,7 +125,9 @@ pub fn parse_time(text: &str) -> Result<i64, WritError> {
 
 /// RFC 3339 UTC (seconds) of unix milliseconds.
 pub fn format_time(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    // RFC 3339 has four-digit years: a later time is written as the last one it can say.
+    let ms = ms.clamp(0, 253_402_300_799_000);
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
@@ -223,13 +225,18 @@ pub fn verify_signed(w: &Writ) -> Result<(), WritError> {
 pub fn verify_grant(w: &Writ, issuers: &[Issuer]) -> Result<(), WritError> {
     check_shape(&w.body)?;
     let name = w.body.issuer.trim_start_matches("user:");
-    let Some(issuer) = issuers.iter().find(|i| i.name == name) else {
+    let named: Vec<&Issuer> = issuers.iter().filter(|i| i.name == name).collect();
+    if named.is_empty() {
         return Err(WritError::Untrusted(format!(
             "{} is not a writ issuer here; add them to [writs] issuers (name and public_key)",
             w.body.issuer
         )));
-    };
-    if !issuer.public_key.eq_ignore_ascii_case(&w.key) {
+    }
+    // A person may be listed with more than one key (a new one beside the old).
+    if !named
+        .iter()
+        .any(|i| i.public_key.eq_ignore_ascii_case(&w.key))
+    {
         return Err(WritError::Untrusted(format!(
             "signed with a key that is not {}'s issuer key",
             w.body.issuer
@@ -396,21 +403,46 @@ pub fn verify_redaction(r: &Redaction, people: &[Issuer]) -> Result<(), WritErro
     verify_bytes(&r.key, &r.signature, &b.signing_bytes())
 }
 
-/// The path arguments a writ's `paths` bound: `path` and `file_path` (outside agents' name
-/// for it), as strings.
+/// The path arguments a writ's `paths` bound: `path`, and outside agents' `file_path` and
+/// `notebook_path`, as strings.
 fn paths_of(args: &Map<String, Value>) -> impl Iterator<Item = &str> {
-    ["path", "file_path"]
+    ["path", "file_path", "notebook_path"]
         .into_iter()
         .filter_map(|k| args.get(k).and_then(Value::as_str))
 }
 
-/// A call against one writ: time, tool, paths, ceiling and budget (`spent` before it).
-pub fn check_call(
+/// A path's lexical normal form as a writ's globs see it: `.`, empty parts and `..` resolved
+/// (an absolute path stays absolute — outside agents send those). `None` for a path that
+/// climbs above its start, or holds a NUL: no glob may match it.
+pub fn writ_path(p: &str) -> Option<String> {
+    if p.is_empty() || p.contains('\0') {
+        return None;
+    }
+    let absolute = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name),
+        }
+    }
+    let joined = parts.join("/");
+    Some(match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".into(),
+        (false, false) => joined,
+    })
+}
+
+/// A call's place in one writ, budgets aside: time, tool, every path, ceiling.
+pub fn check_scope(
     w: &WritBody,
     tool: &str,
     effect: Effect,
     args: &Map<String, Value>,
-    spent: Spent,
     now_ms: i64,
 ) -> Result<(), WritError> {
     let id = w.id.clone();
@@ -427,7 +459,10 @@ pub fn check_call(
         return Err(WritError::OutOfScope { id, why });
     }
     for p in paths_of(args) {
-        let normal = crate::path::normalize(p).unwrap_or_else(|_| p.to_owned());
+        let Some(normal) = writ_path(p) else {
+            let why = format!("path {p:?} has no normal form (it climbs out, or holds a NUL)");
+            return Err(WritError::OutOfScope { id, why });
+        };
         if !w.paths.iter().any(|g| glob(g, &normal)) {
             let why = format!("path {normal:?}");
             return Err(WritError::OutOfScope { id, why });
@@ -440,35 +475,43 @@ pub fn check_call(
             ceiling: w.ceiling,
         });
     }
+    Ok(())
+}
+
+/// A call against one writ: its scope, and room in every budget for one more call
+/// (`spent` before it).
+pub fn check_call(
+    w: &WritBody,
+    tool: &str,
+    effect: Effect,
+    args: &Map<String, Value>,
+    spent: Spent,
+    now_ms: i64,
+) -> Result<(), WritError> {
+    check_scope(w, tool, effect, args, now_ms)?;
     check_budget(w, spent, 1)
 }
 
-/// Whether `spent` (plus `calls` more tool calls) is inside every budget axis of `w`.
+/// Whether `spent` leaves room for `calls` more tool calls and is under every other limit.
 pub fn check_budget(w: &WritBody, spent: Spent, calls: u64) -> Result<(), WritError> {
     let b = &w.budget;
     let axes = [
-        (
-            "tool_calls",
-            b.tool_calls,
-            spent.tool_calls.saturating_add(calls),
-        ),
-        ("tokens", b.tokens, spent.tokens),
-        ("money_micros", b.money_micros, spent.money_micros),
-        ("wall_ms", b.wall_ms, spent.wall_ms),
+        ("tool_calls", b.tool_calls, spent.tool_calls, calls.max(1)),
+        ("tokens", b.tokens, spent.tokens, 1),
+        ("money_micros", b.money_micros, spent.money_micros, 1),
+        ("wall_ms", b.wall_ms, spent.wall_ms, 1),
     ];
-    for (axis, limit, used) in axes {
-        // tool_calls counts the call being asked for; the others what was already spent,
-        // which must still be under the limit for anything more to run.
-        let over = match axis {
-            "tool_calls" => limit.is_some_and(|l| used > l),
-            _ => limit.is_some_and(|l| used >= l),
-        };
-        if over {
+    for (axis, limit, used, more) in axes {
+        // Spent, plus what is about to be spent, must fit: a call needs one more tool
+        // call, anything needs at least one more token, millionth and millisecond.
+        if let Some(l) = limit
+            && used.saturating_add(more) > l
+        {
             return Err(WritError::BudgetSpent {
                 id: w.id.clone(),
                 axis,
                 used,
-                limit: limit.unwrap_or(0),
+                limit: l,
             });
         }
     }

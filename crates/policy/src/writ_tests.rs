@@ -425,3 +425,34 @@ fn money_and_wall_time_budgets_are_held() {
     let r = verify_delegation(&sign_writ(&key(2), unlimited), &parent);
     assert!(matches!(r, Err(WritError::Wider(_))), "{r:?}");
 }
+
+/// Attack: a path that climbs out of the writ's paths with `..`, relative (which has no
+/// normal form) or absolute (as outside agents send them), or names another argument.
+#[test]
+fn a_path_that_climbs_out_of_the_writs_paths_is_refused() {
+    let w = WritBody {
+        paths: vec!["notes/*".into(), "/home/ana/notes/*".into()],
+        ..body()
+    };
+    let call = |k: &str, p: &str| {
+        let args = json!({ k: p }).as_object().cloned().expect("object");
+        check_call(&w, "fs.read", Effect::Read, &args, Spent::default(), NOON)
+    };
+    assert_eq!(call("path", "notes/a"), Ok(()));
+    assert_eq!(call("file_path", "/home/ana/notes/a.md"), Ok(()));
+    for (k, p) in [
+        ("path", "notes/../../etc/passwd"),
+        ("file_path", "/home/ana/notes/../../.ssh/id_rsa"),
+        ("file_path", "/home/ana/notes/../../../../etc/shadow"),
+        ("notebook_path", "secrets/n.ipynb"),
+        ("path", "notes/\0x"),
+    ] {
+        let r = call(k, p);
+        assert!(
+            matches!(r, Err(WritError::OutOfScope { .. })),
+            "{k}={p:?}: {r:?}"
+        );
+    }
+    assert_eq!(writ_path("/a/./b//c/../d"), Some("/a/b/d".into()));
+    assert_eq!(writ_path("a/../.."), None);
+}

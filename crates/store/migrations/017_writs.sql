@@ -53,7 +53,7 @@ CREATE TRIGGER records_no_update BEFORE UPDATE ON records
 WHEN NOT (NEW.record_id = OLD.record_id AND NEW.hash = OLD.hash
           AND NEW.record_type = OLD.record_type AND NEW.author_id = OLD.author_id
           AND NEW.metadata = OLD.metadata AND NEW.created_at = OLD.created_at
-          AND NEW.content LIKE '{"redacted":%'
+          AND OLD.content NOT LIKE '{"redacted":%'
           AND EXISTS (SELECT 1 FROM redactions d WHERE d.record_id = OLD.record_id
-                        AND d.redaction_record_id = json_extract(NEW.content, '$.redacted')))
+                        AND NEW.content = '{"redacted":"' || d.redaction_record_id || '"}'))
 BEGIN SELECT RAISE(ABORT, 'kura: records are immutable (only a signed redaction erases content)'); END;

@@ -142,6 +142,17 @@ impl Store {
             if redactions(tx)?.contains_key(&cols.record_id) {
                 return Err(invalid(format!("record {id} is already redacted")));
             }
+            // Authority statements stay: erasing a grant, a revocation or a redaction would
+            // take away what makes the rest verifiable.
+            if matches!(
+                cols.record_type.as_str(),
+                "authority.writ" | "authority.revocation" | "sys.redaction"
+            ) {
+                return Err(invalid(format!(
+                    "record {id} is a {}: authority statements are not redacted",
+                    cols.record_type
+                )));
+            }
             if cols.hash != r.body.record_hash {
                 return Err(invalid(format!(
                     "the redaction names hash {}, but record {id} hashes to {}",
@@ -198,16 +209,30 @@ impl Store {
                 "UPDATE records SET content = ?2 WHERE record_id = ?1",
                 params![id.to_string(), tombstone],
             )?;
+            // FTS5 keeps deleted tokens in its index until merged, unless told otherwise.
+            let _ = conn.execute("INSERT INTO kb(kb, rank) VALUES('secure-delete', 1)", []);
             conn.execute_cached("DELETE FROM kb WHERE record_id = ?1", [id.to_string()])?;
             conn.execute_cached("DELETE FROM kb_vectors WHERE record_id = ?1", [id.to_string()])?;
             Ok(redaction_record)
         });
         let done = done?;
         // The freed pages are zeroed by secure_delete; the WAL's frames that held the old
-        // page are gone once it is checkpointed and truncated.
-        self.conn()
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .optional()?;
-        Ok(done)
+        // page are gone once it is checkpointed and truncated — which a reader's snapshot can
+        // hold up: tried for a few seconds, then said.
+        for attempt in 0..50 {
+            let busy: i64 = self
+                .conn()
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+            if busy == 0 {
+                return Ok(done);
+            }
+            if attempt < 49 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+        Err(invalid(format!(
+            "record {id} is redacted, but a reader kept the WAL from being truncated: its old \
+             bytes may remain there until the next checkpoint (`kura serve` makes one)"
+        )))
     }
 }

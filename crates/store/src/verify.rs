@@ -876,11 +876,33 @@ fn valid_redactions(
             )
             .optional()?;
         let b = &d.redaction.body;
+        let content: Option<String> = conn
+            .query_row(
+                "SELECT content FROM records WHERE record_id = ?1",
+                [&id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let tombstone = format!("{{\"redacted\":\"{}\"}}", d.redaction_record);
+        // The redaction is history like any statement: a record in a sealed ledger.
+        let sealed: bool = conn
+            .prepare_cached(
+                "SELECT 1 FROM ledger_records m JOIN ledgers l ON l.ledger_id = m.ledger_id
+                  WHERE m.record_id = ?1 AND l.state = 'sealed'",
+            )?
+            .exists([&d.redaction_record])?;
         let why = if b.record_id != id
             || stored.as_deref() != Some(b.record_hash.as_str())
             || d.record_hash != b.record_hash
         {
             Some("the redaction names another record or hash".to_owned())
+        } else if content.as_deref() != Some(tombstone.as_str()) {
+            Some("the row holds something other than its tombstone".to_owned())
+        } else if !sealed {
+            Some(format!(
+                "its sys.redaction record {} is in no sealed ledger",
+                d.redaction_record
+            ))
         } else {
             kura_policy::writ::verify_redaction(&d.redaction, people)
                 .err()

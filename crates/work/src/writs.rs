@@ -199,6 +199,39 @@ pub fn check_call(
     Ok(Ok(()))
 }
 
+/// A call already checked and debited, checked again before it runs (a person approved it
+/// later, or edited its arguments, or a new worker resumes it): the chain's signatures,
+/// revocation and time, and the call's tool, paths and ceiling — not the budget it already
+/// spent.
+pub fn recheck_call(
+    conn: &impl Db,
+    id: &str,
+    issuers: &[Issuer],
+    tool: &str,
+    effect: Effect,
+    args: &Map<String, Value>,
+    now_ms: i64,
+) -> Result<std::result::Result<(), WritError>> {
+    let chain = match chain(conn, id)? {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(verify_chain(&chain, issuers).and_then(|()| {
+        chain
+            .iter()
+            .try_for_each(|w| check::check_scope(&w.writ.body, tool, effect, args, now_ms))
+    }))
+}
+
+/// Counts a refusal on writ `id` (a recheck that refused, in the caller's transaction).
+pub fn count_refusal(tx: &Tx<'_>, id: &str) -> Result<()> {
+    tx.sql().execute_cached(
+        "UPDATE writs SET refused = refused + 1 WHERE writ_id = ?1",
+        [id],
+    )?;
+    Ok(())
+}
+
 /// Whether the writ still lets a model be asked: valid chain, not expired, and every budget
 /// axis but tool calls still under its limit. Says which budget ended the run otherwise.
 pub fn check_model_step(
@@ -234,10 +267,13 @@ pub fn debit_usage(
     writ: Option<&str>,
     usage: &Usage,
 ) -> Result<()> {
+    // A model server says what it spent: bounded, so no sum leaves SQLite's integers (a
+    // server reporting 2^64 tokens ends the budget, never the bookkeeping).
+    const MAX: u64 = 1 << 40;
     let (i, o, m) = (
-        i64::try_from(usage.tokens_in).unwrap_or(i64::MAX),
-        i64::try_from(usage.tokens_out).unwrap_or(i64::MAX),
-        i64::try_from(usage.money_micros).unwrap_or(i64::MAX),
+        usage.tokens_in.min(MAX) as i64,
+        usage.tokens_out.min(MAX) as i64,
+        usage.money_micros.min(MAX) as i64,
     );
     tx.sql().execute_cached(
         "INSERT INTO session_usage (session_id, steps, tokens_in, tokens_out, money_micros)
@@ -251,9 +287,11 @@ pub fn debit_usage(
     if let Ok(chain) = chain(tx, id)? {
         for w in chain {
             tx.sql().execute_cached(
-                "UPDATE writs SET tokens_used = tokens_used + ?2, money_used = money_used + ?3
+                "UPDATE writs SET tokens_used = min(tokens_used + ?2, 9007199254740991),
+                     money_used = min(money_used + ?3, 9007199254740991),
+                     first_used_ms = coalesce(first_used_ms, ?4)
                  WHERE writ_id = ?1",
-                params![w.writ.body.id, i.saturating_add(o), m],
+                params![w.writ.body.id, i.saturating_add(o), m, crate::now_ms()],
             )?;
         }
     }
@@ -292,6 +330,23 @@ pub fn grant(
         return Ok(Err(WritError::Taken(w.body.id.clone())));
     }
     if let Some(p) = &w.body.parent {
+        // A delegation is for a sub-session, and one that no writ binds yet: a delegate key
+        // must not re-bind a holder a person already gave a (narrower) writ.
+        if !w.body.holder.starts_with("session:") {
+            return Ok(Err(WritError::Malformed(
+                "a delegated writ's holder is a sub-session (session:<id>)".into(),
+            )));
+        }
+        if tx
+            .sql()
+            .prepare_cached("SELECT 1 FROM writs WHERE holder = ?1")?
+            .exists([&w.body.holder])?
+        {
+            return Ok(Err(WritError::Malformed(format!(
+                "{} already runs under a writ; a delegation cannot re-bind it",
+                w.body.holder
+            ))));
+        }
         let Some(parent) = writ(tx, p)? else {
             return Ok(Err(WritError::Unknown(p.clone())));
         };

@@ -79,9 +79,12 @@ pub fn evaluate(
         {
             let args = args.as_object().cloned().unwrap_or_default();
             let id = w.writ.body.id;
+            // The gateway checked and debited it when the agent declared it; here it is held
+            // to the writ again (revoked or expired meanwhile), not charged twice.
             let verdict =
-                kura_work::writs::check_call(tx, &id, issuers, &a.tool_name, a.effect, &args, now_ms())?;
+                kura_work::writs::recheck_call(tx, &id, issuers, &a.tool_name, a.effect, &args, now_ms())?;
             if let Err(e) = verdict {
+                kura_work::writs::count_refusal(tx, &id)?;
                 let rule = proto::text::excerpt(&format!("writ: {e}"), 512);
                 let (hash, _) = policy.canonical()?;
                 let woke = tx.decide_by_policy(&a, false, &rule, &hash, BTreeMap::new())?;

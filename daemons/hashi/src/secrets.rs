@@ -53,12 +53,30 @@ impl Secrets {
         self.0.is_empty()
     }
 
-    /// `text` with every secret replaced by its marker.
+    /// `text` with every secret replaced by its marker: whole, base64-encoded at any
+    /// alignment (binary output is recorded as base64), and a secret's start left at the end
+    /// of a text that was cut (output is kept up to a size, a quote to a length).
     pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for (name, value) in &self.0 {
-            if out.contains(value.as_str()) {
-                out = Cow::Owned(out.replace(value.as_str(), &format!("[secret:{name}]")));
+            let marker = format!("[secret:{name}]");
+            let mut forms = vec![value.clone()];
+            forms.extend(base64_cores(value.as_bytes()));
+            for form in forms {
+                if out.contains(form.as_str()) {
+                    out = Cow::Owned(out.replace(form.as_str(), &marker));
+                }
+            }
+        }
+        // Then a cut that left a secret's first bytes at the very end.
+        for (name, value) in &self.0 {
+            let marker = format!("[secret:{name}]");
+            let tail = (MIN_SECRET_BYTES.min(value.len())..value.len())
+                .rev()
+                .find(|&n| out.ends_with(&value[..n]) && value.is_char_boundary(n));
+            if let Some(n) = tail {
+                let keep = out.len() - n;
+                out = Cow::Owned(format!("{}{marker}", &out[..keep]));
             }
         }
         out
@@ -94,6 +112,26 @@ impl Secrets {
     }
 }
 
+/// The base64 text that `secret` always turns into, wherever it starts in the encoded
+/// bytes: for each of the three alignments, the characters made only of the secret's bytes.
+fn base64_cores(secret: &[u8]) -> Vec<String> {
+    use base64::Engine as _;
+    let mut cores = Vec::new();
+    for pad in 0..3usize {
+        let mut buf = vec![0u8; pad];
+        buf.extend_from_slice(secret);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&buf);
+        // Characters touched by the padding bytes in front, and the last group (which may
+        // share bits with what follows), depend on the neighbours: drop them.
+        let start = (pad * 8).div_ceil(6);
+        let end = ((pad + secret.len()) * 8) / 6;
+        if end > start + MIN_SECRET_BYTES {
+            cores.push(encoded[start..end].to_owned());
+        }
+    }
+    cores
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +151,31 @@ mod tests {
             serde_json::json!({"out": ["a [secret:KEY] b"], "[secret:KEY]": 1})
         );
         assert!(matches!(s.scrub("nothing here"), Cow::Borrowed(_)));
+    }
+
+    /// Attack: the secret in binary output (recorded as base64, at any offset) or cut in two
+    /// by the output limit.
+    #[test]
+    fn a_canary_in_base64_or_cut_at_the_end_is_replaced() {
+        use base64::Engine as _;
+        let s = Secrets::new(vec![("KEY".into(), "sk-canary-123456".into())]);
+        for pad in 0..3 {
+            let mut bytes = vec![0xffu8; pad];
+            bytes.extend_from_slice(b"sk-canary-123456");
+            bytes.extend_from_slice(&[0xfe, 0x00]);
+            let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let core = &base64_cores(b"sk-canary-123456")[pad];
+            assert!(b64.contains(core.as_str()), "alignment {pad}");
+            assert!(
+                s.scrub(&b64).contains("[secret:KEY]"),
+                "alignment {pad}: {b64}"
+            );
+        }
+        assert_eq!(s.scrub("out: sk-canary-12"), "out: [secret:KEY]");
+        assert_eq!(
+            s.scrub("out: sk-can"),
+            "out: sk-can",
+            "shorter than 8 bytes is left"
+        );
     }
 }

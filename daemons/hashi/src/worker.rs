@@ -256,13 +256,6 @@ impl Worker {
         rec: NewRecord,
     ) -> kura_store::Result<()> {
         let mut rec = rec;
-        // No secret reaches a record: the model's words, a tool's output, an error.
-        self.secrets.scrub_value(&mut rec.content);
-        for v in rec.metadata.values_mut() {
-            if let std::borrow::Cow::Owned(clean) = self.secrets.scrub(v) {
-                *v = clean;
-            }
-        }
         // The first record of a model's answer says which model gave it and what it cost.
         if let Some(u) = self.usage_note.take() {
             for (k, v) in [
@@ -273,6 +266,13 @@ impl Worker {
                 ("money_micros", u.money_micros.to_string()),
             ] {
                 rec.metadata.insert(k.into(), v);
+            }
+        }
+        // No secret reaches a record: the model's words, a tool's output, an error.
+        self.secrets.scrub_value(&mut rec.content);
+        for v in rec.metadata.values_mut() {
+            if let std::borrow::Cow::Owned(clean) = self.secrets.scrub(v) {
+                *v = clean;
             }
         }
         history.push(Record {

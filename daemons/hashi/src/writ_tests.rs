@@ -29,6 +29,8 @@ struct Spender {
     tool: &'static str,
     path: &'static str,
     calls: usize,
+    /// Calls per answer.
+    burst: usize,
 }
 
 impl Provider for Spender {
@@ -46,10 +48,12 @@ impl Provider for Spender {
             }]);
         }
         let arguments = json!({"path": self.path, "content": "x"});
-        Ok(vec![Step::ToolCall {
-            name: self.tool.into(),
-            arguments: arguments.as_object().cloned().unwrap_or_default(),
-        }])
+        Ok((0..self.burst.max(1))
+            .map(|_| Step::ToolCall {
+                name: self.tool.into(),
+                arguments: arguments.as_object().cloned().unwrap_or_default(),
+            })
+            .collect())
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<kura_model::Answer, ProviderError> {
@@ -134,7 +138,12 @@ fn fresh() -> (tempfile::TempDir, Store) {
 }
 
 fn spend(tool: &'static str, path: &'static str, calls: usize) -> Spender {
-    Spender { tool, path, calls }
+    Spender {
+        tool,
+        path,
+        calls,
+        burst: 1,
+    }
 }
 
 #[test]
@@ -233,23 +242,36 @@ fn a_call_above_the_writs_ceiling_is_refused_before_it_runs() {
 fn a_call_past_the_writs_tool_call_budget_is_refused() {
     let (dir, mut store) = fresh();
     grant(&mut store, |w| w.budget.tool_calls = Some(2));
+    // Three calls in one answer: the third finds the budget spent.
     let (out, _) = run(
         &mut store,
         dir.path(),
-        spend("fs.read", "a.txt", 3),
+        Spender {
+            burst: 3,
+            ..spend("fs.read", "a.txt", 3)
+        },
         WorkerConfig::default(),
         ToolsConfig::default(),
     );
     let errors = texts(&out, RecordType::SysError);
-    assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
-        errors[0].contains("tool_calls budget is spent"),
+        errors
+            .iter()
+            .any(|e| e.contains("refused by writ")
+                && e.contains("tool_calls budget is spent (2 of 2)")),
         "{errors:?}"
     );
     let w = kura_work::writs::writ(&store, WRIT)
         .expect("read")
         .expect("writ");
     assert_eq!((w.calls_used, w.refused), (2, 1));
+    // And the model is not asked again: no call is left, so the run ends saying why.
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("its writ ended the run") && e.contains("tool_calls")),
+        "{errors:?}"
+    );
 }
 
 #[test]

@@ -52,28 +52,24 @@ struct Spent {
     money_micros: u64,
 }
 
-/// What one ledger's model answers spent (from the usage its records carry): answers,
-/// models, tokens in, tokens out, money.
-fn ledger_usage(records: &[Record]) -> Option<String> {
-    let mut models: Vec<&str> = Vec::new();
-    let (mut n, mut i, mut o, mut m) = (0u64, 0u64, 0u64, 0u64);
-    let num = |r: &Record, k: &str| r.metadata.get(k).and_then(|v| v.parse::<u64>().ok());
-    for r in records {
-        let Some(model) = r.metadata.get("model") else {
-            continue;
-        };
-        n += 1;
-        i = i.saturating_add(num(r, "tokens_in").unwrap_or(0));
-        o = o.saturating_add(num(r, "tokens_out").unwrap_or(0));
-        m = m.saturating_add(num(r, "money_micros").unwrap_or(0));
-        if !models.contains(&model.as_str()) {
-            models.push(model);
-        }
-    }
-    (n > 0).then(|| {
-        let models = proto::text::escape_controls(&models.join(", ")).into_owned();
+/// What one ledger's model answers spent, summed in SQLite from the usage its records carry
+/// (no record is read into memory): answers, models, tokens in, tokens out, money.
+fn ledger_usage(store: &Store, ledger: proto::LedgerId) -> anyhow::Result<Option<String>> {
+    let row: (i64, Option<String>, i64, i64, i64) = store.conn().query_row(
+        "SELECT count(*), group_concat(DISTINCT json_extract(r.metadata, '$.model')),
+                coalesce(sum(CAST(json_extract(r.metadata, '$.tokens_in') AS INTEGER)), 0),
+                coalesce(sum(CAST(json_extract(r.metadata, '$.tokens_out') AS INTEGER)), 0),
+                coalesce(sum(CAST(json_extract(r.metadata, '$.money_micros') AS INTEGER)), 0)
+           FROM ledger_records m JOIN records r ON r.record_id = m.record_id
+          WHERE m.ledger_id = ?1 AND json_extract(r.metadata, '$.model') IS NOT NULL",
+        [ledger.to_string()],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
+    let (n, models, i, o, m) = row;
+    Ok((n > 0).then(|| {
+        let models = proto::text::escape_controls(&models.unwrap_or_default()).into_owned();
         format!("Usage:   {n} model answers ({models}), {i}+{o} tokens, {m} millionths")
-    })
+    }))
 }
 
 /// One ledger in `kura log --json`: the ledger's own fields and where it stands.
@@ -173,12 +169,11 @@ fn log(
                 "Note:    unreachable (the head was reset past it; see `kura show <session>`)",
             )?;
         }
-        let records = store.hydrate(l.ledger_id)?;
-        if let Some(usage) = ledger_usage(&records) {
+        if let Some(usage) = ledger_usage(store, l.ledger_id)? {
             out.line(usage)?;
         }
         if with_records {
-            for (i, r) in records.iter().enumerate() {
+            for (i, r) in store.hydrate(l.ledger_id)?.iter().enumerate() {
                 out.line(output::record_line(i, r))?;
             }
         }

@@ -209,21 +209,22 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
     String::from_utf8(buf).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
 }
 
-/// The people whose writs and redactions count: `[writs] issuers` in serve.toml, else
-/// `KURA_WRITS__ISSUERS`.
+/// The people whose writs and redactions count: `KURA_WRITS__ISSUERS`, else `[writs]
+/// issuers` in serve.toml.
 fn people() -> anyhow::Result<Vec<kura_policy::writ::Issuer>> {
-    if let Some(c) = crate::tlog::serve_config()?
-        && !c.writs.issuers.is_empty()
-    {
-        return Ok(c.writs.issuers);
-    }
+    // The environment over the file, as for every daemon's config.
     #[derive(Default, serde::Serialize, serde::Deserialize)]
     #[serde(default)]
     struct Env {
         writs: kura_policy::writ::WritsConfig,
     }
     let (env, _) = kura_runtime::config::load_with_env::<Env>(None, std::env::vars())?;
-    Ok(env.writs.issuers)
+    if !env.writs.issuers.is_empty() {
+        return Ok(env.writs.issuers);
+    }
+    Ok(crate::tlog::serve_config()?
+        .map(|c| c.writs.issuers)
+        .unwrap_or_default())
 }
 
 /// Seals with the nkey seed at `path`, when given. On an install whose serve config names a

@@ -41,9 +41,10 @@ pub struct Scope {
     /// Most wall time from its first call, e.g. 30m.
     #[arg(long, value_parser = humantime::parse_duration)]
     wall: Option<std::time::Duration>,
-    /// How long it lasts (e.g. 8h, 7d) or until when (RFC 3339).
-    #[arg(long, default_value = "24h")]
-    expires: String,
+    /// How long it lasts (e.g. 8h, 7d) or until when (RFC 3339); a grant lasts 24h unless
+    /// told, a delegation as long as its parent.
+    #[arg(long)]
+    expires: Option<String>,
     /// Hex Ed25519 public key that may sign narrower writs for sub-sessions (the holder's
     /// key file's `public_key`); none: it cannot be delegated.
     #[arg(long)]
@@ -109,7 +110,11 @@ pub enum WritCmd {
 fn expiry(text: &str, now_ms: i64) -> anyhow::Result<String> {
     if let Ok(d) = humantime::parse_duration(text) {
         let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        return Ok(check::format_time(now_ms.saturating_add(ms)));
+        let until = now_ms.saturating_add(ms);
+        if until > 253_402_300_799_000 {
+            bail!("--expires {text:?} is past the year 9999; give a shorter time");
+        }
+        return Ok(check::format_time(until));
     }
     check::parse_time(text)
         .map(|_| text.to_owned())
@@ -143,9 +148,10 @@ impl Scope {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .or(pb.and_then(|b| b.wall_ms)),
         };
-        let expires_at = match parent {
-            Some(p) if self.expires == "24h" => p.expires_at.clone(),
-            _ => expiry(&self.expires, now)?,
+        let expires_at = match (&self.expires, parent) {
+            (Some(e), _) => expiry(e, now)?,
+            (None, Some(p)) => p.expires_at.clone(),
+            (None, None) => expiry("24h", now)?,
         };
         Ok(WritBody {
             kind: WRIT_KIND.into(),

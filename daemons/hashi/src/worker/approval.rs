@@ -258,6 +258,36 @@ impl Worker {
         call_id: &str,
         edited: Option<&str>,
     ) -> kura_store::Result<CallEnd> {
+        // Decided later than it was checked: the writ is held to it again — revoked or
+        // expired meanwhile, or arguments an approver edited outside its scope, and it
+        // does not run.
+        if let Some(writ) = self.writ.clone() {
+            let args = match self.edited_arguments(edited) {
+                Ok(Some(a)) => a,
+                _ => arguments.clone(),
+            };
+            let effect = self.tools.effect_of(name, &args);
+            let verdict = kura_work::writs::recheck_call(
+                &self.store,
+                &writ,
+                &self.issuers,
+                name,
+                effect,
+                &args,
+                now_ms(),
+            )?;
+            if let Err(e) = verdict {
+                self.commit(claim, history, |tx| {
+                    kura_work::writs::count_refusal(tx, &writ)
+                })?;
+                let refusal = format!("refused by writ: {e}");
+                let error = TextContent::new(&refusal).to_value();
+                let rec = self.record(claim, RecordType::SysError, error, &[]);
+                self.append(claim, history, rec)?;
+                self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal)))?;
+                return Ok(CallEnd::Done);
+            }
+        }
         self.commit(claim, history, |tx| {
             tx.mark_started(request_id, claim.epoch)
         })?;

@@ -119,7 +119,24 @@ impl Worker {
             .tools
             .get(&call.name)
             .is_some_and(|t| t.effect() == Effect::Read);
-        let content = if read_only {
+        // A read re-run is a new run: its writ is held to it again (revoked meanwhile, or a
+        // refusal the dead worker never recorded).
+        let refused = match (&self.writ, read_only) {
+            (Some(writ), true) => kura_work::writs::recheck_call(
+                &self.store,
+                writ,
+                &self.issuers,
+                &call.name,
+                Effect::Read,
+                &call.args,
+                kura_work::now_ms(),
+            )?
+            .err(),
+            _ => None,
+        };
+        let content = if let Some(e) = refused {
+            ToolResultContent::error(format!("refused by writ: {e}"), &call.call_id)
+        } else if read_only {
             self.flush(claim, history)?;
             tracing::info!(turn_id = %claim.turn_id, tool = %call.name, "re-running a read-only call the previous worker left unanswered");
             let outcome = self.run_tool(claim, &call.name, &call.args, &call.call_id);
