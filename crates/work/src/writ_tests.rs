@@ -195,33 +195,8 @@ fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
         .write(|tx| writs::grant(tx, &c, "agent:hashi", None))
         .expect("tx")
         .expect("ok");
-    for _ in 0..3 {
-        assert_eq!(call(&mut store, CHILD, "fs.read"), Ok(()));
-    }
-    let r = call(&mut store, CHILD, "fs.read");
-    assert!(
-        matches!(
-            r,
-            Err(WritError::BudgetSpent {
-                axis: "tool_calls",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
-    // The parent's three calls are spent too: the child cannot multiply them.
-    let r = call(&mut store, ROOT, "fs.read");
-    assert!(
-        matches!(
-            r,
-            Err(WritError::BudgetSpent {
-                axis: "tool_calls",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
-    // Tokens: 60 spent under the child (limit 50) ends its model steps, not the parent's (100).
+    // Tokens: 60 spent under the child (limit 50) end its model steps and its calls, and
+    // are debited on the parent (limit 100), which goes on.
     let session = proto::new_id().into();
     let usage = Usage {
         provider: "openai".into(),
@@ -239,13 +214,52 @@ fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
         matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })),
         "{r:?}"
     );
+    let r = call(&mut store, CHILD, "fs.read");
+    assert!(
+        matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })),
+        "{r:?}"
+    );
     assert_eq!(
         writs::check_model_step(&store, ROOT, &issuers(), now).expect("check"),
         Ok(())
     );
     assert_eq!(
+        writs::writ(&store, ROOT)
+            .expect("r")
+            .expect("w")
+            .tokens_used,
+        60
+    );
+    assert_eq!(
         writs::session_usage(&store, session).expect("usage"),
         Some((1, 40, 20, 0))
+    );
+    // Calls: the parent's three, spent through the chain, and then none is left for
+    // anyone under it — a child cannot multiply them.
+    for _ in 0..3 {
+        assert_eq!(call(&mut store, ROOT, "fs.read"), Ok(()));
+    }
+    let r = call(&mut store, ROOT, "fs.read");
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "tool_calls",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let r = writs::check_model_step(&store, ROOT, &issuers(), now).expect("check");
+    assert!(
+        matches!(
+            r,
+            Err(WritError::BudgetSpent {
+                axis: "tool_calls",
+                ..
+            })
+        ),
+        "{r:?}"
     );
 }
 
