@@ -153,12 +153,47 @@ fn verify_chain(chain: &[StoredWrit], issuers: &[Issuer]) -> std::result::Result
         if w.revoked_by.is_some() {
             return Err(WritError::Revoked(w.writ.body.id.clone()));
         }
-        match chain.get(i + 1) {
-            Some(parent) => check::verify_delegation(&w.writ, &parent.writ)?,
+        let parent = chain.get(i + 1).map(|p| &p.writ);
+        let link = (&w.writ, parent, issuers);
+        // A signed writ never changes: a link verified once (the same writ, parent and
+        // issuers, byte for byte) is not verified again on every call.
+        let key = serde_json::to_vec(&link)
+            .map(|b| proto::sha256_hex(&b))
+            .unwrap_or_default();
+        if verified(&key) {
+            continue;
+        }
+        match parent {
+            Some(parent) => check::verify_delegation(&w.writ, parent)?,
             None => check::verify_grant(&w.writ, issuers)?,
         }
+        remember(key);
     }
     Ok(())
+}
+
+/// Links whose signatures verified in this process (bounded: cleared when full).
+static VERIFIED: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+    std::sync::Mutex::new(None);
+
+fn verified(key: &str) -> bool {
+    !key.is_empty()
+        && VERIFIED
+            .lock()
+            .is_ok_and(|v| v.as_ref().is_some_and(|set| set.contains(key)))
+}
+
+fn remember(key: String) {
+    if key.is_empty() {
+        return;
+    }
+    if let Ok(mut v) = VERIFIED.lock() {
+        let set = v.get_or_insert_with(Default::default);
+        if set.len() >= 4096 {
+            set.clear();
+        }
+        set.insert(key);
+    }
 }
 
 /// Checks a call under writ `id` (its whole chain: signatures, revocation, time, scope,
@@ -240,6 +275,18 @@ pub fn check_model_step(
     issuers: &[Issuer],
     now_ms: i64,
 ) -> Result<std::result::Result<(), WritError>> {
+    check_model_step_pending(conn, id, issuers, now_ms, Spent::default())
+}
+
+/// [`check_model_step`] counting `pending` too: usage answered but not yet committed (it is
+/// debited with the answer's records).
+pub fn check_model_step_pending(
+    conn: &impl Db,
+    id: &str,
+    issuers: &[Issuer],
+    now_ms: i64,
+    pending: Spent,
+) -> Result<std::result::Result<(), WritError>> {
     let chain = match chain(conn, id)? {
         Ok(c) => c,
         Err(e) => return Ok(Err(e)),
@@ -255,7 +302,10 @@ pub fn check_model_step(
                     why,
                 });
             }
-            check::check_budget(b, w.spent(now_ms), 0)
+            let mut spent = w.spent(now_ms);
+            spent.tokens = spent.tokens.saturating_add(pending.tokens);
+            spent.money_micros = spent.money_micros.saturating_add(pending.money_micros);
+            check::check_budget(b, spent, 0)
         })
     }))
 }

@@ -403,7 +403,7 @@ impl Worker {
                 return Ok(End::Released);
             }
             let offline = recorded.as_ref().is_some_and(|r| !r.replay.live);
-            if !offline && let Some(why) = self.budget_ended(claim, &mut history)? {
+            if !offline && let Some(why) = self.budget_ended(claim)? {
                 self.fail(claim, &mut history, &why)?;
                 break;
             }
@@ -501,11 +501,7 @@ impl Worker {
     /// Which budget, if any, forbids asking the model again: the session's (`[worker]
     /// session_tokens`, `session_money_micros`) or its writ's (tokens, money, wall time,
     /// expiry, revocation). Counts what is spent but not yet committed.
-    fn budget_ended(
-        &mut self,
-        claim: &Claim,
-        history: &mut Vec<Record>,
-    ) -> kura_store::Result<Option<String>> {
+    fn budget_ended(&mut self, claim: &Claim) -> kura_store::Result<Option<String>> {
         let used =
             kura_work::writs::session_usage(&self.store, claim.session_id)?.unwrap_or_default();
         let (tokens, money) = self
@@ -531,10 +527,19 @@ impl Worker {
         let Some(writ) = self.writ.clone() else {
             return Ok(None);
         };
-        // Staged usage is debited with the next commit: make it count before asking again.
-        self.flush(claim, history)?;
-        let verdict =
-            kura_work::writs::check_model_step(&self.store, &writ, &self.issuers, now_ms())?;
+        // Usage staged for the next commit counts as spent already (no commit of its own).
+        let pending = kura_policy::writ::Spent {
+            tokens: self.spent.iter().map(|u| u.tokens()).sum(),
+            money_micros: self.spent.iter().map(|u| u.money_micros).sum(),
+            ..Default::default()
+        };
+        let verdict = kura_work::writs::check_model_step_pending(
+            &self.store,
+            &writ,
+            &self.issuers,
+            now_ms(),
+            pending,
+        )?;
         Ok(verdict
             .err()
             .map(|e| format!("its writ ended the run: {e}")))
