@@ -248,6 +248,22 @@ fn insert_checked(
     }
     let key = hashcol::to_column(hash)
         .ok_or_else(|| refused(l, format!("{hash:?} is not a SHA-256 hash")))?;
+    insert_row(c, new, &key)?;
+    // Memory is searchable on a replica as on its origin (`kura search --db replica`).
+    if matches!(new.record_type.as_str(), "memory.fact" | "memory.decision")
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&new.content)
+        && let Some(text) = v.get("text").and_then(serde_json::Value::as_str)
+    {
+        c.execute_cached(
+            "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
+            params![text, new.record_id, new.record_type],
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes a replicated record's row, its columns as received (`key`: its hash as stored).
+fn insert_row(c: &rusqlite::Connection, new: &OwnedColumns, key: &[u8; 32]) -> Result<()> {
     c.prepare_cached(&format!(
         "INSERT INTO records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
     ))?
@@ -260,16 +276,6 @@ fn insert_checked(
         new.metadata,
         new.created_at
     ])?;
-    // Memory is searchable on a replica as on its origin (`kura search --db replica`).
-    if matches!(new.record_type.as_str(), "memory.fact" | "memory.decision")
-        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&new.content)
-        && let Some(text) = v.get("text").and_then(serde_json::Value::as_str)
-    {
-        c.execute_cached(
-            "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
-            params![text, new.record_id, new.record_type],
-        )?;
-    }
     Ok(())
 }
 
@@ -309,18 +315,7 @@ fn insert_redacted(
          VALUES (?1, ?2, ?3, ?4)",
         params![new.record_id, hash, r.leaf_hash, redaction_record],
     )?;
-    c.prepare_cached(&format!(
-        "INSERT INTO records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-    ))?
-    .execute(params![
-        new.record_id,
-        &key[..],
-        new.record_type,
-        new.content,
-        new.author_id,
-        new.metadata,
-        new.created_at
-    ])?;
+    insert_row(c, new, &key)?;
     Ok(())
 }
 

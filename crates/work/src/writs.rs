@@ -172,6 +172,15 @@ fn verify_chain(chain: &[StoredWrit], issuers: &[Issuer]) -> std::result::Result
     Ok(())
 }
 
+/// The chain of writ `id`, every link verified (see [`verify_chain`]).
+fn verified_chain(
+    conn: &impl Db,
+    id: &str,
+    issuers: &[Issuer],
+) -> Result<std::result::Result<Vec<StoredWrit>, WritError>> {
+    Ok(chain(conn, id)?.and_then(|c| verify_chain(&c, issuers).map(|()| c)))
+}
+
 /// Links whose signatures verified in this process (bounded: cleared when full).
 static VERIFIED: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
     std::sync::Mutex::new(None);
@@ -208,22 +217,19 @@ pub fn check_call(
     args: &Map<String, Value>,
     now_ms: i64,
 ) -> Result<std::result::Result<(), WritError>> {
-    let chain = match chain(tx, id)? {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e)),
-    };
-    let verdict = verify_chain(&chain, issuers).and_then(|()| {
+    let chain = verified_chain(tx, id, issuers)?;
+    let verdict = chain.as_ref().map_err(Clone::clone).and_then(|chain| {
         chain.iter().try_for_each(|w| {
             check::check_call(&w.writ.body, tool, effect, args, w.spent(now_ms), now_ms)
         })
     });
-    if verdict.is_err() {
-        tx.sql().execute_cached(
-            "UPDATE writs SET refused = refused + 1 WHERE writ_id = ?1",
-            [id],
-        )?;
-        return Ok(verdict);
-    }
+    let chain = match (verdict, chain) {
+        (Ok(()), Ok(chain)) => chain,
+        (verdict, _) => {
+            count_refusal(tx, id)?;
+            return Ok(verdict);
+        }
+    };
     for w in &chain {
         tx.sql().execute_cached(
             "UPDATE writs SET calls_used = calls_used + 1,
@@ -247,11 +253,7 @@ pub fn recheck_call(
     args: &Map<String, Value>,
     now_ms: i64,
 ) -> Result<std::result::Result<(), WritError>> {
-    let chain = match chain(conn, id)? {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e)),
-    };
-    Ok(verify_chain(&chain, issuers).and_then(|()| {
+    Ok(verified_chain(conn, id, issuers)?.and_then(|chain| {
         chain
             .iter()
             .try_for_each(|w| check::check_scope(&w.writ.body, tool, effect, args, now_ms))
@@ -287,11 +289,7 @@ pub fn check_model_step_pending(
     now_ms: i64,
     pending: Spent,
 ) -> Result<std::result::Result<(), WritError>> {
-    let chain = match chain(conn, id)? {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e)),
-    };
-    Ok(verify_chain(&chain, issuers).and_then(|()| {
+    Ok(verified_chain(conn, id, issuers)?.and_then(|chain| {
         chain.iter().try_for_each(|w| {
             let b = &w.writ.body;
             let now_ok = check::parse_time(&b.expires_at).map(|t| now_ms < t)?;
