@@ -336,6 +336,7 @@ async fn start_console(
         },
         fleet: (config.fleet.name.is_some() || !config.fleet.peers.is_empty())
             .then(|| (config.fleet.clone(), common.db.clone())),
+        issuers: config.writs.issuers.clone(),
     };
     let agents = agent_routes(config, bus.clone())?;
     let console = kura_console::Console::new(config.console.clone(), store, bus, aegis_key, trust)?;

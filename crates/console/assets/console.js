@@ -263,9 +263,135 @@ async function decideNow(article, form, requestHash, choice, argsField, out) {
   if (!j.ok) for (const b of form.querySelectorAll("button")) b.disabled = false;
 }
 
+// --- writs ------------------------------------------------------------------------------
+// RFC 3339 UTC to the second, as `kura writ` writes times.
+const rfc3339 = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+// The writ the grant form describes; its id and times are fixed when the form is first
+// read, so what was shown is what is signed.
+function writFrom(form, fixed) {
+  const v = (n) => form.elements[n].value.trim();
+  const list = (n) => v(n).split(",").map((x) => x.trim()).filter((x) => x);
+  const num = (n, label, digits) => {
+    const text = v(n);
+    if (!text) return undefined;
+    if (!new RegExp("^\\d{1," + digits + "}$").test(text)) throw new Error(label + " is a whole number of at most " + digits + " digits");
+    return Number(text);
+  };
+  const holder = v("holder");
+  if (!/^(session|agent|user):[^\s]{1,128}$/.test(holder)) throw new Error("The holder is session:ID, agent:NAME or user:NAME.");
+  const tools = list("tools");
+  if (!tools.length) throw new Error("Give at least one tool glob, e.g. fs.read or fs.*");
+  const budget = {};
+  for (const [k, label] of [["tool_calls", "Tool calls"], ["tokens", "Tokens"], ["money_micros", "Money"]]) {
+    const n = num(k, label, 12);
+    if (n !== undefined) budget[k] = n;
+  }
+  const wall = num("wall_minutes", "Wall time", 9);
+  if (wall !== undefined) budget.wall_ms = wall * 60000;
+  const hours = num("hours", "Lasts", 6) ?? 24;
+  if (hours < 1) throw new Error("A writ lasts at least an hour.");
+  const body = {
+    kind: "kura.writ.v1",
+    id: fixed.id,
+    holder,
+    issuer: form.dataset.issuer,
+    tools,
+    paths: list("paths").length ? list("paths") : ["*"],
+    ceiling: v("ceiling"),
+    budget,
+    issued_at: rfc3339(fixed.at),
+    expires_at: rfc3339(fixed.at + hours * 3600000),
+  };
+  const dk = v("delegate_key").toLowerCase();
+  if (dk) {
+    if (!/^[0-9a-f]{64}$/.test(dk)) throw new Error("A delegate key is 64 hex digits (a key file's public_key).");
+    body.delegate_key = dk;
+  }
+  return body;
+}
+function initGrant() {
+  const form = document.getElementById("grant");
+  if (!form) return;
+  const preview = document.getElementById("writ-preview");
+  const out = form.querySelector(".outcome");
+  const fixed = { id: crypto.randomUUID(), at: Date.now() };
+  let body = null;
+  const show = () => {
+    try {
+      body = writFrom(form, fixed);
+      preview.textContent = escapeControls(JSON.stringify(body, null, 2));
+      say(out, "");
+    } catch (e) {
+      body = null;
+      preview.textContent = "";
+      say(out, e.message, true);
+    }
+  };
+  form.addEventListener("input", show);
+  form.addEventListener("change", show);
+  document.getElementById("grant-button").addEventListener("click", () =>
+    busyWhile(form, out, async () => {
+      show();
+      if (!body) return;
+      const key = await loadKey().catch(() => null);
+      if (!key) return say(out, "No key in this browser.", true);
+      const writ = { body, key: key.publicKey, signature: await sign(key, enc.encode(jcs(body))) };
+      if (!(await send("/api/writs/grant", writ, out))) return;
+      // Granted: a fresh statement for the next one, and the list may refresh to show it.
+      document.body.dataset.granted = body.id;
+      form.reset();
+      Object.assign(fixed, { id: crypto.randomUUID(), at: Date.now() });
+      form.closest("details").open = false;
+      refresh();
+    }));
+}
+function initRevoke(form) {
+  const out = form.querySelector(".outcome");
+  form.querySelector("button").addEventListener("click", () =>
+    busyWhile(form, out, async () => {
+      const reason = form.elements.reason.value.trim();
+      if (!reason) return say(out, "Say why you revoke it.", true);
+      const key = await loadKey().catch(() => null);
+      if (!key) return say(out, "No key in this browser.", true);
+      const body = { kind: "kura.revocation.v1", writ_id: form.dataset.writ, by: form.dataset.by, reason, revoked_at: rfc3339(Date.now()) };
+      if (!(await send("/api/writs/revoke", { body, key: key.publicKey, signature: await sign(key, enc.encode(jcs(body))) }, out))) return;
+      document.body.dataset.revoked = body.writ_id;
+      form.reset();
+      refresh();
+    }));
+}
+// Runs `f` with the form marked busy (a live refresh waits) and its buttons off.
+async function busyWhile(form, out, f) {
+  form.dataset.busy = "1";
+  for (const b of form.querySelectorAll("button")) b.disabled = true;
+  try {
+    await f();
+  } catch (e) {
+    say(out, "Not sent: " + e, true);
+  } finally {
+    delete form.dataset.busy;
+    for (const b of form.querySelectorAll("button")) b.disabled = false;
+  }
+}
+async function send(path, statement, out) {
+  const r = await fetch(path, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-kura-csrf": csrf() },
+    body: JSON.stringify(statement),
+  });
+  const j = await r.json().catch(() => ({}));
+  say(out, j.message || (r.ok ? "Sent." : "Refused."), !(r.ok && j.ok));
+  return r.ok && j.ok;
+}
+function initWrits(root) {
+  initGrant();
+  root.querySelectorAll("form.revoke").forEach((f) => initRevoke(f));
+}
+
 function initPage() {
   localTimes(document);
   document.querySelectorAll("article.approval").forEach((a) => initApproval(a));
+  initWrits(document);
   initEnrol();
   initLogin();
 }
@@ -277,7 +403,7 @@ let served = "";
 // Never throw away what a person is typing or deciding.
 function inUse() {
   const main = document.getElementById("main");
-  if (!main || main.querySelector("[data-busy]")) return true;
+  if (!main || main.querySelector("[data-busy], details.grant[open]")) return true;
   for (const f of main.querySelectorAll("input, textarea")) {
     if (f.value !== f.defaultValue && !(f.tagName === "TEXTAREA" && f.dataset.initial === f.value)) return true;
   }
@@ -300,6 +426,7 @@ async function refresh() {
       if (nav) document.querySelector("header nav")?.replaceWith(nav);
       localTimes(main);
       document.querySelectorAll("article.approval").forEach((a) => initApproval(a));
+      initWrits(main);
       document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
     }
   } finally {

@@ -96,6 +96,9 @@ pub struct Login {
     pub name: String,
     /// The token their page sends with every change.
     pub csrf: String,
+    /// The browser key they logged in with (hex): what they sign in the console is theirs
+    /// only when signed by this key.
+    pub public_key: String,
     expires: Instant,
 }
 
@@ -231,6 +234,7 @@ impl Logins {
             let login = Login {
                 name: user.name.clone(),
                 csrf,
+                public_key: user.public_key.to_ascii_lowercase(),
                 expires: Instant::now() + self.ttl,
             };
             s.logins.insert(token.clone(), login.clone());

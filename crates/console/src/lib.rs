@@ -16,6 +16,7 @@ mod relay;
 mod server;
 mod text;
 mod views;
+mod writs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -91,6 +92,9 @@ pub struct Trust {
     pub sealers: Option<kura_tlog::sealer::Keyring>,
     /// The fleet (`[fleet]`) and this Pi's database, for the fleet page and the replicas.
     pub fleet: Option<(kura_fleet::FleetConfig, PathBuf)>,
+    /// Whose writs and revocations count (`[writs] issuers`): a person grants from the
+    /// console only when they are one of them, with the key they logged in with.
+    pub issuers: Vec<kura_policy::writ::Issuer>,
 }
 
 /// Everything a request handler needs.
@@ -155,6 +159,22 @@ impl Console {
             anyhow::ensure!(path.exists(), "no replica of that Pi yet");
             let store = kura_store::Store::open(&path, &kura_store::StoreOptions::default())?;
             f(&store)
+        })
+        .await?
+    }
+
+    /// Runs `f` on the store, writable, on a blocking thread.
+    async fn write<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut kura_store::Store) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut store = me
+                .store
+                .lock()
+                .map_err(|_| anyhow::anyhow!("the console's store lock is poisoned"))?;
+            f(&mut store)
         })
         .await?
     }

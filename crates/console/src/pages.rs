@@ -404,12 +404,20 @@ pub fn fleet(pis: &[kura_fleet::status::PiStatus]) -> Markup {
 }
 
 /// Every writ: who holds it, what it allows, what was spent and refused, and whether it is
-/// live. Granting and revoking are `kura writ` (README: Give an agent a budget).
-pub fn writs(all: &[kura_work::writs::StoredWrit], now_ms: i64) -> Markup {
+/// live; for a `[writs] issuers` person, a form to grant one and a button to revoke each,
+/// signed in the browser (the page shows the exact statement before it is signed).
+pub fn writs(
+    all: &[kura_work::writs::StoredWrit],
+    now_ms: i64,
+    me: &Login,
+    issuer: bool,
+) -> Markup {
     let limit = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     html! {
         h1 { "Writs" }
-        @if all.is_empty() { p.empty { "No writs: sessions run under the installed policy (grant one with kura writ grant)." } }
+        @if issuer { (grant_form(me)) }
+        @else { p.sub { "You are not one of [writs] issuers here, so you can read writs but not grant or revoke them." } }
+        @if all.is_empty() { p.empty { "No writs: sessions run under the installed policy." } }
         table.daemons {
             thead { tr { th { "Writ" } th { "Holder" } th { "Allows" } th { "Spent" } th { "Refused" } th { "State" } } }
             tbody {
@@ -425,10 +433,51 @@ pub fn writs(all: &[kura_work::writs::StoredWrit], now_ms: i64) -> Markup {
                         td {
                             @if w.revoked_by.is_some() { span.fail { "revoked" } }
                             @else if expired { "expired " (when(&b.expires_at)) }
-                            @else { "live until " (when(&b.expires_at)) }
+                            @else {
+                                "live until " (when(&b.expires_at))
+                                @if issuer {
+                                    form.revoke data-writ=(b.id) data-by=(format!("user:{}", me.name)) {
+                                        input name="reason" maxlength="200" autocomplete="off" placeholder="why";
+                                        button type="button" { "Sign and revoke" }
+                                        p.outcome role="status" {}
+                                    }
+                                }
+                            }
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The grant form: the script builds the writ from it, shows the statement, and signs it.
+fn grant_form(me: &Login) -> Markup {
+    html! {
+        details.grant {
+            summary { "Grant a writ" }
+            form #grant data-issuer=(format!("user:{}", me.name)) {
+                label { "Holder " input name="holder" maxlength="200" autocomplete="off" placeholder="session:ID, agent:NAME or user:NAME"; }
+                label { "Tools " input name="tools" maxlength="2000" autocomplete="off" placeholder="fs.read, fs.*"; }
+                label { "Paths " input name="paths" maxlength="2000" autocomplete="off" value="*"; }
+                label { "Up to "
+                    select name="ceiling" {
+                        option value="read" selected { "read" }
+                        option value="write" { "write" }
+                        option value="external" { "external" }
+                        option value="irreversible" { "irreversible" }
+                    }
+                }
+                label { "Tool calls " input name="tool_calls" inputmode="numeric" autocomplete="off"; }
+                label { "Tokens " input name="tokens" inputmode="numeric" autocomplete="off"; }
+                label { "Money (millionths) " input name="money_micros" inputmode="numeric" autocomplete="off"; }
+                label { "Wall time (minutes) " input name="wall_minutes" inputmode="numeric" autocomplete="off"; }
+                label { "Delegate key " input name="delegate_key" maxlength="64" autocomplete="off" placeholder="optional: the holder's public key"; }
+                label { "Lasts (hours) " input name="hours" inputmode="numeric" autocomplete="off" value="24"; }
+                p.sub { "You sign exactly this statement:" }
+                pre #writ-preview {}
+                button type="button" #grant-button { "Sign and grant" }
+                p.outcome role="status" {}
             }
         }
     }

@@ -264,6 +264,8 @@ fn router(console: Shared) -> Router {
         .route("/api/login", post(login))
         .route("/api/logout", post(logout))
         .route("/api/decide", post(decide))
+        .route("/api/writs/grant", post(crate::writs::grant))
+        .route("/api/writs/revoke", post(crate::writs::revoke))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(console)
@@ -452,8 +454,13 @@ async fn writs(State(c): State<Shared>, headers: HeaderMap) -> Response {
         return Redirect::to("/login").into_response();
     }
     let all = c.read(|s| Ok(kura_work::writs::list(s)?)).await;
-    page(&c, &headers, "writs", |_| {
-        Ok(pages::writs(&all?, kura_work::now_ms()))
+    page(&c, &headers, "writs", |me| {
+        let issuer = c
+            .trust
+            .issuers
+            .iter()
+            .any(|i| i.name == me.name && i.public_key.eq_ignore_ascii_case(&me.public_key));
+        Ok(pages::writs(&all?, kura_work::now_ms(), me, issuer))
     })
     .await
 }

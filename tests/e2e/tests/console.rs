@@ -7,6 +7,7 @@ mod browser;
 mod hidden;
 mod limits;
 mod people;
+mod writs;
 
 use proto::SessionId;
 use std::time::{Duration, Instant};

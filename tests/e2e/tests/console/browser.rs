@@ -162,9 +162,15 @@ pub async fn base(c: &Client) -> String {
 }
 
 /// `kura serve` with a console on `port`; a browser enrols "alice" (screenshots `enrol`),
-/// the operator trusts her key for the console and aegis, the approval daemons start, and she
-/// logs in (screenshot `login`). Returns the logged-in browser on the sessions page.
+/// the operator trusts her key for the console, aegis and `[writs] issuers`, the approval
+/// daemons start, and she logs in (screenshot `login`). Returns the logged-in browser on the
+/// sessions page.
 pub fn enrolled(s: &mut Stack, port: u16) -> Browser {
+    enrolled_with(s, port, &[])
+}
+
+/// [`enrolled`], with `others` (name, public key, issuer or not) also console users.
+pub fn enrolled_with(s: &mut Stack, port: u16, others: &[(&str, String, bool)]) -> Browser {
     console_env(s, port, "[]");
     s.spawn("kura", "serve");
     wait_http(port);
@@ -191,10 +197,21 @@ pub fn enrolled(s: &mut Stack, port: u16) -> Browser {
         shot(c, "enrol").await;
         text(c, "#enrol-key").await
     });
-    let users = format!("[{{ name = \"alice\", public_key = \"{public_key}\" }}]");
-    console_env(s, port, &users);
+    let person = |name: &str, key: &str| format!("{{ name = \"{name}\", public_key = \"{key}\" }}");
+    let alice = person("alice", &public_key);
+    let users = std::iter::once(alice.clone())
+        .chain(others.iter().map(|(n, k, _)| person(n, k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let issuers = std::iter::once(alice.clone())
+        .chain(others.iter().filter(|o| o.2).map(|(n, k, _)| person(n, k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    console_env(s, port, &format!("[{users}]"));
     s.extra_env
-        .push(("KURA_AEGIS__APPROVERS".into(), users.clone()));
+        .push(("KURA_AEGIS__APPROVERS".into(), format!("[{alice}]")));
+    s.extra_env
+        .push(("KURA_WRITS__ISSUERS".into(), format!("[{issuers}]")));
     s.signal("serve", "TERM");
     s.wait_exit("serve", MINUTE);
     s.spawn("kura", "serve");
