@@ -70,7 +70,7 @@ impl Worker {
         Ok(CallEnd::Done)
     }
 
-    /// The part of a call after its `tool.call` record: policy, approval, run, result.
+    /// The part of a call after its `tool.call` record: writ, policy, approval, run, result.
     pub(super) fn approve_and_run(
         &mut self,
         claim: &Claim,
@@ -80,69 +80,80 @@ impl Worker {
         call_id: &str,
     ) -> kura_store::Result<CallEnd> {
         // The writ first: before the static policy, before aegis, before anything runs —
-        // checked and debited in the commit that makes the call durable.
-        if let Some(refusal) = self.check_writ(claim, history, name, arguments)? {
-            let error = TextContent::new(&refusal).to_value();
-            let e = self.record(claim, RecordType::SysError, error, &[]);
-            self.append(claim, history, e)?;
-            self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal)))?;
-            return Ok(CallEnd::Done);
-        }
+        // checked and debited in the commit that makes the call durable (and, on the common
+        // path, files its approval request: one fsync, not two).
+        let writ = self.writ_check(name, arguments);
         let outcome = match self.tools.check(name) {
-            Err(Refusal::Unknown) => Err(ToolError::Refused(format!("unknown tool {name:?}"))),
-            Err(Refusal::Denied(rule)) => {
-                Err(ToolError::Refused(format!("denied by policy ({rule})")))
-            }
-            Ok(tool)
-                if self.config.approvals == Approvals::Off
-                    && claim.replay.is_some_and(|r| r.rerun)
-                    && tool.effect() != Effect::Read =>
-            {
-                Err(ToolError::Refused(
-                    "a re-run of a side effect needs a person, and this worker has approvals \
-                     off ([worker] approvals); not run"
-                        .into(),
-                ))
-            }
             Ok(_) if self.config.approvals == Approvals::Off => {
-                self.flush(claim, history)?;
-                self.run_tool(claim, name, arguments, call_id)
-            }
-            Ok(_) => {
-                let effect = self.tools.effect_of(name, arguments);
-                match self.ask_approval(claim, history, name, arguments, call_id, effect)? {
-                    Ok(end) => return Ok(end),
-                    Err(refusal) => Err(refusal),
+                let rerun = claim.replay.is_some_and(|r| r.rerun)
+                    && self.tools.effect_of(name, arguments) != Effect::Read;
+                let verdict = self.commit(claim, history, |tx| writ.check(tx))?;
+                if let Err(e) = verdict {
+                    return self.refused_by_writ(claim, history, call_id, &writ, e);
                 }
+                if rerun {
+                    Err(ToolError::Refused(
+                        "a re-run of a side effect needs a person, and this worker has approvals \
+                         off ([worker] approvals); not run"
+                            .into(),
+                    ))
+                } else {
+                    self.run_tool(claim, name, arguments, call_id)
+                }
+            }
+            Ok(_) => match self.ask_approval(claim, history, &writ, call_id)? {
+                Ok(end) => return Ok(end),
+                Err(refusal) => Err(refusal),
+            },
+            Err(refusal) => {
+                let verdict = self.commit(claim, history, |tx| writ.check(tx))?;
+                if let Err(e) = verdict {
+                    return self.refused_by_writ(claim, history, call_id, &writ, e);
+                }
+                Err(match refusal {
+                    Refusal::Unknown => ToolError::Refused(format!("unknown tool {name:?}")),
+                    Refusal::Denied(rule) => {
+                        ToolError::Refused(format!("denied by policy ({rule})"))
+                    }
+                })
             }
         };
         self.record_result(claim, history, call_id, outcome)?;
         Ok(CallEnd::Done)
     }
 
-    /// The turn's writ on this call (its whole chain: signatures, revocation, time, scope,
-    /// ceiling, budget), checked and debited in one commit with what is staged. `Some` says
-    /// why the call is refused; no writ, no check.
-    fn check_writ(
+    /// This call under the turn's writ, to be checked inside a commit.
+    fn writ_check<'a>(&self, name: &'a str, arguments: &'a Map<String, Value>) -> WritCheck<'a> {
+        WritCheck {
+            writ: self.writ.clone(),
+            issuers: self.issuers.clone(),
+            name,
+            effect: self.tools.effect_of(name, arguments),
+            arguments,
+        }
+    }
+
+    /// Records why the writ refused the call (a `sys.error`, then a refused `tool.result`);
+    /// the refusal was counted in the commit that checked it.
+    fn refused_by_writ(
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        name: &str,
-        arguments: &Map<String, Value>,
-    ) -> kura_store::Result<Option<String>> {
-        let Some(writ) = self.writ.clone() else {
-            return Ok(None);
-        };
-        let effect = self.tools.effect_of(name, arguments);
-        let issuers = self.issuers.clone();
-        let verdict = self.commit(claim, history, |tx| {
-            kura_work::writs::check_call(tx, &writ, &issuers, name, effect, arguments, now_ms())
-        })?;
-        Ok(verdict.err().map(|e| {
-            let (tool, error) = (self.secrets.scrub(name), self.secrets.scrub(&e.to_string()).into_owned());
-            tracing::warn!(turn_id = %claim.turn_id, %writ, tool = %excerpt(&tool, 256), %error, "call refused by its writ");
-            format!("refused by writ: {e}")
-        }))
+        call_id: &str,
+        writ: &WritCheck<'_>,
+        e: kura_policy::writ::WritError,
+    ) -> kura_store::Result<CallEnd> {
+        let (tool, error) = (
+            self.secrets.scrub(writ.name),
+            self.secrets.scrub(&e.to_string()).into_owned(),
+        );
+        tracing::warn!(turn_id = %claim.turn_id, writ = ?writ.writ, tool = %excerpt(&tool, 256), %error, "call refused by its writ");
+        let refusal = format!("refused by writ: {e}");
+        let error = TextContent::new(&refusal).to_value();
+        let e = self.record(claim, RecordType::SysError, error, &[]);
+        self.append(claim, history, e)?;
+        self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal)))?;
+        Ok(CallEnd::Done)
     }
 
     /// Files the approval request and has it decided: by the published policy in the same
@@ -152,11 +163,10 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        name: &str,
-        arguments: &Map<String, Value>,
+        writ: &WritCheck<'_>,
         call_id: &str,
-        effect: Effect,
     ) -> kura_store::Result<Result<CallEnd, ToolError>> {
+        let (name, arguments, effect) = (writ.name, writ.arguments, writ.effect);
         let meta = self
             .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
             .metadata;
@@ -169,10 +179,14 @@ impl Worker {
             self.published_policy()?
         };
         let session = claim.session_id.to_string();
-        // One commit: what the model said, the call, the request — and, when the
-        // published policy allows or denies it, the decision (and for an allowed
-        // call the mark that it is starting). Only `ask` needs aegis and a person.
-        let (request, ruled) = self.commit(claim, history, |tx| {
+        // One commit: what the model said, the call, its writ's check and debit, the
+        // request — and, when the published policy allows or denies it, the decision (and
+        // for an allowed call the mark that it is starting). Only `ask` needs aegis and a
+        // person.
+        let filed = self.commit(claim, history, |tx| {
+            if let Err(e) = writ.check(tx)? {
+                return Ok(Err(e));
+            }
             let a = tx.request_approval(
                 claim,
                 call_id,
@@ -183,11 +197,11 @@ impl Worker {
                 meta.clone(),
             )?;
             let Some((hash, p)) = published else {
-                return Ok((a, None));
+                return Ok(Ok((a, None)));
             };
             // aegis may have published another policy since it was read.
             if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
-                return Ok((a, None));
+                return Ok(Ok((a, None)));
             }
             let args = Value::Object(arguments.clone());
             let submitter = kura_work::turn_submitter(tx, claim.turn_id)?;
@@ -200,15 +214,23 @@ impl Worker {
                 on_behalf_of: submitter.as_deref(),
             });
             let allow = match ruling.verdict {
-                Verdict::Ask => return Ok((a, None)),
+                Verdict::Ask => return Ok(Ok((a, None))),
                 v => v == Verdict::Allow,
             };
             tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
             if allow {
                 tx.mark_started(a.request_id, claim.epoch)?;
             }
-            Ok((a, Some((allow, ruling.rule))))
+            Ok(Ok((a, Some((allow, ruling.rule)))))
         })?;
+        let (request, ruled) = match filed {
+            Ok(filed) => filed,
+            Err(e) => {
+                return self
+                    .refused_by_writ(claim, history, call_id, writ, e)
+                    .map(Ok);
+            }
+        };
         let decided = match ruled {
             Some((true, _)) => {
                 let outcome = self.run_tool(claim, name, arguments, call_id);
@@ -411,5 +433,36 @@ impl Worker {
     ) -> kura_store::Result<()> {
         let result = self.record(claim, RecordType::ToolResult, content.to_value(), &[]);
         self.append(claim, history, result)
+    }
+}
+
+/// One call under the turn's writ (if it has one), checked and debited inside the commit
+/// that makes the call durable.
+pub(super) struct WritCheck<'a> {
+    writ: Option<String>,
+    issuers: Arc<[kura_policy::writ::Issuer]>,
+    name: &'a str,
+    effect: Effect,
+    arguments: &'a Map<String, Value>,
+}
+
+impl WritCheck<'_> {
+    /// The writ's verdict on the call (a refusal counted on it); no writ, no check.
+    fn check(
+        &self,
+        tx: &kura_store::Tx<'_>,
+    ) -> kura_store::Result<Result<(), kura_policy::writ::WritError>> {
+        let Some(writ) = &self.writ else {
+            return Ok(Ok(()));
+        };
+        kura_work::writs::check_call(
+            tx,
+            writ,
+            &self.issuers,
+            self.name,
+            self.effect,
+            self.arguments,
+            now_ms(),
+        )
     }
 }
