@@ -127,11 +127,23 @@ fn writ_cost(n: usize) -> (f64, f64) {
     (pct(&mut free, 0.5), pct(&mut held, 0.5))
 }
 
+fn writ_row((free, held): (f64, f64)) -> String {
+    format!(
+        "| the writ check: a one-tool turn under a writ (signature chain, scope, ceiling, budget checked and debited before the call) | p50 {held:.2} ms | the same turns interleaved, without a writ: p50 {free:.2} ms | {:.3} | <= 1.05 | {} |",
+        held / free,
+        if held / free <= 1.05 { "yes" } else { "no" }
+    )
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse. KURA_BENCH_QUICK=1: small sizes
-    // (to check the harness, not to judge speed).
+    // (to check the harness, not to judge speed). KURA_BENCH_ONLY=writ: only the writ row.
     let quick = std::env::var_os("KURA_BENCH_QUICK").is_some();
     let scale = |n: usize| if quick { n / 10 } else { n };
+    if std::env::var("KURA_BENCH_ONLY").as_deref() == Ok("writ") {
+        println!("{}", writ_row(writ_cost(scale(200))));
+        return;
+    }
     let mut rows: Vec<String> = Vec::new();
 
     // 6. Turn overhead.
@@ -215,12 +227,7 @@ fn main() {
 
     // 10. The writ check: the same one-tool turns, alternately submitted by a holder of a
     // writ (every call checked against it and debited) and by someone without one.
-    let (free, held) = writ_cost(sequential);
-    rows.push(format!(
-        "| the writ check: a one-tool turn under a writ (signature chain, scope, ceiling, budget checked and debited before the call) | p50 {held:.2} ms | the same turns interleaved, without a writ: p50 {free:.2} ms | {:.3} | <= 1.05 | {} |",
-        held / free,
-        if held / free <= 1.05 { "yes" } else { "no" }
-    ));
+    rows.push(writ_row(writ_cost(sequential)));
 
     // 9. The approval round trip (before recovery, which leaves NATS restarted).
     let ap = approval_round_trip(scale(30).max(5));
