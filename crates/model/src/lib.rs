@@ -38,6 +38,9 @@ pub enum Step {
         /// Its arguments.
         arguments: Map<String, Value>,
     },
+    /// A plan (an `agent.plan` record): minato runs its steps as sub-sessions once the
+    /// turn is done, then gives the session its next turn with their outputs.
+    Plan(proto::plan::PlanContent),
     /// The turn's output; `is_final: false` asks minato for another turn.
     Deliver {
         /// The deliverable text.
@@ -86,7 +89,10 @@ impl TurnInput<'_> {
             .filter(|r| {
                 matches!(
                     r.record_type,
-                    RecordType::AgentThought | RecordType::ToolCall | RecordType::TaskDeliverable
+                    RecordType::AgentThought
+                        | RecordType::AgentPlan
+                        | RecordType::ToolCall
+                        | RecordType::TaskDeliverable
                 )
             })
             .count()

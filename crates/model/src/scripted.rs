@@ -11,6 +11,13 @@
 //!   [{"deliver": "done", "delay_ms": 100}]
 //! ]}
 //! ```
+//!
+//! A step may also be a plan, which minato runs as sub-sessions:
+//!
+//! ```text
+//! {"plan": {"steps": [{"id": "a", "role": "writer", "instruction": "draft it"},
+//!                     {"id": "b", "instruction": "check it", "after": ["a"]}]}}
+//! ```
 
 use std::path::Path;
 use std::time::Duration;
@@ -35,6 +42,8 @@ struct ScriptStep {
     #[serde(default)]
     args: Map<String, Value>,
     deliver: Option<String>,
+    /// A plan (`{"steps": [{"id", "role", "instruction", "after"}]}`).
+    plan: Option<proto::plan::PlanContent>,
     #[serde(rename = "final", default = "yes")]
     is_final: bool,
     /// Simulated model time before this step.
@@ -73,13 +82,14 @@ impl Scripted {
         for (t, steps) in script.turns.into_iter().enumerate() {
             let mut out = Vec::new();
             for (i, s) in steps.into_iter().enumerate() {
-                let step = match (s.thought, s.tool, s.deliver) {
-                    (Some(t), None, None) => Step::Thought(t),
-                    (None, Some(name), None) => Step::ToolCall {
+                let step = match (s.thought, s.tool, s.deliver, s.plan) {
+                    (Some(t), None, None, None) => Step::Thought(t),
+                    (None, Some(name), None, None) => Step::ToolCall {
                         name,
                         arguments: s.args,
                     },
-                    (None, None, Some(text)) => {
+                    (None, None, None, Some(plan)) => Step::Plan(plan),
+                    (None, None, Some(text), None) => {
                         let mut extra = Map::new();
                         if let Some(f) = s.facts {
                             extra.insert("facts".into(), f);
@@ -94,7 +104,7 @@ impl Scripted {
                         }
                     }
                     _ => anyhow::bail!(
-                        "turn {} step {}: give exactly one of thought, tool, deliver",
+                        "turn {} step {}: give exactly one of thought, tool, plan, deliver",
                         t + 1,
                         i + 1
                     ),

@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod ids;
 pub mod ledger;
 pub mod merkle;
+pub mod plan;
 pub mod proof;
 pub mod record;
 pub mod states;

@@ -98,6 +98,8 @@ record_types! {
     AuthorityWrit => "authority.writ", "A signed writ: bounded authority a person granted, or a holder delegated.";
     AuthorityRevocation => "authority.revocation", "A signed revocation of a writ and every writ delegated from it.";
     SysRedaction => "sys.redaction", "A signed redaction: a record's content erased, its leaf kept.";
+    TaskRoute => "task.route", "Which role a request or plan step went to, and why.";
+    TaskVerdict => "task.verdict", "A validator's verdict on a deliverable: pass or fail, and why.";
 }
 
 impl RecordType {

@@ -114,6 +114,7 @@ pub fn open_agent_turn(
         attempt: 1,
         last_error: None,
         replay: None,
+        role: None,
     })
 }
 
@@ -147,6 +148,7 @@ pub fn agent_claim(db: &impl Db, agent: &str, turn_id: TurnId) -> Result<Claim> 
         attempt: 1,
         last_error: None,
         replay: None,
+        role: None,
     })
 }
 

@@ -10,6 +10,7 @@ pub mod agents;
 pub mod approvals;
 mod cursor;
 pub mod ops;
+pub mod plans;
 pub mod policy;
 mod requests;
 mod turns;
@@ -31,7 +32,7 @@ pub use cursor::{cursor, set_cursor};
 pub use requests::{
     Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
     recorded_turns, request_instruction, request_replays, request_status, request_submitter,
-    submit, submit_replay, turn_submitter,
+    submit, submit_as, submit_replay, turn_submitter,
 };
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,

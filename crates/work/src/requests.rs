@@ -27,6 +27,14 @@ pub struct Queued {
     pub record_id: RecordId,
     /// The session it continues, if any.
     pub session_id: Option<SessionId>,
+    /// The role it names (`minato submit --role`, or a plan step's).
+    pub role: Option<String>,
+    /// The parents of its first context, when they are not its session's head (a plan
+    /// step's: the plan ledger, or the outputs of the steps it waits on).
+    pub parents: Option<Vec<LedgerId>>,
+    /// Records its first context carries after the instruction (the deliverables of the
+    /// steps it waits on).
+    pub members: Vec<RecordId>,
 }
 
 /// Writes the `task.instruction` and queues it for minato, in one transaction.
@@ -48,6 +56,18 @@ pub fn submit_replay(
     session: Option<SessionId>,
     replay: Option<crate::Replay>,
 ) -> Result<Request> {
+    submit_as(store, instruction, author, session, replay, None)
+}
+
+/// [`submit_replay`] for work that names its role (`[roster]`).
+pub fn submit_as(
+    store: &mut Store,
+    instruction: &str,
+    author: &str,
+    session: Option<SessionId>,
+    replay: Option<crate::Replay>,
+    role: Option<&str>,
+) -> Result<Request> {
     if instruction.trim().is_empty() {
         return Err(StoreError::Invalid("the instruction is empty".into()));
     }
@@ -62,8 +82,8 @@ pub fn submit_replay(
         }
         let stored = tx.write_record(&rec)?;
         tx.sql().execute_cached(
-"INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+"INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun, role)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 stored.record_id.to_string(),
                 session.map(|s| s.to_string()),
@@ -71,6 +91,7 @@ pub fn submit_replay(
                 replay.map(|r| r.of.to_string()),
                 replay.is_some_and(|r| r.live),
                 replay.is_some_and(|r| r.rerun),
+                role,
             ],
         )?;
         Ok(Request {
@@ -84,22 +105,54 @@ pub fn submit_replay(
 /// The first request after `position` in the queue, if any.
 pub fn next_request_after(conn: &impl Db, position: i64) -> Result<Option<Queued>> {
     let conn = conn.sql();
-    let row: Option<(i64, String, Option<String>)> = conn
+    type Row = (
+        i64,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let row: Option<Row> = conn
         .prepare_cached(
             // An outside agent's request is accepted when it is filed (crate::agents).
-            "SELECT request_seq, record_id, session_id FROM requests
+            "SELECT request_seq, record_id, session_id, role, parents, members FROM requests
               WHERE request_seq > ?1 AND agent IS NULL ORDER BY request_seq LIMIT 1",
         )?
-        .query_row([position], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    row.map(|(request_seq, record_id, session)| {
-        Ok(Queued {
-            request_seq,
-            record_id: parse_id(&record_id)?,
-            session_id: session.as_deref().map(parse_id).transpose()?,
+        .query_row([position], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })
-    })
+        .optional()?;
+    row.map(
+        |(request_seq, record_id, session, role, parents, members)| {
+            Ok(Queued {
+                request_seq,
+                record_id: parse_id(&record_id)?,
+                session_id: session.as_deref().map(parse_id).transpose()?,
+                role,
+                parents: parents.as_deref().map(ids).transpose()?,
+                members: members.as_deref().map(ids).transpose()?.unwrap_or_default(),
+            })
+        },
+    )
     .transpose()
+}
+
+/// Ids from a JSON list of their texts.
+pub(crate) fn ids<T: From<uuid::Uuid>>(json: &str) -> Result<Vec<T>> {
+    let texts: Vec<String> = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
+        what: "request",
+        id: json.chars().take(80).collect(),
+        detail: format!("not a list of ids: {e}"),
+    })?;
+    texts.iter().map(|t| parse_id(t)).collect()
 }
 
 /// Marks a request accepted into `session_id`.

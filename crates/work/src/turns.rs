@@ -63,6 +63,8 @@ pub struct Claim {
     pub last_error: Option<String>,
     /// The recorded turn this one replays, if it is a replay.
     pub replay: Option<Replay>,
+    /// The role it runs as (`[roster]`); none: the default role.
+    pub role: Option<String>,
 }
 
 /// A turn that replays a recorded one (`minato replay`).
@@ -144,10 +146,10 @@ pub fn claim_next(
             .optional()?;
         let Some(id) = found else { return Ok(None) };
         let t = turn(tx, parse_id(&id)?)?;
-        let (attempts, last_error): (i64, Option<String>) = tx
+        let (attempts, last_error, role): (i64, Option<String>, Option<String>) = tx
             .sql()
-            .prepare_cached("SELECT attempts, last_error FROM turns WHERE turn_id = ?1")?
-            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .prepare_cached("SELECT attempts, last_error, role FROM turns WHERE turn_id = ?1")?
+            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         let (replay_of, live, rerun): (Option<String>, bool, bool) = tx
             .sql()
             .prepare_cached(
@@ -192,6 +194,7 @@ pub fn claim_next(
             attempt: attempts + 1,
             last_error,
             replay,
+            role,
         }))
     })
 }

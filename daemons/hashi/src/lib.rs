@@ -3,6 +3,7 @@
 //! output ledger, seals it and rings `evt.worker.complete`.
 
 mod replay;
+pub mod roles;
 pub mod sandbox;
 pub mod secrets;
 pub mod tools;
@@ -35,6 +36,8 @@ pub struct Config {
     pub tools: tools::ToolsConfig,
     /// Who may grant writs.
     pub writs: kura_policy::writ::WritsConfig,
+    /// The roles turns run as (`[roster]`, shared with minato).
+    pub roster: kura_plan::RosterConfig,
 }
 
 /// How turns are worked.
@@ -118,6 +121,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         state => tracing::info!(sandbox = %state, "tool sandbox"),
     }
     let specs: Arc<[provider::ToolSpec]> = toolbox.specs().into();
+    let roles = Arc::new(roles::Roles::build(
+        &config.provider,
+        &config.roster,
+        provider.clone(),
+        specs.clone(),
+        &tokio::runtime::Handle::current(),
+    )?);
+    let base = roles.get(None).map_err(anyhow::Error::msg)?.clone();
     let secrets = Arc::new(secrets::Secrets::from_env(
         config
             .worker
@@ -145,9 +156,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             renew_store: Some(daemon.open_store()?),
             owner: owner.clone(),
             config: config.worker.clone(),
-            provider: provider.clone(),
+            provider: base.provider.clone(),
             tools: toolbox.clone(),
-            specs: specs.clone(),
+            specs: base.specs.clone(),
+            roles: roles.clone(),
+            role: base.clone(),
             retries: config.provider.retries,
             bus: daemon.bus().clone(),
             stop: daemon.stop_signal(),

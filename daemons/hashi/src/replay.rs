@@ -78,6 +78,13 @@ impl Recorded {
                         c.result = Some(r.clone());
                     }
                 }
+                RecordType::AgentPlan => {
+                    // A plan that no longer parses is replayed as the thought it was.
+                    match serde_json::from_value(r.content.clone()) {
+                        Ok(plan) => steps.push(Step::Plan(plan)),
+                        Err(_) => steps.push(Step::Thought(text())),
+                    }
+                }
                 RecordType::TaskDeliverable => {
                     let mut extra = r.content.as_object().cloned().unwrap_or_default();
                     extra.remove("text");

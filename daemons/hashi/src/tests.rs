@@ -183,6 +183,14 @@ fn worker_on(
             approvals: Approvals::Off,
             ..config
         },
+        roles: Arc::new(crate::roles::Roles::single(
+            provider.clone(),
+            toolbox.specs().into(),
+        )),
+        role: crate::roles::Roles::single(provider.clone(), toolbox.specs().into())
+            .get(None)
+            .expect("the default role")
+            .clone(),
         provider,
         specs: toolbox.specs().into(),
         tools: Arc::new(toolbox),

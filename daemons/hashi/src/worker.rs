@@ -42,12 +42,16 @@ pub struct Worker {
     pub owner: String,
     /// Lease, step limit, author.
     pub config: WorkerConfig,
-    /// The model.
+    /// The model (the current turn's role's).
     pub provider: Arc<dyn Provider>,
     /// The tools.
     pub tools: Arc<Toolbox>,
-    /// The tools as the model sees them.
+    /// The tools as the model sees them (the current turn's role's).
     pub specs: Arc<[ToolSpec]>,
+    /// Every role this worker runs (`[roster]`).
+    pub roles: Arc<crate::roles::Roles>,
+    /// The current turn's role.
+    pub role: crate::roles::RoleRun,
     /// How often a transient provider failure is retried within one step.
     pub retries: u32,
     /// For ringing `evt.worker.complete`.
@@ -374,6 +378,19 @@ impl Worker {
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
             return self.give_up(claim, &mut history);
         }
+        // The turn's role: its model, its tools. One this worker lacks ends the turn.
+        match self.roles.get(claim.role.as_deref()) {
+            Ok(role) => {
+                self.role = role.clone();
+                self.provider = role.provider.clone();
+                self.specs = role.specs.clone();
+            }
+            Err(why) => {
+                self.fail(claim, &mut history, &why)?;
+                let ledger = self.complete(claim, &mut history)?;
+                return Ok(End::Completed(ledger));
+            }
+        }
         if claim.resumed
             && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?
         {
@@ -482,6 +499,13 @@ impl Worker {
                     {
                         return Ok(Steps::Parked(request));
                     }
+                }
+                Step::Plan(plan) => {
+                    // Recorded as given; minato checks it (roles, cycle, bounds) when the
+                    // turn is done, and records a refusal.
+                    let content = serde_json::to_value(&plan).unwrap_or(Value::Null);
+                    let r = self.record(claim, RecordType::AgentPlan, content, &[]);
+                    self.append(claim, history, r)?;
                 }
                 Step::Deliver {
                     text,

@@ -176,7 +176,7 @@ impl Extractor {
                 .into_iter()
                 .filter_map(|s| match s {
                     Step::Deliver { text, .. } | Step::Thought(text) => Some(marked_lines(&text)),
-                    Step::ToolCall { .. } => None,
+                    Step::ToolCall { .. } | Step::Plan(_) => None,
                 })
                 .flatten()
                 .collect(),

@@ -12,7 +12,7 @@ use std::future::Future;
 use kura_runtime::{Common, Daemon};
 use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
 use proto::doorbell::{SessionComplete, SessionCreate, WorkerComplete, WorkerDispatch};
-use requests::{Decision, accept_next_request, decide_next_completion};
+use requests::{Rules, accept_next_request, decide_next_completion};
 use serde::{Deserialize, Serialize};
 
 /// Minato's configuration.
@@ -23,6 +23,8 @@ pub struct Config {
     pub common: Common,
     /// Orchestration.
     pub minato: MinatoConfig,
+    /// Roles, routing and plan bounds (`[roster]`, shared with hashi).
+    pub roster: kura_plan::RosterConfig,
 }
 
 /// How sessions are driven.
@@ -48,14 +50,16 @@ impl Default for MinatoConfig {
 /// on its own thread with its own store handle, woken by doorbells and reconnects and
 /// polling SQLite regardless.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    config.roster.check().map_err(anyhow::Error::msg)?;
     let mut daemon = Daemon::start("minato", &config.common).await?;
     let poll = config.common.poll_interval();
     let hits = config.minato.memory_hits;
     let max_turns = config.minato.max_turns;
 
     let (mut store, bus) = (daemon.open_store()?, daemon.bus().clone());
+    let roster = config.roster.clone();
     let requests = daemon.consumer(MINATO_REQUESTS, poll, move || {
-        let Some(a) = accept_next_request(&mut store, hits)? else {
+        let Some(a) = accept_next_request(&mut store, &roster, hits)? else {
             return Ok(false);
         };
         tracing::info!(session_id = %a.session_id, turn_id = %a.turn_id, request = a.request_seq, "request accepted; turn dispatched");
@@ -64,23 +68,32 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     })?;
 
     let (mut store, bus) = (daemon.open_store()?, daemon.bus().clone());
+    let roster = config.roster.clone();
+    // Plan steps are requests too: a completion that starts some wakes the request consumer.
+    let steps = requests.clone();
     let completions = daemon.consumer(MINATO_COMPLETIONS, poll, move || {
-        match decide_next_completion(&mut store, max_turns, hits)? {
-            None => return Ok(false),
-            Some(Decision::Next {
-                session_id,
-                turn_id,
-            }) => {
-                tracing::info!(%session_id, %turn_id, "next turn dispatched");
-                bus.ring(bus.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
-            }
-            Some(Decision::Complete { session_id }) => {
-                tracing::info!(%session_id, "session complete");
-                bus.ring(
-                    bus.subjects.session_complete(),
-                    &SessionComplete { session_id },
-                );
-            }
+        let rules = Rules {
+            max_turns,
+            memory_hits: hits,
+            roster: &roster,
+        };
+        let Some(d) = decide_next_completion(&mut store, &rules)? else {
+            return Ok(false);
+        };
+        for (session_id, turn_id) in d.next {
+            tracing::info!(%session_id, %turn_id, "next turn dispatched");
+            bus.ring(bus.subjects.worker_dispatch(), &WorkerDispatch { turn_id });
+        }
+        for session_id in d.complete {
+            tracing::info!(%session_id, "session complete");
+            bus.ring(
+                bus.subjects.session_complete(),
+                &SessionComplete { session_id },
+            );
+        }
+        if d.steps_started > 0 {
+            tracing::info!(steps = d.steps_started, "plan steps started");
+            steps.wake();
         }
         Ok(true)
     })?;

@@ -2,18 +2,24 @@
 //! packing, memory hits) and what follows a completed turn (the completion rule). One
 //! transaction per unit of work, each advancing minato's cursor in the same transaction.
 
-use kura_store::Tx;
+use kura_plan::RosterConfig;
 use kura_store::error::{Result, StoreError};
+use kura_store::{Db, Tx};
 use kura_store::{Store, memory};
 use kura_tlog::sealer::Sealer;
 use kura_work::WorkTx;
+use kura_work::plans::{self, PLANNER, Planned, Progress};
 use kura_work::{
     cursor, last_deliverable, next_done_turn_after, next_request_after, next_turn_seq,
     request_instruction, request_replays, set_cursor,
 };
 use proto::SessionStatus;
 use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
+use proto::content::DeliverableContent;
+use proto::plan::{PlanContent, RouteContent};
+use proto::record::{Content, NewRecord, Record, RecordType};
 use proto::{LedgerId, RecordId, SessionId, TurnId};
+use rusqlite::OptionalExtension;
 
 /// A request minato turned into a session turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,21 +32,16 @@ pub struct Accepted {
     pub turn_id: TurnId,
 }
 
-/// What minato decided after a turn completed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Another turn is ready for dispatch.
-    Next {
-        /// The session.
-        session_id: SessionId,
-        /// The new turn.
-        turn_id: TurnId,
-    },
-    /// The session is complete.
-    Complete {
-        /// The session.
-        session_id: SessionId,
-    },
+/// What minato decided after a turn completed: turns to dispatch, sessions complete, and
+/// whether plan steps wait for the request consumer (their sub-sessions' requests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Turns ready for dispatch, with their sessions.
+    pub next: Vec<(SessionId, TurnId)>,
+    /// Sessions now complete.
+    pub complete: Vec<SessionId>,
+    /// Plan steps started: their requests wait for the request consumer.
+    pub steps_started: usize,
 }
 
 fn instruction_text(tx: &Tx<'_>, record_id: RecordId) -> Result<String> {
@@ -80,17 +81,26 @@ fn memory_for(tx: &Tx<'_>, instruction: RecordId, hits: usize) -> Result<Vec<Rec
         .collect())
 }
 
+/// A turn to file: where, as what, on what.
+struct NewTurn<'a> {
+    session_id: SessionId,
+    request_seq: i64,
+    parents: &'a [LedgerId],
+    /// The instruction first, then what else the context carries.
+    members: &'a [RecordId],
+    role: Option<&'a str>,
+}
+
 /// Packs and seals a turn's context ledger — the given members (instruction, previous
 /// deliverable), then the top memory hits for the instruction — and files a pending turn.
 fn new_turn(
     tx: &Tx<'_>,
-    session_id: SessionId,
-    request_seq: i64,
-    parents: &[LedgerId],
-    members: &[RecordId],
+    t: &NewTurn<'_>,
     memory_hits: usize,
     sealer: Option<&Sealer>,
 ) -> Result<TurnId> {
+    let (session_id, request_seq, parents, members) =
+        (t.session_id, t.request_seq, t.parents, t.members);
     let seq = next_turn_seq(tx, session_id)?;
     let ctx = tx.open_ledger(session_id, &format!("turn-{seq}-ctx"), parents)?;
     let mut all = members.to_vec();
@@ -101,12 +111,41 @@ fn new_turn(
         tx.append_existing(ctx.ledger_id, *m)?;
     }
     tx.seal(ctx.ledger_id, sealer)?;
-    tx.insert_turn(session_id, seq, request_seq, ctx.ledger_id)
+    let turn = tx.insert_turn(session_id, seq, request_seq, ctx.ledger_id)?;
+    if t.role.is_some() {
+        plans::set_turn_role(tx, turn, t.role)?;
+    }
+    Ok(turn)
+}
+
+/// The role a request runs as, and the `task.route` record saying why — only when a roster
+/// is configured or the request names a role (without one, work runs as before).
+fn route(
+    tx: &Tx<'_>,
+    roster: &RosterConfig,
+    named: Option<&str>,
+    instruction: &str,
+) -> Result<(Option<String>, Option<RecordId>)> {
+    if roster.roles.is_empty() && named.is_none() {
+        return Ok((None, None));
+    }
+    let (role, reason) = roster.route(named, instruction);
+    let content = serde_json::to_value(RouteContent {
+        role: role.clone(),
+        reason,
+    })
+    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let rec = NewRecord::new(RecordType::TaskRoute, Content::Json(content), PLANNER);
+    Ok((Some(role), Some(tx.write_record(&rec)?.record_id)))
 }
 
 /// Turns the next queued request into a session (new or continued) with a sealed context
 /// ledger and a pending turn; `None` when the queue is empty.
-pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Option<Accepted>> {
+pub fn accept_next_request(
+    store: &mut Store,
+    roster: &RosterConfig,
+    memory_hits: usize,
+) -> Result<Option<Accepted>> {
     let sealer = store.sealer().cloned();
     store.write(|tx| {
         let pos = cursor(tx, MINATO_REQUESTS)?;
@@ -121,13 +160,24 @@ pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Opti
             }
             None => tx.create_session(&label_from(&instruction_text(tx, q.record_id)?))?,
         };
-        let parents: Vec<LedgerId> = session.head_ledger_id.into_iter().collect();
+        let parents: Vec<LedgerId> = match q.parents {
+            Some(p) => p,
+            None => session.head_ledger_id.into_iter().collect(),
+        };
+        let text = instruction_text(tx, q.record_id)?;
+        let (role, routed) = route(tx, roster, q.role.as_deref(), &text)?;
+        let mut members = vec![q.record_id];
+        members.extend(routed);
+        members.extend(q.members.iter().copied());
         let turn_id = new_turn(
             tx,
-            session.session_id,
-            q.request_seq,
-            &parents,
-            &[q.record_id],
+            &NewTurn {
+                session_id: session.session_id,
+                request_seq: q.request_seq,
+                parents: &parents,
+                members: &members,
+                role: role.as_deref(),
+            },
             memory_hits,
             sealer.as_ref(),
         )?;
@@ -141,56 +191,227 @@ pub fn accept_next_request(store: &mut Store, memory_hits: usize) -> Result<Opti
     })
 }
 
-/// Decides what follows the next completed turn: complete the session (a final deliverable,
-/// or `max_turns` reached) or pack the next turn's context (the previous output as parent).
-pub fn decide_next_completion(
-    store: &mut Store,
-    max_turns: i64,
-    memory_hits: usize,
-) -> Result<Option<Decision>> {
+/// What a completion decision needs besides the store.
+#[derive(Debug, Clone)]
+pub struct Rules<'a> {
+    /// A session ends after this many turns.
+    pub max_turns: i64,
+    /// Memory hits per context.
+    pub memory_hits: usize,
+    /// Roles and plan bounds.
+    pub roster: &'a RosterConfig,
+}
+
+/// Decides what follows the next completed turn: a plan it delivered starts its first steps;
+/// else the session completes (a final deliverable, or `max_turns` reached) or the next
+/// turn's context is packed (the previous output as parent). A completed plan step moves
+/// its plan on: the next steps start, or the planning session joins their outputs.
+pub fn decide_next_completion(store: &mut Store, rules: &Rules<'_>) -> Result<Option<Decision>> {
     let sealer = store.sealer().cloned();
     store.write(|tx| {
         let pos = cursor(tx, MINATO_COMPLETIONS)?;
         let Some((t, done_seq)) = next_done_turn_after(tx, pos)? else {
             return Ok(None);
         };
-        let output = t.output_ledger_id.ok_or_else(|| StoreError::Corrupt {
-            what: "turn",
-            id: t.turn_id.to_string(),
-            detail: "done but has no output ledger".into(),
-        })?;
-        let deliverable = last_deliverable(tx, output)?;
-        // A deliverable says `"final": false` to ask for another turn; anything else ends
-        // the session.
-        let is_final = deliverable
-            .as_ref()
-            .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
-        // A replayed turn is one recorded turn: the next one (if any) is its own replay
-        // request. Continuing here would run a live turn, side effects and all, in the fork.
-        let replays = request_replays(tx, t.request_seq)?;
-        let decision = if is_final || replays || t.seq >= max_turns {
-            tx.set_session_status(t.session_id, SessionStatus::Complete)?;
-            Decision::Complete {
-                session_id: t.session_id,
-            }
-        } else {
-            let mut members = vec![request_instruction(tx, t.request_seq)?];
-            members.extend(deliverable.map(|d| d.record_id));
-            let next = new_turn(
-                tx,
-                t.session_id,
-                t.request_seq,
-                &[output],
-                &members,
-                memory_hits,
-                sealer.as_ref(),
-            )?;
-            Decision::Next {
-                session_id: t.session_id,
-                turn_id: next,
-            }
-        };
+        let decision = decide(tx, rules, &t, sealer.as_ref())?;
         set_cursor(tx, MINATO_COMPLETIONS, done_seq)?;
         Ok(Some(decision))
     })
+}
+
+fn decide(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    t: &kura_work::Turn,
+    sealer: Option<&Sealer>,
+) -> Result<Decision> {
+    let mut output = t.output_ledger_id.ok_or_else(|| StoreError::Corrupt {
+        what: "turn",
+        id: t.turn_id.to_string(),
+        detail: "done but has no output ledger".into(),
+    })?;
+    let deliverable = last_deliverable(tx, output)?;
+    // A replayed turn is one recorded turn: the next one (if any) is its own replay
+    // request. Continuing here would run a live turn, side effects and all, in the fork.
+    let replays = request_replays(tx, t.request_seq)?;
+    let step = plans::step_of(tx, t.session_id)?;
+    let root_seq = step.as_ref().map_or(t.request_seq, |s| s.root_seq);
+    let mut decision = Decision::default();
+    if !replays && let Some(plan) = last_plan(tx, output)? {
+        let nesting = step.as_ref().map_or(1, |s| {
+            usize::try_from(s.nesting)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1)
+        });
+        match checked_plan(tx, rules.roster, &plan, nesting, root_seq)? {
+            Ok(content) => {
+                decision.steps_started = plans::file(
+                    tx,
+                    &Planned {
+                        record: &plan,
+                        plan: &content,
+                        session_id: t.session_id,
+                        turn_id: t.turn_id,
+                        output,
+                        request_seq: t.request_seq,
+                        nesting: i64::try_from(nesting).unwrap_or(i64::MAX),
+                        root_seq,
+                    },
+                )?;
+                return Ok(decision);
+            }
+            Err(why) => output = refuse_plan(tx, t.session_id, output, &why, sealer)?,
+        }
+    }
+    // A deliverable says `"final": false` to ask for another turn; anything else ends
+    // the session.
+    let is_final = deliverable
+        .as_ref()
+        .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
+    let over = t.seq >= rules.max_turns
+        || (step.is_some() && plans::turns_of_tree(tx, root_seq)? >= rules.roster.limits.max_turns);
+    if is_final || replays || over {
+        tx.set_session_status(t.session_id, SessionStatus::Complete)?;
+        decision.complete.push(t.session_id);
+        if let Some(of) = &step {
+            let progress = plans::finish_step(tx, of, output, deliverable.as_ref())?;
+            plan_moved(tx, rules, progress, &mut decision, sealer)?;
+        }
+        return Ok(decision);
+    }
+    let mut members = vec![request_instruction(tx, t.request_seq)?];
+    members.extend(deliverable.map(|d| d.record_id));
+    let role = turn_role(tx, t.turn_id)?;
+    let next = new_turn(
+        tx,
+        &NewTurn {
+            session_id: t.session_id,
+            request_seq: t.request_seq,
+            parents: &[output],
+            members: &members,
+            role: role.as_deref(),
+        },
+        rules.memory_hits,
+        sealer,
+    )?;
+    decision.next.push((t.session_id, next));
+    Ok(decision)
+}
+
+fn turn_role(tx: &Tx<'_>, turn: TurnId) -> Result<Option<String>> {
+    Ok(tx.sql().query_row(
+        "SELECT role FROM turns WHERE turn_id = ?1",
+        [turn.to_string()],
+        |r| r.get(0),
+    )?)
+}
+
+/// The last `agent.plan` in a ledger, if any.
+fn last_plan(tx: &Tx<'_>, ledger: LedgerId) -> Result<Option<Record>> {
+    let found: Option<String> = tx
+        .sql()
+        .prepare_cached(
+            "SELECT r.record_id FROM ledger_records m JOIN records r ON r.record_id = m.record_id
+              WHERE m.ledger_id = ?1 AND r.record_type = 'agent.plan'
+              ORDER BY m.position DESC LIMIT 1",
+        )?
+        .query_row([ledger.to_string()], |r| r.get(0))
+        .optional()?;
+    found
+        .map(|id: String| tx.read_record(kura_store::store::parse_id(&id)?))
+        .transpose()
+}
+
+/// The plan's content if it passes every check (shape, roles, cycle, bounds, the request's
+/// turns), else why not.
+fn checked_plan(
+    tx: &Tx<'_>,
+    roster: &RosterConfig,
+    plan: &Record,
+    nesting: usize,
+    root_seq: i64,
+) -> Result<std::result::Result<PlanContent, String>> {
+    let content: PlanContent = match serde_json::from_value(plan.content.clone()) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(format!("not a plan: {e}"))),
+    };
+    if let Err(e) = kura_plan::check(&content, roster, nesting) {
+        return Ok(Err(e.to_string()));
+    }
+    let used = plans::turns_of_tree(tx, root_seq)?;
+    let max = roster.limits.max_turns;
+    if used.saturating_add(content.steps.len() as i64) > max {
+        let e = kura_plan::PlanError::TooManyTurns {
+            used,
+            steps: content.steps.len(),
+            max,
+        };
+        return Ok(Err(e.to_string()));
+    }
+    Ok(Ok(content))
+}
+
+/// Records why a plan was refused (a `sys.error` in a sealed ledger on the planning turn's
+/// output); returns that ledger, the session's new head.
+fn refuse_plan(
+    tx: &Tx<'_>,
+    session: SessionId,
+    output: LedgerId,
+    why: &str,
+    sealer: Option<&Sealer>,
+) -> Result<LedgerId> {
+    tracing::warn!(%session, %why, "plan refused");
+    let text = format!("plan refused: {why}");
+    let rec = NewRecord::new(RecordType::SysError, Content::text(&text), PLANNER);
+    let l = tx.open_ledger(session, "plan-refused", &[output])?;
+    tx.append(l.ledger_id, &rec)?;
+    tx.seal(l.ledger_id, sealer)?;
+    Ok(l.ledger_id)
+}
+
+/// What a finished step did to its plan, turned into work: the planning session's next
+/// turn joining every step's output, or its partial deliverable when a step failed.
+fn plan_moved(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    progress: Progress,
+    decision: &mut Decision,
+    sealer: Option<&Sealer>,
+) -> Result<()> {
+    match progress {
+        Progress::Going { started } => decision.steps_started += started,
+        Progress::Done(end) => {
+            let mut members = vec![request_instruction(tx, end.request_seq)?];
+            members.extend(end.deliverables.iter().copied());
+            let next = new_turn(
+                tx,
+                &NewTurn {
+                    session_id: end.session_id,
+                    request_seq: end.request_seq,
+                    parents: &end.outputs,
+                    members: &members,
+                    role: end.role.as_deref(),
+                },
+                rules.memory_hits,
+                sealer,
+            )?;
+            decision.next.push((end.session_id, next));
+        }
+        Progress::Failed(end) => {
+            let text = format!(
+                "the plan ended without finishing: {}",
+                end.summary.join("; ")
+            );
+            let content = Content::Json(DeliverableContent::failed(text).to_value());
+            let rec = NewRecord::new(RecordType::TaskDeliverable, content, PLANNER);
+            let mut parents = vec![end.plan_ledger];
+            parents.extend(end.outputs.iter().filter(|o| **o != end.plan_ledger));
+            let l = tx.open_ledger(end.session_id, "plan-ended", &parents)?;
+            tx.append(l.ledger_id, &rec)?;
+            tx.seal(l.ledger_id, sealer)?;
+            tx.set_session_status(end.session_id, SessionStatus::Complete)?;
+            decision.complete.push(end.session_id);
+        }
+    }
+    Ok(())
 }

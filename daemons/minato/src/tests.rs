@@ -13,7 +13,25 @@ use proto::SessionStatus;
 use proto::record::{Content, NewRecord, RecordType};
 use serde_json::json;
 
-use crate::requests::{Decision, accept_next_request, decide_next_completion};
+use crate::requests::{Decision, Rules, accept_next_request, decide_next_completion};
+
+static NO_ROSTER: std::sync::LazyLock<kura_plan::RosterConfig> =
+    std::sync::LazyLock::new(kura_plan::RosterConfig::default);
+
+fn accept(s: &mut Store) -> kura_store::Result<Option<crate::requests::Accepted>> {
+    accept_next_request(s, &NO_ROSTER, 0)
+}
+
+fn decide(s: &mut Store, max_turns: i64) -> kura_store::Result<Option<Decision>> {
+    decide_next_completion(
+        s,
+        &Rules {
+            max_turns,
+            memory_hits: 0,
+            roster: &NO_ROSTER,
+        },
+    )
+}
 
 fn fresh() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -35,11 +53,9 @@ fn deliver(store: &mut Store, claim: &Claim, text: &str, is_final: bool) {
 fn request_turn_claim_complete_next_turn_complete() {
     let (_d, mut s) = fresh();
     let req = submit(&mut s, "count the files", "user:oles", None).expect("submit");
-    assert!(accept_next_request(&mut s, 0).expect("accept").is_some());
+    assert!(accept(&mut s).expect("accept").is_some());
     assert!(
-        accept_next_request(&mut s, 0)
-            .expect("accept again")
-            .is_none(),
+        accept(&mut s).expect("accept again").is_none(),
         "cursor advanced"
     );
 
@@ -57,14 +73,8 @@ fn request_turn_claim_complete_next_turn_complete() {
     deliver(&mut s, &claim, "3 files", false);
     complete_turn(&mut s, &claim).expect("complete");
 
-    let d = decide_next_completion(&mut s, 5, 0)
-        .expect("decide")
-        .expect("a decision");
-    let Decision::Next {
-        turn_id,
-        session_id,
-    } = d
-    else {
+    let d = decide(&mut s, 5).expect("decide").expect("a decision");
+    let [(session_id, turn_id)] = d.next[..] else {
         panic!("expected a next turn, got {d:?}")
     };
     let t2 = turn(s.conn(), turn_id).expect("turn");
@@ -92,8 +102,11 @@ fn request_turn_claim_complete_next_turn_complete() {
     deliver(&mut s, &c2, "a, b, c", true);
     complete_turn(&mut s, &c2).expect("complete");
     assert_eq!(
-        decide_next_completion(&mut s, 5, 0).expect("decide"),
-        Some(Decision::Complete { session_id })
+        decide(&mut s, 5).expect("decide"),
+        Some(Decision {
+            complete: vec![session_id],
+            ..Decision::default()
+        })
     );
     let st = request_status(s.conn(), req.request_seq).expect("status");
     assert!(st.complete);
@@ -116,7 +129,7 @@ fn request_turn_claim_complete_next_turn_complete() {
 fn max_turns_ends_a_session() {
     let (_d, mut s) = fresh();
     submit(&mut s, "loop forever", "user:oles", None).expect("submit");
-    accept_next_request(&mut s, 0).expect("accept");
+    accept(&mut s).expect("accept");
     for i in 1..=2 {
         let c = claim_next(&mut s, "w", 10_000, now_ms())
             .expect("claim")
@@ -124,14 +137,8 @@ fn max_turns_ends_a_session() {
         assert_eq!(c.seq, i);
         deliver(&mut s, &c, "not yet", false);
         complete_turn(&mut s, &c).expect("complete");
-        let d = decide_next_completion(&mut s, 2, 0)
-            .expect("decide")
-            .expect("decision");
-        assert_eq!(
-            matches!(d, Decision::Complete { .. }),
-            i == 2,
-            "turn {i}: {d:?}"
-        );
+        let d = decide(&mut s, 2).expect("decide").expect("decision");
+        assert_eq!(!d.complete.is_empty(), i == 2, "turn {i}: {d:?}");
     }
 }
 
@@ -139,7 +146,7 @@ fn max_turns_ends_a_session() {
 fn a_taken_over_worker_is_fenced_out() {
     let (_d, mut s) = fresh();
     submit(&mut s, "x", "user:oles", None).expect("submit");
-    accept_next_request(&mut s, 0).expect("accept");
+    accept(&mut s).expect("accept");
     let t0 = now_ms();
     let old = claim_next(&mut s, "old", 1_000, t0)
         .expect("claim")
@@ -191,7 +198,7 @@ fn submit_refuses_empty_instructions_and_unknown_sessions() {
     assert!(submit(&mut s, "  ", "user:oles", None).is_err());
     assert!(submit(&mut s, "x", "user:oles", Some(proto::SessionId::new())).is_err());
     assert!(submit(&mut s, "x", "nobody", None).is_err());
-    assert!(accept_next_request(&mut s, 0).expect("accept").is_none());
+    assert!(accept(&mut s).expect("accept").is_none());
 }
 
 /// Files an approval request for an `fs.write` call of the claimed turn.
@@ -218,7 +225,7 @@ fn ask(s: &mut Store, claim: &Claim, call_id: &str) -> approvals::Approval {
 fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
     let (_d, mut s) = fresh();
     submit(&mut s, "write a file", "user:oles", None).expect("submit");
-    accept_next_request(&mut s, 0).expect("accept");
+    accept(&mut s).expect("accept");
     let now = now_ms();
     let claim = claim_next(&mut s, "w1", 10_000, now)
         .expect("claim")
@@ -269,7 +276,7 @@ fn a_decision_landing_before_the_park_leaves_the_turn_claimable_not_stuck() {
 fn a_second_decision_is_a_typed_conflict() {
     let (_d, mut s) = fresh();
     submit(&mut s, "write a file", "user:oles", None).expect("submit");
-    accept_next_request(&mut s, 0).expect("accept");
+    accept(&mut s).expect("accept");
     let claim = claim_next(&mut s, "w1", 10_000, now_ms())
         .expect("claim")
         .expect("turn");

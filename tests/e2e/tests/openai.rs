@@ -123,7 +123,7 @@ fn run_turn_with(
     let db = dir.join("kura.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
     let req = submit(&mut store, instruction, "user:test", None).expect("submit");
-    accept_next_request(&mut store, 0)
+    accept_next_request(&mut store, &kura_plan::RosterConfig::default(), 0)
         .expect("accept")
         .expect("turn");
     let ws = dir.join("ws").join(

@@ -58,6 +58,8 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!("../../migrations/016_fleet.sql")),
         // 017: writs and what was spent under them; model usage per session.
         M::up(include_str!("../../migrations/017_writs.sql")),
+        // 018: roles and plans: the role a turn runs as, a plan's steps and their progress.
+        M::up(include_str!("../../migrations/018_plans.sql")),
     ]
 }
 
@@ -76,7 +78,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "dae68e78a102880747aac7306747eec33e0320ebabc44db3859c9071ec9f0987";
+    "83353af7d25470f45c0f672460a52fd682bd4d45c52144c334719fb318a676cc";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -208,12 +210,20 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
     }
 }
 
-/// Undoes migrations 015 to 017 on a test database (writs, the fleet, the agent columns), as the first step of going
+/// Undoes migrations 015 to 018 on a test database (plans, writs, the fleet, the agent columns), as the first step of going
 /// back to any older version.
 #[cfg(test)]
 pub(crate) fn back_to_version_14(conn: &Connection) {
     conn.execute_batch(
-        "DROP TRIGGER records_no_update;
+        "DROP TABLE plan_steps;
+         DROP TABLE plans;
+         ALTER TABLE sessions DROP COLUMN verdict;
+         ALTER TABLE requests DROP COLUMN validator;
+         ALTER TABLE requests DROP COLUMN members;
+         ALTER TABLE requests DROP COLUMN parents;
+         ALTER TABLE requests DROP COLUMN role;
+         ALTER TABLE turns DROP COLUMN role;
+         DROP TRIGGER records_no_update;
          CREATE TRIGGER records_no_update BEFORE UPDATE ON records
 BEGIN SELECT RAISE(ABORT, 'kura: records are immutable'); END;
          DROP TABLE redactions;

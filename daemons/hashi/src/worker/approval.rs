@@ -83,7 +83,16 @@ impl Worker {
         // checked and debited in the commit that makes the call durable (and, on the common
         // path, files its approval request: one fsync, not two).
         let writ = self.writ_check(name, arguments);
-        let outcome = match self.tools.check(name) {
+        let checked = match self.tools.check(name) {
+            Ok(_) if !self.role.allows(name) => Err(format!(
+                "role {} may not call {name:?} (its [roster] tools)",
+                self.role.name
+            )),
+            Ok(tool) => Ok(tool),
+            Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
+            Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
+        };
+        let outcome = match checked {
             Ok(_) if self.config.approvals == Approvals::Off => {
                 let rerun = claim.replay.is_some_and(|r| r.rerun)
                     && self.tools.effect_of(name, arguments) != Effect::Read;
@@ -110,12 +119,7 @@ impl Worker {
                 if let Err(e) = verdict {
                     return self.refused_by_writ(claim, history, call_id, &writ, e);
                 }
-                Err(match refusal {
-                    Refusal::Unknown => ToolError::Refused(format!("unknown tool {name:?}")),
-                    Refusal::Denied(rule) => {
-                        ToolError::Refused(format!("denied by policy ({rule})"))
-                    }
-                })
+                Err(ToolError::Refused(refusal))
             }
         };
         self.record_result(claim, history, call_id, outcome)?;

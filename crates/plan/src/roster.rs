@@ -1,0 +1,150 @@
+//! The roster: the roles a request or a plan step can be given (each with its own system
+//! prompt, model, tools), the keyword rules that route a request to one, and the bounds a
+//! plan is held to. The same `[roster]` table is read by minato (routing, plan checks) and
+//! hashi (what each role's turns run with); `KURA_ROSTER__ROLES` sets it for both.
+
+use serde::{Deserialize, Serialize};
+
+/// The role a request runs as when nothing names one: today's agent, with the worker's own
+/// `[provider]` settings.
+pub const DEFAULT_ROLE: &str = "agent";
+
+/// `[roster]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RosterConfig {
+    /// The roles, in the order keyword rules are tried.
+    pub roles: Vec<Role>,
+    /// The role a request without a match runs as.
+    pub default_role: String,
+    /// Bounds on every plan.
+    pub limits: PlanLimits,
+}
+
+impl Default for RosterConfig {
+    fn default() -> Self {
+        RosterConfig {
+            roles: Vec::new(),
+            default_role: DEFAULT_ROLE.into(),
+            limits: PlanLimits::default(),
+        }
+    }
+}
+
+/// One role.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Role {
+    /// Its name: 1–64 of `A-Z a-z 0-9 _ -`.
+    pub name: String,
+    /// Its system prompt (the openai provider's), instead of `[provider] system_prompt`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Its model (the openai provider's), instead of `[provider] model`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Its script (the scripted provider's), instead of `[provider] script`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// Tool-name globs it may call (`*` any run); empty: every tool the worker has.
+    pub tools: Vec<String>,
+    /// Words that route a request to it (whole words, any case).
+    pub keywords: Vec<String>,
+}
+
+/// How large a plan may be: a model's plan is untrusted input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlanLimits {
+    /// Most steps in one plan.
+    pub max_steps: usize,
+    /// Most steps on one chain of dependencies.
+    pub max_depth: usize,
+    /// Most steps that wait on one step, and most steps that start at once.
+    pub max_fanout: usize,
+    /// Most plans inside plans (a step's sub-session planning again), the top one counting 1.
+    pub max_nesting: usize,
+    /// Most turns one request may take, its plans' steps and their sub-sessions included.
+    pub max_turns: i64,
+}
+
+impl Default for PlanLimits {
+    fn default() -> Self {
+        PlanLimits {
+            max_steps: 16,
+            max_depth: 6,
+            max_fanout: 8,
+            max_nesting: 2,
+            max_turns: 64,
+        }
+    }
+}
+
+/// Whether `name` is a well-formed role or step name.
+pub fn is_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl RosterConfig {
+    /// The roster's own faults (a bad or repeated name, an unknown default), for a daemon
+    /// to refuse at start.
+    pub fn check(&self) -> Result<(), String> {
+        for (i, r) in self.roles.iter().enumerate() {
+            if !is_name(&r.name) {
+                return Err(format!(
+                    "[roster] role {:?}: a name is 1-64 letters, digits, _ or -",
+                    r.name
+                ));
+            }
+            if self.roles[..i].iter().any(|o| o.name == r.name) {
+                return Err(format!("[roster] role {:?} is listed twice", r.name));
+            }
+        }
+        if !self.knows(&self.default_role) {
+            return Err(format!(
+                "[roster] default_role {:?} is not a role here; add it to [[roster.roles]]",
+                self.default_role
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `name` is a role here (the built-in default always is).
+    pub fn knows(&self, name: &str) -> bool {
+        name == DEFAULT_ROLE || self.role(name).is_some()
+    }
+
+    /// The role called `name`, if configured.
+    pub fn role(&self, name: &str) -> Option<&Role> {
+        self.roles.iter().find(|r| r.name == name)
+    }
+
+    /// The role a request goes to, and why: the one it names, else the first whose keyword
+    /// is a word of the instruction, else the default.
+    pub fn route(&self, named: Option<&str>, instruction: &str) -> (String, String) {
+        if let Some(n) = named {
+            return (n.to_owned(), "named by the request".into());
+        }
+        let words: Vec<String> = instruction
+            .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        for r in &self.roles {
+            if let Some(k) = r
+                .keywords
+                .iter()
+                .find(|k| words.contains(&k.to_lowercase()))
+            {
+                return (r.name.clone(), format!("keyword {k:?} of role {}", r.name));
+            }
+        }
+        (
+            self.default_role.clone(),
+            "no keyword matched: the default role".into(),
+        )
+    }
+}

@@ -1,0 +1,57 @@
+//! Plans: the content of an `agent.plan` record (steps, each a role and an instruction, and
+//! the steps it waits for), and of the records minato writes about them — a route (which
+//! role a request went to, and why) and a verdict (a validator's pass or fail).
+
+use serde::{Deserialize, Serialize};
+
+/// An `agent.plan` record's content: a DAG of steps minato runs as sub-sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanContent {
+    /// What the plan is for, one line (shown in `kura log`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    /// The steps, in the order the model gave them.
+    pub steps: Vec<PlanStep>,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanStep {
+    /// Its name within the plan: 1–64 of `A-Z a-z 0-9 _ -`.
+    pub id: String,
+    /// The role that does it (`[roster]`); none: the default role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// What the step's sub-session is asked to do.
+    pub instruction: String,
+    /// The steps whose outputs it needs: it starts when they are done, and their output
+    /// ledgers are the parents of its context (a join).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+}
+
+/// How a request's role was chosen (the content of its `task.route` record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteContent {
+    /// The role chosen.
+    pub role: String,
+    /// Why: named by the request or the plan, a keyword rule, the default.
+    pub reason: String,
+}
+
+/// A validator's verdict on a deliverable (the content of a `task.verdict` record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerdictContent {
+    /// Whether the deliverable passed.
+    pub pass: bool,
+    /// The deliverable judged.
+    pub deliverable: String,
+    /// Who judged: `role:<name>` or `command:<argv[0]>`.
+    pub by: String,
+    /// Why, in the validator's words (cut to a few KiB).
+    pub reason: String,
+}

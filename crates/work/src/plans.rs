@@ -1,0 +1,352 @@
+//! A plan's progress over the work tables: filed from a checked `agent.plan`, each step
+//! started as a sub-session (a request minato accepts like any other, with its role and its
+//! first context's parents), each finished step moving the plan on — every change in the
+//! caller's transaction, beside the completion that caused it.
+
+use kura_store::store::parse_id;
+use kura_store::{Cached, Db, Result, StoreError, Tx, time};
+use proto::plan::PlanContent;
+use proto::record::{Content, NewRecord, Record, RecordType};
+use proto::{LedgerId, RecordId, SessionId, TurnId};
+use rusqlite::{OptionalExtension, params};
+
+/// Who writes the records minato makes of a plan (each step's instruction, a plan's end).
+pub const PLANNER: &str = "agent:minato";
+
+/// Where a session stands in a plan, if it is one of its steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepOf {
+    /// The plan.
+    pub plan_id: String,
+    /// The step's id.
+    pub step: String,
+    /// How deep its plan is nested (1: a top-level session's).
+    pub nesting: i64,
+    /// The request the whole tree serves.
+    pub root_seq: i64,
+}
+
+/// What a finished step did to its plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Steps were started (their sub-sessions' requests wait for minato), or others still run.
+    Going {
+        /// Steps started now.
+        started: usize,
+    },
+    /// Every step is done: the planning session goes on, its context joining their outputs.
+    Done(Ended),
+    /// A step failed and nothing runs any more: the plan ends with what was done.
+    Failed(Ended),
+}
+
+/// A plan that ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The planning session.
+    pub session_id: SessionId,
+    /// Its request.
+    pub request_seq: i64,
+    /// The planning turn's role.
+    pub role: Option<String>,
+    /// The plan's ledger (the planning turn's output).
+    pub plan_ledger: LedgerId,
+    /// Every finished step's last output, in plan order.
+    pub outputs: Vec<LedgerId>,
+    /// Every finished step's deliverable, in plan order.
+    pub deliverables: Vec<RecordId>,
+    /// One line per step: its id, its state, and its deliverable's first words.
+    pub summary: Vec<String>,
+}
+
+/// The plan a session is a step of, if any.
+pub fn step_of(conn: &impl Db, session: SessionId) -> Result<Option<StepOf>> {
+    Ok(conn
+        .sql()
+        .prepare_cached(
+            "SELECT s.plan_id, s.step, p.nesting, p.root_seq FROM plan_steps s
+               JOIN plans p ON p.plan_id = s.plan_id WHERE s.session_id = ?1",
+        )?
+        .query_row([session.to_string()], |r| {
+            Ok(StepOf {
+                plan_id: r.get(0)?,
+                step: r.get(1)?,
+                nesting: r.get(2)?,
+                root_seq: r.get(3)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Turns taken so far by the request `root_seq` and every plan step under it.
+pub fn turns_of_tree(conn: &impl Db, root_seq: i64) -> Result<i64> {
+    Ok(conn.sql().query_row(
+        "SELECT count(*) FROM turns WHERE request_seq = ?1 OR request_seq IN
+           (SELECT s.request_seq FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id
+             WHERE p.root_seq = ?1)",
+        [root_seq],
+        |r| r.get(0),
+    )?)
+}
+
+/// The planning turn's facts a plan is filed with.
+#[derive(Debug, Clone)]
+pub struct Planned<'a> {
+    /// The `agent.plan` record.
+    pub record: &'a Record,
+    /// Its content, parsed.
+    pub plan: &'a PlanContent,
+    /// The planning session and turn, its output and request.
+    pub session_id: SessionId,
+    /// The turn that planned.
+    pub turn_id: TurnId,
+    /// Its output ledger (the plan ledger).
+    pub output: LedgerId,
+    /// Its request.
+    pub request_seq: i64,
+    /// 1 for a top-level session's plan, one more per plan it is inside.
+    pub nesting: i64,
+    /// The request the whole tree serves.
+    pub root_seq: i64,
+}
+
+/// Files a checked plan and starts every step that waits on nothing; returns how many.
+pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
+    let plan_id = proto::new_id().to_string();
+    tx.sql().execute_cached(
+        "INSERT INTO plans (plan_id, record_id, session_id, turn_id, ledger_id, request_seq,
+                            nesting, root_seq, state, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9)",
+        params![
+            plan_id,
+            p.record.record_id.to_string(),
+            p.session_id.to_string(),
+            p.turn_id.to_string(),
+            p.output.to_string(),
+            p.request_seq,
+            p.nesting,
+            p.root_seq,
+            time::now()
+        ],
+    )?;
+    for (ord, s) in p.plan.steps.iter().enumerate() {
+        let rec = NewRecord::new(
+            RecordType::TaskInstruction,
+            Content::text(&s.instruction),
+            PLANNER,
+        );
+        let instruction = tx.write_record(&rec)?.record_id;
+        tx.sql().execute_cached(
+            "INSERT INTO plan_steps (plan_id, step, ord, role, after, instruction, state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'waiting')",
+            params![
+                plan_id,
+                s.id,
+                ord as i64,
+                s.role,
+                serde_json::to_string(&s.after).map_err(|e| StoreError::Invalid(e.to_string()))?,
+                instruction.to_string()
+            ],
+        )?;
+    }
+    start_ready(tx, &plan_id)
+}
+
+/// One step row.
+struct StepRow {
+    step: String,
+    role: Option<String>,
+    after: Vec<String>,
+    instruction: RecordId,
+    state: String,
+    output: Option<LedgerId>,
+    deliverable: Option<RecordId>,
+}
+
+fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
+    let mut stmt = tx.sql().prepare_cached(
+        "SELECT step, role, after, instruction, state, output_id, deliverable_id
+           FROM plan_steps WHERE plan_id = ?1 ORDER BY ord",
+    )?;
+    let rows = stmt.query_map([plan_id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<String>>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+            r.get::<_, Option<String>>(5)?,
+            r.get::<_, Option<String>>(6)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (step, role, after, instruction, state, output, deliverable) = row?;
+        out.push(StepRow {
+            step,
+            role,
+            after: serde_json::from_str(&after).map_err(|e| StoreError::Corrupt {
+                what: "plan step",
+                id: plan_id.to_owned(),
+                detail: format!("after: {e}"),
+            })?,
+            instruction: parse_id(&instruction)?,
+            state,
+            output: output.as_deref().map(parse_id).transpose()?,
+            deliverable: deliverable.as_deref().map(parse_id).transpose()?,
+        });
+    }
+    Ok(out)
+}
+
+/// Starts every waiting step whose steps are all done: a sub-session and a request whose
+/// first context has their outputs as parents (or the plan ledger, for a first step).
+fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
+    let (plan_ledger, planning_session): (String, String) = tx.sql().query_row(
+        "SELECT ledger_id, session_id FROM plans WHERE plan_id = ?1",
+        [plan_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let label = tx.read_session(parse_id(&planning_session)?)?.label;
+    let all = steps(tx, plan_id)?;
+    let mut started = 0;
+    for s in all.iter().filter(|s| s.state == "waiting") {
+        let deps: Vec<&StepRow> = all.iter().filter(|o| s.after.contains(&o.step)).collect();
+        if deps.iter().any(|d| d.state != "done") {
+            continue;
+        }
+        let parents: Vec<String> = if deps.is_empty() {
+            vec![plan_ledger.clone()]
+        } else {
+            deps.iter()
+                .filter_map(|d| d.output.map(|o| o.to_string()))
+                .collect()
+        };
+        let members: Vec<String> = deps
+            .iter()
+            .filter_map(|d| d.deliverable.map(|r| r.to_string()))
+            .collect();
+        let head: String = label.chars().take(40).collect();
+        let session = tx.create_session(&format!("{head} · {}", s.step))?;
+        let json = |v: &Vec<String>| {
+            serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
+        };
+        tx.sql().execute_cached(
+            "INSERT INTO requests (record_id, session_id, created_at, role, parents, members)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                s.instruction.to_string(),
+                session.session_id.to_string(),
+                time::now(),
+                s.role,
+                json(&parents)?,
+                json(&members)?
+            ],
+        )?;
+        let request_seq = tx.sql().last_insert_rowid();
+        tx.sql().execute_cached(
+            "UPDATE plan_steps SET state = 'running', session_id = ?3, request_seq = ?4
+              WHERE plan_id = ?1 AND step = ?2",
+            params![plan_id, s.step, session.session_id.to_string(), request_seq],
+        )?;
+        started += 1;
+    }
+    Ok(started)
+}
+
+/// Records that step session `session` finished — done with `deliverable` in `output`, or
+/// failed — and moves its plan on: the next steps start, or the plan ends.
+pub fn finish_step(
+    tx: &Tx<'_>,
+    of: &StepOf,
+    output: LedgerId,
+    deliverable: Option<&Record>,
+) -> Result<Progress> {
+    let failed = deliverable
+        .is_none_or(|d| d.content.get("error").and_then(serde_json::Value::as_bool) == Some(true));
+    tx.sql().execute_cached(
+        "UPDATE plan_steps SET state = ?3, output_id = ?4, deliverable_id = ?5
+          WHERE plan_id = ?1 AND step = ?2",
+        params![
+            of.plan_id,
+            of.step,
+            if failed { "failed" } else { "done" },
+            output.to_string(),
+            deliverable.map(|d| d.record_id.to_string())
+        ],
+    )?;
+    let plan_failed = failed || steps(tx, &of.plan_id)?.iter().any(|s| s.state == "failed");
+    if plan_failed {
+        // Nothing new starts; what runs finishes, then the plan ends with what was done.
+        tx.sql().execute_cached(
+            "UPDATE plan_steps SET state = 'skipped' WHERE plan_id = ?1 AND state = 'waiting'",
+            [&of.plan_id],
+        )?;
+    } else {
+        let started = start_ready(tx, &of.plan_id)?;
+        if started > 0 {
+            return Ok(Progress::Going { started });
+        }
+    }
+    let all = steps(tx, &of.plan_id)?;
+    if all
+        .iter()
+        .any(|s| s.state == "running" || s.state == "waiting")
+    {
+        return Ok(Progress::Going { started: 0 });
+    }
+    let ended = ended(tx, &of.plan_id, &all)?;
+    tx.sql().execute_cached(
+        "UPDATE plans SET state = ?2 WHERE plan_id = ?1",
+        params![of.plan_id, if plan_failed { "failed" } else { "done" }],
+    )?;
+    Ok(if plan_failed {
+        Progress::Failed(ended)
+    } else {
+        Progress::Done(ended)
+    })
+}
+
+fn ended(tx: &Tx<'_>, plan_id: &str, all: &[StepRow]) -> Result<Ended> {
+    let (session, request_seq, ledger, turn): (String, i64, String, String) = tx.sql().query_row(
+        "SELECT session_id, request_seq, ledger_id, turn_id FROM plans WHERE plan_id = ?1",
+        [plan_id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    let role: Option<String> =
+        tx.sql()
+            .query_row("SELECT role FROM turns WHERE turn_id = ?1", [&turn], |r| {
+                r.get(0)
+            })?;
+    let mut summary = Vec::new();
+    for s in all {
+        let said = match s.deliverable {
+            Some(d) => {
+                let r = tx.read_record(d)?;
+                let text = proto::content::text_of(&r.content).unwrap_or_default();
+                let first: String = text.chars().take(120).collect();
+                format!(": {first}")
+            }
+            None => String::new(),
+        };
+        summary.push(format!("{} ({}){said}", s.step, s.state));
+    }
+    Ok(Ended {
+        session_id: parse_id(&session)?,
+        request_seq,
+        role,
+        plan_ledger: parse_id(&ledger)?,
+        outputs: all.iter().filter_map(|s| s.output).collect(),
+        deliverables: all.iter().filter_map(|s| s.deliverable).collect(),
+        summary,
+    })
+}
+
+/// Sets the role a filed turn runs as.
+pub fn set_turn_role(tx: &Tx<'_>, turn: TurnId, role: Option<&str>) -> Result<()> {
+    tx.sql().execute_cached(
+        "UPDATE turns SET role = ?2 WHERE turn_id = ?1",
+        params![turn.to_string(), role],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! The roles a turn can run as (`[roster]`): each its own provider — the worker's
+//! `[provider]` with the role's system prompt, model or script — and the tools it is shown
+//! and may call. A turn names its role; one this worker does not know ends the turn.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kura_model::{self as provider, Provider, ToolSpec};
+use kura_plan::{DEFAULT_ROLE, RosterConfig};
+
+/// What a turn in one role runs with.
+#[derive(Clone)]
+pub struct RoleRun {
+    /// Its name.
+    pub name: String,
+    /// The model.
+    pub provider: Arc<dyn Provider>,
+    /// The tools the model is shown.
+    pub specs: Arc<[ToolSpec]>,
+    /// Tool-name globs it may call; empty: any the worker has.
+    pub tools: Vec<String>,
+}
+
+impl RoleRun {
+    /// Whether this role may call `tool`.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.is_empty() || self.tools.iter().any(|g| kura_policy::glob(g, tool))
+    }
+}
+
+/// Every role this worker runs, and the default.
+pub struct Roles {
+    base: RoleRun,
+    by_name: BTreeMap<String, RoleRun>,
+    default_role: String,
+}
+
+impl Roles {
+    /// Only the default role: the worker's own provider and tools.
+    pub fn single(provider: Arc<dyn Provider>, specs: Arc<[ToolSpec]>) -> Roles {
+        Roles {
+            base: RoleRun {
+                name: DEFAULT_ROLE.into(),
+                provider,
+                specs,
+                tools: Vec::new(),
+            },
+            by_name: BTreeMap::new(),
+            default_role: DEFAULT_ROLE.into(),
+        }
+    }
+
+    /// The roster's roles over the worker's `[provider]` and tools (`base`, `specs`).
+    pub fn build(
+        config: &provider::ProviderConfig,
+        roster: &RosterConfig,
+        base: Arc<dyn Provider>,
+        specs: Arc<[ToolSpec]>,
+        handle: &tokio::runtime::Handle,
+    ) -> anyhow::Result<Roles> {
+        roster.check().map_err(anyhow::Error::msg)?;
+        let mut roles = Roles::single(base, specs.clone());
+        roles.default_role = roster.default_role.clone();
+        for r in &roster.roles {
+            let mut c = config.clone();
+            if let Some(p) = &r.system_prompt {
+                c.system_prompt = p.clone();
+            }
+            if let Some(m) = &r.model {
+                c.model = m.clone();
+            }
+            if let Some(s) = &r.script {
+                c.script = s.clone();
+            }
+            let provider: Arc<dyn Provider> = Arc::from(
+                provider::build(&c, handle.clone())
+                    .map_err(|e| anyhow::anyhow!("[roster] role {}: {e:#}", r.name))?,
+            );
+            let allows = |name: &str| {
+                r.tools.is_empty() || r.tools.iter().any(|g| kura_policy::glob(g, name))
+            };
+            let shown: Vec<ToolSpec> = specs.iter().filter(|s| allows(&s.name)).cloned().collect();
+            roles.by_name.insert(
+                r.name.clone(),
+                RoleRun {
+                    name: r.name.clone(),
+                    provider,
+                    specs: shown.into(),
+                    tools: r.tools.clone(),
+                },
+            );
+        }
+        Ok(roles)
+    }
+
+    /// What a turn naming `role` runs with (none: the default role); `Err` says why a role
+    /// cannot run here.
+    pub fn get(&self, role: Option<&str>) -> Result<&RoleRun, String> {
+        let name = role.unwrap_or(&self.default_role);
+        match self.by_name.get(name) {
+            Some(r) => Ok(r),
+            None if name == DEFAULT_ROLE => Ok(&self.base),
+            None => Err(format!(
+                "role {name:?} is not in this worker's [roster]; add it to [[roster.roles]] (hashi and minato read the same table)"
+            )),
+        }
+    }
+}
