@@ -49,6 +49,10 @@ enum Command {
         /// Who is asking, kind:name. Default: user:$USER.
         #[arg(long)]
         author: Option<String>,
+        /// The role that does it (`[roster]`); default: routed by keyword, else the
+        /// default role.
+        #[arg(long)]
+        role: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
             wait,
             timeout,
             author,
+            role,
             json,
         } => {
             let wait = wait.then(|| Duration::from_secs(timeout));
@@ -117,7 +122,7 @@ fn main() -> ExitCode {
                 session,
                 from.map(|f| (f, replica.map(|r| (r, replicas_dir)))),
                 wait,
-                author,
+                (author, role),
                 json,
             )
         }
@@ -133,7 +138,7 @@ fn submit_cmd(
     session: Option<String>,
     from: Option<(String, Option<Replica>)>,
     wait: Option<Duration>,
-    author: Option<String>,
+    (author, role): (Option<String>, Option<String>),
     json: bool,
 ) -> ExitCode {
     let (config, rt) = match kura_runtime::start_with::<Config>("minato", config_path, "warn") {
@@ -143,6 +148,22 @@ fn submit_cmd(
             return ExitCode::from(2);
         }
     };
+    if let Some(r) = role.as_deref()
+        && !config.roster.knows(r)
+    {
+        let mut known: Vec<&str> = config
+            .roster
+            .roles
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        known.push(kura_plan::DEFAULT_ROLE);
+        eprintln!(
+            "minato: error: unknown role {r:?}; the roster has {} (add it to [[roster.roles]] in minato.toml and hashi.toml, or KURA_ROSTER__ROLES)",
+            known.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     let session = match session
         .as_deref()
         .map(kura_store::store::parse_id)
@@ -180,12 +201,14 @@ fn submit_cmd(
                 .unwrap_or_else(|| "local".into())
         )
     });
-    match rt.block_on(minato::submit::run(
+    match rt.block_on(minato::submit::run_as(
         &config.common,
         instruction,
         &author,
         session,
         wait,
+        None,
+        role.as_deref(),
     )) {
         Ok(out) => {
             print_submitted(&out, json);

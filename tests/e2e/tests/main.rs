@@ -12,6 +12,7 @@ mod e2e;
 mod fleet;
 mod memory;
 mod openai;
+mod plans;
 mod supervise;
 mod timetravel;
 mod upgrade;

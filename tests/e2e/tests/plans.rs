@@ -1,0 +1,278 @@
+//! Plans on the real daemons: a turn's `agent.plan` runs as sub-sessions on two hashi
+//! workers at once, its join waits for all three, the planning session joins every output,
+//! and `kura verify --all` checks the whole tree; hostile plans are refused and recorded.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use kura_testkit::bin;
+use kura_testkit::stack::Stack;
+use proto::record::RecordType;
+use proto::{LedgerId, SessionId};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The default role plans: three independent steps and a join; when they are done, its
+/// second turn delivers.
+const PLANNER: &str = r#"{"turns": [
+  [{"plan": {"text": "three looks and a summary", "steps": [
+      {"id": "a", "role": "looker", "instruction": "look at a"},
+      {"id": "b", "role": "looker", "instruction": "look at b"},
+      {"id": "c", "role": "looker", "instruction": "look at c"},
+      {"id": "join", "role": "writer", "instruction": "sum up", "after": ["a", "b", "c"]}]}},
+   {"deliver": "planned", "final": false}],
+  [{"deliver": "all done"}]
+]}"#;
+
+/// A step: one read, then (after some simulated model time) its deliverable.
+const LOOKER: &str = r#"{"turns": [[
+  {"tool": "fs.list", "args": {}},
+  {"deliver": "looked: {instruction}", "delay_ms": 600}
+]]}"#;
+
+const WRITER: &str = r#"{"turns": [[{"deliver": "summed up"}]]}"#;
+
+/// A planner whose plan goes round.
+const CYCLIC: &str = r#"{"turns": [[
+  {"plan": {"steps": [
+      {"id": "a", "instruction": "x", "after": ["b"]},
+      {"id": "b", "instruction": "y", "after": ["a"]}]}},
+  {"deliver": "planned"}]]}"#;
+
+/// A planner naming a role nobody configured.
+const UNKNOWN: &str = r#"{"turns": [[
+  {"plan": {"steps": [{"id": "a", "role": "root", "instruction": "x"}]}},
+  {"deliver": "planned"}]]}"#;
+
+/// The roster: each role's script in the stack's directory.
+fn roster(s: &mut Stack, extra: &[(&str, String)]) {
+    let mut roles = Vec::new();
+    for (name, script) in [
+        ("looker", LOOKER),
+        ("writer", WRITER),
+        ("cyclic", CYCLIC),
+        ("unknown", UNKNOWN),
+    ] {
+        let path = s.path(&format!("{name}.json"));
+        std::fs::write(&path, script).expect("script");
+        roles.push(format!(
+            "{{name = \"{name}\", script = \"{}\"}}",
+            path.display()
+        ));
+    }
+    for (name, script) in extra {
+        let path = s.path(&format!("{name}.json"));
+        std::fs::write(&path, script).expect("script");
+        roles.push(format!(
+            "{{name = \"{name}\", script = \"{}\"}}",
+            path.display()
+        ));
+    }
+    s.extra_env.push((
+        "KURA_ROSTER__ROLES".into(),
+        format!("[{}]", roles.join(", ")),
+    ));
+}
+
+fn start(s: &mut Stack) {
+    for (bin, instance) in [
+        ("minato", "minato"),
+        ("hashi", "hashi-1"),
+        ("hashi", "hashi-2"),
+        ("aegis", "aegis"),
+        ("mikado", "mikado"),
+    ] {
+        s.spawn(bin, instance);
+    }
+}
+
+/// A plan's steps: (step id, its session) from the work tables.
+fn steps(s: &Stack) -> Vec<(String, SessionId)> {
+    let store = s.store();
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT step, session_id FROM plan_steps ORDER BY ord")
+        .expect("prepare");
+    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .expect("query")
+        .map(|r| {
+            let (step, session) = r.expect("row");
+            (step, kura_store::store::parse_id(&session).expect("id"))
+        })
+        .collect()
+}
+
+/// A session's turns: (context ledger, output ledger, output created, output sealed).
+fn turns(s: &Stack, session: SessionId) -> Vec<(LedgerId, LedgerId, String, String)> {
+    let store = s.store();
+    let mut stmt = store
+        .conn()
+        .prepare(
+            "SELECT t.context_ledger_id, t.output_ledger_id, l.created_at, l.sealed_at
+               FROM turns t JOIN ledgers l ON l.ledger_id = t.output_ledger_id
+              WHERE t.session_id = ?1 ORDER BY t.seq",
+        )
+        .expect("prepare");
+    stmt.query_map([session.to_string()], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+        ))
+    })
+    .expect("query")
+    .map(|r| {
+        let (c, o, a, b) = r.expect("row");
+        let id = |t: &str| kura_store::store::parse_id(t).expect("id");
+        (id(&c), id(&o), a, b)
+    })
+    .collect()
+}
+
+/// Every record of every ledger of a session (contexts, outputs, minato's own).
+fn records(s: &Stack, session: SessionId) -> Vec<proto::Record> {
+    let store = s.store();
+    let mut out = Vec::new();
+    for l in store.session_ledgers(session).expect("ledgers") {
+        out.extend(store.hydrate(l.ledger_id).expect("hydrate"));
+    }
+    out
+}
+
+fn parents(s: &Stack, ledger: LedgerId) -> BTreeSet<LedgerId> {
+    s.store()
+        .read_ledger(ledger)
+        .expect("ledger")
+        .parent_ids
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn a_plan_runs_its_independent_steps_at_once_and_joins_their_outputs() {
+    let mut s = Stack::new(PLANNER);
+    roster(&mut s, &[]);
+    start(&mut s);
+    let request = s.submit("plan the looks");
+    let done = s.wait_complete(request, MINUTE);
+    let parent = done.session_id.expect("session");
+    let said = done.deliverable.expect("deliverable");
+    assert_eq!(said.content["text"], "all done");
+
+    let all = steps(&s);
+    assert_eq!(
+        all.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["a", "b", "c", "join"]
+    );
+    let planning = turns(&s, parent);
+    assert_eq!(planning.len(), 2, "the planning turn and the join turn");
+    let plan_ledger = planning[0].1;
+    // The three looks ran on two workers at once: some two of them overlap in time.
+    let looks: Vec<_> = all[..3]
+        .iter()
+        .map(|(_, sid)| turns(&s, *sid).remove(0))
+        .collect();
+    let overlap = (0..3)
+        .any(|i| (0..3).any(|j| i != j && looks[i].2 < looks[j].3 && looks[j].2 < looks[i].3));
+    assert!(overlap, "no two steps ran at once: {looks:?}");
+    for (ctx, ..) in &looks {
+        assert_eq!(
+            parents(&s, *ctx),
+            BTreeSet::from([plan_ledger]),
+            "a first step grows from the plan"
+        );
+    }
+    // The join's context has all three outputs as parents, and their deliverables.
+    let join = turns(&s, all[3].1).remove(0);
+    let outputs: BTreeSet<LedgerId> = looks.iter().map(|l| l.1).collect();
+    assert_eq!(parents(&s, join.0), outputs);
+    let join_ctx: Vec<String> = s
+        .store()
+        .hydrate(join.0)
+        .expect("ctx")
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::TaskDeliverable)
+        .map(|r| r.content["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        join_ctx,
+        [
+            "looked: look at a",
+            "looked: look at b",
+            "looked: look at c"
+        ]
+    );
+    // The planning session's second turn joins every step's output.
+    let mut every = outputs.clone();
+    every.insert(join.1);
+    assert_eq!(parents(&s, planning[1].0), every);
+    // Each step's role was recorded with its reason.
+    let routes: Vec<String> = records(&s, all[0].1)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::TaskRoute)
+        .map(|r| r.content["role"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(routes, ["looker"]);
+
+    let graph = Command::new(bin("kura"))
+        .args(["log", "--graph", &parent.to_string(), "--db"])
+        .arg(&s.db)
+        .output()
+        .expect("kura log");
+    assert!(
+        graph.status.success(),
+        "{}",
+        String::from_utf8_lossy(&graph.stderr)
+    );
+    s.verify_all();
+}
+
+/// Attack: a model plans a ring of steps that wait on each other, a step for a role the
+/// roster does not have (hoping for a default with more tools), or more steps than allowed.
+/// None starts anything;
+/// each refusal is a `sys.error` in the planning session, which then ends as it said.
+#[test]
+fn a_cyclic_or_unknown_role_plan_is_refused_and_recorded() {
+    let mut s = Stack::new(PLANNER);
+    let many: Vec<String> = (0..17)
+        .map(|i| format!("{{\"id\": \"s{i}\", \"instruction\": \"x\"}}"))
+        .collect();
+    let oversized = format!(
+        "{{\"turns\": [[{{\"plan\": {{\"steps\": [{}]}}}}, {{\"deliver\": \"planned\"}}]]}}",
+        many.join(", ")
+    );
+    roster(&mut s, &[("oversized", oversized)]);
+    start(&mut s);
+    for (role, why) in [
+        ("cyclic", "plan refused: the plan has a cycle"),
+        ("unknown", "unknown role \"root\""),
+        ("oversized", "the plan has 17 steps; at most 16"),
+    ] {
+        let request = s.submit_with("plan badly", &["--role", role]);
+        let done = s.wait_complete(request, MINUTE);
+        let session = done.session_id.expect("session");
+        let errors: Vec<String> = records(&s, session)
+            .into_iter()
+            .filter(|r| r.record_type == RecordType::SysError)
+            .map(|r| r.content["text"].as_str().unwrap_or("").to_owned())
+            .collect();
+        assert!(errors.iter().any(|e| e.contains(why)), "{role}: {errors:?}");
+        assert_eq!(
+            done.deliverable.expect("deliverable").content["text"],
+            "planned"
+        );
+    }
+    assert!(steps(&s).is_empty(), "no step of a refused plan started");
+    // A role nobody configured is refused at submit.
+    let out = Command::new(bin("minato"))
+        .args(["submit", "x", "--role", "root"])
+        .env("KURA_DB", &s.db)
+        .env("KURA_ROSTER__ROLES", "[]")
+        .output()
+        .expect("minato submit");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown role \"root\""));
+    s.verify_all();
+}
