@@ -42,6 +42,14 @@ pub enum PlanError {
         /// The roles there are.
         known: String,
     },
+    /// A step's validator is malformed or names an unknown role.
+    #[error("step {step:?}: {why}")]
+    BadValidator {
+        /// The step.
+        step: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A step waits on a step the plan does not have (or on itself, or twice on one).
     #[error(
         "step {step:?} waits on {after:?}, which is not another step of the plan (or is named twice)"
@@ -137,6 +145,20 @@ pub fn check(
         }
         if s.instruction.trim().is_empty() || s.instruction.len() > MAX_INSTRUCTION_BYTES {
             return Err(PlanError::BadInstruction(s.id.clone()));
+        }
+        if let Some(v) = &s.validator {
+            let why = v.check().err().or_else(|| {
+                v.role
+                    .as_ref()
+                    .filter(|r| !roster.knows(r))
+                    .map(|r| format!("unknown validator role {r:?}"))
+            });
+            if let Some(why) = why {
+                return Err(PlanError::BadValidator {
+                    step: s.id.clone(),
+                    why,
+                });
+            }
         }
         if let Some(role) = &s.role
             && !roster.knows(role)

@@ -28,6 +28,7 @@ fn step(id: &str, role: Option<&str>, after: &[&str]) -> PlanStep {
         role: role.map(Into::into),
         instruction: format!("do {id}"),
         after: after.iter().map(|a| (*a).into()).collect(),
+        validator: None,
     }
 }
 

@@ -30,6 +30,64 @@ pub struct PlanStep {
     /// ledgers are the parents of its context (a join).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// What must pass its deliverable before the step counts as done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validator: Option<Validator>,
+}
+
+/// What judges a deliverable before its session completes: a role (its deliverable says
+/// `"verdict": "pass"` or `"fail"`) or a command run in the session's workspace in the
+/// sandbox, like `shell.run` (exit 0 passes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Validator {
+    /// The validating role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The command's argv.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+}
+
+/// Most arguments a validator command has, and bytes in one.
+pub const MAX_VALIDATOR_ARGS: usize = 64;
+/// See [`MAX_VALIDATOR_ARGS`].
+pub const MAX_VALIDATOR_ARG_BYTES: usize = 4096;
+
+impl Validator {
+    /// Exactly one of a role and a command, the command bounded.
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.role, self.command.is_empty()) {
+            (Some(_), false) | (None, true) => {
+                Err("a validator is a role or a command, one of them".into())
+            }
+            (Some(_), true) => Ok(()),
+            (None, false) => {
+                if self.command.len() > MAX_VALIDATOR_ARGS
+                    || self
+                        .command
+                        .iter()
+                        .any(|a| a.len() > MAX_VALIDATOR_ARG_BYTES || a.contains('\0'))
+                {
+                    return Err(format!(
+                        "a validator command has at most {MAX_VALIDATOR_ARGS} arguments of {MAX_VALIDATOR_ARG_BYTES} bytes, without NUL"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Who judges, as a verdict names it: `role:<name>` or `command:<program>`.
+    pub fn by(&self) -> String {
+        match &self.role {
+            Some(r) => format!("role:{r}"),
+            None => format!(
+                "command:{}",
+                self.command.first().map(String::as_str).unwrap_or("")
+            ),
+        }
+    }
 }
 
 /// How a request's role was chosen (the content of its `task.route` record).

@@ -1,5 +1,7 @@
 -- 018: roles and plans.
--- Why: a turn runs as a role (its system prompt, model and tools), and a turn may deliver an
+-- Why: a turn runs as a role (its system prompt, model and tools); a request may name a
+-- validator (a role, or a command run in the sandbox) that must pass its deliverable, each
+-- verdict a record; and a turn may deliver an
 -- `agent.plan` whose steps minato runs as sub-sessions, several at once, each started when
 -- the steps it waits on are done, their outputs the parents of its context. The plan's
 -- progress is kept here, advanced in the same transaction as the completion that moves it,
@@ -10,6 +12,8 @@ ALTER TABLE requests ADD COLUMN role TEXT;         -- the role named (or routed 
 ALTER TABLE requests ADD COLUMN parents TEXT;      -- JSON ledger ids: the first context's parents (a plan step's)
 ALTER TABLE requests ADD COLUMN members TEXT;      -- JSON record ids the first context carries besides the instruction
 ALTER TABLE requests ADD COLUMN validator TEXT;    -- JSON: the role or command that must pass the deliverable
+ALTER TABLE requests ADD COLUMN validations INTEGER NOT NULL DEFAULT 0; -- verdicts that failed its deliverables
+ALTER TABLE turns ADD COLUMN validates TEXT;       -- a validation turn: the deliverable it judges
 ALTER TABLE sessions ADD COLUMN verdict TEXT;      -- the task.verdict record that allowed its completion
 
 CREATE TABLE plans (
@@ -32,6 +36,7 @@ CREATE TABLE plan_steps (
     role           TEXT,
     after          TEXT NOT NULL,                               -- JSON step ids it waits on
     instruction    TEXT NOT NULL REFERENCES records(record_id), -- its task.instruction
+    validator      TEXT,                                        -- JSON: what must pass its deliverable
     state          TEXT NOT NULL CHECK (state IN ('waiting', 'running', 'done', 'failed', 'skipped')),
     session_id     TEXT REFERENCES sessions(session_id),        -- its sub-session, once started
     request_seq    INTEGER REFERENCES requests(request_seq),

@@ -115,6 +115,7 @@ pub fn open_agent_turn(
         last_error: None,
         replay: None,
         role: None,
+        validate_command: None,
     })
 }
 
@@ -149,6 +150,7 @@ pub fn agent_claim(db: &impl Db, agent: &str, turn_id: TurnId) -> Result<Claim> 
         last_error: None,
         replay: None,
         role: None,
+        validate_command: None,
     })
 }
 

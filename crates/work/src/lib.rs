@@ -15,6 +15,7 @@ pub mod policy;
 mod requests;
 mod turns;
 mod tx;
+pub mod verdicts;
 pub mod writs;
 
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ use serde_json::{Map, Value};
 pub use approvals::Approval;
 pub use cursor::{cursor, set_cursor};
 pub use requests::{
-    Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
+    Ask, Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
     recorded_turns, request_instruction, request_replays, request_status, request_submitter,
     submit, submit_as, submit_replay, turn_submitter,
 };

@@ -137,19 +137,25 @@ pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
         );
         let instruction = tx.write_record(&rec)?.record_id;
         tx.sql().execute_cached(
-            "INSERT INTO plan_steps (plan_id, step, ord, role, after, instruction, state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'waiting')",
+            "INSERT INTO plan_steps (plan_id, step, ord, role, after, instruction, state, validator)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'waiting', ?7)",
             params![
                 plan_id,
                 s.id,
                 ord as i64,
                 s.role,
-                serde_json::to_string(&s.after).map_err(|e| StoreError::Invalid(e.to_string()))?,
-                instruction.to_string()
+                to_json(&s.after)?,
+                instruction.to_string(),
+                s.validator.as_ref().map(to_json).transpose()?
             ],
         )?;
     }
     start_ready(tx, &plan_id)
+}
+
+/// The JSON text a plan row keeps.
+fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
 /// One step row.
@@ -161,11 +167,12 @@ struct StepRow {
     state: String,
     output: Option<LedgerId>,
     deliverable: Option<RecordId>,
+    validator: Option<String>,
 }
 
 fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
     let mut stmt = tx.sql().prepare_cached(
-        "SELECT step, role, after, instruction, state, output_id, deliverable_id
+        "SELECT step, role, after, instruction, state, output_id, deliverable_id, validator
            FROM plan_steps WHERE plan_id = ?1 ORDER BY ord",
     )?;
     let rows = stmt.query_map([plan_id], |r| {
@@ -177,11 +184,12 @@ fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
             r.get::<_, String>(4)?,
             r.get::<_, Option<String>>(5)?,
             r.get::<_, Option<String>>(6)?,
+            r.get::<_, Option<String>>(7)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (step, role, after, instruction, state, output, deliverable) = row?;
+        let (step, role, after, instruction, state, output, deliverable, validator) = row?;
         out.push(StepRow {
             step,
             role,
@@ -194,6 +202,7 @@ fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
             state,
             output: output.as_deref().map(parse_id).transpose()?,
             deliverable: deliverable.as_deref().map(parse_id).transpose()?,
+            validator,
         });
     }
     Ok(out)
@@ -228,19 +237,17 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
             .collect();
         let head: String = label.chars().take(40).collect();
         let session = tx.create_session(&format!("{head} · {}", s.step))?;
-        let json = |v: &Vec<String>| {
-            serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))
-        };
         tx.sql().execute_cached(
-            "INSERT INTO requests (record_id, session_id, created_at, role, parents, members)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO requests (record_id, session_id, created_at, role, parents, members, validator)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 s.instruction.to_string(),
                 session.session_id.to_string(),
                 time::now(),
                 s.role,
-                json(&parents)?,
-                json(&members)?
+                to_json(&parents)?,
+                to_json(&members)?,
+                s.validator
             ],
         )?;
         let request_seq = tx.sql().last_insert_rowid();

@@ -56,21 +56,39 @@ pub fn submit_replay(
     session: Option<SessionId>,
     replay: Option<crate::Replay>,
 ) -> Result<Request> {
-    submit_as(store, instruction, author, session, replay, None)
+    submit_as(store, instruction, author, session, replay, Ask::default())
 }
 
-/// [`submit_replay`] for work that names its role (`[roster]`).
+/// What a request asks for besides its instruction: the role that does it and what must
+/// pass its deliverable.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ask<'a> {
+    /// The role (`[roster]`); none: routed.
+    pub role: Option<&'a str>,
+    /// The validator.
+    pub validator: Option<&'a proto::plan::Validator>,
+}
+
+/// [`submit_replay`] for work that names its role or validator.
 pub fn submit_as(
     store: &mut Store,
     instruction: &str,
     author: &str,
     session: Option<SessionId>,
     replay: Option<crate::Replay>,
-    role: Option<&str>,
+    ask: Ask<'_>,
 ) -> Result<Request> {
     if instruction.trim().is_empty() {
         return Err(StoreError::Invalid("the instruction is empty".into()));
     }
+    let validator = match ask.validator {
+        Some(v) => {
+            v.check().map_err(StoreError::Invalid)?;
+            Some(serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))?)
+        }
+        None => None,
+    };
+    let role = ask.role;
     let rec = NewRecord::new(
         RecordType::TaskInstruction,
         Content::text(instruction),
@@ -82,8 +100,8 @@ pub fn submit_as(
         }
         let stored = tx.write_record(&rec)?;
         tx.sql().execute_cached(
-"INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun, role)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+"INSERT INTO requests (record_id, session_id, created_at, replay_of, replay_live, replay_rerun, role, validator)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![
                 stored.record_id.to_string(),
                 session.map(|s| s.to_string()),
@@ -92,6 +110,7 @@ pub fn submit_as(
                 replay.is_some_and(|r| r.live),
                 replay.is_some_and(|r| r.rerun),
                 role,
+                validator,
             ],
         )?;
         Ok(Request {
@@ -282,8 +301,25 @@ pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus>
         .optional()?
         .flatten();
     let complete = status == "complete" && open_turns == 0 && last_output.is_some();
+    // What minato wrote last for the session's latest request (a verdict that passed, a plan
+    // that ended) stands on its head; the last turn's output may be a validator's.
+    let (head, latest): (Option<String>, i64) = conn.query_row_cached(
+        "SELECT s.head_ledger_id, (SELECT max(request_seq) FROM requests WHERE session_id = s.session_id)
+           FROM sessions s WHERE s.session_id = ?1",
+        [session.to_string()],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let deliverable = match (complete, last_output) {
-        (true, Some(o)) => last_deliverable(conn, parse_id(&o)?)?,
+        (true, Some(o)) => {
+            let from_head = match head.filter(|_| latest == request_seq) {
+                Some(h) => last_deliverable(conn, parse_id(&h)?)?,
+                None => None,
+            };
+            match from_head {
+                Some(d) => Some(d),
+                None => last_deliverable(conn, parse_id(&o)?)?,
+            }
+        }
         _ => None,
     };
     Ok(RequestStatus {

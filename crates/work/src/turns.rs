@@ -65,6 +65,9 @@ pub struct Claim {
     pub replay: Option<Replay>,
     /// The role it runs as (`[roster]`); none: the default role.
     pub role: Option<String>,
+    /// A validation turn's command (`minato submit --validate-cmd`): run in the sandbox
+    /// instead of asking a model; exit 0 passes.
+    pub validate_command: Option<Vec<String>>,
 }
 
 /// A turn that replays a recorded one (`minato replay`).
@@ -195,6 +198,7 @@ pub fn claim_next(
             last_error,
             replay,
             role,
+            validate_command: crate::verdicts::command_of(tx, t.turn_id)?,
         }))
     })
 }

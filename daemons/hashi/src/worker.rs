@@ -396,6 +396,9 @@ impl Worker {
         {
             return Ok(End::Parked(request));
         }
+        if let Some(argv) = claim.validate_command.clone() {
+            return self.validate_by_command(claim, &mut history, argv);
+        }
         let mut recorded = match claim.replay {
             Some(r) => Some(Recorded::load(&self.store, r)?),
             None => None,
@@ -466,6 +469,50 @@ impl Worker {
             }
         }
         let ledger = self.complete(claim, &mut history)?;
+        Ok(End::Completed(ledger))
+    }
+
+    /// A validation turn whose validator is a command: it runs as a `shell.run` call (the
+    /// policy, the sandbox and the turn's writ hold it like any call), then the verdict is
+    /// delivered — exit 0 passes. A resumed turn runs nothing twice: a recorded call is not
+    /// made again.
+    fn validate_by_command(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        argv: Vec<String>,
+    ) -> kura_store::Result<End> {
+        let delivered = history
+            .iter()
+            .any(|r| r.record_type == RecordType::TaskDeliverable);
+        if !delivered {
+            if !history
+                .iter()
+                .any(|r| r.record_type == RecordType::ToolCall)
+            {
+                let mut args = Map::new();
+                args.insert("argv".into(), Value::from(argv));
+                if let CallEnd::Parked(r) =
+                    self.call_tool(claim, history, "shell.run", args, None)?
+                {
+                    return Ok(End::Parked(r));
+                }
+            }
+            let result = history
+                .iter()
+                .rev()
+                .find(|r| r.record_type == RecordType::ToolResult);
+            let (pass, text) = command_verdict(result);
+            let mut extra = Map::new();
+            extra.insert(
+                "verdict".into(),
+                Value::from(if pass { "pass" } else { "fail" }),
+            );
+            let content = DeliverableContent::new(text, true, extra).to_value();
+            let r = self.record(claim, RecordType::TaskDeliverable, content, &[]);
+            self.append(claim, history, r)?;
+        }
+        let ledger = self.complete(claim, history)?;
         Ok(End::Completed(ledger))
     }
 
@@ -697,5 +744,45 @@ impl Worker {
             return self.serve_recorded(claim, history, &call_id, matched.and_then(|m| m.1));
         }
         self.approve_and_run(claim, history, name, &arguments, &call_id)
+    }
+}
+
+/// A validator command's verdict from its `tool.result`: exit 0 passes; the text says the
+/// exit and the output's last lines.
+fn command_verdict(result: Option<&Record>) -> (bool, String) {
+    let Some(r) = result else {
+        return (false, "the validator command has no result".into());
+    };
+    if let Some(e) = r.content.get("error").and_then(Value::as_str) {
+        return (
+            false,
+            format!("the validator command did not run: {}", excerpt(e, 2000)),
+        );
+    }
+    let out = r.content.get("result").cloned().unwrap_or(Value::Null);
+    let code = out.get("exit_code").and_then(Value::as_i64);
+    let tail = |k: &str| {
+        let text = out.get(k).and_then(Value::as_str).unwrap_or("");
+        let start = text.len().saturating_sub(1500);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        text[start..].trim().to_owned()
+    };
+    let (stdout, stderr) = (tail("stdout"), tail("stderr"));
+    let said = [stdout, stderr]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    match code {
+        Some(0) => (true, format!("pass: exit 0\n{said}").trim().to_owned()),
+        Some(c) => (false, format!("fail: exit {c}\n{said}").trim().to_owned()),
+        None => (
+            false,
+            format!("fail: stopped by a signal\n{said}")
+                .trim()
+                .to_owned(),
+        ),
     }
 }

@@ -35,6 +35,9 @@ pub struct MinatoConfig {
     pub max_turns: i64,
     /// How many memory hits (facts and decisions from earlier work) go into each context.
     pub memory_hits: usize,
+    /// A request's validator may fail its work this many times; then the work ends with
+    /// the last verdict.
+    pub max_validations: i64,
 }
 
 impl Default for MinatoConfig {
@@ -42,6 +45,7 @@ impl Default for MinatoConfig {
         MinatoConfig {
             max_turns: 8,
             memory_hits: 5,
+            max_validations: 2,
         }
     }
 }
@@ -55,6 +59,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let poll = config.common.poll_interval();
     let hits = config.minato.memory_hits;
     let max_turns = config.minato.max_turns;
+    let max_validations = config.minato.max_validations;
 
     let (mut store, bus) = (daemon.open_store()?, daemon.bus().clone());
     let roster = config.roster.clone();
@@ -76,6 +81,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             max_turns,
             memory_hits: hits,
             roster: &roster,
+            max_validations,
         };
         let Some(d) = decide_next_completion(&mut store, &rules)? else {
             return Ok(false);

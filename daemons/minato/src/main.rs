@@ -53,6 +53,14 @@ enum Command {
         /// default role.
         #[arg(long)]
         role: Option<String>,
+        /// A role that must pass the deliverable before the session completes (its
+        /// deliverable says "verdict": "pass" or "fail"); a fail sends the work back.
+        #[arg(long, conflicts_with = "validate_cmd")]
+        validate_role: Option<String>,
+        /// A command that must pass the deliverable (exit 0), run in the session's
+        /// workspace in the sandbox like shell.run, e.g. 'sh -c "test -s notes.md"'.
+        #[arg(long)]
+        validate_cmd: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -113,20 +121,59 @@ fn main() -> ExitCode {
             timeout,
             author,
             role,
+            validate_role,
+            validate_cmd,
             json,
         } => {
             let wait = wait.then(|| Duration::from_secs(timeout));
+            let validator = match validator(validate_role, validate_cmd.as_deref()) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("minato: error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             submit_cmd(
                 config_path.as_deref(),
                 &instruction,
                 session,
                 from.map(|f| (f, replica.map(|r| (r, replicas_dir)))),
                 wait,
-                (author, role),
+                Asked {
+                    author,
+                    role,
+                    validator,
+                },
                 json,
             )
         }
     }
+}
+
+/// `--validate-role` or `--validate-cmd` as a validator.
+fn validator(
+    role: Option<String>,
+    cmd: Option<&str>,
+) -> Result<Option<proto::plan::Validator>, String> {
+    let command = match cmd {
+        Some(c) => shlex::split(c).filter(|a| !a.is_empty()).ok_or_else(|| {
+            format!("--validate-cmd {c:?} is not a command line (check its quotes)")
+        })?,
+        None => Vec::new(),
+    };
+    if role.is_none() && command.is_empty() {
+        return Ok(None);
+    }
+    let v = proto::plan::Validator { role, command };
+    v.check()?;
+    Ok(Some(v))
+}
+
+/// Who asks, as what role, checked by what.
+struct Asked {
+    author: Option<String>,
+    role: Option<String>,
+    validator: Option<proto::plan::Validator>,
 }
 
 /// `--replica PI [--replicas-dir DIR]`: the fork comes from that Pi's verified replica.
@@ -138,9 +185,14 @@ fn submit_cmd(
     session: Option<String>,
     from: Option<(String, Option<Replica>)>,
     wait: Option<Duration>,
-    (author, role): (Option<String>, Option<String>),
+    asked: Asked,
     json: bool,
 ) -> ExitCode {
+    let Asked {
+        author,
+        role,
+        validator,
+    } = asked;
     let (config, rt) = match kura_runtime::start_with::<Config>("minato", config_path, "warn") {
         Ok(x) => x,
         Err(e) => {
@@ -148,9 +200,13 @@ fn submit_cmd(
             return ExitCode::from(2);
         }
     };
-    if let Some(r) = role.as_deref()
-        && !config.roster.knows(r)
-    {
+    let named = role
+        .iter()
+        .chain(validator.as_ref().and_then(|v| v.role.as_ref()));
+    for r in named {
+        if config.roster.knows(r) {
+            continue;
+        }
         let mut known: Vec<&str> = config
             .roster
             .roles
@@ -208,7 +264,10 @@ fn submit_cmd(
         session,
         wait,
         None,
-        role.as_deref(),
+        kura_work::Ask {
+            role: role.as_deref(),
+            validator: validator.as_ref(),
+        },
     )) {
         Ok(out) => {
             print_submitted(&out, json);

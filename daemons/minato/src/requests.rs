@@ -8,7 +8,8 @@ use kura_store::{Db, Tx};
 use kura_store::{Store, memory};
 use kura_tlog::sealer::Sealer;
 use kura_work::WorkTx;
-use kura_work::plans::{self, PLANNER, Planned, Progress};
+use kura_work::plans::{self, PLANNER, Planned, Progress, StepOf};
+use kura_work::verdicts;
 use kura_work::{
     cursor, last_deliverable, next_done_turn_after, next_request_after, next_turn_seq,
     request_instruction, request_replays, set_cursor,
@@ -16,10 +17,10 @@ use kura_work::{
 use proto::SessionStatus;
 use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
 use proto::content::DeliverableContent;
-use proto::plan::{PlanContent, RouteContent};
+use proto::plan::{PlanContent, RouteContent, VerdictContent};
 use proto::record::{Content, NewRecord, Record, RecordType};
 use proto::{LedgerId, RecordId, SessionId, TurnId};
-use rusqlite::OptionalExtension;
+use rusqlite::{OptionalExtension, params};
 
 /// A request minato turned into a session turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,6 +201,8 @@ pub struct Rules<'a> {
     pub memory_hits: usize,
     /// Roles and plan bounds.
     pub roster: &'a RosterConfig,
+    /// Failed verdicts before work is ended with the last one.
+    pub max_validations: i64,
 }
 
 /// Decides what follows the next completed turn: a plan it delivered starts its first steps;
@@ -236,6 +239,15 @@ fn decide(
     let replays = request_replays(tx, t.request_seq)?;
     let step = plans::step_of(tx, t.session_id)?;
     let root_seq = step.as_ref().map_or(t.request_seq, |s| s.root_seq);
+    // A validation turn: its verdict decides what follows.
+    if let Some(judged) = verdicts::judged_by(tx, t.turn_id)? {
+        let judged = Judged {
+            output,
+            said: deliverable.as_ref(),
+            judged,
+        };
+        return after_verdict(tx, rules, t, &judged, step.as_ref(), sealer);
+    }
     let mut decision = Decision::default();
     if !replays && let Some(plan) = last_plan(tx, output)? {
         let nesting = step.as_ref().map_or(1, |s| {
@@ -270,6 +282,29 @@ fn decide(
         .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
     let over = t.seq >= rules.max_turns
         || (step.is_some() && plans::turns_of_tree(tx, root_seq)? >= rules.roster.limits.max_turns);
+    // Work that is done goes to its validator first, if its request names one.
+    if is_final
+        && !replays
+        && let Some(d) = deliverable.as_ref().filter(|d| !is_error(d))
+        && let Some(v) = verdicts::request_validator(tx, t.request_seq)?
+    {
+        let members = [request_instruction(tx, t.request_seq)?, d.record_id];
+        let next = new_turn(
+            tx,
+            &NewTurn {
+                session_id: t.session_id,
+                request_seq: t.request_seq,
+                parents: &[output],
+                members: &members,
+                role: v.role.as_deref(),
+            },
+            0,
+            sealer,
+        )?;
+        verdicts::mark_validation(tx, next, d.record_id)?;
+        decision.next.push((t.session_id, next));
+        return Ok(decision);
+    }
     if is_final || replays || over {
         tx.set_session_status(t.session_id, SessionStatus::Complete)?;
         decision.complete.push(t.session_id);
@@ -414,4 +449,115 @@ fn plan_moved(
         }
     }
     Ok(())
+}
+
+fn is_error(d: &Record) -> bool {
+    d.content.get("error").and_then(serde_json::Value::as_bool) == Some(true)
+}
+
+/// A validation turn's outcome: its output, what the validator said, what it judged.
+struct Judged<'a> {
+    output: LedgerId,
+    said: Option<&'a Record>,
+    judged: RecordId,
+}
+
+/// Whether the validator passed the deliverable, and its words: `"verdict": "pass"` (or,
+/// without a verdict field, a text that starts with "pass"); anything else fails.
+fn verdict_of(said: Option<&Record>) -> (bool, String) {
+    let Some(d) = said else {
+        return (false, "the validator delivered nothing".into());
+    };
+    let text = proto::content::text_of(&d.content).unwrap_or_default();
+    let reason: String = text.chars().take(2000).collect();
+    if is_error(d) {
+        return (false, reason);
+    }
+    let pass = match d.content.get("verdict").and_then(serde_json::Value::as_str) {
+        Some(v) => v.eq_ignore_ascii_case("pass"),
+        None => text.trim_start().to_lowercase().starts_with("pass"),
+    };
+    (pass, reason)
+}
+
+/// Records a validation turn's verdict in a sealed `verdict` ledger on its output, then: a
+/// pass completes the session (the judged deliverable carried into that ledger, so it is the
+/// session's last word); a fail sends the work back for another turn, told why, until
+/// `max_validations` fails end it with the verdict.
+fn after_verdict(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    t: &kura_work::Turn,
+    j: &Judged<'_>,
+    step: Option<&StepOf>,
+    sealer: Option<&Sealer>,
+) -> Result<Decision> {
+    let by = verdicts::request_validator(tx, t.request_seq)?
+        .map(|v| v.by())
+        .unwrap_or_else(|| "validator".into());
+    let (pass, reason) = verdict_of(j.said);
+    let content = VerdictContent {
+        pass,
+        deliverable: j.judged.to_string(),
+        by: by.clone(),
+        reason: reason.clone(),
+    };
+    let value = serde_json::to_value(&content).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let rec = NewRecord::new(RecordType::TaskVerdict, Content::Json(value), PLANNER);
+    let ledger = tx.open_ledger(t.session_id, "verdict", &[j.output])?;
+    let verdict = tx.append(ledger.ledger_id, &rec)?.record.record_id;
+    let mut decision = Decision::default();
+    let failed = if pass {
+        0
+    } else {
+        verdicts::count_failed(tx, t.request_seq)?
+    };
+    if !pass && failed < rules.max_validations && t.seq < rules.max_turns {
+        tx.seal(ledger.ledger_id, sealer)?;
+        let members = [request_instruction(tx, t.request_seq)?, j.judged, verdict];
+        let role: Option<String> = tx
+            .sql()
+            .query_row(
+                "SELECT role FROM turns WHERE session_id = ?1 AND seq = ?2",
+                params![t.session_id.to_string(), t.seq - 1],
+                |r| r.get(0),
+            )
+            .optional()?
+            .flatten();
+        let next = new_turn(
+            tx,
+            &NewTurn {
+                session_id: t.session_id,
+                request_seq: t.request_seq,
+                parents: &[ledger.ledger_id],
+                members: &members,
+                role: role.as_deref(),
+            },
+            rules.memory_hits,
+            sealer,
+        )?;
+        decision.next.push((t.session_id, next));
+        return Ok(decision);
+    }
+    // The session ends here, with the verdict that allowed (or refused) it.
+    let last = if pass {
+        tx.append_existing(ledger.ledger_id, j.judged)?;
+        tx.read_record(j.judged)?
+    } else {
+        let text = format!(
+            "the validator ({by}) failed the deliverable {failed} times; the last verdict: {reason}"
+        );
+        let content = Content::Json(DeliverableContent::failed(text).to_value());
+        let rec = NewRecord::new(RecordType::TaskDeliverable, content, PLANNER);
+        tx.append(ledger.ledger_id, &rec)?.record
+    };
+    tx.seal(ledger.ledger_id, sealer)?;
+    verdicts::set_session_verdict(tx, t.session_id, verdict)?;
+    tx.set_session_status(t.session_id, SessionStatus::Complete)?;
+    decision.complete.push(t.session_id);
+    if let Some(of) = step {
+        let progress = plans::finish_step(tx, of, ledger.ledger_id, Some(&last))?;
+        plan_moved(tx, rules, progress, &mut decision, sealer)?;
+    }
+    Ok(decision)
 }

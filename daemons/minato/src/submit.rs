@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::{Bus, Common, wake_pair};
 use kura_store::Store;
-use kura_work::{Replay, RequestStatus, request_status, submit_as};
+use kura_work::{Ask, Replay, RequestStatus, request_status, submit_as};
 use proto::doorbell::{SessionComplete, SessionCreate};
 
 /// What `submit` did.
@@ -78,10 +78,20 @@ pub async fn run_replaying(
     wait: Option<Duration>,
     replay: Option<Replay>,
 ) -> anyhow::Result<Submitted> {
-    run_as(common, instruction, author, session, wait, replay, None).await
+    run_as(
+        common,
+        instruction,
+        author,
+        session,
+        wait,
+        replay,
+        Ask::default(),
+    )
+    .await
 }
 
-/// [`run_replaying`] for work that names its role (`minato submit --role`).
+/// [`run_replaying`] for work that names its role or validator (`minato submit --role`,
+/// `--validate-role`, `--validate-cmd`).
 pub async fn run_as(
     common: &Common,
     instruction: &str,
@@ -89,7 +99,7 @@ pub async fn run_as(
     session: Option<SessionId>,
     wait: Option<Duration>,
     replay: Option<Replay>,
-    role: Option<&str>,
+    ask: Ask<'_>,
 ) -> anyhow::Result<Submitted> {
     // The connection (TCP, TLS, nkey login) is made in the background while the request is
     // committed; the doorbell below waits for both. Subscribing before the commit also means
@@ -105,7 +115,7 @@ pub async fn run_as(
     }
     let options = common.store_options()?;
     let mut store = Store::open(&common.db, &options)?;
-    let request = submit_as(&mut store, instruction, author, session, replay, role)?;
+    let request = submit_as(&mut store, instruction, author, session, replay, ask)?;
     bus.ring_now(
         bus.subjects.session_create(),
         &SessionCreate {

@@ -29,6 +29,7 @@ fn decide(s: &mut Store, max_turns: i64) -> kura_store::Result<Option<Decision>>
             max_turns,
             memory_hits: 0,
             roster: &NO_ROSTER,
+            max_validations: 2,
         },
     )
 }

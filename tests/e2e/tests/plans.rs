@@ -135,7 +135,9 @@ fn turns(s: &Stack, session: SessionId) -> Vec<(LedgerId, LedgerId, String, Stri
 fn records(s: &Stack, session: SessionId) -> Vec<proto::Record> {
     let store = s.store();
     let mut out = Vec::new();
-    for l in store.session_ledgers(session).expect("ledgers") {
+    let mut ledgers = store.session_ledgers(session).expect("ledgers");
+    ledgers.reverse();
+    for l in ledgers {
         out.extend(store.hydrate(l.ledger_id).expect("hydrate"));
     }
     out
@@ -274,5 +276,96 @@ fn a_cyclic_or_unknown_role_plan_is_refused_and_recorded() {
         .expect("minato submit");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown role \"root\""));
+    s.verify_all();
+}
+
+/// Work that writes an empty list first and a full one when sent back (turns 1 and 3; the
+/// validator takes turns 2 and 4).
+const WORK: &str = r#"{"turns": [
+  [{"tool": "fs.write", "args": {"path": "list.md", "content": ""}}, {"deliver": "wrote the list"}],
+  [{"deliver": "not used"}],
+  [{"tool": "fs.write", "args": {"path": "list.md", "content": "- rice\n"}}, {"deliver": "wrote it again"}]
+]}"#;
+
+/// A validating role: fails what it sees first (turn 2), passes the second (turn 4).
+const CHECKER: &str = r#"{"turns": [
+  [{"deliver": "not used"}],
+  [{"deliver": "fail: the list is empty"}],
+  [{"deliver": "not used"}],
+  [{"deliver": "pass: the list has rice"}]
+]}"#;
+
+/// The verdicts of a session, in order: (pass, by, reason).
+fn verdicts(s: &Stack, session: SessionId) -> Vec<(bool, String, String)> {
+    let mut v: Vec<_> = records(s, session)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::TaskVerdict)
+        .map(|r| {
+            (
+                r.content["pass"].as_bool().expect("pass"),
+                r.content["by"].as_str().unwrap_or("").to_owned(),
+                r.content["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+#[test]
+fn a_validator_fails_the_first_deliverable_and_passes_the_second() {
+    let mut s = Stack::new(WORK);
+    roster(&mut s, &[("checker", CHECKER.to_owned())]);
+    // The validator commands run like shell.run: only programs on the allowlist.
+    s.extra_env.push((
+        "KURA_TOOLS__SHELL_ALLOWLIST".into(),
+        r#"["sh", "false"]"#.into(),
+    ));
+    start(&mut s);
+    let by_role = s.submit_with("write the list", &["--validate-role", "checker"]);
+    let by_cmd = s.submit_with(
+        "write the list",
+        &["--validate-cmd", "sh -c 'test -s list.md'"],
+    );
+    let never = s.submit_with("write the list", &["--validate-cmd", "false"]);
+    for (request, by) in [(by_role, "role:checker"), (by_cmd, "command:sh")] {
+        let done = s.wait_complete(request, MINUTE);
+        let session = done.session_id.expect("session");
+        assert_eq!(
+            done.deliverable.expect("deliverable").content["text"],
+            "wrote it again"
+        );
+        let v = verdicts(&s, session);
+        assert_eq!(
+            v.iter().map(|x| x.0).collect::<Vec<_>>(),
+            [false, true],
+            "{v:?}"
+        );
+        assert!(v.iter().all(|x| x.1 == by), "{v:?}");
+        // Completion names the verdict that allowed it.
+        let allowed: String = s
+            .store()
+            .conn()
+            .query_row(
+                "SELECT verdict FROM sessions WHERE session_id = ?1",
+                [session.to_string()],
+                |r| r.get(0),
+            )
+            .expect("verdict");
+        let rec = s
+            .store()
+            .read_record(kura_store::store::parse_id(&allowed).expect("id"))
+            .expect("record");
+        assert_eq!(rec.content["pass"], true);
+    }
+    // A validator that never passes ends the work with its verdict after two tries.
+    let done = s.wait_complete(never, MINUTE);
+    let said = done.deliverable.expect("deliverable");
+    assert_eq!(said.content["error"], true);
+    let text = said.content["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("the validator (command:false) failed the deliverable 2 times"),
+        "{text}"
+    );
     s.verify_all();
 }

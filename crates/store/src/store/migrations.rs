@@ -218,6 +218,8 @@ pub(crate) fn back_to_version_14(conn: &Connection) {
         "DROP TABLE plan_steps;
          DROP TABLE plans;
          ALTER TABLE sessions DROP COLUMN verdict;
+         ALTER TABLE turns DROP COLUMN validates;
+         ALTER TABLE requests DROP COLUMN validations;
          ALTER TABLE requests DROP COLUMN validator;
          ALTER TABLE requests DROP COLUMN members;
          ALTER TABLE requests DROP COLUMN parents;
