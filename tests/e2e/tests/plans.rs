@@ -369,3 +369,113 @@ fn a_validator_fails_the_first_deliverable_and_passes_the_second() {
     );
     s.verify_all();
 }
+
+/// A plan whose second step's validator never passes: the join never starts.
+const FAILING: &str = r#"{"turns": [
+  [{"plan": {"steps": [
+      {"id": "a", "role": "looker", "instruction": "look at a"},
+      {"id": "b", "role": "looker", "instruction": "look at b", "validator": {"command": ["false"]}},
+      {"id": "join", "role": "writer", "instruction": "sum up", "after": ["a", "b"]}]}},
+   {"deliver": "planned", "final": false}],
+  [{"deliver": "not reached"}]
+]}"#;
+
+#[test]
+fn a_failed_step_ends_the_plan_with_a_partial_deliverable() {
+    let mut s = Stack::new(FAILING);
+    roster(&mut s, &[]);
+    s.extra_env
+        .push(("KURA_TOOLS__SHELL_ALLOWLIST".into(), r#"["false"]"#.into()));
+    start(&mut s);
+    let request = s.submit("plan something that fails");
+    let done = s.wait_complete(request, MINUTE);
+    let said = done.deliverable.expect("deliverable");
+    assert_eq!(said.content["error"], true);
+    let text = said.content["text"].as_str().unwrap_or("");
+    for part in [
+        "the plan ended without finishing",
+        "a (done): looked: look at a",
+        "b (failed): the validator (command:false) failed the deliverable 2 times",
+        "join (skipped)",
+    ] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
+    let states: Vec<String> = {
+        let store = s.store();
+        let mut stmt = store
+            .conn()
+            .prepare("SELECT state FROM plan_steps ORDER BY ord")
+            .expect("prepare");
+        stmt.query_map([], |r| r.get(0))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect()
+    };
+    assert_eq!(states, ["done", "failed", "skipped"]);
+    let plan_state: String = s
+        .store()
+        .conn()
+        .query_row("SELECT state FROM plans", [], |r| r.get(0))
+        .expect("plan");
+    assert_eq!(plan_state, "failed");
+    s.verify_all();
+}
+
+#[test]
+fn a_worker_killed_mid_step_resumes_elsewhere_without_repeating_the_side_effect() {
+    let mut s = Stack::new(PLANNER);
+    let effects = s.path("effects.log");
+    std::fs::write(&effects, "").expect("effects log");
+    // Each look appends a line outside its workspace, then takes a while.
+    let looker = format!(
+        r#"{{"turns": [[
+            {{"tool": "shell.run", "args": {{"argv": ["sh", "-c", "echo ran >> {e}; sleep 2"]}}}},
+            {{"deliver": "looked: {{instruction}}"}}
+        ]]}}"#,
+        e = effects.display()
+    );
+    roster(&mut s, &[]);
+    std::fs::write(s.path("looker.json"), looker).expect("looker");
+    s.extra_env
+        .push(("KURA_TOOLS__SHELL_ALLOWLIST".into(), r#"["sh"]"#.into()));
+    s.extra_env.push((
+        "KURA_TOOLS__SANDBOX_READ_WRITE".into(),
+        format!("[\"{}\"]", effects.display()),
+    ));
+    start(&mut s);
+    let request = s.submit("plan the looks");
+    // Once a look's side effect ran, kill the worker running it.
+    let mut holder = String::new();
+    s.wait_until("a look to start its side effect", MINUTE, |store| {
+        let owner: Option<String> = store
+            .conn()
+            .query_row(
+                "SELECT t.lease_owner FROM turns t JOIN plan_steps p ON p.session_id = t.session_id
+                  WHERE t.state = 'running' AND p.role = 'looker' LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+            .flatten();
+        match owner {
+            Some(o) if std::fs::metadata(&effects).is_ok_and(|m| m.len() > 0) => {
+                holder = o;
+                true
+            }
+            _ => false,
+        }
+    });
+    s.signal(&holder, "KILL");
+    let done = s.wait_complete(request, MINUTE);
+    assert_eq!(
+        done.deliverable.expect("deliverable").content["text"],
+        "all done"
+    );
+    let ran = std::fs::read_to_string(&effects).expect("effects");
+    assert_eq!(
+        ran.lines().count(),
+        3,
+        "each look's side effect ran exactly once: {ran:?}"
+    );
+    s.verify_all();
+}
