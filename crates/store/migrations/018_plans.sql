@@ -26,6 +26,9 @@ CREATE TABLE plans (
     nesting     INTEGER NOT NULL,                               -- 1: a top-level session's plan
     root_seq    INTEGER NOT NULL,                               -- the request the whole tree of work serves
     state       TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
+    replays     TEXT REFERENCES plans(plan_id),                 -- a replay's: the recorded plan, whose steps it replays
+    replay_live INTEGER NOT NULL DEFAULT 0,
+    replay_rerun INTEGER NOT NULL DEFAULT 0,
     created_at  TEXT NOT NULL
 );
 

@@ -108,6 +108,40 @@ pub struct Planned<'a> {
     pub nesting: i64,
     /// The request the whole tree serves.
     pub root_seq: i64,
+    /// A replay's: the recorded plan whose steps its steps replay, and how.
+    pub replays: Option<(String, crate::Replay)>,
+}
+
+/// The recorded turn request `request_seq` replays, if it is a replay.
+pub fn request_replay(conn: &impl Db, request_seq: i64) -> Result<Option<crate::Replay>> {
+    let row: Option<(Option<String>, bool, bool)> = conn
+        .sql()
+        .query_row_cached(
+            "SELECT replay_of, replay_live, replay_rerun FROM requests WHERE request_seq = ?1",
+            [request_seq],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    match row {
+        Some((Some(of), live, rerun)) => Ok(Some(crate::Replay {
+            of: parse_id(&of)?,
+            live,
+            rerun,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// The plan filed for the recorded planning turn whose output is `ledger`, if any.
+pub fn plan_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<String>> {
+    Ok(conn
+        .sql()
+        .query_row_cached(
+            "SELECT plan_id FROM plans WHERE ledger_id = ?1",
+            [ledger.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// Files a checked plan and starts every step that waits on nothing; returns how many.
@@ -115,8 +149,8 @@ pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
     let plan_id = proto::new_id().to_string();
     tx.sql().execute_cached(
         "INSERT INTO plans (plan_id, record_id, session_id, turn_id, ledger_id, request_seq,
-                            nesting, root_seq, state, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9)",
+                            nesting, root_seq, state, created_at, replays, replay_live, replay_rerun)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11, ?12)",
         params![
             plan_id,
             p.record.record_id.to_string(),
@@ -126,7 +160,10 @@ pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
             p.request_seq,
             p.nesting,
             p.root_seq,
-            time::now()
+            time::now(),
+            p.replays.as_ref().map(|r| r.0.clone()),
+            p.replays.as_ref().is_some_and(|r| r.1.live),
+            p.replays.as_ref().is_some_and(|r| r.1.rerun)
         ],
     )?;
     for (ord, s) in p.plan.steps.iter().enumerate() {
@@ -251,6 +288,14 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
             ],
         )?;
         let request_seq = tx.sql().last_insert_rowid();
+        if let Some((of, live, rerun)) = replayed_step(tx, plan_id, &s.step)? {
+            // A replayed plan's step replays the recorded step's turn.
+            tx.sql().execute_cached(
+                "UPDATE requests SET replay_of = ?2, replay_live = ?3, replay_rerun = ?4
+                  WHERE request_seq = ?1",
+                params![request_seq, of.to_string(), live, rerun],
+            )?;
+        }
         tx.sql().execute_cached(
             "UPDATE plan_steps SET state = 'running', session_id = ?3, request_seq = ?4
               WHERE plan_id = ?1 AND step = ?2",
@@ -259,6 +304,24 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
         started += 1;
     }
     Ok(started)
+}
+
+/// For a replayed plan's step: the recorded step's first output, and the replay's flags.
+fn replayed_step(tx: &Tx<'_>, plan_id: &str, step: &str) -> Result<Option<(LedgerId, bool, bool)>> {
+    let row: Option<(String, bool, bool)> = tx
+        .sql()
+        .query_row_cached(
+            "SELECT t.output_ledger_id, p.replay_live, p.replay_rerun
+               FROM plans p JOIN plan_steps s ON s.plan_id = p.replays AND s.step = ?2
+               JOIN turns t ON t.session_id = s.session_id AND t.state = 'done'
+              WHERE p.plan_id = ?1 AND t.output_ledger_id IS NOT NULL
+              ORDER BY t.seq LIMIT 1",
+            params![plan_id, step],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    row.map(|(o, live, rerun)| Ok((parse_id(&o)?, live, rerun)))
+        .transpose()
 }
 
 /// Records that step session `session` finished — done with `deliverable` in `output`, or

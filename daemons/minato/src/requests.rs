@@ -249,7 +249,15 @@ fn decide(
         return after_verdict(tx, rules, t, &judged, step.as_ref(), sealer);
     }
     let mut decision = Decision::default();
-    if !replays && let Some(plan) = last_plan(tx, output)? {
+    // A replayed planning turn replays its recorded plan's steps (each its recorded turn);
+    // a replayed turn that planned nothing before plans nothing now.
+    let replaying = match plans::request_replay(tx, t.request_seq)? {
+        Some(r) => plans::plan_of_output(tx, r.of)?.map(|p| (p, r)),
+        None => None,
+    };
+    if (!replays || replaying.is_some())
+        && let Some(plan) = last_plan(tx, output)?
+    {
         let nesting = step.as_ref().map_or(1, |s| {
             usize::try_from(s.nesting)
                 .unwrap_or(usize::MAX)
@@ -268,6 +276,7 @@ fn decide(
                         request_seq: t.request_seq,
                         nesting: i64::try_from(nesting).unwrap_or(i64::MAX),
                         root_seq,
+                        replays: replaying,
                     },
                 )?;
                 return Ok(decision);
@@ -415,6 +424,12 @@ fn plan_moved(
 ) -> Result<()> {
     match progress {
         Progress::Going { started } => decision.steps_started += started,
+        // A replay's planning session is done with its plan: the replay goes on with the
+        // recorded session's next turn, its own request.
+        Progress::Done(end) if request_replays(tx, end.request_seq)? => {
+            tx.set_session_status(end.session_id, SessionStatus::Complete)?;
+            decision.complete.push(end.session_id);
+        }
         Progress::Done(end) => {
             let mut members = vec![request_instruction(tx, end.request_seq)?];
             members.extend(end.deliverables.iter().copied());

@@ -479,3 +479,103 @@ fn a_worker_killed_mid_step_resumes_elsewhere_without_repeating_the_side_effect(
     );
     s.verify_all();
 }
+
+/// `minato replay ARGS --json` as the submitter.
+fn replay(s: &Stack, session: SessionId) -> serde_json::Value {
+    let mut cmd = Command::new(bin("minato"));
+    cmd.args(["replay", &session.to_string(), "--json", "--timeout", "60"]);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("KURA_DB", &s.db)
+        .env("KURA_NATS_URL", s.nats.url())
+        .env(
+            "KURA_NATS_SEED",
+            s.nats.seed(kura_runtime::identity::Role::Submit),
+        )
+        .env("KURA_NATS_CA", s.nats.ca());
+    let out = cmd.output().expect("replay");
+    assert!(
+        out.status.success(),
+        "replay: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// (type, hash) of every record a session's turns wrote, and its plans' steps' sessions',
+/// sorted.
+fn tree(s: &Stack, session: SessionId) -> Vec<(String, String)> {
+    let store = s.store();
+    let mut sessions = vec![session];
+    let mut stmt = store
+        .conn()
+        .prepare(
+            "SELECT st.session_id FROM plan_steps st JOIN plans p ON p.plan_id = st.plan_id
+              WHERE p.session_id = ?1 AND st.session_id IS NOT NULL",
+        )
+        .expect("prepare");
+    sessions.extend(
+        stmt.query_map([session.to_string()], |r| r.get::<_, String>(0))
+            .expect("query")
+            .map(|r| kura_store::store::parse_id::<SessionId>(&r.expect("row")).expect("id")),
+    );
+    let mut out: Vec<(String, String)> = sessions
+        .into_iter()
+        .flat_map(|id| kura_testkit::stack::session_records(&store, id))
+        .map(|r| (r.record_type.as_str().to_owned(), r.hash))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_replayed_plan_reproduces_its_records_and_repeats_no_side_effect() {
+    let mut s = Stack::new(PLANNER);
+    let effects = s.path("effects.log");
+    std::fs::write(&effects, "").expect("effects log");
+    let looker = format!(
+        r#"{{"turns": [[
+            {{"tool": "shell.run", "args": {{"argv": ["sh", "-c", "echo ran >> {e}"]}}}},
+            {{"deliver": "looked: {{instruction}}"}}
+        ]]}}"#,
+        e = effects.display()
+    );
+    roster(&mut s, &[]);
+    std::fs::write(s.path("looker.json"), looker).expect("looker");
+    s.extra_env
+        .push(("KURA_TOOLS__SHELL_ALLOWLIST".into(), r#"["sh"]"#.into()));
+    s.extra_env.push((
+        "KURA_TOOLS__SANDBOX_READ_WRITE".into(),
+        format!("[\"{}\"]", effects.display()),
+    ));
+    start(&mut s);
+    let parent = s
+        .wait_complete(s.submit("plan the looks"), MINUTE)
+        .session_id
+        .expect("session");
+    let ran = std::fs::read_to_string(&effects).expect("effects");
+    assert_eq!(ran.lines().count(), 3);
+
+    let r = replay(&s, parent);
+    let replayed: SessionId =
+        kura_store::store::parse_id(r["session_id"].as_str().expect("session")).expect("id");
+    let (a, b) = (tree(&s, parent), tree(&s, replayed));
+    let of = |v: &[(String, String)], t: &str| -> Vec<String> {
+        v.iter().filter(|x| x.0 == t).map(|x| x.1.clone()).collect()
+    };
+    for (t, n) in [("agent.plan", 1), ("tool.call", 3), ("task.deliverable", 6)] {
+        assert_eq!(of(&a, t).len(), n, "{t}: {a:?}");
+        assert_eq!(
+            of(&a, t),
+            of(&b, t),
+            "the replay reproduces every {t} record"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&effects).expect("effects"),
+        ran,
+        "no side effect ran again"
+    );
+    s.verify_all();
+}
