@@ -1,6 +1,7 @@
 //! `kura log --graph`: a session's ledgers as lanes, like `git log --graph`. A reset leaves
 //! its abandoned ledgers on a side lane; a fork's first ledger says where it grew from, and a
-//! ledger other sessions grew from says so.
+//! ledger other sessions grew from says so. A plan's steps are drawn with the session that
+//! planned them, each ledger tagged with its step: the fan-out from the plan and the joins.
 
 use proto::{LedgerId, SessionId};
 use std::collections::{HashMap, HashSet};
@@ -36,6 +37,9 @@ struct Node<'a> {
     parents: &'a [LedgerId],
     /// A reset left it behind.
     unreachable: bool,
+    /// The plan step whose session it is in, when it is not the session's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<&'a str>,
 }
 
 /// A session's ledgers and how they hang together.
@@ -46,18 +50,37 @@ struct Graph {
     lost: HashSet<LedgerId>,
     /// Ledger → the sessions forked from it.
     forked_to: HashMap<LedgerId, Vec<SessionId>>,
-    /// The session's own ledgers.
+    /// The session's own ledgers, and its plans' steps'.
     mine: HashSet<LedgerId>,
+    /// A plan step's session → its step id.
+    steps: HashMap<SessionId, String>,
 }
+
+/// At most this many step sessions are drawn with a session (a plan has at most a few
+/// dozen; a nested one a few more).
+const MAX_STEP_SESSIONS: usize = 256;
 
 /// Draws `session_id`'s ledgers, newest first.
 pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: SessionId) -> anyhow::Result<()> {
     let session = store.read_session(session_id)?;
-    let ledgers = store.session_ledgers(session_id)?;
+    let mut ledgers = store.session_ledgers(session_id)?;
+    let steps: HashMap<SessionId, String> =
+        kura_work::plans::step_sessions(store, session_id, MAX_STEP_SESSIONS)?
+            .into_iter()
+            .map(|(step, s)| (s, step))
+            .collect();
+    for s in steps.keys() {
+        ledgers.extend(store.session_ledgers(*s)?);
+    }
+    // Newest first across sessions (UUIDv7: a child is newer than its parents).
+    ledgers.sort_by(|a, b| b.ledger_id.cmp(&a.ledger_id));
     let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
     let mut forked_to: HashMap<LedgerId, Vec<SessionId>> = HashMap::new();
+    // A step's session grows from the plan, and is drawn here.
     for f in kura_store::branch::forks_of(store.conn(), session_id)? {
-        forked_to.entry(f.origin).or_default().push(f.session_id);
+        if !steps.contains_key(&f.session_id) {
+            forked_to.entry(f.origin).or_default().push(f.session_id);
+        }
     }
     let mine: HashSet<LedgerId> = ledgers.iter().map(|l| l.ledger_id).collect();
     let g = Graph {
@@ -66,6 +89,7 @@ pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: SessionId) -> 
         ledgers,
         forked_to,
         mine,
+        steps,
     };
     if json {
         return draw_json(out, &g);
@@ -106,6 +130,7 @@ fn draw_json(out: &mut Out, g: &Graph) -> anyhow::Result<()> {
             ledger_id: l.ledger_id,
             parents: &l.parent_ids,
             unreachable: g.lost.contains(&l.ledger_id),
+            step: g.steps.get(&l.session_id).map(String::as_str),
         })
         .collect();
     out.json_sorted(&GraphJson {
@@ -193,8 +218,12 @@ fn row(
         tags.push("unreachable".to_owned());
     }
     tags.push(l.state.as_str().to_owned());
+    let step = match g.steps.get(&l.session_id) {
+        Some(step) => format!("[step {}] ", proto::text::escape_controls(step)),
+        None => String::new(),
+    };
     out.line(format!(
-        "{row}{} {} ({})",
+        "{row}{} {step}{} ({})",
         l.ledger_id,
         l.label,
         tags.join(", ")

@@ -78,6 +78,38 @@ pub fn step_of(conn: &impl Db, session: SessionId) -> Result<Option<StepOf>> {
         .optional()?)
 }
 
+/// The step sessions of every plan filed in `session`, and of plans inside them (each as
+/// "step id", its session), at most `max` sessions — what `kura log --graph` draws with it.
+pub fn step_sessions(
+    conn: &impl Db,
+    session: SessionId,
+    max: usize,
+) -> Result<Vec<(String, SessionId)>> {
+    let mut out: Vec<(String, SessionId)> = Vec::new();
+    let mut todo = vec![session];
+    while let Some(s) = todo.pop() {
+        let mut stmt = conn.sql().prepare_cached(
+            "SELECT st.step, st.session_id FROM plan_steps st JOIN plans p ON p.plan_id = st.plan_id
+              WHERE p.session_id = ?1 AND st.session_id IS NOT NULL ORDER BY p.created_at, st.ord",
+        )?;
+        let rows = stmt.query_map([s.to_string()], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
+        for row in rows {
+            let (step, id) = row?;
+            if out.len() >= max {
+                return Ok(out);
+            }
+            let id: SessionId = parse_id(&id)?;
+            if id != session && !out.iter().any(|(_, o)| *o == id) {
+                out.push((step, id));
+                todo.push(id);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Turns taken so far by the request `root_seq` and every plan step under it.
 pub fn turns_of_tree(conn: &impl Db, root_seq: i64) -> Result<i64> {
     Ok(conn.sql().query_row(

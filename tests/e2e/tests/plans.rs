@@ -228,6 +228,20 @@ fn a_plan_runs_its_independent_steps_at_once_and_joins_their_outputs() {
         "{}",
         String::from_utf8_lossy(&graph.stderr)
     );
+    // The graph draws the steps with the plan: each step's ledgers tagged, the join's
+    // context where three lanes meet.
+    let drawn = String::from_utf8_lossy(&graph.stdout);
+    for step in ["[step a]", "[step b]", "[step c]", "[step join]"] {
+        assert_eq!(
+            drawn.matches(step).count(),
+            2,
+            "{step} ctx and out:\n{drawn}"
+        );
+    }
+    assert!(
+        !drawn.contains("forked from") && !drawn.contains("grew from"),
+        "every parent is drawn:\n{drawn}"
+    );
     s.verify_all();
 }
 
