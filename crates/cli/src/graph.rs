@@ -73,7 +73,7 @@ pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: SessionId) -> 
         ledgers.extend(store.session_ledgers(*s)?);
     }
     // Newest first across sessions (UUIDv7: a child is newer than its parents).
-    ledgers.sort_by(|a, b| b.ledger_id.cmp(&a.ledger_id));
+    ledgers.sort_by_key(|l| std::cmp::Reverse(l.ledger_id));
     let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
     let mut forked_to: HashMap<LedgerId, Vec<SessionId>> = HashMap::new();
     // A step's session grows from the plan, and is drawn here.
