@@ -12,6 +12,7 @@
 //! 8. Footprint: peak RSS of each daemon idle and after the load, and release binary sizes.
 //! 9. The approval round trip: `aegis approve` started → the parked tool has run.
 //! 10. The writ check: one-tool turns under a writ beside the same turns without one.
+//! 11. Plans: N independent steps as a plan on two workers beside the same steps in a row.
 //!
 //! Run it with `./scripts/bench` (which builds the release binaries first), or
 //! `cargo build --release --workspace && cargo bench -p kura-e2e --bench stack`.
@@ -135,14 +136,32 @@ fn writ_row((free, held): (f64, f64)) -> String {
     )
 }
 
+fn plan_row(reps: usize) -> String {
+    let n = 8;
+    let (planned, sequential) = common::plan::plan_wall(n, reps);
+    let ratio = planned / sequential;
+    format!(
+        "| a plan of {n} independent one-tool steps on two workers, planning and join turns included ({} ms model time per answer; median of {reps}) | {planned:.0} ms | the same {n} steps as one session's sequential turns: {sequential:.0} ms | {ratio:.2} | <= 0.6 | {} |",
+        common::plan::MODEL_MS,
+        if ratio <= 0.6 { "yes" } else { "no" }
+    )
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else to parse. KURA_BENCH_QUICK=1: small sizes
     // (to check the harness, not to judge speed). KURA_BENCH_ONLY=writ: only the writ row.
     let quick = std::env::var_os("KURA_BENCH_QUICK").is_some();
     let scale = |n: usize| if quick { n / 10 } else { n };
-    if std::env::var("KURA_BENCH_ONLY").as_deref() == Ok("writ") {
-        println!("{}", writ_row(writ_cost(scale(200))));
-        return;
+    match std::env::var("KURA_BENCH_ONLY").as_deref() {
+        Ok("writ") => {
+            println!("{}", writ_row(writ_cost(scale(200))));
+            return;
+        }
+        Ok("plan") => {
+            println!("{}", plan_row(if quick { 1 } else { 5 }));
+            return;
+        }
+        _ => {}
     }
     let mut rows: Vec<String> = Vec::new();
 
@@ -228,6 +247,9 @@ fn main() {
     // 10. The writ check: the same one-tool turns, alternately submitted by a holder of a
     // writ (every call checked against it and debited) and by someone without one.
     rows.push(writ_row(writ_cost(sequential)));
+
+    // 11. Plans: eight independent steps on two workers against the same steps in a row.
+    rows.push(plan_row(if quick { 1 } else { 5 }));
 
     // 9. The approval round trip (before recovery, which leaves NATS restarted).
     let ap = approval_round_trip(scale(30).max(5));

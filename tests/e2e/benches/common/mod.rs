@@ -4,6 +4,8 @@
 // Each bench binary includes this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod plan;
+
 use std::time::{Duration, Instant};
 
 use kura_runtime::identity::Role;
