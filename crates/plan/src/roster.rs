@@ -17,6 +17,10 @@ pub struct RosterConfig {
     pub roles: Vec<Role>,
     /// The role a request without a match runs as.
     pub default_role: String,
+    /// A role whose model picks the role when no keyword matches (its deliverable names
+    /// one: `"role": "<name>"`, or the name alone as its text); unset: the default role.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_role: Option<String>,
     /// Bounds on every plan.
     pub limits: PlanLimits,
 }
@@ -26,6 +30,7 @@ impl Default for RosterConfig {
         RosterConfig {
             roles: Vec::new(),
             default_role: DEFAULT_ROLE.into(),
+            router_role: None,
             limits: PlanLimits::default(),
         }
     }
@@ -103,6 +108,13 @@ impl RosterConfig {
                 return Err(format!("[roster] role {:?} is listed twice", r.name));
             }
         }
+        if let Some(r) = &self.router_role
+            && !self.knows(r)
+        {
+            return Err(format!(
+                "[roster] router_role {r:?} is not a role here; add it to [[roster.roles]]"
+            ));
+        }
         if !self.knows(&self.default_role) {
             return Err(format!(
                 "[roster] default_role {:?} is not a role here; add it to [[roster.roles]]",
@@ -125,8 +137,15 @@ impl RosterConfig {
     /// The role a request goes to, and why: the one it names, else the first whose keyword
     /// is a word of the instruction, else the default.
     pub fn route(&self, named: Option<&str>, instruction: &str) -> (String, String) {
+        let (role, reason, _) = self.route_how(named, instruction);
+        (role, reason)
+    }
+
+    /// [`RosterConfig::route`], saying also whether a name or a keyword decided it (`false`:
+    /// the default, which a router role may overrule).
+    pub fn route_how(&self, named: Option<&str>, instruction: &str) -> (String, String, bool) {
         if let Some(n) = named {
-            return (n.to_owned(), "named by the request".into());
+            return (n.to_owned(), "named by the request".into(), true);
         }
         let words: Vec<String> = instruction
             .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
@@ -139,12 +158,40 @@ impl RosterConfig {
                 .iter()
                 .find(|k| words.contains(&k.to_lowercase()))
             {
-                return (r.name.clone(), format!("keyword {k:?} of role {}", r.name));
+                return (
+                    r.name.clone(),
+                    format!("keyword {k:?} of role {}", r.name),
+                    true,
+                );
             }
         }
         (
             self.default_role.clone(),
             "no keyword matched: the default role".into(),
+            false,
         )
+    }
+
+    /// The role a router's deliverable picks (`"role": "<name>"`, or its text being a role's
+    /// name), and why; one that is not a role here gives the default.
+    pub fn routed_by_model(&self, router: &str, picked: Option<&str>) -> (String, String) {
+        match picked.map(str::trim) {
+            Some(p) if self.knows(p) => {
+                (p.to_owned(), format!("chosen by the router role {router}"))
+            }
+            Some(p) => {
+                let shown: String = p.chars().take(64).collect();
+                (
+                    self.default_role.clone(),
+                    format!(
+                        "the router role {router} named {shown:?}, which is not a role here: the default role"
+                    ),
+                )
+            }
+            None => (
+                self.default_role.clone(),
+                format!("the router role {router} named no role: the default role"),
+            ),
+        }
     }
 }

@@ -14,6 +14,7 @@ ALTER TABLE requests ADD COLUMN members TEXT;      -- JSON record ids the first 
 ALTER TABLE requests ADD COLUMN validator TEXT;    -- JSON: the role or command that must pass the deliverable
 ALTER TABLE requests ADD COLUMN validations INTEGER NOT NULL DEFAULT 0; -- verdicts that failed its deliverables
 ALTER TABLE turns ADD COLUMN validates TEXT;       -- a validation turn: the deliverable it judges
+ALTER TABLE turns ADD COLUMN routing INTEGER NOT NULL DEFAULT 0; -- a router role's turn: its deliverable picks the role
 ALTER TABLE sessions ADD COLUMN verdict TEXT;      -- the task.verdict record that allowed its completion
 
 CREATE TABLE plans (

@@ -444,6 +444,24 @@ fn ended(tx: &Tx<'_>, plan_id: &str, all: &[StepRow]) -> Result<Ended> {
     })
 }
 
+/// Marks `turn` as a router role's turn (its deliverable picks the request's role).
+pub fn mark_routing(tx: &Tx<'_>, turn: TurnId) -> Result<()> {
+    tx.sql().execute_cached(
+        "UPDATE turns SET routing = 1 WHERE turn_id = ?1",
+        [turn.to_string()],
+    )?;
+    Ok(())
+}
+
+/// Whether `turn` is a router role's turn.
+pub fn is_routing(conn: &impl Db, turn: TurnId) -> Result<bool> {
+    Ok(conn.sql().query_row_cached(
+        "SELECT routing FROM turns WHERE turn_id = ?1",
+        [turn.to_string()],
+        |r| r.get(0),
+    )?)
+}
+
 /// Sets the role a filed turn runs as.
 pub fn set_turn_role(tx: &Tx<'_>, turn: TurnId, role: Option<&str>) -> Result<()> {
     tx.sql().execute_cached(

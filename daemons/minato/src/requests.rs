@@ -119,25 +119,58 @@ fn new_turn(
     Ok(turn)
 }
 
-/// The role a request runs as, and the `task.route` record saying why — only when a roster
-/// is configured or the request names a role (without one, work runs as before).
+/// How a request's role is chosen.
+enum Routed {
+    /// No roster and no role named: work runs as before.
+    Unrouted,
+    /// The role, and the `task.route` record saying why.
+    Role(String, RecordId),
+    /// No name or keyword decided: the router role's turn picks (the roster for it to
+    /// choose from is this `sys.context` record).
+    ByRouter(String, RecordId),
+}
+
+/// The role a request runs as — only when a roster is configured or the request names a
+/// role (without one, work runs as before).
 fn route(
     tx: &Tx<'_>,
     roster: &RosterConfig,
     named: Option<&str>,
     instruction: &str,
-) -> Result<(Option<String>, Option<RecordId>)> {
+) -> Result<Routed> {
     if roster.roles.is_empty() && named.is_none() {
-        return Ok((None, None));
+        return Ok(Routed::Unrouted);
     }
-    let (role, reason) = roster.route(named, instruction);
-    let content = serde_json::to_value(RouteContent {
-        role: role.clone(),
-        reason,
-    })
-    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let (role, reason, decided) = roster.route_how(named, instruction);
+    if let (false, Some(router)) = (decided, roster.router_role.as_deref()) {
+        let roles: Vec<serde_json::Value> = roster
+            .roles
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "name": r.name,
+                    "keywords": r.keywords,
+                    "system_prompt": r.system_prompt,
+                })
+            })
+            .collect();
+        let text = "Pick the role that should do this task. Deliver only its name.";
+        let content = serde_json::json!({"text": text, "roles": roles});
+        let rec = NewRecord::new(RecordType::SysContext, Content::Json(content), PLANNER);
+        return Ok(Routed::ByRouter(
+            router.to_owned(),
+            tx.write_record(&rec)?.record_id,
+        ));
+    }
+    Ok(Routed::Role(role.clone(), route_record(tx, role, reason)?))
+}
+
+/// A `task.route` record: the role chosen and why.
+fn route_record(tx: &Tx<'_>, role: String, reason: String) -> Result<RecordId> {
+    let content = serde_json::to_value(RouteContent { role, reason })
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
     let rec = NewRecord::new(RecordType::TaskRoute, Content::Json(content), PLANNER);
-    Ok((Some(role), Some(tx.write_record(&rec)?.record_id)))
+    Ok(tx.write_record(&rec)?.record_id)
 }
 
 /// Turns the next queued request into a session (new or continued) with a sealed context
@@ -166,9 +199,18 @@ pub fn accept_next_request(
             None => session.head_ledger_id.into_iter().collect(),
         };
         let text = instruction_text(tx, q.record_id)?;
-        let (role, routed) = route(tx, roster, q.role.as_deref(), &text)?;
         let mut members = vec![q.record_id];
-        members.extend(routed);
+        let (role, routing) = match route(tx, roster, q.role.as_deref(), &text)? {
+            Routed::Unrouted => (None, false),
+            Routed::Role(role, why) => {
+                members.push(why);
+                (Some(role), false)
+            }
+            Routed::ByRouter(router, choices) => {
+                members.push(choices);
+                (Some(router), true)
+            }
+        };
         members.extend(q.members.iter().copied());
         let turn_id = new_turn(
             tx,
@@ -182,6 +224,9 @@ pub fn accept_next_request(
             memory_hits,
             sealer.as_ref(),
         )?;
+        if routing {
+            plans::mark_routing(tx, turn_id)?;
+        }
         tx.mark_accepted(q.request_seq, session.session_id)?;
         set_cursor(tx, MINATO_REQUESTS, q.request_seq)?;
         Ok(Some(Accepted {
@@ -239,6 +284,10 @@ fn decide(
     let replays = request_replays(tx, t.request_seq)?;
     let step = plans::step_of(tx, t.session_id)?;
     let root_seq = step.as_ref().map_or(t.request_seq, |s| s.root_seq);
+    // A router's turn: its deliverable picks the role the work runs as.
+    if plans::is_routing(tx, t.turn_id)? {
+        return after_routing(tx, rules, t, output, deliverable.as_ref(), sealer);
+    }
     // A validation turn: its verdict decides what follows.
     if let Some(judged) = verdicts::judged_by(tx, t.turn_id)? {
         let judged = Judged {
@@ -381,6 +430,11 @@ fn checked_plan(
     };
     if let Err(e) = kura_plan::check(&content, roster, nesting) {
         return Ok(Err(e.to_string()));
+    }
+    // A step that names no role is the default role's, not routed by keyword.
+    let mut content = content;
+    for step in &mut content.steps {
+        step.role.get_or_insert_with(|| roster.default_role.clone());
     }
     let used = plans::turns_of_tree(tx, root_seq)?;
     let max = roster.limits.max_turns;
@@ -575,4 +629,46 @@ fn after_verdict(
         plan_moved(tx, rules, progress, &mut decision, sealer)?;
     }
     Ok(decision)
+}
+
+/// Records the role a router's turn picked (a `task.route` record in a sealed `route` ledger
+/// on its output) and files the work's first turn in that role.
+fn after_routing(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    t: &kura_work::Turn,
+    output: LedgerId,
+    said: Option<&Record>,
+    sealer: Option<&Sealer>,
+) -> Result<Decision> {
+    let router = turn_role(tx, t.turn_id)?.unwrap_or_default();
+    let picked =
+        said.and_then(
+            |d| match d.content.get("role").and_then(serde_json::Value::as_str) {
+                Some(r) => Some(r.to_owned()),
+                None => proto::content::text_of(&d.content).map(str::to_owned),
+            },
+        );
+    let (role, reason) = rules.roster.routed_by_model(&router, picked.as_deref());
+    let why = route_record(tx, role.clone(), reason)?;
+    let ledger = tx.open_ledger(t.session_id, "route", &[output])?;
+    tx.append_existing(ledger.ledger_id, why)?;
+    tx.seal(ledger.ledger_id, sealer)?;
+    let members = [request_instruction(tx, t.request_seq)?, why];
+    let next = new_turn(
+        tx,
+        &NewTurn {
+            session_id: t.session_id,
+            request_seq: t.request_seq,
+            parents: &[ledger.ledger_id],
+            members: &members,
+            role: Some(&role),
+        },
+        rules.memory_hits,
+        sealer,
+    )?;
+    Ok(Decision {
+        next: vec![(t.session_id, next)],
+        ..Decision::default()
+    })
 }

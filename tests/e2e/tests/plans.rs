@@ -593,3 +593,77 @@ fn a_replayed_plan_reproduces_its_records_and_repeats_no_side_effect() {
     );
     s.verify_all();
 }
+
+#[test]
+fn a_request_is_routed_by_keyword_else_by_the_router_role() {
+    let mut s = Stack::new(WRITER);
+    let mut roles = Vec::new();
+    for (name, script, extra) in [
+        ("looker", LOOKER, ""),
+        ("writer", WRITER, ", keywords = [\"summarise\"]"),
+        ("router", r#"{"turns": [[{"deliver": "looker"}]]}"#, ""),
+    ] {
+        let path = s.path(&format!("{name}.json"));
+        std::fs::write(&path, script).expect("script");
+        roles.push(format!(
+            "{{name = \"{name}\", script = \"{}\"{extra}}}",
+            path.display()
+        ));
+    }
+    s.extra_env.extend([
+        (
+            "KURA_ROSTER__ROLES".into(),
+            format!("[{}]", roles.join(", ")),
+        ),
+        ("KURA_ROSTER__ROUTER_ROLE".into(), "router".into()),
+    ]);
+    start(&mut s);
+    // A route record stands in its own ledger and in the context it routed.
+    let route = |s: &Stack, session: SessionId| -> Vec<(String, String)> {
+        let mut why: Vec<(String, String)> = records(s, session)
+            .into_iter()
+            .filter(|r| r.record_type == RecordType::TaskRoute)
+            .map(|r| {
+                (
+                    r.content["role"].as_str().unwrap_or("").to_owned(),
+                    r.content["reason"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        why.dedup();
+        why
+    };
+    let by_keyword = s.wait_complete(s.submit("please Summarise the notes"), MINUTE);
+    assert_eq!(
+        by_keyword.deliverable.expect("deliverable").content["text"],
+        "summed up"
+    );
+    let why = route(&s, by_keyword.session_id.expect("session"));
+    assert_eq!(
+        why,
+        [(
+            "writer".to_owned(),
+            "keyword \"summarise\" of role writer".to_owned()
+        )]
+    );
+    let by_model = s.wait_complete(s.submit("what is in the box"), MINUTE);
+    let session = by_model.session_id.expect("session");
+    assert_eq!(
+        by_model.deliverable.expect("deliverable").content["text"],
+        "looked: what is in the box"
+    );
+    let why = route(&s, session);
+    assert_eq!(
+        why,
+        [(
+            "looker".to_owned(),
+            "chosen by the router role router".to_owned()
+        )]
+    );
+    assert_eq!(
+        turns(&s, session).len(),
+        2,
+        "the router's turn, then the looker's"
+    );
+    s.verify_all();
+}

@@ -78,7 +78,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "83353af7d25470f45c0f672460a52fd682bd4d45c52144c334719fb318a676cc";
+    "f8097f1550682714cf1cf75a8f5db0706d0a7c9f96e27f850d58969d8836553f";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -219,6 +219,7 @@ pub(crate) fn back_to_version_14(conn: &Connection) {
          DROP TABLE plans;
          ALTER TABLE sessions DROP COLUMN verdict;
          ALTER TABLE turns DROP COLUMN validates;
+         ALTER TABLE turns DROP COLUMN routing;
          ALTER TABLE requests DROP COLUMN validations;
          ALTER TABLE requests DROP COLUMN validator;
          ALTER TABLE requests DROP COLUMN members;

@@ -38,17 +38,26 @@ pub fn plan_wall(n: usize, reps: usize) -> (f64, f64) {
     let serial = format!(r#"{{"turns": [{}]}}"#, serial_turns.join(", "));
     let mut s = Stack::new(&planner);
     let mut roles = Vec::new();
-    for (name, script) in [("looker", format!(r#"{{"turns": [{step}]}}"#)), ("serial", serial)] {
+    for (name, script) in [
+        ("looker", format!(r#"{{"turns": [{step}]}}"#)),
+        ("serial", serial),
+    ] {
         let path = s.path(&format!("{name}.json"));
         std::fs::write(&path, script).expect("script");
-        roles.push(format!("{{name = \"{name}\", script = \"{}\"}}", path.display()));
+        roles.push(format!(
+            "{{name = \"{name}\", script = \"{}\"}}",
+            path.display()
+        ));
     }
     s.extra_env = vec![
         ("KURA_NATS__MODE".into(), "external".into()),
         ("KURA_POLL_INTERVAL_MS".into(), "5000".into()),
         ("KURA_WORKER__LEASE_MS".into(), "30000".into()),
         ("KURA_MINATO__MAX_TURNS".into(), (n + 2).to_string()),
-        ("KURA_ROSTER__ROLES".into(), format!("[{}]", roles.join(", "))),
+        (
+            "KURA_ROSTER__ROLES".into(),
+            format!("[{}]", roles.join(", ")),
+        ),
         ("RUST_LOG".into(), "warn".into()),
     ];
     for d in DAEMONS {
