@@ -278,7 +278,7 @@ function writFrom(form, fixed) {
     return Number(text);
   };
   const holder = v("holder");
-  if (!/^(session|agent|user):[^\s]{1,128}$/.test(holder)) throw new Error("The holder is session:ID, agent:NAME or user:NAME.");
+  if (!/^(session|agent|user|role):[^\s]{1,128}$/.test(holder)) throw new Error("The holder is session:ID, agent:NAME, user:NAME or role:NAME.");
   const tools = list("tools");
   if (!tools.length) throw new Error("Give at least one tool glob, e.g. fs.read or fs.*");
   const budget = {};

@@ -457,7 +457,7 @@ fn grant_form(me: &Login) -> Markup {
         details.grant {
             summary { "Grant a writ" }
             form #grant data-issuer=(format!("user:{}", me.name)) {
-                label { "Holder " input name="holder" maxlength="200" autocomplete="off" placeholder="session:ID, agent:NAME or user:NAME"; }
+                label { "Holder " input name="holder" maxlength="200" autocomplete="off" placeholder="session:ID, agent:NAME, user:NAME or role:NAME"; }
                 label { "Tools " input name="tools" maxlength="2000" autocomplete="off" placeholder="fs.read, fs.*"; }
                 label { "Paths " input name="paths" maxlength="2000" autocomplete="off" value="*"; }
                 label { "Up to "

@@ -53,6 +53,38 @@ pub enum Step {
     },
 }
 
+/// The pseudo-tool a role that may plan is offered (`[[roster.roles]] plans = true`): a call
+/// to it is the model's plan, recorded as an `agent.plan`, never run.
+pub const PLAN_TOOL: &str = "kura.plan";
+
+/// [`PLAN_TOOL`] as the model sees it.
+pub fn plan_spec() -> ToolSpec {
+    ToolSpec {
+        name: PLAN_TOOL.into(),
+        description: "Split the task into steps that other roles do, independent ones at the \
+                      same time; each step waits for the steps named in `after`, whose results \
+                      it gets. Then deliver."
+            .into(),
+        parameters: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "what the plan is for, one line"},
+                "steps": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string", "description": "letters, digits, _ or -"},
+                        "role": {"type": "string"},
+                        "instruction": {"type": "string"},
+                        "after": {"type": "array", "items": {"type": "string"}}
+                    },
+                    "required": ["id", "instruction"]
+                }}
+            },
+            "required": ["steps"]
+        }),
+    }
+}
+
 /// What a provider sees.
 pub struct TurnInput<'a> {
     /// The session.

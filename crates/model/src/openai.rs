@@ -160,6 +160,12 @@ pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
                 let m = pending.get_or_insert_with(|| Message::new("assistant", None));
                 m.tool_calls.push(wire_call(&r.content));
             }
+            RecordType::AgentPlan => {
+                // The plan was a call to the plan tool; it is shown as what was said.
+                flush(&mut pending, &mut messages);
+                let text = format!("planned: {}", r.content);
+                messages.push(Message::new("assistant", Some(text)));
+            }
             RecordType::ToolResult => {
                 flush(&mut pending, &mut messages);
                 // The result as recorded, less the pairing id (which travels beside it).
@@ -250,6 +256,15 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
         }
         .and_then(|v| v.as_object().cloned())
         .unwrap_or_default();
+        if name == crate::PLAN_TOOL {
+            // A plan is recorded for minato to check, never run; one that does not parse is
+            // said as a thought, so the model sees why.
+            match serde_json::from_value(Value::Object(arguments)) {
+                Ok(plan) => steps.push(Step::Plan(plan)),
+                Err(e) => steps.push(Step::Thought(format!("an unreadable plan: {e}"))),
+            }
+            continue;
+        }
         steps.push(Step::ToolCall { name, arguments });
     }
     Ok(steps)
@@ -444,5 +459,42 @@ mod tests {
             "tool_choice": "auto",
         });
         assert_eq!(request_body("m", "be brief", &input), expected);
+    }
+
+    /// A role offered the plan tool plans with a call to it: recorded as a plan, never run;
+    /// one not offered it cannot (the call stays an unknown tool's, which hashi refuses).
+    #[test]
+    fn a_call_to_the_plan_tool_is_a_plan() {
+        let context = [record(
+            RecordType::TaskInstruction,
+            json!({"text": "look at three"}),
+        )];
+        let args = r#"{"steps": [{"id": "a", "instruction": "look at a"}, {"id": "b", "instruction": "sum up", "after": ["a"]}]}"#;
+        let body = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "kura_plan", "arguments": args}}
+        ]}}]});
+        let offered = [crate::plan_spec()];
+        let input = TurnInput {
+            session_id: SessionId::from(uuid::Uuid::nil()),
+            seq: 1,
+            context: &context,
+            history: &[],
+            tools: &offered,
+        };
+        match parse_response(&body, &input).expect("steps").as_slice() {
+            [Step::Plan(p)] => {
+                assert_eq!(p.steps.len(), 2);
+                assert_eq!(p.steps[1].after, ["a"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let input = TurnInput {
+            tools: &[],
+            ..input
+        };
+        match parse_response(&body, &input).expect("steps").as_slice() {
+            [Step::ToolCall { name, .. }] => assert_eq!(name, "kura_plan"),
+            other => panic!("{other:?}"),
+        }
     }
 }

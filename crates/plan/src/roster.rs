@@ -55,6 +55,9 @@ pub struct Role {
     pub tools: Vec<String>,
     /// Words that route a request to it (whole words, any case).
     pub keywords: Vec<String>,
+    /// Its model is offered the plan tool (`kura.plan`) and may plan; the scripted
+    /// provider's `plan` steps need no offer.
+    pub plans: bool,
 }
 
 /// How large a plan may be: a model's plan is untrusted input.

@@ -136,7 +136,7 @@ pub struct Revocation {
 pub fn check_holder(holder: &str) -> Result<(), String> {
     let ok = holder.len() <= MAX_FIELD_BYTES
         && holder.split_once(':').is_some_and(|(k, n)| {
-            matches!(k, "session" | "agent" | "user")
+            matches!(k, "session" | "agent" | "user" | "role")
                 && !n.is_empty()
                 && n.chars()
                     .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
@@ -145,7 +145,7 @@ pub fn check_holder(holder: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "invalid holder {holder:?}: expected session:<id>, agent:<name> or user:<name>"
+            "invalid holder {holder:?}: expected session:<id>, agent:<name>, user:<name> or role:<name>"
         ))
     }
 }

@@ -274,3 +274,37 @@ fn a_grant_by_an_untrusted_key_stores_but_never_runs_a_call() {
     let r = call(&mut store, ROOT, "fs.read");
     assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
 }
+
+/// A turn run as a role is bound by the role's writ unless its session has its own; the
+/// submitter's counts only when neither does.
+#[test]
+fn a_roles_writ_binds_its_turns_below_the_sessions_and_above_the_submitters() {
+    let (_d, mut store) = store();
+    let ids = [
+        "01930000-0000-7000-8000-0000000000c1",
+        "01930000-0000-7000-8000-0000000000c2",
+        "01930000-0000-7000-8000-0000000000c3",
+    ];
+    let session: proto::SessionId =
+        kura_store::store::parse_id("01930000-0000-7000-8000-0000000000bb").expect("id");
+    let held = |store: &Store, role: Option<&str>| {
+        writs::held_by_role(store, session, role, Some("user:oles"))
+            .expect("read")
+            .map(|w| w.writ.body.id)
+    };
+    let grant = |store: &mut Store, id: &str, holder: &str| {
+        let w = sign_writ(&key(1), grant_body(id, holder));
+        store
+            .write(|tx| writs::grant(tx, &w, "user:ana", None))
+            .expect("tx")
+            .expect("granted");
+    };
+    grant(&mut store, ids[0], "user:oles");
+    assert_eq!(held(&store, Some("looker")).as_deref(), Some(ids[0]));
+    grant(&mut store, ids[1], "role:looker");
+    assert_eq!(held(&store, Some("looker")).as_deref(), Some(ids[1]));
+    assert_eq!(held(&store, Some("writer")).as_deref(), Some(ids[0]));
+    assert_eq!(held(&store, None).as_deref(), Some(ids[0]));
+    grant(&mut store, ids[2], &format!("session:{session}"));
+    assert_eq!(held(&store, Some("looker")).as_deref(), Some(ids[2]));
+}

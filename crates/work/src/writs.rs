@@ -127,6 +127,38 @@ pub fn held_by(
     }
 }
 
+/// [`held_by`] for a turn that runs as `role`: the session's writ first, then the newest
+/// granted to `role:<name>`, then the submitter's.
+pub fn held_by_role(
+    conn: &impl Db,
+    session: SessionId,
+    role: Option<&str>,
+    submitter: Option<&str>,
+) -> Result<Option<StoredWrit>> {
+    if let Some(w) = held_by(conn, session, None)? {
+        return Ok(Some(w));
+    }
+    if let Some(r) = role
+        && let Some(w) = newest(conn, &format!("role:{r}"))?
+    {
+        return Ok(Some(w));
+    }
+    match submitter {
+        Some(s) => newest(conn, s),
+        None => Ok(None),
+    }
+}
+
+fn newest(conn: &impl Db, holder: &str) -> Result<Option<StoredWrit>> {
+    let sql =
+        format!("SELECT {COLUMNS} FROM writs WHERE holder = ?1 ORDER BY granted_seq DESC LIMIT 1");
+    conn.sql()
+        .prepare_cached(&sql)?
+        .query_row([holder], from_row)
+        .optional()?
+        .transpose()
+}
+
 /// The chain a writ runs under: itself first, then each parent up to the person's grant.
 pub fn chain(conn: &impl Db, id: &str) -> Result<std::result::Result<Vec<StoredWrit>, WritError>> {
     let mut out: Vec<StoredWrit> = Vec::new();

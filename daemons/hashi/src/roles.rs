@@ -79,7 +79,11 @@ impl Roles {
             let allows = |name: &str| {
                 r.tools.is_empty() || r.tools.iter().any(|g| kura_policy::glob(g, name))
             };
-            let shown: Vec<ToolSpec> = specs.iter().filter(|s| allows(&s.name)).cloned().collect();
+            let mut shown: Vec<ToolSpec> =
+                specs.iter().filter(|s| allows(&s.name)).cloned().collect();
+            if r.plans {
+                shown.push(provider::plan_spec());
+            }
             roles.by_name.insert(
                 r.name.clone(),
                 RoleRun {

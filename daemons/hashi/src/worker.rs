@@ -371,8 +371,14 @@ impl Worker {
         self.spent.clear();
         self.usage_note = None;
         let submitter = kura_work::turn_submitter(&self.store, claim.turn_id)?;
-        self.writ = kura_work::writs::held_by(&self.store, claim.session_id, submitter.as_deref())?
-            .map(|w| w.writ.body.id);
+        // The session's writ, else its role's (`role:<name>`), else its submitter's.
+        self.writ = kura_work::writs::held_by_role(
+            &self.store,
+            claim.session_id,
+            claim.role.as_deref(),
+            submitter.as_deref(),
+        )?
+        .map(|w| w.writ.body.id);
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {

@@ -16,8 +16,8 @@ use crate::output::Out;
 /// What a writ allows, as given on the command line.
 #[derive(Debug, clap::Args)]
 pub struct Scope {
-    /// Who may act under it: session:ID, agent:NAME (an outside agent, and what it
-    /// submits) or user:NAME (what that person submits).
+    /// Who may act under it: session:ID, role:NAME (turns run as that role), agent:NAME
+    /// (an outside agent, and what it submits) or user:NAME (what that person submits).
     #[arg(long)]
     holder: String,
     /// A tool name glob it allows (repeatable), e.g. 'fs.*'.
