@@ -147,12 +147,24 @@ pub fn check(
             return Err(PlanError::BadInstruction(s.id.clone()));
         }
         if let Some(v) = &s.validator {
-            let why = v.check().err().or_else(|| {
-                v.role
-                    .as_ref()
-                    .filter(|r| !roster.knows(r))
-                    .map(|r| format!("unknown validator role {r:?}"))
-            });
+            // A command runs in the sandbox as shell.run: a person names one
+            // (`minato submit --validate-cmd`), never a model's plan.
+            let why = v
+                .check()
+                .err()
+                .or_else(|| {
+                    (!v.command.is_empty()).then(|| {
+                        "a plan's validator is a role; a command validator is named by a person \
+                     (minato submit --validate-cmd)"
+                            .to_owned()
+                    })
+                })
+                .or_else(|| {
+                    v.role
+                        .as_ref()
+                        .filter(|r| !roster.knows(r))
+                        .map(|r| format!("unknown validator role {r:?}"))
+                });
             if let Some(why) = why {
                 return Err(PlanError::BadValidator {
                     step: s.id.clone(),

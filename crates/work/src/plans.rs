@@ -59,15 +59,17 @@ pub struct Ended {
     pub summary: Vec<String>,
 }
 
-/// The plan a session is a step of, if any.
-pub fn step_of(conn: &impl Db, session: SessionId) -> Result<Option<StepOf>> {
+/// The running plan step whose request `request_seq` is, if any: a step session continued
+/// later by hand, or a step already finished, moves no plan.
+pub fn step_of(conn: &impl Db, request_seq: i64) -> Result<Option<StepOf>> {
     Ok(conn
         .sql()
         .prepare_cached(
             "SELECT s.plan_id, s.step, p.nesting, p.root_seq FROM plan_steps s
-               JOIN plans p ON p.plan_id = s.plan_id WHERE s.session_id = ?1",
+               JOIN plans p ON p.plan_id = s.plan_id
+              WHERE s.request_seq = ?1 AND s.state = 'running'",
         )?
-        .query_row([session.to_string()], |r| {
+        .query_row([request_seq], |r| {
             Ok(StepOf {
                 plan_id: r.get(0)?,
                 step: r.get(1)?,
@@ -304,8 +306,7 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
             .iter()
             .filter_map(|d| d.deliverable.map(|r| r.to_string()))
             .collect();
-        let head: String = label.chars().take(40).collect();
-        let session = tx.create_session(&format!("{head} · {}", s.step))?;
+        let session = tx.create_session(&step_label(&label, &s.step))?;
         tx.sql().execute_cached(
             "INSERT INTO requests (record_id, session_id, created_at, role, parents, members, validator)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -356,6 +357,53 @@ fn replayed_step(tx: &Tx<'_>, plan_id: &str, step: &str) -> Result<Option<(Ledge
         .transpose()
 }
 
+/// A step session's label: the planning session's (cut) and the step id, within the 200
+/// bytes a label may have whatever the planner named things.
+fn step_label(planner: &str, step: &str) -> String {
+    let step: String = step.chars().take(64).collect();
+    let room = 200usize.saturating_sub(step.len() + " · ".len());
+    let mut head = String::new();
+    for c in planner.chars().take(40) {
+        if head.len() + c.len_utf8() > room {
+            break;
+        }
+        head.push(c);
+    }
+    format!("{head} · {step}")
+}
+
+/// Whether any plan serves request `root_seq` (its tree of turns is then bounded as one).
+pub fn has_plans(conn: &impl Db, root_seq: i64) -> Result<bool> {
+    Ok(conn.sql().query_row_cached(
+        "SELECT EXISTS (SELECT 1 FROM plans WHERE root_seq = ?1)",
+        [root_seq],
+        |r| r.get(0),
+    )?)
+}
+
+/// The session that planned step session `session`, if it is one.
+pub fn planner_of(conn: &impl Db, session: SessionId) -> Result<Option<SessionId>> {
+    let id: Option<String> = conn
+        .sql()
+        .query_row_cached(
+            "SELECT p.session_id FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id
+              WHERE s.session_id = ?1",
+            [session.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    id.as_deref().map(parse_id).transpose()
+}
+
+/// Whether `turn` is an outside agent's (its plans are not minato's to run).
+pub fn is_agent_turn(conn: &impl Db, turn: TurnId) -> Result<bool> {
+    Ok(conn.sql().query_row_cached(
+        "SELECT agent IS NOT NULL FROM turns WHERE turn_id = ?1",
+        [turn.to_string()],
+        |r| r.get(0),
+    )?)
+}
+
 /// Records that step session `session` finished — done with `deliverable` in `output`, or
 /// failed — and moves its plan on: the next steps start, or the plan ends.
 pub fn finish_step(
@@ -368,7 +416,7 @@ pub fn finish_step(
         .is_none_or(|d| d.content.get("error").and_then(serde_json::Value::as_bool) == Some(true));
     tx.sql().execute_cached(
         "UPDATE plan_steps SET state = ?3, output_id = ?4, deliverable_id = ?5
-          WHERE plan_id = ?1 AND step = ?2",
+          WHERE plan_id = ?1 AND step = ?2 AND state = 'running'",
         params![
             of.plan_id,
             of.step,

@@ -252,7 +252,12 @@ pub fn turn_submitter(conn: &impl Db, turn_id: proto::TurnId) -> Result<Option<S
     Ok(conn
         .sql()
         .prepare_cached(
-            "SELECT r.author_id FROM turns t JOIN requests q ON q.request_seq = t.request_seq
+            // A plan step's work is done on behalf of whoever submitted the request its
+            // plan serves (its instruction is minato's, from the model's plan).
+            "SELECT r.author_id FROM turns t
+               JOIN requests q ON q.request_seq = coalesce(
+                    (SELECT p.root_seq FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id
+                      WHERE s.request_seq = t.request_seq), t.request_seq)
                JOIN records r ON r.record_id = q.record_id WHERE t.turn_id = ?1",
         )?
         .query_row([turn_id.to_string()], |r| r.get(0))

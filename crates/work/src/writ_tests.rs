@@ -275,10 +275,10 @@ fn a_grant_by_an_untrusted_key_stores_but_never_runs_a_call() {
     assert!(matches!(r, Err(WritError::Untrusted(_))), "{r:?}");
 }
 
-/// A turn run as a role is bound by the role's writ unless its session has its own; the
-/// submitter's counts only when neither does.
+/// Attack: a submitter held to a narrow writ names a role whose writ is wider. The role's
+/// writ binds only work no session or submitter writ binds; a session's own writ binds first.
 #[test]
-fn a_roles_writ_binds_its_turns_below_the_sessions_and_above_the_submitters() {
+fn a_roles_writ_never_widens_the_submitters() {
     let (_d, mut store) = store();
     let ids = [
         "01930000-0000-7000-8000-0000000000c1",
@@ -287,8 +287,8 @@ fn a_roles_writ_binds_its_turns_below_the_sessions_and_above_the_submitters() {
     ];
     let session: proto::SessionId =
         kura_store::store::parse_id("01930000-0000-7000-8000-0000000000bb").expect("id");
-    let held = |store: &Store, role: Option<&str>| {
-        writs::held_by_role(store, session, role, Some("user:oles"))
+    let held = |store: &Store, role: Option<&str>, who: Option<&str>| {
+        writs::held_by_role(store, session, role, who)
             .expect("read")
             .map(|w| w.writ.body.id)
     };
@@ -299,12 +299,21 @@ fn a_roles_writ_binds_its_turns_below_the_sessions_and_above_the_submitters() {
             .expect("tx")
             .expect("granted");
     };
-    grant(&mut store, ids[0], "user:oles");
-    assert_eq!(held(&store, Some("looker")).as_deref(), Some(ids[0]));
     grant(&mut store, ids[1], "role:looker");
-    assert_eq!(held(&store, Some("looker")).as_deref(), Some(ids[1]));
-    assert_eq!(held(&store, Some("writer")).as_deref(), Some(ids[0]));
-    assert_eq!(held(&store, None).as_deref(), Some(ids[0]));
+    assert_eq!(
+        held(&store, Some("looker"), Some("user:oles")).as_deref(),
+        Some(ids[1])
+    );
+    assert_eq!(held(&store, Some("writer"), Some("user:oles")), None);
+    grant(&mut store, ids[0], "user:oles");
+    assert_eq!(
+        held(&store, Some("looker"), Some("user:oles")).as_deref(),
+        Some(ids[0]),
+        "the submitter's writ binds, whatever role they name"
+    );
     grant(&mut store, ids[2], &format!("session:{session}"));
-    assert_eq!(held(&store, Some("looker")).as_deref(), Some(ids[2]));
+    assert_eq!(
+        held(&store, Some("looker"), Some("user:oles")).as_deref(),
+        Some(ids[2])
+    );
 }

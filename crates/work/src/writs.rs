@@ -127,24 +127,33 @@ pub fn held_by(
     }
 }
 
-/// [`held_by`] for a turn that runs as `role`: the session's writ first, then the newest
-/// granted to `role:<name>`, then the submitter's.
+/// [`held_by`] for a turn that runs as `role`: the newest writ granted to its session — or,
+/// for a plan step, to the session that planned it (and so up) — else to its submitter (a
+/// step's: the submitter of the request its plan serves), else to `role:<name>`. A role's
+/// writ binds only work nobody else's writ binds: a submitter who names a role never gets
+/// wider than their own writ, and a plan's steps never escape the planner's.
 pub fn held_by_role(
     conn: &impl Db,
     session: SessionId,
     role: Option<&str>,
     submitter: Option<&str>,
 ) -> Result<Option<StoredWrit>> {
-    if let Some(w) = held_by(conn, session, None)? {
-        return Ok(Some(w));
+    let mut at = Some(session);
+    // Plans nest a few deep ([roster.limits] max_nesting); the bound is for a corrupt store.
+    for _ in 0..16 {
+        let Some(s) = at else { break };
+        if let Some(w) = held_by(conn, s, None)? {
+            return Ok(Some(w));
+        }
+        at = crate::plans::planner_of(conn, s)?;
     }
-    if let Some(r) = role
-        && let Some(w) = newest(conn, &format!("role:{r}"))?
+    if let Some(s) = submitter
+        && let Some(w) = newest(conn, s)?
     {
         return Ok(Some(w));
     }
-    match submitter {
-        Some(s) => newest(conn, s),
+    match role {
+        Some(r) => newest(conn, &format!("role:{r}")),
         None => Ok(None),
     }
 }

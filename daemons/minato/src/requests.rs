@@ -165,6 +165,19 @@ fn route(
     Ok(Routed::Role(role.clone(), route_record(tx, role, reason)?))
 }
 
+/// The role the turn whose output is `ledger` ran as.
+fn recorded_role(tx: &Tx<'_>, ledger: LedgerId) -> Result<Option<String>> {
+    Ok(tx
+        .sql()
+        .query_row(
+            "SELECT role FROM turns WHERE output_ledger_id = ?1",
+            [ledger.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
 /// A `task.route` record: the role chosen and why.
 fn route_record(tx: &Tx<'_>, role: String, reason: String) -> Result<RecordId> {
     let content = serde_json::to_value(RouteContent { role, reason })
@@ -200,7 +213,21 @@ pub fn accept_next_request(
         };
         let text = instruction_text(tx, q.record_id)?;
         let mut members = vec![q.record_id];
-        let (role, routing) = match route(tx, roster, q.role.as_deref(), &text)? {
+        // A replay runs as the turn it replays ran: it is never routed anew (a router's
+        // turn would file a live turn after it).
+        let recorded_role = match plans::request_replay(tx, q.request_seq)? {
+            Some(r) => Some(recorded_role(tx, r.of)?),
+            None => None,
+        };
+        let routed = match recorded_role {
+            Some(None) => Routed::Unrouted,
+            Some(Some(role)) => {
+                let why = route_record(tx, role.clone(), "the role of the turn it replays".into())?;
+                Routed::Role(role, why)
+            }
+            None => route(tx, roster, q.role.as_deref(), &text)?,
+        };
+        let (role, routing) = match routed {
             Routed::Unrouted => (None, false),
             Routed::Role(role, why) => {
                 members.push(why);
@@ -282,7 +309,7 @@ fn decide(
     // A replayed turn is one recorded turn: the next one (if any) is its own replay
     // request. Continuing here would run a live turn, side effects and all, in the fork.
     let replays = request_replays(tx, t.request_seq)?;
-    let step = plans::step_of(tx, t.session_id)?;
+    let step = plans::step_of(tx, t.request_seq)?;
     let root_seq = step.as_ref().map_or(t.request_seq, |s| s.root_seq);
     // A router's turn: its deliverable picks the role the work runs as.
     if plans::is_routing(tx, t.turn_id)? {
@@ -304,7 +331,9 @@ fn decide(
         Some(r) => plans::plan_of_output(tx, r.of)?.map(|p| (p, r)),
         None => None,
     };
+    // An outside agent's turns are its own: a plan it records is history, not work for hashi.
     if (!replays || replaying.is_some())
+        && !plans::is_agent_turn(tx, t.turn_id)?
         && let Some(plan) = last_plan(tx, output)?
     {
         let nesting = step.as_ref().map_or(1, |s| {
@@ -338,30 +367,50 @@ fn decide(
     let is_final = deliverable
         .as_ref()
         .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
-    let over = t.seq >= rules.max_turns
-        || (step.is_some() && plans::turns_of_tree(tx, root_seq)? >= rules.roster.limits.max_turns);
-    // Work that is done goes to its validator first, if its request names one.
-    if is_final
-        && !replays
+    // A request whose work planned is bounded as one tree of turns.
+    let tree_over = plans::has_plans(tx, root_seq)?
+        && plans::turns_of_tree(tx, root_seq)? >= rules.roster.limits.max_turns;
+    let over = t.seq >= rules.max_turns || tree_over;
+    // Work that is done goes to its validator first, if its request names one; work that ran
+    // out of turns before one could judge it ends failed, never passed unjudged.
+    let validator = match replays {
+        true => None,
+        false => verdicts::request_validator(tx, t.request_seq)?,
+    };
+    if let Some(v) = &validator
         && let Some(d) = deliverable.as_ref().filter(|d| !is_error(d))
-        && let Some(v) = verdicts::request_validator(tx, t.request_seq)?
     {
-        let members = [request_instruction(tx, t.request_seq)?, d.record_id];
-        let next = new_turn(
-            tx,
-            &NewTurn {
-                session_id: t.session_id,
-                request_seq: t.request_seq,
-                parents: &[output],
-                members: &members,
-                role: v.role.as_deref(),
-            },
-            0,
-            sealer,
-        )?;
-        verdicts::mark_validation(tx, next, d.record_id)?;
-        decision.next.push((t.session_id, next));
-        return Ok(decision);
+        if is_final && !tree_over {
+            let members = [request_instruction(tx, t.request_seq)?, d.record_id];
+            let next = new_turn(
+                tx,
+                &NewTurn {
+                    session_id: t.session_id,
+                    request_seq: t.request_seq,
+                    parents: &[output],
+                    members: &members,
+                    role: v.role.as_deref(),
+                },
+                0,
+                sealer,
+            )?;
+            verdicts::mark_validation(tx, next, d.record_id)?;
+            decision.next.push((t.session_id, next));
+            return Ok(decision);
+        }
+        if is_final || over {
+            let why = format!(
+                "the work ran out of turns before its validator ({}) could pass it",
+                v.by()
+            );
+            let end = end_failed(tx, t.session_id, output, "unvalidated", &why, sealer)?;
+            decision.complete.push(t.session_id);
+            if let Some(of) = &step {
+                let progress = plans::finish_step(tx, of, end.0, Some(&end.1))?;
+                plan_moved(tx, rules, progress, &mut decision, sealer)?;
+            }
+            return Ok(decision);
+        }
     }
     if is_final || replays || over {
         tx.set_session_status(t.session_id, SessionStatus::Complete)?;
@@ -483,6 +532,8 @@ fn plan_moved(
         Progress::Done(end) if request_replays(tx, end.request_seq)? => {
             tx.set_session_status(end.session_id, SessionStatus::Complete)?;
             decision.complete.push(end.session_id);
+            let said = last_deliverable(tx, end.plan_ledger)?;
+            outer_step_done(tx, rules, &end, end.plan_ledger, said, decision, sealer)?;
         }
         Progress::Done(end) => {
             let mut members = vec![request_instruction(tx, end.request_seq)?];
@@ -511,13 +562,51 @@ fn plan_moved(
             let mut parents = vec![end.plan_ledger];
             parents.extend(end.outputs.iter().filter(|o| **o != end.plan_ledger));
             let l = tx.open_ledger(end.session_id, "plan-ended", &parents)?;
-            tx.append(l.ledger_id, &rec)?;
+            let said = tx.append(l.ledger_id, &rec)?.record;
             tx.seal(l.ledger_id, sealer)?;
             tx.set_session_status(end.session_id, SessionStatus::Complete)?;
             decision.complete.push(end.session_id);
+            outer_step_done(tx, rules, &end, l.ledger_id, Some(said), decision, sealer)?;
         }
     }
     Ok(())
+}
+
+/// A plan that ended inside a step of another plan ends that step too (with what it
+/// delivered), so the outer plan moves on rather than wait for ever.
+fn outer_step_done(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    end: &plans::Ended,
+    ledger: LedgerId,
+    said: Option<Record>,
+    decision: &mut Decision,
+    sealer: Option<&Sealer>,
+) -> Result<()> {
+    let Some(of) = plans::step_of(tx, end.request_seq)? else {
+        return Ok(());
+    };
+    let progress = plans::finish_step(tx, &of, ledger, said.as_ref())?;
+    plan_moved(tx, rules, progress, decision, sealer)
+}
+
+/// Ends a session with a failed deliverable saying `why`, in a sealed ledger on `output`;
+/// returns that ledger and the deliverable.
+fn end_failed(
+    tx: &Tx<'_>,
+    session: SessionId,
+    output: LedgerId,
+    label: &str,
+    why: &str,
+    sealer: Option<&Sealer>,
+) -> Result<(LedgerId, Record)> {
+    let content = Content::Json(DeliverableContent::failed(why.to_owned()).to_value());
+    let rec = NewRecord::new(RecordType::TaskDeliverable, content, PLANNER);
+    let l = tx.open_ledger(session, label, &[output])?;
+    let said = tx.append(l.ledger_id, &rec)?.record;
+    tx.seal(l.ledger_id, sealer)?;
+    tx.set_session_status(session, SessionStatus::Complete)?;
+    Ok((l.ledger_id, said))
 }
 
 fn is_error(d: &Record) -> bool {
@@ -581,7 +670,10 @@ fn after_verdict(
     } else {
         verdicts::count_failed(tx, t.request_seq)?
     };
-    if !pass && failed < rules.max_validations && t.seq < rules.max_turns {
+    let root_seq = step.map_or(t.request_seq, |s| s.root_seq);
+    let tree_left = !plans::has_plans(tx, root_seq)?
+        || plans::turns_of_tree(tx, root_seq)? < rules.roster.limits.max_turns;
+    if !pass && failed < rules.max_validations && t.seq < rules.max_turns && tree_left {
         tx.seal(ledger.ledger_id, sealer)?;
         let members = [request_instruction(tx, t.request_seq)?, j.judged, verdict];
         let role: Option<String> = tx

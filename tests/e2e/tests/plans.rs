@@ -384,11 +384,12 @@ fn a_validator_fails_the_first_deliverable_and_passes_the_second() {
     s.verify_all();
 }
 
-/// A plan whose second step's validator never passes: the join never starts.
+/// A plan whose second step's validator never passes: the join never starts. (A model's
+/// plan may name a validating role, never a command.)
 const FAILING: &str = r#"{"turns": [
   [{"plan": {"steps": [
       {"id": "a", "role": "looker", "instruction": "look at a"},
-      {"id": "b", "role": "looker", "instruction": "look at b", "validator": {"command": ["false"]}},
+      {"id": "b", "role": "looker", "instruction": "look at b", "validator": {"role": "nay"}},
       {"id": "join", "role": "writer", "instruction": "sum up", "after": ["a", "b"]}]}},
    {"deliver": "planned", "final": false}],
   [{"deliver": "not reached"}]
@@ -397,9 +398,8 @@ const FAILING: &str = r#"{"turns": [
 #[test]
 fn a_failed_step_ends_the_plan_with_a_partial_deliverable() {
     let mut s = Stack::new(FAILING);
-    roster(&mut s, &[]);
-    s.extra_env
-        .push(("KURA_TOOLS__SHELL_ALLOWLIST".into(), r#"["false"]"#.into()));
+    let nay = r#"{"turns": [[{"deliver": "fail: never good enough"}]]}"#;
+    roster(&mut s, &[("nay", nay.to_owned())]);
     start(&mut s);
     let request = s.submit("plan something that fails");
     let done = s.wait_complete(request, MINUTE);
@@ -409,7 +409,7 @@ fn a_failed_step_ends_the_plan_with_a_partial_deliverable() {
     for part in [
         "the plan ended without finishing",
         "a (done): looked: look at a",
-        "b (failed): the validator (command:false) failed the deliverable 2 times",
+        "b (failed): the validator (role:nay) failed the deliverable 2 times",
         "join (skipped)",
     ] {
         assert!(text.contains(part), "{part:?} in {text}");
@@ -664,6 +664,105 @@ fn a_request_is_routed_by_keyword_else_by_the_router_role() {
         turns(&s, session).len(),
         2,
         "the router's turn, then the looker's"
+    );
+    s.verify_all();
+}
+
+/// Attack (found in review): a plan inside a step fails, and the outer plan waited for ever
+/// on that step. The inner plan's end ends the outer step, and the outer plan ends too.
+#[test]
+fn a_nested_plan_that_fails_ends_its_outer_plan_instead_of_hanging() {
+    let outer = r#"{"turns": [
+      [{"plan": {"steps": [{"id": "x", "role": "subplanner", "instruction": "plan again"}]}},
+       {"deliver": "planned", "final": false}],
+      [{"deliver": "not reached"}]]}"#;
+    let inner = r#"{"turns": [
+      [{"plan": {"steps": [{"id": "y", "role": "looker", "instruction": "look at y",
+                            "validator": {"role": "nay"}}]}},
+       {"deliver": "planned inside", "final": false}],
+      [{"deliver": "not reached either"}]]}"#;
+    let nay = r#"{"turns": [[{"deliver": "fail: never good enough"}]]}"#;
+    let mut s = Stack::new(outer);
+    roster(
+        &mut s,
+        &[("subplanner", inner.to_owned()), ("nay", nay.to_owned())],
+    );
+    start(&mut s);
+    let done = s.wait_complete(s.submit("plan twice"), MINUTE);
+    let said = done.deliverable.expect("deliverable");
+    assert_eq!(said.content["error"], true);
+    let text = said.content["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("x (failed): the plan ended without finishing: y (failed)"),
+        "{text}"
+    );
+    s.verify_all();
+}
+
+/// Attack (found in review): a person held to a narrow writ plans, and the plan's steps —
+/// new sessions whose instructions minato wrote — ran under no writ at all. A step works on
+/// behalf of whoever submitted the request its plan serves, under their writ.
+#[test]
+fn a_plan_step_runs_under_the_submitters_writ() {
+    let writer = r#"{"turns": [[
+      {"tool": "fs.write", "args": {"path": "x.txt", "content": "wide"}},
+      {"deliver": "wrote"}]]}"#;
+    let planner = r#"{"turns": [
+      [{"plan": {"steps": [{"id": "w", "role": "scribe", "instruction": "write x"}]}},
+       {"deliver": "planned", "final": false}],
+      [{"deliver": "all done"}]]}"#;
+    let mut s = Stack::new(planner);
+    let ana = s.new_approver("ana");
+    let key: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ana).expect("key")).expect("json");
+    let issuers = format!(
+        "[{{name = \"ana\", public_key = \"{}\"}}]",
+        key["public_key"].as_str().expect("public_key")
+    );
+    roster(&mut s, &[("scribe", writer.to_owned())]);
+    s.extra_env
+        .push(("KURA_WRITS__ISSUERS".into(), issuers.clone()));
+    let out = Command::new(bin("kura"))
+        .args([
+            "writ",
+            "grant",
+            "--holder",
+            "user:oles",
+            "--tool",
+            "fs.list",
+            "--db",
+        ])
+        .arg(&s.db)
+        .arg("--key")
+        .arg(&ana)
+        .arg("--sealer-key")
+        .arg(s.nats.seed(kura_runtime::identity::Role::Operator))
+        .env("KURA_WRITS__ISSUERS", &issuers)
+        .env_remove("KURA_SERVE_CONFIG")
+        .output()
+        .expect("kura writ grant");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let writ = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    start(&mut s);
+    s.wait_complete(
+        s.submit_with("plan a write", &["--author", "user:oles"]),
+        MINUTE,
+    );
+    let (_, step) = steps(&s).remove(0);
+    let errors: Vec<String> = records(&s, step)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::SysError)
+        .map(|r| r.content["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(&format!("outside writ {writ}'s scope"))),
+        "{errors:?}"
     );
     s.verify_all();
 }
