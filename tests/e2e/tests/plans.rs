@@ -766,3 +766,129 @@ fn a_plan_step_runs_under_the_submitters_writ() {
     );
     s.verify_all();
 }
+
+/// A plan whose write step needs a person.
+const PARKING: &str = r#"{"turns": [
+  [{"plan": {"steps": [
+      {"id": "a", "role": "looker", "instruction": "look at a"},
+      {"id": "b", "role": "scribe", "instruction": "write the list"},
+      {"id": "join", "role": "writer", "instruction": "sum up", "after": ["a", "b"]}]}},
+   {"deliver": "planned", "final": false}],
+  [{"deliver": "all done"}]
+]}"#;
+
+const SCRIBE: &str = r#"{"turns": [[
+  {"tool": "fs.write", "args": {"path": "list.md", "content": "- rice\n"}},
+  {"deliver": "wrote the list", "facts": ["the shopping list is in list.md"]}
+]]}"#;
+
+fn aegis(s: &Stack, args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin("aegis"))
+        .args(args)
+        .env("KURA_NATS_URL", s.nats.url())
+        .env("KURA_NATS_CA", s.nats.ca())
+        .env(
+            "KURA_AEGIS__REPLY_KEY",
+            s.nats.signer(kura_runtime::identity::Role::Aegis),
+        )
+        .env("KURA_AEGIS_KEY", s.path("oles.key"))
+        .output()
+        .expect("aegis");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Across a plan, what single sessions promise still holds: a step's write parks for a
+/// person without holding a worker (another step finishes meanwhile), the plan goes on once
+/// she approves, memory is drawn from a step's deliverable, and a step's ledger can be forked.
+#[test]
+fn a_plan_step_parks_for_a_person_and_its_plan_goes_on() {
+    let mut s = Stack::new(PARKING);
+    std::fs::write(
+        s.path("policy.toml"),
+        "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = \"allow\"\n",
+    )
+    .expect("policy");
+    let key = s.path("oles.key");
+    let out = Command::new(bin("aegis"))
+        .args(["keygen", "--name", "oles", "--key"])
+        .arg(&key)
+        .output()
+        .expect("keygen");
+    assert!(out.status.success());
+    s.add_approver("oles", &key);
+    let k: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    s.extra_env.push((
+        "KURA_AEGIS__APPROVERS".into(),
+        format!(
+            "[{{ name = \"oles\", public_key = \"{}\" }}]",
+            k["public_key"].as_str().expect("pk")
+        ),
+    ));
+    roster(&mut s, &[("scribe", SCRIBE.to_owned())]);
+    start(&mut s);
+    let request = s.submit("plan and write");
+    // b parks; a finishes meanwhile; nobody holds b's turn.
+    s.wait_until("b to park and a to finish", MINUTE, |store| {
+        let row: Option<(String, String)> = store
+            .conn()
+            .query_row(
+                "SELECT (SELECT t.state FROM turns t JOIN plan_steps p ON p.session_id = t.session_id
+                          WHERE p.step = 'b'),
+                        (SELECT state FROM plan_steps WHERE step = 'a')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .ok();
+        row.is_some_and(|(b, a)| b == "waiting" && a == "done")
+    });
+    let (code, listed) = aegis(&s, &["pending", "--json"]);
+    assert_eq!(code, 0, "{listed}");
+    let pending: Vec<serde_json::Value> = serde_json::from_str(&listed).expect("json");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0]["arguments"]["path"], "list.md", "{pending:?}");
+    let id = pending[0]["request_id"].as_str().expect("id");
+    let (code, said) = aegis(&s, &["approve", id, "--key", key.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{said}");
+    let done = s.wait_complete(request, MINUTE);
+    assert_eq!(
+        done.deliverable.expect("deliverable").content["text"],
+        "all done"
+    );
+    // Memory from the step's deliverable.
+    s.wait_until("mikado to remember the step's fact", MINUTE, |store| {
+        store
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM records WHERE record_type = 'memory.fact'
+                  AND content LIKE '%the shopping list is in list.md%'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .is_ok_and(|n| n >= 1)
+    });
+    // Any step's ledger can be forked and continued.
+    let b = steps(&s)
+        .into_iter()
+        .find(|(id, _)| id == "b")
+        .expect("b")
+        .1;
+    let b_out = turns(&s, b).remove(0).1;
+    let forked = s.wait_complete(
+        s.submit_with(
+            "carry on from b",
+            &["--from", &b_out.to_string(), "--role", "looker"],
+        ),
+        MINUTE,
+    );
+    assert_eq!(
+        forked.deliverable.expect("deliverable").content["text"],
+        "looked: carry on from b"
+    );
+    s.verify_all();
+}
