@@ -42,6 +42,12 @@ impl Default for RosterConfig {
 pub struct Role {
     /// Its name: 1–64 of `A-Z a-z 0-9 _ -`.
     pub name: String,
+    /// Its provider (`scripted`, `openai` or `command`), instead of `[provider] kind`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Its server (the openai provider's), instead of `[provider] base_url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
     /// Its system prompt (the openai provider's), instead of `[provider] system_prompt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,

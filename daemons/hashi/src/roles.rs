@@ -63,6 +63,18 @@ impl Roles {
         roles.default_role = roster.default_role.clone();
         for r in &roster.roles {
             let mut c = config.clone();
+            if let Some(kind) = &r.provider {
+                c.kind = serde_json::from_value(serde_json::Value::String(kind.clone()))
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "[roster] role {}: provider {kind:?} is not scripted, openai or command",
+                            r.name
+                        )
+                    })?;
+            }
+            if let Some(u) = &r.base_url {
+                c.base_url = u.clone();
+            }
             if let Some(p) = &r.system_prompt {
                 c.system_prompt = p.clone();
             }
@@ -108,5 +120,95 @@ impl Roles {
                 "role {name:?} is not in this worker's [roster]; add it to [[roster.roles]] (hashi and minato read the same table)"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kura_plan::Role;
+    use proto::record::RecordType;
+
+    /// Each role answers with its own provider: here the base script and a role's script.
+    #[test]
+    fn a_role_runs_its_own_provider_and_sees_only_its_tools() {
+        let dir = tempfile::tempdir().expect("dir");
+        let script = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(
+                &path,
+                format!(r#"{{"turns": [[{{"deliver": "{text}"}}]]}}"#),
+            )
+            .expect("script");
+            path.display().to_string()
+        };
+        let config = provider::ProviderConfig {
+            script: script("base.json", "from the base"),
+            ..provider::ProviderConfig::default()
+        };
+        let roster = RosterConfig {
+            roles: vec![Role {
+                name: "looker".into(),
+                script: Some(script("looker.json", "from the looker")),
+                provider: Some("scripted".into()),
+                tools: vec!["fs.read".into()],
+                plans: true,
+                ..Role::default()
+            }],
+            ..RosterConfig::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        let base: Arc<dyn Provider> =
+            Arc::from(provider::build(&config, rt.handle().clone()).expect("base"));
+        let spec = |n: &str| ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            parameters: serde_json::json!({}),
+        };
+        let specs: Arc<[ToolSpec]> = vec![spec("fs.read"), spec("fs.write")].into();
+        let roles = Roles::build(&config, &roster, base, specs, rt.handle()).expect("roles");
+        let record = proto::Record {
+            record_id: proto::RecordId::new(),
+            hash: String::new(),
+            record_type: RecordType::TaskInstruction,
+            content: serde_json::json!({"text": "x"}),
+            author_id: "user:oles".into(),
+            metadata: Default::default(),
+            created_at: String::new(),
+        };
+        let said = |role: Option<&str>| {
+            let r = roles.get(role).expect("role");
+            let input = kura_model::TurnInput {
+                session_id: proto::SessionId::new(),
+                seq: 1,
+                context: std::slice::from_ref(&record),
+                history: &[],
+                tools: &r.specs,
+            };
+            match r.provider.next(&input).expect("steps").pop() {
+                Some(kura_model::Step::Deliver { text, .. }) => text,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(said(None), "from the base");
+        assert_eq!(said(Some("looker")), "from the looker");
+        let looker = roles.get(Some("looker")).expect("looker");
+        let names: Vec<&str> = looker.specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["fs.read", kura_model::PLAN_TOOL]);
+        assert!(looker.allows("fs.read") && !looker.allows("fs.write"));
+        assert!(roles.get(Some("ghost")).is_err());
+        let bad = RosterConfig {
+            roles: vec![Role {
+                name: "x".into(),
+                provider: Some("gpt".into()),
+                ..Role::default()
+            }],
+            ..RosterConfig::default()
+        };
+        let base: Arc<dyn Provider> =
+            Arc::from(provider::build(&config, rt.handle().clone()).expect("base"));
+        assert!(Roles::build(&config, &bad, base, vec![].into(), rt.handle()).is_err());
     }
 }
