@@ -339,7 +339,8 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
     Ok(started)
 }
 
-/// For a replayed plan's step: the recorded step's first output, and the replay's flags.
+/// For a replayed plan's step: the recorded step's first output (else the recorded plan's
+/// own), and the replay's flags.
 fn replayed_step(tx: &Tx<'_>, plan_id: &str, step: &str) -> Result<Option<(LedgerId, bool, bool)>> {
     let row: Option<(String, bool, bool)> = tx
         .sql()
@@ -353,7 +354,24 @@ fn replayed_step(tx: &Tx<'_>, plan_id: &str, step: &str) -> Result<Option<(Ledge
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()?;
-    row.map(|(o, live, rerun)| Ok((parse_id(&o)?, live, rerun)))
+    if let Some((o, live, rerun)) = row {
+        return Ok(Some((parse_id(&o)?, live, rerun)));
+    }
+    // A step the recording never ran (a live replay planned differently, or the recorded
+    // plan stopped before it) replays the recorded plan's turn, which has no side effect
+    // to serve: its reads run, every side effect is refused, and a replay that takes its
+    // steps from the record finds none and fails the step.
+    let fallback: Option<(String, bool, bool)> = tx
+        .sql()
+        .query_row_cached(
+            "SELECT r.ledger_id, p.replay_live, p.replay_rerun
+               FROM plans p JOIN plans r ON r.plan_id = p.replays WHERE p.plan_id = ?1",
+            [plan_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    fallback
+        .map(|(o, live, rerun)| Ok((parse_id(&o)?, live, rerun)))
         .transpose()
 }
 

@@ -213,11 +213,12 @@ pub fn accept_next_request(
         };
         let text = instruction_text(tx, q.record_id)?;
         let mut members = vec![q.record_id];
-        // A replay runs as the turn it replays ran: it is never routed anew (a router's
-        // turn would file a live turn after it).
+        // A replay runs as the turn it replays ran (or as the role it names, a replayed
+        // plan's step): it is never routed anew (a router's turn would file a live turn
+        // after it).
         let recorded_role = match plans::request_replay(tx, q.request_seq)? {
-            Some(r) => Some(recorded_role(tx, r.of)?),
-            None => None,
+            Some(r) if q.role.is_none() => Some(recorded_role(tx, r.of)?),
+            _ => None,
         };
         let routed = match recorded_role {
             Some(None) => Routed::Unrouted,

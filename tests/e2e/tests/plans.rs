@@ -494,10 +494,11 @@ fn a_worker_killed_mid_step_resumes_elsewhere_without_repeating_the_side_effect(
     s.verify_all();
 }
 
-/// `minato replay ARGS --json` as the submitter.
-fn replay(s: &Stack, session: SessionId) -> serde_json::Value {
+/// `minato replay SESSION --json EXTRA` as the submitter.
+fn replay(s: &Stack, session: SessionId, extra: &[&str]) -> serde_json::Value {
     let mut cmd = Command::new(bin("minato"));
-    cmd.args(["replay", &session.to_string(), "--json", "--timeout", "60"]);
+    cmd.args(["replay", &session.to_string(), "--json", "--timeout", "60"])
+        .args(extra);
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_")) {
         cmd.env_remove(k);
     }
@@ -571,7 +572,7 @@ fn a_replayed_plan_reproduces_its_records_and_repeats_no_side_effect() {
     let ran = std::fs::read_to_string(&effects).expect("effects");
     assert_eq!(ran.lines().count(), 3);
 
-    let r = replay(&s, parent);
+    let r = replay(&s, parent, &[]);
     let replayed: SessionId =
         kura_store::store::parse_id(r["session_id"].as_str().expect("session")).expect("id");
     let (a, b) = (tree(&s, parent), tree(&s, replayed));
@@ -591,6 +592,44 @@ fn a_replayed_plan_reproduces_its_records_and_repeats_no_side_effect() {
         ran,
         "no side effect ran again"
     );
+
+    // Attack (found in review): a live replay whose model plans a step the recording never
+    // ran started it as live work, side effects and all. Its side effect is refused.
+    std::fs::write(
+        s.path("script.json"),
+        PLANNER
+            .replace(r#""id": "c""#, r#""id": "new""#)
+            .replace(r#"["a", "b", "c"]"#, r#"["a", "b", "new"]"#),
+    )
+    .expect("script");
+    for h in ["hashi-1", "hashi-2"] {
+        s.signal(h, "TERM");
+        s.wait_exit(h, MINUTE);
+        s.spawn("hashi", h);
+    }
+    let live = replay(&s, parent, &["--live"]);
+    let live: SessionId =
+        kura_store::store::parse_id(live["session_id"].as_str().expect("session")).expect("id");
+    let new_step = steps(&s)
+        .into_iter()
+        .find(|(id, _)| id == "new")
+        .expect("the new step ran")
+        .1;
+    let refused: Vec<String> = records(&s, new_step)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::ToolResult)
+        .map(|r| r.content["error"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        refused.iter().any(|e| e.contains("replay")),
+        "the new step's side effect was refused: {refused:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&effects).expect("effects"),
+        ran,
+        "no side effect ran in the live replay either"
+    );
+    assert!(!tree(&s, live).is_empty());
     s.verify_all();
 }
 
