@@ -12,6 +12,7 @@ use kura_work::WorkTx;
 use kura_work::agents::{
     AgentSession, AgentStart, agent_claim, open_agent_turn, open_agent_turns, turn_agent,
 };
+use kura_work::gate::{self, GateCall};
 use kura_work::{approvals, policy};
 use proto::agent::*;
 use proto::doorbell::{ToolApprove, WorkerComplete};
@@ -276,7 +277,8 @@ impl Gateway {
         let call = ToolCallContent::new(req.tool.clone(), req.arguments.clone(), &call_id);
         let rec = self.record(caller, RecordType::ToolCall, Content::ToolCall(call))?;
         let author = caller.author();
-        let (request_id, ruled) = self.with_store(|store| {
+        let call = GateCall::new(&req.tool, effect, req.arguments.clone());
+        let filed = self.with_store(|store| {
             let claim = agent_claim(store, &author, req.turn_id).map_err(store_error)?;
             let published = match policy::current_hash(store).map_err(store_error)? {
                 Some(h) => policy::load(store, &h)
@@ -284,92 +286,58 @@ impl Gateway {
                     .map(|p| (h, p)),
                 None => None,
             };
-            let meta = rec.metadata.clone();
-            // The agent's writ (its session's, else its own), named by the call and checked
-            // before policy in the commit that records it.
-            let writ = kura_work::writs::held_by(store, claim.session_id, Some(&author))
-                .map_err(store_error)?
-                .map(|w| w.writ.body.id);
+            // The agent's writ (its session's, else its own), named by the call.
+            let writs = gate::writs_of_turn(store, claim.turn_id).map_err(store_error)?;
             let mut rec = rec.clone();
-            if let (Some(id), Some(content)) = (&writ, rec.content.as_object_mut()) {
-                content.insert("writ".into(), Value::String(id.clone()));
+            if let (Some(id), Some(content)) = (writs.primary(), rec.content.as_object_mut()) {
+                content.insert("writ".into(), Value::String(id.to_owned()));
             }
-            let people = &self.people;
-            kura_work::fenced(store, &claim, |tx| {
+            let filing = gate::Filing {
+                claim: &claim,
+                call_id: &call_id,
+                call: &call,
+                author: &author,
+                metadata: rec.metadata.clone(),
+                writs: &writs,
+                issuers: &self.people,
+                policy: published.as_ref().map(|(h, p)| (h.as_str(), p)),
+            };
+            let filed = kura_work::fenced(store, &claim, |tx| {
                 tx.append(claim.output_ledger_id, &rec)?;
-                let a = tx.request_approval(
-                    &claim,
-                    &call_id,
-                    &req.tool,
-                    &req.arguments,
-                    effect,
-                    &author,
-                    meta.clone(),
-                )?;
-                if let Some(id) = &writ {
-                    let verdict = kura_work::writs::check_call(
-                        tx,
-                        id,
-                        people,
-                        &req.tool,
-                        effect,
-                        &req.arguments,
-                        kura_work::now_ms(),
-                    )?;
-                    if let Err(e) = verdict {
-                        let rule = proto::text::excerpt(&format!("writ: {e}"), 512);
-                        let hash = published.as_ref().map_or("none", |(h, _)| h.as_str());
-                        tx.decide_by_policy(&a, false, &rule, hash, meta)?;
-                        return Ok((a.request_id, Some((false, rule))));
-                    }
-                }
-                let Some((hash, p)) = published else {
-                    return Ok((a.request_id, None));
-                };
-                if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
-                    return Ok((a.request_id, None));
-                }
-                let args = Value::Object(req.arguments.clone());
-                let session = claim.session_id.to_string();
-                let ruling = p.evaluate(&kura_policy::Call {
-                    tool: &req.tool,
-                    effect: effect.as_str(),
-                    args: &args,
-                    session: &session,
-                    author: &author,
-                    on_behalf_of: None,
-                });
-                let allow = match ruling.verdict {
-                    kura_policy::Verdict::Ask => return Ok((a.request_id, None)),
-                    v => v == kura_policy::Verdict::Allow,
-                };
-                tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
-                if allow {
-                    tx.mark_started(a.request_id, claim.epoch)?;
-                }
-                Ok((a.request_id, Some((allow, ruling.rule))))
+                gate::file(tx, &filing)
             })
-            .map_err(store_error)
+            .map_err(store_error)?;
+            Ok(filed)
         })?;
-        let (decision, rule) = match ruled {
-            Some((true, rule)) => ("allow", Some(rule)),
-            Some((false, rule)) => ("deny", Some(rule)),
-            None => {
-                // aegis rules on it now (answering once its ruling is recorded) and asks people
-                // when the policy says so; with no bus it finds the request on its next poll.
+        let request_id = filed.approval.request_id;
+        let decision = match filed.ruled {
+            gate::Ruled::Allowed { rule } => ("allow", Some(rule)),
+            gate::Ruled::Refused(r) => ("deny", Some(r.rule())),
+            _ => {
+                // aegis rules on it (and asks people when its policy says so): rung, never
+                // waited for — the agent waits with `wait_decision`, woken by the decision.
+                // With no bus aegis finds the request on its next poll.
                 if let Some(bus) = &self.bus {
-                    bus.ring_and_wait(
-                        bus.subjects.tool_approve(),
-                        &ToolApprove { request_id },
-                        Duration::from_secs(2),
-                    );
+                    bus.ring(bus.subjects.tool_approve(), &ToolApprove { request_id });
                 }
+                // A decision that landed meanwhile (a person who was quick) is answered
+                // with its edited arguments, never as a bare allow.
                 let a =
                     self.with_store(|s| approvals::approval(s, request_id).map_err(store_error))?;
-                match a.map(|a| (a.state, a.rule)) {
-                    Some((ApprovalState::Approved, rule)) => ("allow", rule),
-                    Some((ApprovalState::Denied, rule)) => ("deny", rule),
-                    Some((_, rule)) => ("ask", rule),
+                match a.map(|a| (a.state, a.rule, a.edited_arguments)) {
+                    Some((ApprovalState::Approved, rule, edited)) => {
+                        return Ok(Declared {
+                            request_id,
+                            call_id,
+                            decision: "allow".to_owned(),
+                            rule,
+                            effect: effect.as_str().to_owned(),
+                            arguments: call.arguments().clone(),
+                            edited_arguments: parse_edit(edited.as_deref())?,
+                        });
+                    }
+                    Some((ApprovalState::Denied, rule, _)) => ("deny", rule),
+                    Some((_, rule, _)) => ("ask", rule),
                     None => ("ask", None),
                 }
             }
@@ -377,9 +345,11 @@ impl Gateway {
         Ok(Declared {
             request_id,
             call_id,
-            decision: decision.to_owned(),
-            rule,
+            decision: decision.0.to_owned(),
+            rule: decision.1,
             effect: effect.as_str().to_owned(),
+            arguments: call.arguments().clone(),
+            edited_arguments: None,
         })
     }
 
@@ -410,16 +380,7 @@ impl Gateway {
                 Ok((a, record))
             })?;
             if a.state.is_decided() || Instant::now() >= deadline {
-                let edited = match &a.edited_arguments {
-                    Some(text) => Some(serde_json::from_str::<Map<String, Value>>(text).map_err(
-                        |e| {
-                            GatewayError::Internal(format!(
-                                "the edited arguments cannot be read: {e}"
-                            ))
-                        },
-                    )?),
-                    None => None,
-                };
+                let edited = parse_edit(a.edited_arguments.as_deref())?;
                 return Ok(Decision {
                     request_id: a.request_id,
                     state: a.state.as_str().to_owned(),
@@ -525,6 +486,17 @@ impl Gateway {
         }
         Ok(Found { hits })
     }
+}
+
+/// A person's edit as stored (canonical JSON), as the agent's wire carries it.
+fn parse_edit(edited: Option<&str>) -> Result<Option<Map<String, Value>>, GatewayError> {
+    edited
+        .map(|text| {
+            serde_json::from_str::<Map<String, Value>>(text).map_err(|e| {
+                GatewayError::Internal(format!("the edited arguments cannot be read: {e}"))
+            })
+        })
+        .transpose()
 }
 
 /// The top memory hits for `query`, superseded decisions left out.

@@ -111,8 +111,8 @@ pub struct Policy {
 pub struct Call<'a> {
     /// The tool's name.
     pub tool: &'a str,
-    /// Its effect class (`read`, `write`, `external`).
-    pub effect: &'a str,
+    /// Its effect class.
+    pub effect: proto::Effect,
     /// Its arguments (a JSON object).
     pub args: &'a Value,
     /// The session it runs in.
@@ -217,7 +217,8 @@ impl Policy {
                 // An irreversible call is an external one that cannot be undone: a rule for
                 // `external` calls holds it too.
                 && r.effect.as_deref().is_none_or(|e| {
-                    e == effect || (e == "external" && effect == "irreversible")
+                    e == effect.as_str()
+                        || (e == "external" && effect == proto::Effect::Irreversible)
                 })
                 && r.session.as_deref().is_none_or(|s| glob(s, session))
                 && r.author
@@ -233,13 +234,13 @@ impl Policy {
             }
         }
         let verdict = match effect {
-            "read" => self.defaults.read,
-            "write" => self.defaults.write,
-            _ => self.defaults.external,
+            proto::Effect::Read => self.defaults.read,
+            proto::Effect::Write => self.defaults.write,
+            proto::Effect::External | proto::Effect::Irreversible => self.defaults.external,
         };
         Ruling {
             verdict,
-            rule: format!("default:{effect}"),
+            rule: format!("default:{}", effect.as_str()),
             approvers: 1,
         }
     }
@@ -291,7 +292,7 @@ mod tests {
         let r = |t: &str, e: &str, a: Value, s: &str| {
             let call = Call {
                 tool: t,
-                effect: e,
+                effect: e.parse().expect("effect"),
                 args: &a,
                 session: s,
                 author: "agent:hashi",
@@ -359,7 +360,7 @@ mod tests {
         let rule = |author: &str, tool: &str, effect: &str| {
             let call = Call {
                 tool,
-                effect,
+                effect: effect.parse().expect("effect"),
                 args: &args,
                 session: "s",
                 author,
@@ -370,7 +371,7 @@ mod tests {
         // Kura's worker running a task the laptop agent delegated is held to the laptop's rule.
         let delegated = Call {
             tool: "Bash",
-            effect: "external",
+            effect: proto::Effect::External,
             args: &args,
             session: "s",
             author: "agent:hashi",

@@ -403,38 +403,10 @@ pub fn verify_redaction(r: &Redaction, people: &[Issuer]) -> Result<(), WritErro
     verify_bytes(&r.key, &r.signature, &b.signing_bytes())
 }
 
-/// The path arguments a writ's `paths` bound: `path`, and outside agents' `file_path` and
-/// `notebook_path`, as strings.
-fn paths_of(args: &Map<String, Value>) -> impl Iterator<Item = &str> {
-    ["path", "file_path", "notebook_path"]
-        .into_iter()
-        .filter_map(|k| args.get(k).and_then(Value::as_str))
-}
-
-/// A path's lexical normal form as a writ's globs see it: `.`, empty parts and `..` resolved
-/// (an absolute path stays absolute — outside agents send those). `None` for a path that
-/// climbs above its start, or holds a NUL: no glob may match it.
+/// A path's normal form as a writ's globs see it ([`crate::path::normal`]); `None` for a
+/// path that has none: no glob may match it.
 pub fn writ_path(p: &str) -> Option<String> {
-    if p.is_empty() || p.contains('\0') {
-        return None;
-    }
-    let absolute = p.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for part in p.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name),
-        }
-    }
-    let joined = parts.join("/");
-    Some(match (absolute, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".into(),
-        (false, false) => joined,
-    })
+    crate::path::normal(p).ok()
 }
 
 /// A call's place in one writ, budgets aside: time, tool, every path, ceiling.
@@ -458,7 +430,7 @@ pub fn check_scope(
         let why = format!("tool {tool:?}");
         return Err(WritError::OutOfScope { id, why });
     }
-    for p in paths_of(args) {
+    for (_, p) in crate::path::paths_of(args) {
         let Some(normal) = writ_path(p) else {
             let why = format!("path {p:?} has no normal form (it climbs out, or holds a NUL)");
             return Err(WritError::OutOfScope { id, why });

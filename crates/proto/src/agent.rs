@@ -103,6 +103,14 @@ wire! {
         pub rule: Option<String>,
         /// The effect class Kura's configuration gives the tool.
         pub effect: String,
+        /// The arguments as Kura ruled on them: the declared ones with every path in its
+        /// one normal form (`//`, `/./`, `/../` resolved). Run these.
+        #[serde(default)]
+        pub arguments: Map<String, Value>,
+        /// When a person approved the call with edited arguments before this answer: run
+        /// those instead.
+        #[serde(default)]
+        pub edited_arguments: Option<Map<String, Value>>,
     }
 
     /// Wait for the decision on a request.

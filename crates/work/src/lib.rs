@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod approvals;
 mod cursor;
+pub mod gate;
 pub mod ops;
 pub mod plans;
 pub mod policy;
@@ -150,6 +151,8 @@ pub trait WorkTx {
     fn publish_policy(&self, policy: &kura_policy::Policy) -> Result<String>;
 }
 
+#[cfg(test)]
+mod gate_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

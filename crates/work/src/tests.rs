@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::{WorkTx, approvals, claim_next, fenced, now_ms, submit, turn};
 
-fn pending_turn(store: &mut Store) -> proto::TurnId {
+pub(crate) fn pending_turn(store: &mut Store) -> proto::TurnId {
     let request = submit(store, "write a file", "user:oles", None).expect("submit");
     let session = store.create_session("s").expect("session");
     let ctx = store

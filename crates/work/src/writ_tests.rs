@@ -11,18 +11,18 @@ use serde_json::{Map, Value, json};
 
 use crate::writs;
 
-fn key(b: u8) -> SigningKey {
+pub(crate) fn key(b: u8) -> SigningKey {
     SigningKey::from_bytes(&[b; 32])
 }
 
-fn issuers() -> Vec<Issuer> {
+pub(crate) fn issuers() -> Vec<Issuer> {
     vec![Issuer {
         name: "ana".into(),
         public_key: hex::encode(key(1).verifying_key().to_bytes()),
     }]
 }
 
-fn grant_body(id: &str, holder: &str) -> WritBody {
+pub(crate) fn grant_body(id: &str, holder: &str) -> WritBody {
     WritBody {
         kind: WRIT_KIND.into(),
         id: id.into(),
@@ -71,18 +71,10 @@ fn store() -> (tempfile::TempDir, Store) {
 
 fn call(store: &mut Store, id: &str, tool: &str) -> Result<(), WritError> {
     let args: Map<String, Value> = json!({"path": "a.txt"}).as_object().cloned().expect("obj");
+    let call = crate::gate::GateCall::new(tool, Effect::Read, args);
+    let held = crate::gate::TurnWrits::of(vec![id.to_owned()]);
     store
-        .write(|tx| {
-            writs::check_call(
-                tx,
-                id,
-                &issuers(),
-                tool,
-                Effect::Read,
-                &args,
-                crate::now_ms(),
-            )
-        })
+        .write(|tx| crate::gate::check_writs(tx, &held, &issuers(), &call))
         .expect("check")
 }
 
@@ -206,7 +198,7 @@ fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
         money_micros: 0,
     };
     store
-        .write(|tx| writs::debit_usage(tx, session, Some(CHILD), &usage))
+        .write(|tx| writs::debit_usage(tx, session, &[CHILD.to_owned()], &usage))
         .expect("debit");
     let now = crate::now_ms();
     let r = writs::check_model_step(&store, CHILD, &issuers(), now).expect("check");
@@ -276,7 +268,7 @@ fn a_grant_by_an_untrusted_key_stores_but_never_runs_a_call() {
 }
 
 /// Attack: a submitter held to a narrow writ names a role whose writ is wider. The role's
-/// writ binds only work no session or submitter writ binds; a session's own writ binds first.
+/// writ never replaces the session's or the submitter's: it narrows them.
 #[test]
 fn a_roles_writ_never_widens_the_submitters() {
     let (_d, mut store) = store();
@@ -288,9 +280,10 @@ fn a_roles_writ_never_widens_the_submitters() {
     let session: proto::SessionId =
         kura_store::store::parse_id("01930000-0000-7000-8000-0000000000bb").expect("id");
     let held = |store: &Store, role: Option<&str>, who: Option<&str>| {
-        writs::held_by_role(store, session, role, who)
+        crate::gate::writs_for(store, session, role, who)
             .expect("read")
-            .map(|w| w.writ.body.id)
+            .ids()
+            .to_vec()
     };
     let grant = |store: &mut Store, id: &str, holder: &str| {
         let w = sign_writ(&key(1), grant_body(id, holder));
@@ -300,20 +293,18 @@ fn a_roles_writ_never_widens_the_submitters() {
             .expect("granted");
     };
     grant(&mut store, ids[1], "role:looker");
-    assert_eq!(
-        held(&store, Some("looker"), Some("user:oles")).as_deref(),
-        Some(ids[1])
-    );
-    assert_eq!(held(&store, Some("writer"), Some("user:oles")), None);
+    assert_eq!(held(&store, Some("looker"), Some("user:oles")), [ids[1]]);
+    assert!(held(&store, Some("writer"), Some("user:oles")).is_empty());
     grant(&mut store, ids[0], "user:oles");
     assert_eq!(
-        held(&store, Some("looker"), Some("user:oles")).as_deref(),
-        Some(ids[0]),
-        "the submitter's writ binds, whatever role they name"
+        held(&store, Some("looker"), Some("user:oles")),
+        [ids[0], ids[1]],
+        "the submitter's writ binds, whatever role they name, and the role's narrows it"
     );
+    assert_eq!(held(&store, Some("writer"), Some("user:oles")), [ids[0]]);
     grant(&mut store, ids[2], &format!("session:{session}"));
     assert_eq!(
-        held(&store, Some("looker"), Some("user:oles")).as_deref(),
-        Some(ids[2])
+        held(&store, Some("looker"), Some("user:oles")),
+        [ids[2], ids[1]]
     );
 }

@@ -127,38 +127,8 @@ pub fn held_by(
     }
 }
 
-/// [`held_by`] for a turn that runs as `role`: the newest writ granted to its session — or,
-/// for a plan step, to the session that planned it (and so up) — else to its submitter (a
-/// step's: the submitter of the request its plan serves), else to `role:<name>`. A role's
-/// writ binds only work nobody else's writ binds: a submitter who names a role never gets
-/// wider than their own writ, and a plan's steps never escape the planner's.
-pub fn held_by_role(
-    conn: &impl Db,
-    session: SessionId,
-    role: Option<&str>,
-    submitter: Option<&str>,
-) -> Result<Option<StoredWrit>> {
-    let mut at = Some(session);
-    // Plans nest a few deep ([roster.limits] max_nesting); the bound is for a corrupt store.
-    for _ in 0..16 {
-        let Some(s) = at else { break };
-        if let Some(w) = held_by(conn, s, None)? {
-            return Ok(Some(w));
-        }
-        at = crate::plans::planner_of(conn, s)?;
-    }
-    if let Some(s) = submitter
-        && let Some(w) = newest(conn, s)?
-    {
-        return Ok(Some(w));
-    }
-    match role {
-        Some(r) => newest(conn, &format!("role:{r}")),
-        None => Ok(None),
-    }
-}
-
-fn newest(conn: &impl Db, holder: &str) -> Result<Option<StoredWrit>> {
+/// The newest writ granted to `holder`, revoked or not.
+pub(crate) fn newest(conn: &impl Db, holder: &str) -> Result<Option<StoredWrit>> {
     let sql =
         format!("SELECT {COLUMNS} FROM writs WHERE holder = ?1 ORDER BY granted_seq DESC LIMIT 1");
     conn.sql()
@@ -246,10 +216,10 @@ fn remember(key: String) {
     }
 }
 
-/// Checks a call under writ `id` (its whole chain: signatures, revocation, time, scope,
-/// ceiling, budgets) and, if it may run, debits one call on every writ of the chain — in
-/// the caller's transaction, beside the call's record. A refusal is counted on the writ.
-pub fn check_call(
+/// Judges a call under writ `id` (its whole chain: signatures, revocation, time, scope,
+/// ceiling, budgets) without debiting it: the chain to debit when it may run. A refusal is
+/// counted on the writ.
+pub(crate) fn judge_call(
     tx: &Tx<'_>,
     id: &str,
     issuers: &[Issuer],
@@ -257,35 +227,41 @@ pub fn check_call(
     effect: Effect,
     args: &Map<String, Value>,
     now_ms: i64,
-) -> Result<std::result::Result<(), WritError>> {
+) -> Result<std::result::Result<Vec<StoredWrit>, WritError>> {
     let chain = verified_chain(tx, id, issuers)?;
     let verdict = chain.as_ref().map_err(Clone::clone).and_then(|chain| {
         chain.iter().try_for_each(|w| {
             check::check_call(&w.writ.body, tool, effect, args, w.spent(now_ms), now_ms)
         })
     });
-    let chain = match (verdict, chain) {
-        (Ok(()), Ok(chain)) => chain,
+    match (verdict, chain) {
+        (Ok(()), Ok(chain)) => Ok(Ok(chain)),
         (verdict, _) => {
             count_refusal(tx, id)?;
-            return Ok(verdict);
+            Ok(Err(verdict
+                .err()
+                .unwrap_or_else(|| WritError::Unknown(id.to_owned()))))
         }
-    };
-    for w in &chain {
+    }
+}
+
+/// Debits one call on every writ of a chain [`judge_call`] let through.
+pub(crate) fn debit_call(tx: &Tx<'_>, chain: &[StoredWrit], now_ms: i64) -> Result<()> {
+    for w in chain {
         tx.sql().execute_cached(
             "UPDATE writs SET calls_used = calls_used + 1,
                  first_used_ms = coalesce(first_used_ms, ?2) WHERE writ_id = ?1",
             params![w.writ.body.id, now_ms],
         )?;
     }
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// A call already checked and debited, checked again before it runs (a person approved it
 /// later, or edited its arguments, or a new worker resumes it): the chain's signatures,
 /// revocation and time, and the call's tool, paths and ceiling — not the budget it already
 /// spent.
-pub fn recheck_call(
+pub(crate) fn recheck_call(
     conn: &impl Db,
     id: &str,
     issuers: &[Issuer],
@@ -302,7 +278,7 @@ pub fn recheck_call(
 }
 
 /// Counts a refusal on writ `id` (a recheck that refused, in the caller's transaction).
-pub fn count_refusal(tx: &Tx<'_>, id: &str) -> Result<()> {
+pub(crate) fn count_refusal(tx: &Tx<'_>, id: &str) -> Result<()> {
     tx.sql().execute_cached(
         "UPDATE writs SET refused = refused + 1 WHERE writ_id = ?1",
         [id],
@@ -349,13 +325,9 @@ pub fn check_model_step_pending(
     }))
 }
 
-/// Records a model step's usage: on the session, and on every writ of `writ`'s chain.
-pub fn debit_usage(
-    tx: &Tx<'_>,
-    session: SessionId,
-    writ: Option<&str>,
-    usage: &Usage,
-) -> Result<()> {
+/// Records a model step's usage: on the session, and on every writ of each of `writs`'
+/// chains (the writs the turn runs under).
+pub fn debit_usage(tx: &Tx<'_>, session: SessionId, writs: &[String], usage: &Usage) -> Result<()> {
     // A model server says what it spent: bounded, so no sum leaves SQLite's integers (a
     // server reporting 2^64 tokens ends the budget, never the bookkeeping).
     const MAX: u64 = 1 << 40;
@@ -372,9 +344,14 @@ pub fn debit_usage(
              money_micros = money_micros + ?4",
         params![session.to_string(), i, o, m],
     )?;
-    let Some(id) = writ else { return Ok(()) };
-    if let Ok(chain) = chain(tx, id)? {
-        for w in chain {
+    // Two writs of a turn may share a parent: each writ is charged once.
+    let mut charged = std::collections::BTreeSet::new();
+    for id in writs {
+        let Ok(chain) = chain(tx, id)? else { continue };
+        for w in chain
+            .into_iter()
+            .filter(|w| charged.insert(w.writ.body.id.clone()))
+        {
             tx.sql().execute_cached(
                 "UPDATE writs SET tokens_used = min(tokens_used + ?2, 9007199254740991),
                      money_used = min(money_used + ?3, 9007199254740991),

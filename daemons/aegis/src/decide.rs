@@ -11,16 +11,16 @@ use kura_store::Store;
 use kura_store::{ConflictKind, StoreError};
 use kura_work::approvals::Approval;
 use kura_work::approvals::{ApprovalState, Vote};
-use kura_work::approvals::{approval, approvals_so_far, asked, next_pending, request_content};
+use kura_work::approvals::{approval, approvals_so_far, asked, next_pending};
 use kura_work::now_ms;
-use proto::content::{ApprovalRequestContent, ExpiryContent, SignedVoteContent};
+use proto::content::{ExpiryContent, SignedVoteContent};
 use proto::doorbell::ApprovalDecision;
 use proto::doorbell::SentVote;
 use proto::record::{NewRecord, RecordType};
 use serde_json::Value;
 
 use crate::limit::{Key, Limiter};
-use crate::policy::{Policy, Verdict};
+use crate::policy::Policy;
 use crate::{Approver, Approvers, keys};
 
 /// aegis's own author id: policy rulings, expiries and refusals.
@@ -66,58 +66,10 @@ pub fn evaluate(
         if a.state != ApprovalState::Pending {
             return Ok(Some(Evaluated { request_id: a.request_id, state: a.state, woke: None, asked_now: false }));
         }
-        let content = request_content(tx, a.request_id)?;
-        let request = ApprovalRequestContent::read(&content);
-        let args = request.as_ref().map_or(Value::Null, |r| Value::Object(r.arguments.clone()));
-        let author = kura_work::approvals::request_author(tx, a.request_id)?;
-        let submitter = kura_work::turn_submitter(tx, a.turn_id)?;
-        let session = a.session_id.to_string();
-        // An outside agent's call is held to its writ (its session's, else its own) before
-        // policy; hashi checks its own calls before it files them.
-        if kura_work::agents::turn_agent(tx, a.turn_id)?.is_some()
-            && let Some(w) = kura_work::writs::held_by(tx, a.session_id, Some(&author))?
-        {
-            let args = args.as_object().cloned().unwrap_or_default();
-            let id = w.writ.body.id;
-            // The gateway checked and debited it when the agent declared it; here it is held
-            // to the writ again (revoked or expired meanwhile), not charged twice.
-            let verdict =
-                kura_work::writs::recheck_call(tx, &id, issuers, &a.tool_name, a.effect, &args, now_ms())?;
-            if let Err(e) = verdict {
-                kura_work::writs::count_refusal(tx, &id)?;
-                let rule = proto::text::excerpt(&format!("writ: {e}"), 512);
-                let (hash, _) = policy.canonical()?;
-                let woke = tx.decide_by_policy(&a, false, &rule, &hash, BTreeMap::new())?;
-                tracing::info!(request_id = %a.request_id, tool = %a.tool_name, %rule, "refused by its writ");
-                return Ok(Some(Evaluated { request_id: a.request_id, state: ApprovalState::Denied, woke, asked_now: false }));
-            }
-        }
-        let mut ruling = policy.evaluate(&kura_policy::Call {
-            tool: &a.tool_name,
-            effect: a.effect.as_str(),
-            args: &args,
-            session: &session,
-            author: &author,
-            on_behalf_of: submitter.as_deref(),
-        });
-        if request.is_some_and(|r| r.rerun_of.is_some()) {
-            ruling = ruling.for_rerun();
-        }
-        let (state, woke) = match ruling.verdict {
-            Verdict::Ask => {
-                tx.mark_asked(a.request_id, &ruling.rule, ruling.approvers, now_ms() + ask_timeout_ms)?;
-                (ApprovalState::Asked, None)
-            }
-            v => {
-                let (hash, _) = policy.canonical()?;
-                let allow = v == Verdict::Allow;
-                let woke = tx.decide_by_policy(&a, allow, &ruling.rule, &hash, BTreeMap::new())?;
-                (if allow { ApprovalState::Approved } else { ApprovalState::Denied }, woke)
-            }
-        };
-        tracing::info!(request_id = %a.request_id, tool = %a.tool_name, rule = %ruling.rule, %state, "approval request evaluated");
-        let asked_now = state == ApprovalState::Asked;
-        Ok(Some(Evaluated { request_id: a.request_id, state, woke, asked_now }))
+        let ruled = kura_work::gate::rule_pending(tx, &a, policy, issuers, now_ms() + ask_timeout_ms)?;
+        tracing::info!(request_id = %a.request_id, tool = %a.tool_name, rule = %ruled.rule, state = %ruled.state, "approval request evaluated");
+        let asked_now = ruled.state == ApprovalState::Asked;
+        Ok(Some(Evaluated { request_id: a.request_id, state: ruled.state, woke: ruled.woke, asked_now }))
     })
 }
 
@@ -222,78 +174,76 @@ struct Edit {
     stricter: Option<(String, i64)>,
 }
 
-/// The policy an edit is ruled by, and who filed the request (for `author` rules).
+/// What a person's decision is held to: the policy aegis holds and who may grant writs.
 #[derive(Clone, Copy)]
-pub(crate) struct Ruled<'a> {
-    pub(crate) policy: &'a Policy,
-    pub(crate) author: &'a str,
-    pub(crate) on_behalf_of: Option<&'a str>,
+pub struct Ruled<'a> {
+    /// The policy in force.
+    pub policy: &'a Policy,
+    /// `[writs] issuers`.
+    pub issuers: &'a [kura_policy::writ::Issuer],
 }
 
-/// What policy says of an edit, ruled on the arguments exactly as hashi will run them: they
-/// must be in normal form (the person signed them; nobody respells a signature), not denied,
-/// and a rule that needs more people raises the request's quorum.
+impl<'a> From<&'a Policy> for Ruled<'a> {
+    fn from(policy: &'a Policy) -> Ruled<'a> {
+        Ruled {
+            policy,
+            issuers: &[],
+        }
+    }
+}
+
+/// The gate's ruling on an edit, on the arguments exactly as hashi (or the agent) will run
+/// them: in normal form (the person signed them; nobody respells a signature), within the
+/// call's writs, not denied; a rule that needs more people raises the request's quorum.
 fn rule_on_edit(
+    tx: &kura_store::Tx<'_>,
     args: &serde_json::Map<String, Value>,
     a: &kura_work::approvals::Approval,
     ruled: &Ruled<'_>,
-) -> Result<Edit, Refusal> {
-    let Ruled {
-        policy,
-        author,
-        on_behalf_of,
-    } = *ruled;
-    kura_policy::path::check_normal_args(args)
-        .map_err(|e| Refusal::Edit(format!("the edited arguments: {e}")))?;
-    let args = Value::Object(args.clone());
-    let session = a.session_id.to_string();
-    let ruling = policy.evaluate(&kura_policy::Call {
-        tool: &a.tool_name,
-        effect: a.effect.as_str(),
-        args: &args,
-        session: &session,
-        author,
-        on_behalf_of,
-    });
-    if ruling.verdict == Verdict::Deny {
-        return Err(Refusal::Edit(format!(
-            "the edited arguments are denied by policy ({})",
-            ruling.rule
-        )));
-    }
-    let canonical =
-        proto::canonical::canonical_json(&args).map_err(|e| Refusal::Edit(e.to_string()))?;
+) -> kura_store::Result<Result<Edit, Refusal>> {
+    let ruling = match kura_work::gate::rule_edit(tx, a, args, ruled.policy, ruled.issuers)? {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(Refusal::Edit(e.to_string()))),
+    };
+    let canonical = match proto::canonical::canonical_json(&Value::Object(args.clone())) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(Refusal::Edit(e.to_string()))),
+    };
     let stricter = (a.rule.as_deref() != Some(ruling.rule.as_str()))
         .then(|| (ruling.rule, ruling.approvers.max(a.required)));
-    Ok(Edit {
+    Ok(Ok(Edit {
         canonical,
         stricter,
-    })
+    }))
 }
 
 /// An edit, if `d` edits and the edit may stand: only an approval edits, policy rules on
 /// the new arguments ([`rule_on_edit`]), and every approving vote of a request binds the
 /// same arguments (the first approval decides whether it was edited).
 fn check_edit(
+    tx: &kura_store::Tx<'_>,
     d: &ApprovalDecision,
     vote: Vote,
     a: &kura_work::approvals::Approval,
     approved_so_far: i64,
-    policy: &Ruled<'_>,
-) -> Result<Option<Edit>, Refusal> {
+    ruled: &Ruled<'_>,
+) -> kura_store::Result<Result<Option<Edit>, Refusal>> {
     let edit = match &d.arguments {
         None => None,
         Some(_) if vote != Vote::Approve => {
-            return Err(Refusal::Edit(
+            return Ok(Err(Refusal::Edit(
                 "only an approval can edit the arguments".into(),
-            ));
+            )));
         }
-        Some(args) => Some(rule_on_edit(args, a, policy)?),
+        Some(args) => match rule_on_edit(tx, args, a, ruled)? {
+            Ok(e) => Some(e),
+            Err(r) => return Ok(Err(r)),
+        },
     };
     if vote != Vote::Approve {
-        return Ok(None);
+        return Ok(Ok(None));
     }
-    match (&a.edited_arguments, &edit) {
+    Ok(match (&a.edited_arguments, &edit) {
         (Some(bound), Some(e)) if *bound != e.canonical => Err(Refusal::Edit(
             "another approver approved other edited arguments; approve those or deny".into(),
         )),
@@ -304,40 +254,49 @@ fn check_edit(
             "others approved the arguments as requested; approve them or deny".into(),
         )),
         _ => Ok(edit),
-    }
+    })
 }
 
 /// Checks and records a person's signed decision. Unsigned, wrongly signed, unknown-key,
 /// stale, wrong-request, replayed, duplicate or late decisions are refused and counted
 /// (the first few per request and approver recorded in full). An approval may edit the
 /// call's arguments: only an approval, never past a deny rule, the same for every vote.
-pub fn decide(
+pub fn decide<'a>(
     store: &mut Store,
     approvers: &Approvers,
     signed_within: Duration,
     limiter: &mut Limiter,
     d: &ApprovalDecision,
-    policy: &Policy,
+    ruled: impl Into<Ruled<'a>>,
 ) -> kura_store::Result<Verdicted> {
     let raw = serde_json::to_string(d).unwrap_or_default();
+    let ruled: Ruled<'_> = ruled.into();
     let outcome = store.write(|tx| {
         let Some(a) = approval(tx, d.request_id)? else {
             return Ok(Err((None, Refusal::NoRequest(d.request_id))));
         };
         let approved_so_far = approvals_so_far(tx, a.request_id)?;
-        let author = kura_work::approvals::request_author(tx, a.request_id)?;
-        let submitter = kura_work::turn_submitter(tx, a.turn_id)?;
-        let ruled = Ruled {
-            policy,
-            author: &author,
-            on_behalf_of: submitter.as_deref(),
-        };
-        let check = check_decision(approvers, signed_within, d, &a, approved_so_far, &ruled);
-        let (who, decision, edit) = match check {
+        let (who, vote) = match check_decision(approvers, signed_within, d, &a) {
             Ok(w) => w,
             Err(reason) => return Ok(Err((Some(a), reason))),
         };
-        record_vote(tx, d, a, who, decision, edit)
+        let edit = match check_edit(tx, d, vote, &a, approved_so_far, &ruled)? {
+            Ok(e) => e,
+            Err(reason) => return Ok(Err((Some(a), reason))),
+        };
+        // An approval is held to the call's writs on the arguments that will run (an edit
+        // was, by the gate's ruling on it): a writ revoked or expired since the call was
+        // filed denies the request, and nobody's approval can run it.
+        if vote == Vote::Approve && edit.is_none() {
+            let (hash, _) = ruled.policy.canonical().map_err(|e| StoreError::Invalid(e.to_string()))?;
+            if let Err((r, woke)) = kura_work::gate::hold_approval(tx, &a, ruled.issuers, &hash)? {
+                tracing::info!(request_id = %a.request_id, refusal = %r, "an approval its writ no longer allows: denied");
+                let message = format!("{r}; the request is denied (no approval can run it)");
+                let verdict = proto::doorbell::Verdicted { ok: false, state: ApprovalState::Denied.to_string(), message };
+                return Ok(Ok(Verdicted { verdict, woke }));
+            }
+        }
+        record_vote(tx, d, a, who, vote, edit)
     })?;
     match outcome {
         Ok(v) => Ok(v),
@@ -381,17 +340,15 @@ pub enum Refusal {
     NotAVote(SentVote),
 }
 
-/// Who may cast `d` on `a`, their vote and the edit it makes, or why it is refused: within
-/// limits, by a trusted approver, signed by their key for this very request, fresh, while
-/// the request waits for people, with an edit that may stand.
+/// Who may cast `d` on `a` and their vote, or why it is refused: within limits, by a
+/// trusted approver, signed by their key for this very request, fresh, while the request
+/// waits for people.
 fn check_decision<'a>(
     approvers: &'a Approvers,
     signed_within: Duration,
     d: &ApprovalDecision,
     a: &Approval,
-    approved_so_far: i64,
-    policy: &Ruled<'_>,
-) -> Result<(&'a Approver, Vote, Option<Edit>), Refusal> {
+) -> Result<(&'a Approver, Vote), Refusal> {
     d.check_limits()?;
     let vote = d
         .decision
@@ -406,8 +363,7 @@ fn check_decision<'a>(
     if a.state != ApprovalState::Asked {
         return Err(Refusal::NotWaiting(a.state));
     }
-    let edit = check_edit(d, vote, a, approved_so_far, policy)?;
-    Ok((who, vote, edit))
+    Ok((who, vote))
 }
 
 /// Records a checked vote in the request's turn and counts it: a deny or the last vote

@@ -270,14 +270,17 @@ impl Handlers {
         let Ok(mut limiter) = self.limiter.lock() else {
             return Err(Verdicted::refused("limiter unavailable"));
         };
-        let (approvers, policy) = (&self.approvers, &self.policy);
+        let ruled = decide::Ruled {
+            policy: &self.policy,
+            issuers: &self.issuers,
+        };
         match decide::decide(
             &mut store,
-            approvers,
+            &self.approvers,
             self.signed_within,
             &mut limiter,
             &d,
-            policy,
+            ruled,
         ) {
             Ok(v) => {
                 self.wake(v.woke);

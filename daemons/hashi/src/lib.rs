@@ -167,7 +167,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             staged: Vec::new(),
             policy: None,
             issuers: config.writs.issuers.clone().into(),
-            writ: None,
+            writs: Default::default(),
             spent: Vec::new(),
             usage_note: None,
             secrets: secrets.clone(),

@@ -200,7 +200,7 @@ fn worker_on(
         staged: Vec::new(),
         policy: None,
         issuers: Arc::from(issuers()),
-        writ: None,
+        writs: Default::default(),
         spent: Vec::new(),
         usage_note: None,
         secrets: Arc::default(),

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kura_model::{Provider, ProviderError, Step, ToolSpec, TurnInput};
-use kura_policy::{Policy, Verdict};
+use kura_policy::Policy;
 use kura_runtime::{Bus, Stop};
 use kura_store::{Store, StoreError};
 use kura_work::approvals::{ApprovalState, approval, approval_for_call};
@@ -67,7 +67,7 @@ pub struct Worker {
     /// Who may grant writs (`[writs] issuers`).
     pub issuers: Arc<[kura_policy::writ::Issuer]>,
     /// The writ this turn runs under (its id), when its session or submitter holds one.
-    pub writ: Option<String>,
+    pub writs: kura_work::gate::TurnWrits,
     /// Model usage not yet debited: it is debited on the session and the writ with the
     /// commit that makes the answer's records durable (one transaction).
     pub spent: Vec<proto::writ::Usage>,
@@ -302,14 +302,14 @@ impl Worker {
     ) -> kura_store::Result<T> {
         let staged = std::mem::take(&mut self.staged);
         let spent = std::mem::take(&mut self.spent);
-        let writ = self.writ.clone();
+        let writs = self.writs.clone();
         let (appended, out) = fenced(&mut self.store, claim, |tx| {
             let mut records = Vec::with_capacity(staged.len());
             for rec in &staged {
                 records.push(tx.append(claim.output_ledger_id, rec)?.record);
             }
             for usage in &spent {
-                kura_work::writs::debit_usage(tx, claim.session_id, writ.as_deref(), usage)?;
+                kura_work::writs::debit_usage(tx, claim.session_id, writs.ids(), usage)?;
             }
             Ok((records, f(tx)?))
         })?;
@@ -370,15 +370,9 @@ impl Worker {
         self.staged.clear();
         self.spent.clear();
         self.usage_note = None;
-        let submitter = kura_work::turn_submitter(&self.store, claim.turn_id)?;
-        // The session's writ, else its role's (`role:<name>`), else its submitter's.
-        self.writ = kura_work::writs::held_by_role(
-            &self.store,
-            claim.session_id,
-            claim.role.as_deref(),
-            submitter.as_deref(),
-        )?
-        .map(|w| w.writ.body.id);
+        // The writs the turn runs under: its session's, its planner's or its submitter's,
+        // narrowed by its role's.
+        self.writs = kura_work::gate::writs_of_turn(&self.store, claim.turn_id)?;
         let context = self.store.hydrate(claim.context_ledger_id)?;
         let mut history = self.store.hydrate(claim.output_ledger_id)?;
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
@@ -601,25 +595,25 @@ impl Worker {
                 "the session's money budget ended the run ({money} of {m_max} millionths spent)"
             )));
         }
-        let Some(writ) = self.writ.clone() else {
-            return Ok(None);
-        };
         // Usage staged for the next commit counts as spent already (no commit of its own).
         let pending = kura_policy::writ::Spent {
             tokens: self.spent.iter().map(|u| u.tokens()).sum(),
             money_micros: self.spent.iter().map(|u| u.money_micros).sum(),
             ..Default::default()
         };
-        let verdict = kura_work::writs::check_model_step_pending(
-            &self.store,
-            &writ,
-            &self.issuers,
-            now_ms(),
-            pending,
-        )?;
-        Ok(verdict
-            .err()
-            .map(|e| format!("its writ ended the run: {e}")))
+        for writ in self.writs.ids() {
+            let verdict = kura_work::writs::check_model_step_pending(
+                &self.store,
+                writ,
+                &self.issuers,
+                now_ms(),
+                pending,
+            )?;
+            if let Err(e) = verdict {
+                return Ok(Some(format!("its writ ended the run: {e}")));
+            }
+        }
+        Ok(None)
     }
 
     /// Asks the provider, retrying transient failures with backoff.
@@ -703,7 +697,7 @@ impl Worker {
         };
         let shown_name = excerpt(name, 256);
         let mut typed = ToolCallContent::new(shown_name.clone(), arguments.clone(), &call_id);
-        typed.writ = self.writ.clone();
+        typed.writ = self.writs.primary().map(str::to_owned);
         if as_given != arguments {
             typed.arguments_as_given = Some(as_given);
         }

@@ -4,6 +4,7 @@
 
 use super::*;
 use kura_work::WorkTx;
+use kura_work::gate::{self, GateCall};
 use proto::RequestId;
 use proto::content::Rerun;
 
@@ -70,7 +71,8 @@ impl Worker {
         Ok(CallEnd::Done)
     }
 
-    /// The part of a call after its `tool.call` record: writ, policy, approval, run, result.
+    /// The part of a call after its `tool.call` record: the gate (writ, policy, people),
+    /// then the run and its result.
     pub(super) fn approve_and_run(
         &mut self,
         claim: &Claim,
@@ -79,11 +81,12 @@ impl Worker {
         arguments: &Map<String, Value>,
         call_id: &str,
     ) -> kura_store::Result<CallEnd> {
-        // The writ first: before the static policy, before aegis, before anything runs —
-        // checked and debited in the commit that makes the call durable (and, on the common
-        // path, files its approval request: one fsync, not two).
-        let writ = self.writ_check(name, arguments);
-        let checked = match self.tools.check(name) {
+        let call = GateCall::new(
+            name,
+            self.tools.effect_of(name, arguments),
+            arguments.clone(),
+        );
+        let offered = match self.tools.check(name) {
             Ok(_) if !self.role.allows(name) => Err(format!(
                 "role {} may not call {name:?} (its [roster] tools)",
                 self.role.name
@@ -92,67 +95,47 @@ impl Worker {
             Err(Refusal::Unknown) => Err(format!("unknown tool {name:?}")),
             Err(Refusal::Denied(rule)) => Err(format!("denied by policy ({rule})")),
         };
-        let outcome = match checked {
+        let outcome = match offered {
             Ok(_) if self.config.approvals == Approvals::Off => {
-                let rerun = claim.replay.is_some_and(|r| r.rerun)
-                    && self.tools.effect_of(name, arguments) != Effect::Read;
-                let verdict = self.commit(claim, history, |tx| writ.check(tx))?;
+                // No requests are filed: the gate's writ check alone, in the call's commit.
+                let (writs, issuers) = (self.writs.clone(), self.issuers.clone());
+                let verdict = self.commit(claim, history, |tx| {
+                    gate::check_writs(tx, &writs, &issuers, &call)
+                })?;
                 if let Err(e) = verdict {
-                    return self.refused_by_writ(claim, history, call_id, &writ, e);
+                    return self.refused(claim, history, call_id, gate::Refusal::Writ(e));
                 }
-                if rerun {
+                if claim.replay.is_some_and(|r| r.rerun) && call.effect() != Effect::Read {
                     Err(ToolError::Refused(
                         "a re-run of a side effect needs a person, and this worker has approvals \
                          off ([worker] approvals); not run"
                             .into(),
                     ))
                 } else {
-                    self.run_tool(claim, name, arguments, call_id)
+                    self.run_tool(claim, name, call.arguments(), call_id)
                 }
             }
-            Ok(_) => match self.ask_approval(claim, history, &writ, call_id)? {
+            Ok(_) => match self.ask_approval(claim, history, &call, call_id)? {
                 Ok(end) => return Ok(end),
                 Err(refusal) => Err(refusal),
             },
-            Err(refusal) => {
-                let verdict = self.commit(claim, history, |tx| writ.check(tx))?;
-                if let Err(e) = verdict {
-                    return self.refused_by_writ(claim, history, call_id, &writ, e);
-                }
-                Err(ToolError::Refused(refusal))
-            }
+            Err(refusal) => Err(ToolError::Refused(refusal)),
         };
         self.record_result(claim, history, call_id, outcome)?;
         Ok(CallEnd::Done)
     }
 
-    /// This call under the turn's writ, to be checked inside a commit.
-    fn writ_check<'a>(&self, name: &'a str, arguments: &'a Map<String, Value>) -> WritCheck<'a> {
-        WritCheck {
-            writ: self.writ.clone(),
-            issuers: self.issuers.clone(),
-            name,
-            effect: self.tools.effect_of(name, arguments),
-            arguments,
-        }
-    }
-
-    /// Records why the writ refused the call (a `sys.error`, then a refused `tool.result`);
-    /// the refusal was counted in the commit that checked it.
-    fn refused_by_writ(
+    /// Records why the gate refused the call (a `sys.error`, then a refused `tool.result`);
+    /// the refusal was counted and recorded in the commit that ruled on it.
+    fn refused(
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
         call_id: &str,
-        writ: &WritCheck<'_>,
-        e: kura_policy::writ::WritError,
+        refusal: gate::Refusal,
     ) -> kura_store::Result<CallEnd> {
-        let (tool, error) = (
-            self.secrets.scrub(writ.name),
-            self.secrets.scrub(&e.to_string()).into_owned(),
-        );
-        tracing::warn!(turn_id = %claim.turn_id, writ = ?writ.writ, tool = %excerpt(&tool, 256), %error, "call refused by its writ");
-        let refusal = format!("refused by writ: {e}");
+        let refusal = self.secrets.scrub(&refusal.to_string()).into_owned();
+        tracing::warn!(turn_id = %claim.turn_id, writs = ?self.writs.ids(), %refusal, "call refused by the gate");
         let error = TextContent::new(&refusal).to_value();
         let e = self.record(claim, RecordType::SysError, error, &[]);
         self.append(claim, history, e)?;
@@ -160,98 +143,63 @@ impl Worker {
         Ok(CallEnd::Done)
     }
 
-    /// Files the approval request and has it decided: by the published policy in the same
-    /// commit, else by aegis (briefly awaited). Runs an approved call (`Ok`), says why a
-    /// denied one is not run (`Err`), or parks the turn when people must decide.
+    /// Files the call at the gate and has it decided: by its path, its writs or the
+    /// published policy in the same commit, else by aegis (briefly awaited). Runs an
+    /// approved call (`Ok`), says why a denied one is not run (`Err`), or parks the turn
+    /// when people must decide.
     fn ask_approval(
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        writ: &WritCheck<'_>,
+        call: &GateCall,
         call_id: &str,
     ) -> kura_store::Result<Result<CallEnd, ToolError>> {
-        let (name, arguments, effect) = (writ.name, writ.arguments, writ.effect);
-        let meta = self
+        let metadata = self
             .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
             .metadata;
         let author = self.config.author.clone();
-        // A side effect a replay asks to repeat goes to people, whatever the policy.
-        let rerun = claim.replay.is_some_and(|r| r.rerun) && effect != Effect::Read;
-        let published = if rerun {
-            None
-        } else {
-            self.published_policy()?
-        };
-        let session = claim.session_id.to_string();
-        // One commit: what the model said, the call, its writ's check and debit, the
-        // request — and, when the published policy allows or denies it, the decision (and
-        // for an allowed call the mark that it is starting). Only `ask` needs aegis and a
-        // person.
+        let published = self.published_policy()?;
+        let (writs, issuers) = (self.writs.clone(), self.issuers.clone());
+        // One commit: what the model said, the call, its writs' check and debit, the
+        // request — and its ruling when the path, a writ or the published policy decides.
         let filed = self.commit(claim, history, |tx| {
-            if let Err(e) = writ.check(tx)? {
-                return Ok(Err(e));
-            }
-            let a = tx.request_approval(
-                claim,
-                call_id,
-                name,
-                arguments,
-                effect,
-                &author,
-                meta.clone(),
-            )?;
-            let Some((hash, p)) = published else {
-                return Ok(Ok((a, None)));
-            };
-            // aegis may have published another policy since it was read.
-            if policy::current_hash(tx)?.as_deref() != Some(hash.as_str()) {
-                return Ok(Ok((a, None)));
-            }
-            let args = Value::Object(arguments.clone());
-            let submitter = kura_work::turn_submitter(tx, claim.turn_id)?;
-            let ruling = p.evaluate(&kura_policy::Call {
-                tool: name,
-                effect: effect.as_str(),
-                args: &args,
-                session: &session,
-                author: &author,
-                on_behalf_of: submitter.as_deref(),
-            });
-            let allow = match ruling.verdict {
-                Verdict::Ask => return Ok(Ok((a, None))),
-                v => v == Verdict::Allow,
-            };
-            tx.decide_by_policy(&a, allow, &ruling.rule, &hash, meta)?;
-            if allow {
-                tx.mark_started(a.request_id, claim.epoch)?;
-            }
-            Ok(Ok((a, Some((allow, ruling.rule)))))
+            gate::file(
+                tx,
+                &gate::Filing {
+                    claim,
+                    call_id,
+                    call,
+                    author: &author,
+                    metadata,
+                    writs: &writs,
+                    issuers: &issuers,
+                    policy: published.as_ref().map(|(h, p)| (h.as_str(), &**p)),
+                },
+            )
         })?;
-        let (request, ruled) = match filed {
-            Ok(filed) => filed,
-            Err(e) => {
-                return self
-                    .refused_by_writ(claim, history, call_id, writ, e)
-                    .map(Ok);
-            }
-        };
-        let decided = match ruled {
-            Some((true, _)) => {
-                let outcome = self.run_tool(claim, name, arguments, call_id);
+        let request = filed.approval.request_id;
+        let decided = match filed.ruled {
+            gate::Ruled::Allowed { .. } => {
+                let outcome = self.run_tool(claim, call.tool(), call.arguments(), call_id);
                 self.record_result(claim, history, call_id, outcome)?;
                 return Ok(Ok(CallEnd::Done));
             }
-            Some((false, rule)) => Some(Decided::Denied { rule }),
-            None => self.await_decision(request.request_id)?,
+            gate::Ruled::Refused(r @ gate::Refusal::Policy(_)) => {
+                return Ok(Err(ToolError::Refused(r.to_string())));
+            }
+            gate::Ruled::Refused(r) => return self.refused(claim, history, call_id, r).map(Ok),
+            gate::Ruled::Pending => self.await_decision(request)?,
+            _ => None,
         };
+        let args = call.arguments();
         match decided {
             Some(Decided::Approved { edited, .. }) => self
                 .run_approved(
                     claim,
                     history,
-                    request.request_id,
-                    name,
-                    arguments,
+                    request,
+                    call.tool(),
+                    args,
                     call_id,
                     edited.as_deref(),
                 )
@@ -260,13 +208,12 @@ impl Worker {
                 Ok(Err(ToolError::Refused(format!("denied by aegis ({rule})"))))
             }
             None => {
-                let parked =
-                    self.commit(claim, history, |tx| tx.park_turn(claim, request.request_id))?;
+                let parked = self.commit(claim, history, |tx| tx.park_turn(claim, request))?;
                 if !parked {
-                    tracing::info!(turn_id = %claim.turn_id, request_id = %request.request_id,
+                    tracing::info!(turn_id = %claim.turn_id, request_id = %request,
                         "decided while parking; the turn is claimable again");
                 }
-                Ok(Ok(CallEnd::Parked(request.request_id)))
+                Ok(Ok(CallEnd::Parked(request)))
             }
         }
     }
@@ -284,40 +231,26 @@ impl Worker {
         call_id: &str,
         edited: Option<&str>,
     ) -> kura_store::Result<CallEnd> {
-        // Decided later than it was checked: the writ is held to it again — revoked or
-        // expired meanwhile, or arguments an approver edited outside its scope, and it
-        // does not run.
-        if let Some(writ) = self.writ.clone() {
-            let args = match self.edited_arguments(edited) {
-                Ok(Some(a)) => a,
-                _ => arguments.clone(),
-            };
-            let effect = self.tools.effect_of(name, &args);
-            let verdict = kura_work::writs::recheck_call(
-                &self.store,
-                &writ,
-                &self.issuers,
-                name,
-                effect,
-                &args,
-                now_ms(),
-            )?;
-            if let Err(e) = verdict {
-                self.commit(claim, history, |tx| {
-                    kura_work::writs::count_refusal(tx, &writ)
-                })?;
-                let refusal = format!("refused by writ: {e}");
-                let error = TextContent::new(&refusal).to_value();
-                let rec = self.record(claim, RecordType::SysError, error, &[]);
-                self.append(claim, history, rec)?;
-                self.record_result(claim, history, call_id, Err(ToolError::Refused(refusal)))?;
-                return Ok(CallEnd::Done);
+        let edit = self.edited_arguments(edited);
+        // Decided later than it was filed: the gate holds the turn's writs to what will run
+        // (revoked or expired meanwhile, or an edit outside their scope, and it does not).
+        let runs = match &edit {
+            Ok(Some(a)) => a.clone(),
+            _ => arguments.clone(),
+        };
+        let call = GateCall::new(name, self.tools.effect_of(name, &runs), runs);
+        let (writs, issuers) = (self.writs.clone(), self.issuers.clone());
+        let held = self.commit(claim, history, |tx| {
+            let held = gate::hold(tx, &writs, &issuers, &call)?;
+            if held.is_ok() {
+                tx.mark_started(request_id, claim.epoch)?;
             }
-        }
-        self.commit(claim, history, |tx| {
-            tx.mark_started(request_id, claim.epoch)
+            Ok(held)
         })?;
-        let (outcome, edit) = match self.edited_arguments(edited) {
+        if let Err(e) = held {
+            return self.refused(claim, history, call_id, gate::Refusal::Writ(e));
+        }
+        let (outcome, edit) = match edit {
             Ok(Some(args)) => (self.run_tool(claim, name, &args, call_id), Some(args)),
             Ok(None) => (self.run_tool(claim, name, arguments, call_id), None),
             Err(why) => (Err(why), None),
@@ -346,12 +279,10 @@ impl Worker {
         let args: Map<String, Value> = serde_json::from_str(text).map_err(|e| {
             ToolError::Arguments(format!("the edited arguments cannot be read: {e}"))
         })?;
-        let mut normal = args.clone();
-        self.tools.normalize_args(&mut normal);
-        if normal != args {
+        if let Err(e) = kura_policy::path::check_normal_args(&args) {
             return Err(ToolError::Refused(format!(
-                "the edited arguments are not in normal form (it is {}); not run",
-                excerpt(&Value::Object(normal).to_string(), 512)
+                "the edited arguments: {}; not run",
+                excerpt(&e.to_string(), 512)
             )));
         }
         Ok(Some(args))
@@ -437,36 +368,5 @@ impl Worker {
     ) -> kura_store::Result<()> {
         let result = self.record(claim, RecordType::ToolResult, content.to_value(), &[]);
         self.append(claim, history, result)
-    }
-}
-
-/// One call under the turn's writ (if it has one), checked and debited inside the commit
-/// that makes the call durable.
-pub(super) struct WritCheck<'a> {
-    writ: Option<String>,
-    issuers: Arc<[kura_policy::writ::Issuer]>,
-    name: &'a str,
-    effect: Effect,
-    arguments: &'a Map<String, Value>,
-}
-
-impl WritCheck<'_> {
-    /// The writ's verdict on the call (a refusal counted on it); no writ, no check.
-    fn check(
-        &self,
-        tx: &kura_store::Tx<'_>,
-    ) -> kura_store::Result<Result<(), kura_policy::writ::WritError>> {
-        let Some(writ) = &self.writ else {
-            return Ok(Ok(()));
-        };
-        kura_work::writs::check_call(
-            tx,
-            writ,
-            &self.issuers,
-            self.name,
-            self.effect,
-            self.arguments,
-            now_ms(),
-        )
     }
 }

@@ -121,18 +121,11 @@ impl Worker {
             .is_some_and(|t| t.effect() == Effect::Read);
         // A read re-run is a new run: its writ is held to it again (revoked meanwhile, or a
         // refusal the dead worker never recorded).
-        let refused = match (&self.writ, read_only) {
-            (Some(writ), true) => kura_work::writs::recheck_call(
-                &self.store,
-                writ,
-                &self.issuers,
-                &call.name,
-                Effect::Read,
-                &call.args,
-                kura_work::now_ms(),
-            )?
-            .err(),
-            _ => None,
+        let refused = if read_only {
+            let again = kura_work::gate::GateCall::new(&call.name, Effect::Read, call.args.clone());
+            kura_work::gate::holds(&self.store, &self.writs, &self.issuers, &again)?.err()
+        } else {
+            None
         };
         let content = if let Some(e) = refused {
             ToolResultContent::error(format!("refused by writ: {e}"), &call.call_id)
