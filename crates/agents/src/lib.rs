@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod ops;
 mod reads;
 pub mod registry;
+mod wake;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -36,6 +36,8 @@ pub struct Gateway {
     pub(crate) limits: Limits,
     /// Who may grant writs: an agent's calls are checked against its writ before policy.
     people: Vec<kura_policy::writ::Issuer>,
+    /// Rung by the decision and completion doorbells: waiters look at SQLite again.
+    pub(crate) wakeup: std::sync::Arc<crate::wake::Wakeup>,
 }
 
 pub(crate) fn store_error(e: StoreError) -> GatewayError {
@@ -62,7 +64,35 @@ impl Gateway {
             bus,
             limits,
             people: Vec::new(),
+            wakeup: Default::default(),
         }
+    }
+
+    /// Listens for the doorbells that answer a waiting agent (a decision, a finished
+    /// session or turn) on the gateway's bus; without one, waits poll SQLite.
+    pub async fn listen(&self) -> anyhow::Result<()> {
+        let Some(bus) = &self.bus else { return Ok(()) };
+        let s = &bus.subjects;
+        let w = self.wakeup.clone();
+        bus.doorbells::<proto::doorbell::ApprovalDecided, _>(
+            s.approval_decided(),
+            None,
+            move |_| w.ring(),
+        )
+        .await?;
+        let w = self.wakeup.clone();
+        bus.doorbells::<proto::doorbell::SessionComplete, _>(
+            s.session_complete(),
+            None,
+            move |_| w.ring(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Whether a doorbell can wake a waiter now.
+    pub(crate) fn bus_up(&self) -> bool {
+        self.bus.as_ref().is_some_and(|b| b.is_connected())
     }
 
     /// The largest request body the HTTP routes read: a record at its bound (measured as
@@ -364,6 +394,7 @@ impl Gateway {
         let deadline = Instant::now() + wait;
         let author = caller.author();
         loop {
+            let mark = self.wakeup.mark();
             let (a, record) = self.with_store(|s| {
                 let a = approvals::approval(s, req.request_id)
                     .map_err(store_error)?
@@ -389,7 +420,7 @@ impl Gateway {
                     decision_record_id: record,
                 });
             }
-            std::thread::sleep(Duration::from_millis(50));
+            self.wakeup.wait(mark, deadline, self.bus_up());
         }
     }
 

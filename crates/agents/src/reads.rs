@@ -190,6 +190,7 @@ impl Gateway {
         let deadline =
             Instant::now() + Duration::from_millis(req.wait_ms.unwrap_or(0)).min(MAX_WAIT);
         loop {
+            let mark = self.wakeup.mark();
             let (status, author) = self.with_store(|store| {
                 let author =
                     kura_work::request_submitter(store, req.request_seq).map_err(store_error)?;
@@ -215,7 +216,7 @@ impl Gateway {
                         .and_then(|d| proto::content::text_of(&d.content).map(str::to_owned)),
                 });
             }
-            std::thread::sleep(Duration::from_millis(50));
+            self.wakeup.wait(mark, deadline, self.bus_up());
         }
     }
 }

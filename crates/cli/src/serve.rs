@@ -270,15 +270,19 @@ fn agent_routes(config: &ServeConfig, bus: Option<Bus>) -> anyhow::Result<Option
         _ => Vec::new(),
     };
     tracing::info!(registry = %registry.display(), "outside agents: MCP at /mcp, HTTP under /agent/v1/");
-    let surface = kura_agents::Surface {
+    let surface = std::sync::Arc::new(kura_agents::Surface {
         gateway: kura_agents::Gateway::new(config.agents.clone(), store, bus)
             .with_people(config.writs.issuers.clone()),
         registry: kura_agents::registry::Registry::new(registry),
-    };
-    Ok(Some(kura_agents::router(
-        std::sync::Arc::new(surface),
-        hosts,
-    )))
+    });
+    // A waiting agent is woken by the decision and completion doorbells.
+    let listening = surface.clone();
+    tokio::spawn(async move {
+        if let Err(e) = listening.gateway.listen().await {
+            tracing::warn!(error = %e, "outside agents: no doorbells; their waits poll SQLite");
+        }
+    });
+    Ok(Some(kura_agents::router(surface, hosts)))
 }
 
 /// Starts the console when `[console] listen` is set: its own read connection, the bus to

@@ -170,6 +170,15 @@ pub struct ToolApprove {
     pub request_id: RequestId,
 }
 
+/// `aegis.evt.approval.decided`: a request was decided (by policy, people or expiry); an
+/// outside agent waiting on it is woken (the decision itself is read from SQLite).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDecided {
+    /// The decided request.
+    pub request_id: RequestId,
+}
+
 /// `aegis.cmd.approval.pending`: a person asks what is waiting for them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

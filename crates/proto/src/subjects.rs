@@ -94,6 +94,10 @@ impl Subjects {
     pub fn tool_approve(&self) -> String {
         self.fixed("aegis.cmd.tool.approve")
     }
+    /// `…aegis.evt.approval.decided` — a request was decided `{request_id}`.
+    pub fn approval_decided(&self) -> String {
+        self.fixed("aegis.evt.approval.decided")
+    }
     /// `…aegis.cmd.approval.decide` — a person's signed decision (request/reply).
     pub fn approval_decide(&self) -> String {
         self.fixed("aegis.cmd.approval.decide")

@@ -373,7 +373,7 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             false,
         ),
         Role::Aegis => (
-            vec![s.worker_dispatch()],
+            vec![s.worker_dispatch(), s.approval_decided()],
             vec![
                 s.tool_approve(),
                 s.approval_decide(),
@@ -389,11 +389,17 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             false,
         ),
         // Answers witness requests; its console relays people's signed decisions and
-        // listens to the doorbells that make pages live; in a fleet it publishes and reads
-        // replication through the hub's JetStream (the hub limits it to its own name).
+        // listens to the doorbells that make pages live; its agents gateway rings what an
+        // outside agent's work needs (aegis for a ruling, minato for a delegated task,
+        // minato and mikado for a finished turn) and is woken by decisions; in a fleet it
+        // publishes and reads replication through the hub's JetStream (the hub limits it to
+        // its own name).
         Role::Serve => (
             vec![
                 s.approval_decide(),
+                s.tool_approve(),
+                s.session_create(),
+                s.worker_complete(),
                 format!("{}.>", proto::fleet::SUBJECT_PREFIX),
                 format!("$JS.{}.API.>", proto::fleet::DOMAIN),
                 "$JS.ACK.>".into(),
@@ -403,6 +409,7 @@ pub fn permissions(role: Role, s: &Subjects, nkey: &str) -> Permissions {
             ],
             vec![
                 s.witness_add_checkpoint(),
+                s.approval_decided(),
                 s.record_written(),
                 s.worker_complete(),
                 s.session_complete(),

@@ -246,3 +246,69 @@ fn an_edit_outside_the_writs_paths_is_refused() {
         Err(EditRefusal::NotNormal(_))
     ));
 }
+
+/// One decision, one place: outside the gate (and the pure checks it calls), no code
+/// evaluates a policy on a call or checks a call against a writ. The rest of the workspace
+/// can only reach them through the gate's types.
+#[test]
+fn only_the_gate_rules_on_a_call() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // What rules on a call, and the only files that may say it.
+    let rulings: [(&str, &[&str]); 4] = [
+        ("kura_policy::Call {", &["crates/work/src/gate.rs"]),
+        (
+            ".evaluate(&",
+            &["crates/work/src/gate.rs", "crates/policy/src/lib.rs"],
+        ),
+        (
+            "check_call(",
+            &[
+                "crates/work/src/writs.rs",
+                "crates/policy/src/writ.rs",
+                "crates/work/src/gate.rs",
+            ],
+        ),
+        (
+            "check_scope(",
+            &["crates/work/src/writs.rs", "crates/policy/src/writ.rs"],
+        ),
+    ];
+    let mut stack = vec![root.clone()];
+    let mut found = Vec::new();
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                if !["target", ".git", "node_modules", "fuzz"].contains(&name.as_str()) {
+                    stack.push(p);
+                }
+                continue;
+            }
+            // Tests may call the pure checks directly; they rule on nothing that runs.
+            let rel = p
+                .strip_prefix(&root)
+                .unwrap_or(&p)
+                .to_string_lossy()
+                .into_owned();
+            if !name.ends_with(".rs") || name.contains("test") || rel.starts_with("tests/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            // Everything from the first `#[cfg(test)]` on is a file's tests.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (needle, allowed) in rulings {
+                if code.contains(needle) && !allowed.contains(&rel.as_str()) {
+                    found.push(format!("{rel}: {needle}"));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a call is ruled on outside the gate: {found:?}"
+    );
+}

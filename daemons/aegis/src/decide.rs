@@ -86,8 +86,12 @@ pub fn add_refusals(store: &mut Store, held: &[(Key, i64)]) -> kura_store::Resul
     })
 }
 
-/// Denies every ask past its deadline (a decision by `sys:aegis`); returns woken turns.
-pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<TurnId>> {
+/// Denies every ask past its deadline (a decision by `sys:aegis`); returns each expired
+/// request with the turn it woke.
+pub fn expire_overdue(
+    store: &mut Store,
+    now: i64,
+) -> kura_store::Result<Vec<(RequestId, Option<TurnId>)>> {
     store.write(|tx| {
         let mut woke = Vec::new();
         for a in asked(tx)?
@@ -103,7 +107,8 @@ pub fn expire_overdue(store: &mut Store, now: i64) -> kura_store::Result<Vec<Tur
                 ),
             )?;
             tracing::info!(request_id = %a.request_id, "approval request expired: denied");
-            woke.extend(tx.finalize(&a, ApprovalState::Denied, &rule, rec.record_id)?);
+            let turn = tx.finalize(&a, ApprovalState::Denied, &rule, rec.record_id)?;
+            woke.push((a.request_id, turn));
         }
         Ok(woke)
     })

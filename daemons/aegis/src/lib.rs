@@ -229,6 +229,14 @@ impl Handlers {
             .map_err(|_| Verdicted::refused("store unavailable"))
     }
 
+    /// Rings the outside agents waiting on `request_id` (through `kura serve`).
+    fn decided(&self, request_id: proto::RequestId) {
+        self.bus.ring(
+            self.bus.subjects.approval_decided(),
+            &proto::doorbell::ApprovalDecided { request_id },
+        );
+    }
+
     fn wake(&self, turn: Option<TurnId>) {
         if let Some(turn_id) = turn {
             self.bus.ring(
@@ -250,6 +258,9 @@ impl Handlers {
         ) {
             Ok(Some(e)) => {
                 self.wake(e.woke);
+                if e.state.is_decided() {
+                    self.decided(e.request_id);
+                }
                 if e.asked_now {
                     self.notifier.asked(e.request_id);
                 }
@@ -284,6 +295,9 @@ impl Handlers {
         ) {
             Ok(v) => {
                 self.wake(v.woke);
+                if ["approved", "denied"].contains(&v.verdict.state.as_str()) {
+                    self.decided(d.request_id);
+                }
                 Ok(v.verdict)
             }
             Err(e) => Err(Verdicted::refused(e.to_string())),
@@ -371,9 +385,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .map(|mut l| l.drain(std::time::Instant::now()))
             .unwrap_or_default();
         decide::add_refusals(&mut store, &held)?;
-        let mut woke = decide::expire_overdue(&mut store, kura_work::now_ms())?;
+        let expired = decide::expire_overdue(&mut store, kura_work::now_ms())?;
+        let mut woke: Vec<TurnId> = expired.iter().filter_map(|(_, t)| *t).collect();
         let evaluated = decide::evaluate(&mut store, &p, &iss, timeout, None)?;
         woke.extend(evaluated.as_ref().and_then(|e| e.woke));
+        let decided = evaluated
+            .as_ref()
+            .filter(|e| e.state.is_decided())
+            .map(|e| e.request_id);
+        for request_id in expired.iter().map(|(r, _)| *r).chain(decided) {
+            b.ring(
+                b.subjects.approval_decided(),
+                &proto::doorbell::ApprovalDecided { request_id },
+            );
+        }
         if let Some(e) = evaluated.as_ref().filter(|e| e.asked_now) {
             notifier.asked(e.request_id);
         }

@@ -89,4 +89,5 @@ async def main(url, token):
         say(step="delegate", result=await call(c, "delegate", {"instruction": "tidy the workspace", "wait_ms": 8000}))
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -21,7 +21,7 @@ const POLICY: &str = "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = 
 [[rules]]\nname = \"other-may-not-list\"\nauthor = \"agent:other\"\ntool = \"fs.list\"\ndecision = \"deny\"\n";
 
 /// The venv with the pinned `mcp` client, made once under `target/` (pip from PyPI).
-fn mcp_python() -> PathBuf {
+pub(crate) fn mcp_python() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let venv = root.join("target/mcp-venv");
     let python = venv.join("bin/python");
@@ -56,12 +56,21 @@ fn agent_stack(port: u16) -> (Stack, String) {
 }
 
 /// [`agent_stack`] with more settings for the daemons.
-fn agent_stack_with(port: u16, extra: &[(&str, String)]) -> (Stack, String) {
+pub(crate) fn agent_stack_with(port: u16, extra: &[(&str, String)]) -> (Stack, String) {
+    agent_stack_under(POLICY, port, extra)
+}
+
+/// [`agent_stack_with`] under another aegis policy.
+pub(crate) fn agent_stack_under(
+    policy: &str,
+    port: u16,
+    extra: &[(&str, String)],
+) -> (Stack, String) {
     // hashi runs what an agent delegates: this script's one turn.
     let mut s = Stack::new(
         r#"{"turns": [[{"tool": "fs.list", "args": {}}, {"deliver": "the workspace is tidy"}]]}"#,
     );
-    std::fs::write(s.path("policy.toml"), POLICY).expect("policy");
+    std::fs::write(s.path("policy.toml"), policy).expect("policy");
     let key = s.new_approver("ana");
     let k: Value =
         serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
@@ -122,7 +131,7 @@ fn agent_stack_with(port: u16, extra: &[(&str, String)]) -> (Stack, String) {
     (s, token)
 }
 
-fn aegis_approve(s: &Stack, request_id: &str) -> (i32, String) {
+pub(crate) fn aegis_approve(s: &Stack, request_id: &str) -> (i32, String) {
     let out = Command::new(bin("aegis"))
         .args(["approve", request_id, "--key"])
         .arg(s.path("ana.key"))
@@ -445,7 +454,7 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
 }
 
 /// The JSON routes, one exchange each.
-fn post(port: u16, op: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+pub(crate) fn post(port: u16, op: &str, token: Option<&str>, body: &str) -> (u16, Value) {
     let auth = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
     let (status, _, body) = http(port, "POST", &format!("/agent/v1/{op}"), &headers, body);

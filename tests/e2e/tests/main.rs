@@ -10,6 +10,7 @@ mod commits;
 mod console;
 mod e2e;
 mod fleet;
+mod gate;
 mod memory;
 mod openai;
 mod plans;

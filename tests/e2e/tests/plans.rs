@@ -806,6 +806,76 @@ fn a_plan_step_runs_under_the_submitters_writ() {
     s.verify_all();
 }
 
+/// Attack (issue 34, Medium): a role bound by a read-only writ (`role:boss`) plans a step
+/// for a role no writ names. The step runs under the writ its planning turn ran under: its
+/// write is refused, and nothing is written.
+#[test]
+fn a_role_bound_planners_step_for_an_unbound_role_is_refused() {
+    let writer = r#"{"turns": [[
+      {"tool": "fs.write", "args": {"path": "x.txt", "content": "shed"}},
+      {"deliver": "wrote"}]]}"#;
+    let planner = r#"{"turns": [
+      [{"plan": {"steps": [{"id": "w", "role": "scribe", "instruction": "write x"}]}},
+       {"deliver": "planned", "final": false}],
+      [{"deliver": "all done"}]]}"#;
+    let mut s = Stack::new(planner);
+    let ana = s.new_approver("ana");
+    let key: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ana).expect("key")).expect("json");
+    let issuers = format!(
+        "[{{name = \"ana\", public_key = \"{}\"}}]",
+        key["public_key"].as_str().expect("public_key")
+    );
+    roster(
+        &mut s,
+        &[("boss", planner.to_owned()), ("scribe", writer.to_owned())],
+    );
+    s.extra_env
+        .push(("KURA_WRITS__ISSUERS".into(), issuers.clone()));
+    let out = Command::new(bin("kura"))
+        .args([
+            "writ",
+            "grant",
+            "--holder",
+            "role:boss",
+            "--tool",
+            "fs.list",
+        ])
+        .args(["--ceiling", "read", "--db"])
+        .arg(&s.db)
+        .arg("--key")
+        .arg(&ana)
+        .arg("--sealer-key")
+        .arg(s.nats.seed(kura_runtime::identity::Role::Operator))
+        .env("KURA_WRITS__ISSUERS", &issuers)
+        .env_remove("KURA_SERVE_CONFIG")
+        .output()
+        .expect("kura writ grant");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let writ = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    start(&mut s);
+    s.wait_complete(s.submit_with("plan a write", &["--role", "boss"]), MINUTE);
+    let (_, step) = steps(&s).remove(0);
+    let errors: Vec<String> = records(&s, step)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::SysError)
+        .map(|r| r.content["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.contains(&format!("writ {writ}"))),
+        "the step ran under no writ: {errors:?}"
+    );
+    assert!(
+        !s.path(&format!("ws/{step}/x.txt")).exists(),
+        "the step's write ran"
+    );
+    s.verify_all();
+}
+
 /// A plan whose write step needs a person.
 const PARKING: &str = r#"{"turns": [
   [{"plan": {"steps": [

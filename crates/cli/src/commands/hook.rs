@@ -245,7 +245,7 @@ impl Hook {
         let declare = DeclareCall {
             turn_id: turn,
             tool: tool.clone(),
-            arguments,
+            arguments: arguments.clone(),
         };
         let declared: Declared = kura
             .call("declare_call", &declare)
@@ -255,8 +255,18 @@ impl Hook {
             state.calls.insert(u.clone(), declared.call_id.clone());
         }
         let rule = declared.rule.clone().unwrap_or_default();
+        // What runs is what Kura ruled on: a person's edit, else the declared arguments in
+        // their normal form when Kura respelled a path.
+        let ruled = (!declared.arguments.is_empty() && declared.arguments != arguments)
+            .then(|| declared.arguments.clone());
         match declared.decision.as_str() {
-            "allow" => return Ok(None),
+            "allow" => {
+                return match declared.edited_arguments {
+                    Some(edit) => run_instead(Some(edit), EDITED, "allow"),
+                    // Kura's policy allowed it: Claude Code's own flow still has its say.
+                    None => run_instead(ruled, RESPELLED, "ask"),
+                };
+            }
             "deny" => {
                 return Err(Refuse(format!(
                     "Kura's policy denies {tool} (rule {rule}); it was not run"
@@ -266,9 +276,15 @@ impl Hook {
         }
         let deadline = Instant::now() + Duration::from_secs(self.wait);
         loop {
+            // Never past --wait: a hook Claude Code kills lets the call run ungated.
+            let left = deadline.saturating_duration_since(Instant::now());
             let wait = WaitDecision {
                 request_id: declared.request_id,
-                timeout_ms: Some(8_000),
+                timeout_ms: Some(
+                    u64::try_from(left.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .min(8_000),
+                ),
             };
             let d: Decision = kura
                 .call("wait_decision", &wait)
@@ -276,21 +292,10 @@ impl Hook {
                 .map_err(|e| self.failed(e))?;
             match d.state.as_str() {
                 "approved" => {
-                    let Some(edited) = d.edited_arguments else {
-                        return Ok(None);
+                    return match d.edited_arguments {
+                        Some(edit) => run_instead(Some(edit), EDITED, "allow"),
+                        None => run_instead(ruled, RESPELLED, "allow"),
                     };
-                    let out = PreToolOutput {
-                        hook_specific_output: PreToolDecision {
-                            hook_event_name: "PreToolUse",
-                            permission_decision: "allow",
-                            permission_decision_reason:
-                                "a person approved it in Kura with edited arguments".into(),
-                            updated_input: edited,
-                        },
-                    };
-                    return Ok(Some(
-                        serde_json::to_string(&out).map_err(|e| Refuse(e.to_string()))?,
-                    ));
                 }
                 "denied" => {
                     return Err(Refuse(format!(
@@ -334,6 +339,34 @@ impl Hook {
             hex::encode(Sha256::digest(session.as_bytes()))
         )))
     }
+}
+
+/// Why the call runs with other arguments: a person's edit.
+const EDITED: &str = "a person approved it in Kura with edited arguments";
+/// ... or its paths in the normal form Kura ruled on.
+const RESPELLED: &str = "Kura ruled on its paths in normal form; it runs as ruled";
+
+/// Claude Code's answer when the call must run with other arguments than it asked (`None`:
+/// its own permission flow goes on with the call as asked).
+fn run_instead(
+    args: Option<Map<String, Value>>,
+    why: &str,
+    decision: &'static str,
+) -> Result<Option<String>, Refuse> {
+    let Some(updated_input) = args else {
+        return Ok(None);
+    };
+    let out = PreToolOutput {
+        hook_specific_output: PreToolDecision {
+            hook_event_name: "PreToolUse",
+            permission_decision: decision,
+            permission_decision_reason: why.into(),
+            updated_input,
+        },
+    };
+    serde_json::to_string(&out)
+        .map(Some)
+        .map_err(|e| Refuse(e.to_string()))
 }
 
 /// Why a hook refuses (exit 2) or fails.
