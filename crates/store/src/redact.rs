@@ -118,6 +118,32 @@ fn invalid(why: String) -> StoreError {
     StoreError::Invalid(why)
 }
 
+/// Every ledger holding record `id` is sealed and sealed it as it is now (leaf `leaf`): a
+/// redaction never erases a record of an open turn, nor hides tampering.
+fn sealed_as_stored(conn: &rusqlite::Connection, id: RecordId, leaf: &str) -> Result<()> {
+    let members: Vec<(String, String, String)> = conn
+        .prepare_cached(
+            "SELECT m.ledger_id, m.leaf_hash, l.state FROM ledger_records m
+               JOIN ledgers l ON l.ledger_id = m.ledger_id WHERE m.record_id = ?1",
+        )?
+        .query_map([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (ledger, stored, state) in &members {
+        if state != "sealed" {
+            return Err(invalid(format!(
+                "record {id} is in ledger {ledger}, still open: redact it once its turn has ended"
+            )));
+        }
+        if !stored.eq_ignore_ascii_case(leaf) {
+            return Err(invalid(format!(
+                "record {id} differs from what ledger {ledger} sealed: a redaction cannot \
+                 hide tampering; run `kura verify --all`"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Erases a record's content under `r`, signed by one of `people`: appends the
     /// `sys.redaction` record (by `author`) to the authority chain, replaces the content with
@@ -131,90 +157,78 @@ impl Store {
         let id: RecordId = parse_id(&r.body.record_id)?;
         self.conn().pragma_update(None, "secure_delete", "ON")?;
         let sealer = self.sealer().cloned();
-        let done = self.write(|tx| {
-            let conn = tx.0;
-            let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
-            let cols: Option<OwnedColumns> = conn
-                .prepare_cached(&sql)?
-                .query_row([id.to_string()], columns_from_row)
-                .optional()?;
-            let cols = cols.ok_or(StoreError::NotFound { kind: "record", id: id.to_string() })?;
-            if redactions(tx)?.contains_key(&cols.record_id) {
-                return Err(invalid(format!("record {id} is already redacted")));
-            }
-            // Authority statements stay: erasing a grant, a revocation or a redaction would
-            // take away what makes the rest verifiable.
-            if matches!(
-                cols.record_type.as_str(),
-                "authority.writ" | "authority.revocation" | "sys.redaction"
-            ) {
-                return Err(invalid(format!(
-                    "record {id} is a {}: authority statements are not redacted",
-                    cols.record_type
-                )));
-            }
-            if cols.hash != r.body.record_hash {
-                return Err(invalid(format!(
-                    "the redaction names hash {}, but record {id} hashes to {}",
-                    r.body.record_hash, cols.hash
-                )));
-            }
-            let c = cols.as_columns();
-            if !c.hash_matches() {
-                return Err(invalid(format!(
-                    "record {id} does not verify (its content was altered): a redaction cannot \
+        let done =
+            self.write(|tx| {
+                let conn = tx.0;
+                let sql = format!("SELECT {RECORD_COLUMNS} FROM records WHERE record_id = ?1");
+                let cols: Option<OwnedColumns> = conn
+                    .prepare_cached(&sql)?
+                    .query_row([id.to_string()], columns_from_row)
+                    .optional()?;
+                let cols = cols.ok_or(StoreError::NotFound {
+                    kind: "record",
+                    id: id.to_string(),
+                })?;
+                if redactions(tx)?.contains_key(&cols.record_id) {
+                    return Err(invalid(format!("record {id} is already redacted")));
+                }
+                // Authority statements stay: erasing a grant, a revocation or a redaction would
+                // take away what makes the rest verifiable.
+                if matches!(
+                    cols.record_type.as_str(),
+                    "authority.writ" | "authority.revocation" | "sys.redaction"
+                ) {
+                    return Err(invalid(format!(
+                        "record {id} is a {}: authority statements are not redacted",
+                        cols.record_type
+                    )));
+                }
+                if cols.hash != r.body.record_hash {
+                    return Err(invalid(format!(
+                        "the redaction names hash {}, but record {id} hashes to {}",
+                        r.body.record_hash, cols.hash
+                    )));
+                }
+                let c = cols.as_columns();
+                if !c.hash_matches() {
+                    return Err(invalid(format!(
+                        "record {id} does not verify (its content was altered): a redaction cannot \
                      hide tampering; run `kura verify --all`"
-                )));
-            }
-            let leaf = hex::encode(c.leaf_hash());
-            let members: Vec<(String, String, String)> = conn
-                .prepare_cached(
-                    "SELECT m.ledger_id, m.leaf_hash, l.state FROM ledger_records m
-                       JOIN ledgers l ON l.ledger_id = m.ledger_id WHERE m.record_id = ?1",
-                )?
-                .query_map([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<rusqlite::Result<_>>()?;
-            for (ledger, stored, state) in &members {
-                if state != "sealed" {
-                    return Err(invalid(format!(
-                        "record {id} is in ledger {ledger}, still open: redact it once its turn has ended"
                     )));
                 }
-                if !stored.eq_ignore_ascii_case(&leaf) {
-                    return Err(invalid(format!(
-                        "record {id} differs from what ledger {ledger} sealed: a redaction cannot \
-                         hide tampering; run `kura verify --all`"
-                    )));
-                }
-            }
-            let record = NewRecord {
-                record_type: RecordType::SysRedaction,
-                content: serde_json::to_value(r).map_err(|e| invalid(e.to_string()))?,
-                author_id: author.to_owned(),
-                metadata: Default::default(),
-            };
-            let redaction_record = tx.append_authority(&record, sealer.as_ref())?;
-            let tombstone = proto::canonical_json(&Tombstone {
-                redacted: redaction_record.to_string(),
-            })
-            .map_err(|e| invalid(e.to_string()))?;
-            // The row first: the immutability trigger lets only a redacted record's content
-            // become its tombstone.
-            conn.execute_cached(
+                let leaf = hex::encode(c.leaf_hash());
+                sealed_as_stored(conn, id, &leaf)?;
+                let record = NewRecord {
+                    record_type: RecordType::SysRedaction,
+                    content: serde_json::to_value(r).map_err(|e| invalid(e.to_string()))?,
+                    author_id: author.to_owned(),
+                    metadata: Default::default(),
+                };
+                let redaction_record = tx.append_authority(&record, sealer.as_ref())?;
+                let tombstone = proto::canonical_json(&Tombstone {
+                    redacted: redaction_record.to_string(),
+                })
+                .map_err(|e| invalid(e.to_string()))?;
+                // The row first: the immutability trigger lets only a redacted record's content
+                // become its tombstone.
+                conn.execute_cached(
                 "INSERT INTO redactions (record_id, record_hash, leaf_hash, redaction_record_id)
                  VALUES (?1, ?2, ?3, ?4)",
                 params![id.to_string(), cols.hash, leaf, redaction_record.to_string()],
             )?;
-            conn.execute_cached(
-                "UPDATE records SET content = ?2 WHERE record_id = ?1",
-                params![id.to_string(), tombstone],
-            )?;
-            // FTS5 keeps deleted tokens in its index until merged, unless told otherwise.
-            let _ = conn.execute("INSERT INTO kb(kb, rank) VALUES('secure-delete', 1)", []);
-            conn.execute_cached("DELETE FROM kb WHERE record_id = ?1", [id.to_string()])?;
-            conn.execute_cached("DELETE FROM kb_vectors WHERE record_id = ?1", [id.to_string()])?;
-            Ok(redaction_record)
-        });
+                conn.execute_cached(
+                    "UPDATE records SET content = ?2 WHERE record_id = ?1",
+                    params![id.to_string(), tombstone],
+                )?;
+                // FTS5 keeps deleted tokens in its index until merged, unless told otherwise.
+                let _ = conn.execute("INSERT INTO kb(kb, rank) VALUES('secure-delete', 1)", []);
+                conn.execute_cached("DELETE FROM kb WHERE record_id = ?1", [id.to_string()])?;
+                conn.execute_cached(
+                    "DELETE FROM kb_vectors WHERE record_id = ?1",
+                    [id.to_string()],
+                )?;
+                Ok(redaction_record)
+            });
         let done = done?;
         // The freed pages are zeroed by secure_delete; the WAL's frames that held the old
         // page are gone once it is checkpointed and truncated — which a reader's snapshot can

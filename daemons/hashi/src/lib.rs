@@ -128,7 +128,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         specs.clone(),
         &tokio::runtime::Handle::current(),
     )?);
-    let base = roles.get(None).map_err(anyhow::Error::msg)?.clone();
+    let base = roles.get(None)?.clone();
     let secrets = Arc::new(secrets::Secrets::from_env(
         config
             .worker

@@ -111,17 +111,22 @@ impl Roles {
 
     /// What a turn naming `role` runs with (none: the default role); `Err` says why a role
     /// cannot run here.
-    pub fn get(&self, role: Option<&str>) -> Result<&RoleRun, String> {
+    pub fn get(&self, role: Option<&str>) -> Result<&RoleRun, UnknownRole> {
         let name = role.unwrap_or(&self.default_role);
         match self.by_name.get(name) {
             Some(r) => Ok(r),
             None if name == DEFAULT_ROLE => Ok(&self.base),
-            None => Err(format!(
-                "role {name:?} is not in this worker's [roster]; add it to [[roster.roles]] (hashi and minato read the same table)"
-            )),
+            None => Err(UnknownRole(name.to_owned())),
         }
     }
 }
+
+/// A role a turn names that this worker does not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "role {0:?} is not in this worker's [roster]; add it to [[roster.roles]] (hashi and minato read the same table)"
+)]
+pub struct UnknownRole(pub String);
 
 #[cfg(test)]
 mod tests {

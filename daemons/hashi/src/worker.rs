@@ -366,6 +366,15 @@ impl Worker {
         Ok(End::Completed(ledger))
     }
 
+    /// The turn's role: its model, its tools. One this worker lacks ends the turn (`Err`: why).
+    fn take_role(&mut self, claim: &Claim) -> Result<(), crate::roles::UnknownRole> {
+        let role = self.roles.get(claim.role.as_deref())?.clone();
+        self.provider = role.provider.clone();
+        self.specs = role.specs.clone();
+        self.role = role;
+        Ok(())
+    }
+
     fn run_turn(&mut self, claim: &Claim, lost: &AtomicBool) -> kura_store::Result<End> {
         self.staged.clear();
         self.spent.clear();
@@ -378,18 +387,10 @@ impl Worker {
         if claim.attempt > i64::from(self.config.max_attempts.max(1)) {
             return self.give_up(claim, &mut history);
         }
-        // The turn's role: its model, its tools. One this worker lacks ends the turn.
-        match self.roles.get(claim.role.as_deref()) {
-            Ok(role) => {
-                self.role = role.clone();
-                self.provider = role.provider.clone();
-                self.specs = role.specs.clone();
-            }
-            Err(why) => {
-                self.fail(claim, &mut history, &why)?;
-                let ledger = self.complete(claim, &mut history)?;
-                return Ok(End::Completed(ledger));
-            }
+        if let Err(why) = self.take_role(claim) {
+            self.fail(claim, &mut history, &why.to_string())?;
+            let ledger = self.complete(claim, &mut history)?;
+            return Ok(End::Completed(ledger));
         }
         if claim.resumed
             && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?

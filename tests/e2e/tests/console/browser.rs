@@ -107,6 +107,31 @@ pub async fn eval(c: &Client, script: &str) -> Value {
         .expect("execute")
 }
 
+/// Types `text` into the input `css` once the page shows it, again whenever a live refresh
+/// replaced the element under the typing, until the input holds exactly `text`.
+pub async fn type_into(c: &Client, css: &str, text: &str) {
+    let quoted = serde_json::to_string(css).expect("css");
+    let shown = format!(
+        "(() => {{ const e = document.querySelector({quoted}); \
+         return e && e.offsetParent !== null && !e.disabled; }})()"
+    );
+    let deadline = Instant::now() + MINUTE;
+    loop {
+        until(c, &format!("{css} shown"), &shown).await;
+        if let Ok(input) = c.find(fantoccini::Locator::Css(css)).await
+            && input.clear().await.is_ok()
+            && input.send_keys(text).await.is_ok()
+        {
+            let held = eval(c, &format!("document.querySelector({quoted})?.value")).await;
+            if held.as_str() == Some(text) {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "could not type into {css}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until `script` (a JS expression) is truthy.
 pub async fn until(c: &Client, what: &str, script: &str) {
     let deadline = Instant::now() + MINUTE;

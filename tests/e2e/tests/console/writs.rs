@@ -18,7 +18,7 @@ use proto::writ::{Budget, WRIT_KIND, WritBody};
 use serde_json::Value;
 
 use super::SCRIPT;
-use super::browser::{enrolled_with, eval, until};
+use super::browser::{enrolled_with, eval, type_into, until};
 
 fn kura(s: &Stack, args: &[&str]) -> Value {
     let out = Command::new(kura_testkit::bin("kura"))
@@ -228,11 +228,9 @@ fn a_person_grants_and_revokes_a_writ_from_the_browser() {
     b.run(async {
         let c = &b.c;
         let css = format!("form.revoke[data-writ=\"{id}\"]");
-        let reason = c
-            .find(Locator::Css(&format!("{css} input[name=reason]")))
-            .await
-            .expect("reason");
-        reason.send_keys("carol is done").await.expect("type");
+        // The page refreshes live as the store changes: type once it shows the form, again
+        // if a refresh replaced it, not after a guessed delay.
+        type_into(c, &format!("{css} input[name=reason]"), "carol is done").await;
         let button = c
             .find(Locator::Css(&format!("{css} button")))
             .await
