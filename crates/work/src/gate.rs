@@ -229,6 +229,24 @@ pub fn check_writs(
     Ok(Ok(()))
 }
 
+/// The first of `writs` that no longer allows `call` (revoked, expired, out of scope),
+/// and why; budgets already spent are not charged again.
+fn first_refusal<'w>(
+    conn: &impl Db,
+    writs: &'w TurnWrits,
+    issuers: &[Issuer],
+    call: &GateCall,
+) -> Result<Option<(&'w str, WritError)>> {
+    let now = crate::now_ms();
+    for id in &writs.0 {
+        let (tool, args) = (&call.tool, &call.arguments);
+        if let Err(e) = writs::recheck_call(conn, id, issuers, tool, call.effect, args, now)? {
+            return Ok(Some((id, e)));
+        }
+    }
+    Ok(None)
+}
+
 /// Holds a call checked earlier to its writs again, on the arguments that will run (a
 /// person's edit, a resumed or re-run call): revoked, expired, or out of scope refuses it —
 /// budgets already spent are not charged twice. A refusal is counted on the writ.
@@ -238,23 +256,13 @@ pub fn hold(
     issuers: &[Issuer],
     call: &GateCall,
 ) -> Result<std::result::Result<(), WritError>> {
-    let now = crate::now_ms();
-    for id in &writs.0 {
-        let verdict = writs::recheck_call(
-            tx,
-            id,
-            issuers,
-            &call.tool,
-            call.effect,
-            &call.arguments,
-            now,
-        )?;
-        if let Err(e) = verdict {
+    match first_refusal(tx, writs, issuers, call)? {
+        Some((id, e)) => {
             writs::count_refusal(tx, id)?;
-            return Ok(Err(e));
+            Ok(Err(e))
         }
+        None => Ok(Ok(())),
     }
-    Ok(Ok(()))
 }
 
 /// [`hold`] outside a transaction: a read-only verdict (nothing counted).
@@ -264,22 +272,7 @@ pub fn holds(
     issuers: &[Issuer],
     call: &GateCall,
 ) -> Result<std::result::Result<(), WritError>> {
-    let now = crate::now_ms();
-    for id in &writs.0 {
-        let verdict = writs::recheck_call(
-            conn,
-            id,
-            issuers,
-            &call.tool,
-            call.effect,
-            &call.arguments,
-            now,
-        )?;
-        if verdict.is_err() {
-            return Ok(verdict);
-        }
-    }
-    Ok(Ok(()))
+    Ok(first_refusal(conn, writs, issuers, call)?.map_or(Ok(()), |(_, e)| Err(e)))
 }
 
 /// Why the gate refuses a call: each is recorded as the request's decision, in these words.
