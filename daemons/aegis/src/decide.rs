@@ -188,6 +188,8 @@ pub struct Ruled<'a> {
     pub issuers: &'a [kura_policy::writ::Issuer],
 }
 
+/// Tests rule by a policy alone; the daemon always names `[writs] issuers`.
+#[cfg(test)]
 impl<'a> From<&'a Policy> for Ruled<'a> {
     fn from(policy: &'a Policy) -> Ruled<'a> {
         Ruled {

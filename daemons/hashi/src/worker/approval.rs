@@ -252,7 +252,8 @@ impl Worker {
         }
         let (outcome, edit) = match edit {
             Ok(Some(args)) => (self.run_tool(claim, name, &args, call_id), Some(args)),
-            Ok(None) => (self.run_tool(claim, name, arguments, call_id), None),
+            // What was held to the writs, in normal form, is what runs.
+            Ok(None) => (self.run_tool(claim, name, call.arguments(), call_id), None),
             Err(why) => (Err(why), None),
         };
         let mut content = result_content(outcome, call_id);

@@ -121,8 +121,9 @@ impl Worker {
             .is_some_and(|t| t.effect() == Effect::Read);
         // A read re-run is a new run: its writ is held to it again (revoked meanwhile, or a
         // refusal the dead worker never recorded).
+        // Held and run in the one normal form.
+        let again = kura_work::gate::GateCall::new(&call.name, Effect::Read, call.args.clone());
         let refused = if read_only {
-            let again = kura_work::gate::GateCall::new(&call.name, Effect::Read, call.args.clone());
             kura_work::gate::holds(&self.store, &self.writs, &self.issuers, &again)?.err()
         } else {
             None
@@ -132,7 +133,7 @@ impl Worker {
         } else if read_only {
             self.flush(claim, history)?;
             tracing::info!(turn_id = %claim.turn_id, tool = %call.name, "re-running a read-only call the previous worker left unanswered");
-            let outcome = self.run_tool(claim, &call.name, &call.args, &call.call_id);
+            let outcome = self.run_tool(claim, &call.name, again.arguments(), &call.call_id);
             approval::result_content(outcome, &call.call_id)
         } else {
             tracing::warn!(turn_id = %claim.turn_id, tool = %call.name, "previous worker died during a side-effecting call; recording the outcome as unknown, not re-running");
