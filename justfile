@@ -30,8 +30,8 @@ fuzz seconds="60":
 
 # The Pi: cross build, bundle, and the emulated end-to-end run under qemu.
 pi:
-    ./packaging/bundle-aarch64
-    ./packaging/smoke-aarch64
+    ./deploy/bundle-aarch64
+    ./deploy/smoke-aarch64
 
 # Everything CI runs, on this machine.
 ci:

@@ -255,22 +255,22 @@ fn only_the_gate_rules_on_a_call() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     // What rules on a call, and the only files that may say it.
     let rulings: [(&str, &[&str]); 4] = [
-        ("kura_policy::Call {", &["crates/work/src/gate.rs"]),
+        ("kura_policy::Call {", &["kura/work/src/gate.rs"]),
         (
             ".evaluate(&",
-            &["crates/work/src/gate.rs", "crates/policy/src/lib.rs"],
+            &["kura/work/src/gate.rs", "kura/policy/src/lib.rs"],
         ),
         (
             "check_call(",
             &[
-                "crates/work/src/writs.rs",
-                "crates/policy/src/writ.rs",
-                "crates/work/src/gate.rs",
+                "kura/work/src/writs.rs",
+                "kura/policy/src/writ.rs",
+                "kura/work/src/gate.rs",
             ],
         ),
         (
             "check_scope(",
-            &["crates/work/src/writs.rs", "crates/policy/src/writ.rs"],
+            &["kura/work/src/writs.rs", "kura/policy/src/writ.rs"],
         ),
     ];
     let mut stack = vec![root.clone()];

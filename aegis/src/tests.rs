@@ -544,7 +544,7 @@ fn a_large_request_does_not_block_the_pending_list() {
 /// The test vectors of PROTOCOL.md, recomputed from the code.
 #[test]
 fn protocol_md_test_vectors_match_the_code() {
-    let doc = include_str!("../../../PROTOCOL.md");
+    let doc = include_str!("../../PROTOCOL.md");
     let value = |name: &str| -> String {
         let prefix = format!("{name}: ");
         doc.lines()
