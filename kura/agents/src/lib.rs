@@ -2,8 +2,10 @@
 //! MCP or HTTP): each authenticates with its own bearer token ([`registry`]), and every
 //! record it makes is authored `agent:<name>` from that token alone. [`ops::Gateway`] holds
 //! the operations; [`mcp`] serves them as MCP tools and [`http`] as JSON routes, both calling
-//! the same methods.
+//! the same methods. [`client`] is the other end, beside the agent: `kura mcp` and
+//! `kura hook`.
 
+pub mod client;
 pub mod http;
 mod limits;
 pub mod mcp;

@@ -4,19 +4,12 @@
 //! Exit codes are stable: 0 ok, 1 verification failed, 2 usage or input error (printed as
 //! one line on stderr).
 
-mod agent_client;
 mod args;
-mod bench;
+
 mod commands;
 mod export;
-mod fleet_hub;
-mod fleet_serve;
 mod graph;
 mod output;
-mod serve;
-mod serve_config;
-mod tlog;
-mod witnessing;
 
 use std::process::ExitCode;
 

@@ -31,6 +31,8 @@ use serde_json::{Map, Value};
 
 pub use approvals::Approval;
 pub use cursor::{cursor, set_cursor};
+/// The policy language and writs this crate's requests are ruled by ([`gate`]).
+pub use kura_policy;
 pub use requests::{
     Ask, Queued, RecordedTurn, Request, RequestStatus, last_deliverable, next_request_after,
     recorded_turns, request_instruction, request_replays, request_status, request_submitter,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kura_agents::registry;
+use kura_serve::agents::registry;
 use serde::Serialize;
 
 use crate::output::Out;

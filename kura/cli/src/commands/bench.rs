@@ -1,5 +1,5 @@
 //! `kura bench` (the figures as a table or JSON, progress on stderr) and `kura bench-peer`,
-//! the other end of its doorbell figure; the measuring is in [`crate::bench`].
+//! the other end of its doorbell figure; the measuring is in [`kura_bench`].
 
 use std::path::PathBuf;
 
@@ -56,24 +56,24 @@ impl Bench {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => std::path::PathBuf::from("."),
         });
-        let args = crate::bench::BenchArgs {
+        let args = kura_bench::BenchArgs {
             dir,
             sizes: if self.quick {
-                crate::bench::Sizes::quick()
+                kura_bench::Sizes::quick()
             } else {
-                crate::bench::Sizes::full()
+                kura_bench::Sizes::full()
             },
             doorbell: !self.no_nats,
             nats_url: self.nats,
             only: self.only,
         };
-        let report = crate::bench::run(&args, |name| eprintln!("kura bench: {name} ..."))
+        let report = kura_bench::run(&args, |name| eprintln!("kura bench: {name} ..."))
             .context("benchmark failed")?;
         if json {
             out.json(&report)?;
         } else {
             out.line(format!("Scratch databases in {}", report.dir))?;
-            out.line(crate::bench::table(&report).trim_end())?;
+            out.line(kura_bench::table(&report).trim_end())?;
         }
         Ok(Outcome::Ok)
     }
@@ -82,7 +82,7 @@ impl Bench {
 impl BenchPeer {
     /// Answers the doorbell figure's events until it has seen `count` of each.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
-        crate::bench::peer(&crate::bench::PeerArgs {
+        kura_bench::peer(&kura_bench::PeerArgs {
             nats_url: self.nats,
             db: ctx.db.clone(),
             count: self.count,

@@ -69,12 +69,13 @@ impl Checkpoint {
             trust_current,
         } = self;
         let db = store.path().to_path_buf();
-        let signing = crate::tlog::Signing {
+        let signing = kura_serve::anchor::Signing {
             key: key.as_deref(),
             state: state.as_deref(),
             trust_current,
         };
-        crate::tlog::checkpoint(&mut ctx.out, &store, &db, &signing)?;
+        let note = kura_serve::anchor::checkpoint(&store, &db, &signing)?;
+        ctx.out.line(note.trim_end())?;
         Ok(Outcome::Ok)
     }
 }
@@ -83,7 +84,12 @@ impl ProveConsistency {
     /// Prints the proof; an error when the store does not extend OLD.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         let store = ctx.open_store()?;
-        crate::tlog::prove_consistency(&mut ctx.out, &store, &self.old, self.new.as_deref())?;
+        let proof = kura_serve::anchor::prove_consistency(&store, &self.old, self.new.as_deref())?;
+        ctx.out.json_sorted(&proof)?;
+        anyhow::ensure!(
+            proof.consistent,
+            "the store's log does not extend that checkpoint"
+        );
         Ok(Outcome::Ok)
     }
 }
@@ -98,13 +104,39 @@ impl LogKeyCmd {
                 name,
                 witness,
             } => {
-                crate::tlog::init_key(out, json, &path, &name, witness)?;
+                let vkey = kura_serve::anchor::init_key(&path, &name, witness)?;
+                if json {
+                    out.json_sorted(&NewKey {
+                        key: &path,
+                        verifier: &vkey,
+                    })?;
+                } else {
+                    out.line(format!(
+                        "log key written to {} (0600; hand it to kura serve only)",
+                        path.display()
+                    ))?;
+                    out.line(if witness {
+                        "give its cosignature verifier key to the Kura it witnesses ([[serve.witness_peers]] vkey):"
+                    } else {
+                        "pin its verifier key in /etc/kura/serve.toml ([serve] log_verifier) and with every witness:"
+                    })?;
+                    out.line(vkey)?;
+                }
             }
             LogKeyCmd::Show { key, witness } => {
-                let key = kura_tlog::checkpoint::LogKey::load(&key)?;
-                out.line(crate::tlog::verifier_of(&key, witness))?;
+                let key = kura_store::tlog::checkpoint::LogKey::load(&key)?;
+                out.line(kura_serve::anchor::verifier_of(&key, witness))?;
             }
         }
         Ok(Outcome::Ok)
     }
+}
+
+/// `kura log-key init --json`.
+#[derive(serde::Serialize)]
+struct NewKey<'a> {
+    /// Where the key was written.
+    key: &'a std::path::Path,
+    /// Its verifier key, to pin.
+    verifier: &'a str,
 }

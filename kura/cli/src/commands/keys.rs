@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use kura_runtime::identity::{self, Identities, Identity};
+use kura_serve::runtime::identity::{self, Identities, Identity};
 use serde::Serialize;
 
 use super::Ctx;
@@ -191,7 +191,7 @@ fn show(out: &mut Out, id: &Identity) -> std::io::Result<()> {
 fn seal_log_size(db: Option<&std::path::Path>) -> anyhow::Result<Option<u64>> {
     let path = match db {
         Some(p) => Some(p.to_path_buf()),
-        None => crate::tlog::serve_config()?.map(|c| c.common.db),
+        None => kura_serve::anchor::serve_config()?.map(|c| c.common.db),
     };
     let Some(path) = path.filter(|p| p.exists()) else {
         return Ok(None);

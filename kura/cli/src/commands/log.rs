@@ -3,7 +3,7 @@
 
 use kura_store::Store;
 use kura_store::store::Session;
-use kura_tlog::storage::LogStorage as _;
+use kura_store::tlog::storage::LogStorage as _;
 use proto::SessionId;
 use proto::ledger::Ledger;
 use proto::record::Record;
@@ -115,7 +115,7 @@ fn log(
     // Left behind by a reset, like commits only the reflog still names.
     let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
     // A keyring that cannot be read only costs the names, never the log.
-    let ring = crate::tlog::keyring(None).unwrap_or_default();
+    let ring = kura_serve::anchor::keyring(None).unwrap_or_default();
     if json {
         let mut items = Vec::new();
         for l in &ledgers {

@@ -22,12 +22,10 @@ pub mod checkpoint;
 pub mod diff;
 pub mod export;
 pub mod fleet;
-pub mod hook;
 pub mod init;
 pub mod keys;
 pub mod ledger;
 pub mod log;
-pub mod mcp;
 pub mod prove;
 pub mod query;
 pub mod record;
@@ -113,8 +111,8 @@ pub enum Command {
     #[command(subcommand)]
     Writ(writ::WritCmd),
     Redact(redact::Redact),
-    Mcp(mcp::Mcp),
-    Hook(hook::Hook),
+    Mcp(kura_serve::agents::client::relay::Mcp),
+    Hook(kura_serve::agents::client::hook::Hook),
     Bench(bench::Bench),
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),
@@ -165,8 +163,8 @@ impl Command {
             Command::Fleet(c) => c.run(ctx),
             Command::Writ(c) => c.run(ctx),
             Command::Redact(c) => c.run(ctx),
-            Command::Mcp(c) => c.run(ctx),
-            Command::Hook(c) => c.run(ctx),
+            Command::Mcp(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
+            Command::Hook(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Bench(c) => c.run(ctx),
             Command::BenchPeer(c) => c.run(ctx),
             Command::VerifyProof(c) => c.run(ctx),
@@ -211,18 +209,18 @@ fn read_input(path: &Path) -> anyhow::Result<String> {
 
 /// The people whose writs and redactions count: `KURA_WRITS__ISSUERS`, else `[writs]
 /// issuers` in serve.toml.
-fn people() -> anyhow::Result<Vec<kura_policy::writ::Issuer>> {
+fn people() -> anyhow::Result<Vec<kura_work::kura_policy::writ::Issuer>> {
     // The environment over the file, as for every daemon's config.
     #[derive(Default, serde::Serialize, serde::Deserialize)]
     #[serde(default)]
     struct Env {
-        writs: kura_policy::writ::WritsConfig,
+        writs: kura_work::kura_policy::writ::WritsConfig,
     }
-    let (env, _) = kura_runtime::config::load_with_env::<Env>(None, std::env::vars())?;
+    let (env, _) = kura_serve::runtime::config::load_with_env::<Env>(None, std::env::vars())?;
     if !env.writs.issuers.is_empty() {
         return Ok(env.writs.issuers);
     }
-    Ok(crate::tlog::serve_config()?
+    Ok(kura_serve::anchor::serve_config()?
         .map(|c| c.writs.issuers)
         .unwrap_or_default())
 }
@@ -232,7 +230,7 @@ fn people() -> anyhow::Result<Vec<kura_policy::writ::Issuer>> {
 /// fail there, so it is refused before anything is written.
 fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
     let Some(path) = path else {
-        if let Some(ring) = crate::tlog::serve_config()?.and_then(|c| c.serve.keyring) {
+        if let Some(ring) = kura_serve::anchor::serve_config()?.and_then(|c| c.serve.keyring) {
             bail!(
                 "this install checks who seals ([serve] keyring = {}): give --sealer-key with a \
                  service seed, e.g. /etc/kura/keys/operator.nk",
@@ -241,9 +239,9 @@ fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
         }
         return Ok(());
     };
-    let key = kura_runtime::identity::read_seed(path)?;
-    store.set_sealer(Some(kura_tlog::sealer::Sealer::new(std::sync::Arc::new(
-        key,
-    ))?));
+    let key = kura_serve::runtime::identity::read_seed(path)?;
+    store.set_sealer(Some(kura_store::tlog::sealer::Sealer::new(
+        std::sync::Arc::new(key),
+    )?));
     Ok(())
 }

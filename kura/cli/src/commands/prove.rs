@@ -87,7 +87,7 @@ impl Prove {
         } = self;
         let mut proof = kura_store::proof::prove(&store, id(&record)?, id(&ledger)?)?;
         if let Some(file) = checkpoint {
-            let vkey = crate::tlog::log_verifier(log_key)?;
+            let vkey = kura_serve::anchor::log_verifier(log_key)?;
             let note = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             kura_store::proof::link_to_checkpoint(&store, &mut proof, &note, &vkey)?;
@@ -111,7 +111,7 @@ impl VerifyProof {
             anyhow::anyhow!("{} is not a Kura inclusion proof: {e}", file.display())
         })?;
         let vkey = match proof.seal_log {
-            Some(_) => Some(crate::tlog::log_verifier(log_key)?),
+            Some(_) => Some(kura_serve::anchor::log_verifier(log_key)?),
             None => None,
         };
         let mut chained = None;
@@ -123,12 +123,12 @@ impl VerifyProof {
             .verify(root)
             .map_err(|e| e.to_string())
             .and_then(|()| match &proof.redacted {
-                Some(r) => kura_policy::writ::verify_redaction(&r.redaction, &people)
+                Some(r) => kura_work::kura_policy::writ::verify_redaction(&r.redaction, &people)
                     .map_err(|e| format!("the record is redacted, but {e}")),
                 None => Ok(()),
             })
             .and_then(|()| match &vkey {
-                Some(v) => kura_tlog::proof::verify_link(&proof, v)
+                Some(v) => kura_store::tlog::proof::verify_link(&proof, v)
                     .map(|c| chained = Some(c))
                     .map_err(|e| e.to_string()),
                 None => Ok(()),

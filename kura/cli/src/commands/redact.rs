@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use kura_policy::writ::{format_time, sign_redaction};
+use kura_work::kura_policy::writ::{format_time, sign_redaction};
 use proto::writ::{REDACTION_KIND, RedactionBody};
 
 use super::{Ctx, Outcome, id, use_sealer};
@@ -18,7 +18,7 @@ pub struct Redact {
     #[arg(long)]
     reason: String,
     /// Your key file (you must be one of `[writs] issuers`).
-    #[arg(long, default_value_os_t = kura_runtime::person::default_key_path())]
+    #[arg(long, default_value_os_t = kura_serve::runtime::person::default_key_path())]
     key: PathBuf,
     /// An nkey seed that signs the authority ledger's seal (on installs with a keyring).
     #[arg(long)]
@@ -34,7 +34,7 @@ impl Redact {
         let record = store
             .read_record(record_id)
             .with_context(|| format!("no record {record_id} (see `kura log --records`)"))?;
-        let (name, key) = kura_runtime::person::load(&self.key)?;
+        let (name, key) = kura_serve::runtime::person::load(&self.key)?;
         let body = RedactionBody {
             kind: REDACTION_KIND.into(),
             record_id: record_id.to_string(),

@@ -1,10 +1,11 @@
-//! `kura serve`: read the config and run the daemon ([`crate::serve`]) until a signal.
+//! `kura serve`: the daemon's thin `main` — read the config and run [`kura_serve::run`]
+//! until a signal.
 
 use std::path::PathBuf;
 
 use super::Ctx;
 use super::Outcome;
-use crate::serve_config::ServeConfig;
+use kura_serve::ServeConfig;
 
 /// Run the kura daemon: integrity sweeps, WAL checkpoints, backups (settings from a TOML
 /// file and KURA_* variables, like the other daemons; the database is `common.db`).
@@ -23,14 +24,18 @@ impl Serve {
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         if self.print_default_config {
             ctx.out
-                .line(kura_runtime::to_toml(&ServeConfig::default()).trim_end())?;
+                .line(kura_serve::runtime::to_toml(&ServeConfig::default()).trim_end())?;
             return Ok(Outcome::Ok);
         }
-        let (mut config, rt) = kura_runtime::start::<ServeConfig>("kura", self.config.as_deref())?;
+        let (mut config, rt) =
+            kura_serve::runtime::start::<ServeConfig>("kura", self.config.as_deref())?;
         if let Some(db) = ctx.db_given.clone() {
             config.common.db = db;
         }
-        rt.block_on(crate::serve::serve(config, kura_runtime::shutdown_signal()))?;
+        rt.block_on(kura_serve::run(
+            config,
+            kura_serve::runtime::shutdown_signal(),
+        ))?;
         Ok(Outcome::Ok)
     }
 }

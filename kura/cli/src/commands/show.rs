@@ -113,7 +113,7 @@ fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyho
             records: &records,
         })?;
     } else {
-        let ring = crate::tlog::keyring(None).unwrap_or_default();
+        let ring = kura_serve::anchor::keyring(None).unwrap_or_default();
         let sealer = output::sealer_name(store, ring.as_ref(), uid)?;
         output::ledger_block(out, &l, head, sealer.as_deref())?;
         out.line(format!("Session: {}", l.session_id))?;

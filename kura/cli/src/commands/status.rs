@@ -18,12 +18,12 @@ impl Status {
             out.json(&st)?;
         } else {
             print_status(out, &st)?;
-            out.line(crate::tlog::anchoring(store.path()))?;
+            out.line(kura_serve::anchor::anchoring(store.path()))?;
             // A fleet: one line per Pi, so a replica's ALARM shows where people look first.
-            if let Ok(Some(config)) = crate::tlog::serve_config()
+            if let Ok(Some(config)) = kura_serve::anchor::serve_config()
                 && (config.fleet.name.is_some() || !config.fleet.peers.is_empty())
             {
-                for p in kura_fleet::status::read(&config.fleet, store.path())? {
+                for p in kura_serve::fleet::status::read(&config.fleet, store.path())? {
                     out.line(format!("fleet: {}", super::fleet::line(&p)))?;
                 }
             }

@@ -64,13 +64,13 @@ impl Verify {
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
         let scope = scope(&store, self.id, self.all)?;
-        let trust = crate::tlog::Trust::resolve(
+        let trust = kura_serve::anchor::Trust::resolve(
             self.log_key,
             self.checkpoints,
             self.witnesses,
             store.path(),
         )?;
-        let keyring = crate::tlog::keyring(self.keyring)?;
+        let keyring = kura_serve::anchor::keyring(self.keyring)?;
         let people = super::people()?;
         let mut report = kura_store::verify::verify_with(
             &store,

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use kura_policy::writ::{self as check};
 use kura_store::Store;
+use kura_work::kura_policy::writ::{self as check};
 use kura_work::writs::{self, StoredWrit};
 use proto::Effect;
 use proto::writ::{Budget, REVOCATION_KIND, RevocationBody, WRIT_KIND, WritBody};
@@ -59,7 +59,7 @@ pub enum WritCmd {
         #[command(flatten)]
         scope: Scope,
         /// Your key file (`aegis keygen`).
-        #[arg(long, default_value_os_t = kura_runtime::person::default_key_path())]
+        #[arg(long, default_value_os_t = kura_serve::runtime::person::default_key_path())]
         key: PathBuf,
         /// An nkey seed that signs the authority ledger's seal (on installs with a keyring).
         #[arg(long)]
@@ -88,7 +88,7 @@ pub enum WritCmd {
         #[arg(long)]
         reason: String,
         /// Your key file: a `[writs] issuers` person's, or the parent's delegate key.
-        #[arg(long, default_value_os_t = kura_runtime::person::default_key_path())]
+        #[arg(long, default_value_os_t = kura_serve::runtime::person::default_key_path())]
         key: PathBuf,
         /// Revoke as the delegator of the writ (signed with its parent's delegate key).
         #[arg(long)]
@@ -220,7 +220,7 @@ fn grant(
     scope: Scope,
     key: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let (name, signing) = kura_runtime::person::load(key)?;
+    let (name, signing) = kura_serve::runtime::person::load(key)?;
     let w = check::sign_writ(&signing, scope.body(format!("user:{name}"), None)?);
     let issuers = super::people()?;
     check::verify_grant(&w, &issuers).map_err(|e| match e {
@@ -245,7 +245,7 @@ fn delegate(
 ) -> anyhow::Result<()> {
     let p = writs::writ(store, parent)?
         .with_context(|| format!("no writ {parent} here (see `kura writ list`)"))?;
-    let (name, signing) = kura_runtime::person::load(key)?;
+    let (name, signing) = kura_serve::runtime::person::load(key)?;
     let body = scope.body(format!("writ:{parent}"), Some(&p.writ.body))?;
     let w = check::sign_writ(&signing, body);
     let sealer = store.sealer().cloned();
@@ -278,7 +278,7 @@ fn revoke(
 ) -> anyhow::Result<()> {
     let target = writs::writ(store, id)?
         .with_context(|| format!("no writ {id} here (see `kura writ list`)"))?;
-    let (name, signing) = kura_runtime::person::load(key)?;
+    let (name, signing) = kura_serve::runtime::person::load(key)?;
     let by = match (&target.writ.body.parent, as_delegator) {
         (Some(p), true) => format!("writ:{p}"),
         (None, true) => {

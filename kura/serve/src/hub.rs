@@ -11,7 +11,7 @@ use kura_runtime::identity;
 use proto::fleet;
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{Ctx, Outcome};
+use kura_runtime::bus::Credentials;
 
 /// The hub's description, `hub.toml` in its directory; the node configs are made from it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,6 +50,123 @@ const CA: &str = "hub-ca.pem";
 const CERT: &str = "hub-server.pem";
 const KEY: &str = "hub-server-key.pem";
 const ADMIN_SEED: &str = "hub-admin.seed";
+
+/// Where the hub is and who connects to it.
+#[derive(Debug, clap::Args)]
+pub struct HubConn {
+    /// A hub node's client URL (`tls://hub.lan:4222`).
+    #[arg(long)]
+    pub url: String,
+    /// The identity's seed file: the hub operator's `hub-admin.seed`, or on the Pi its
+    /// `serve` seed when its bus is joined to the hub.
+    #[arg(long)]
+    pub seed: PathBuf,
+    /// The CA of the server at `--url` (`hub-ca.pem`, or the Pi's `nats-ca.pem`).
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+}
+
+/// `kura fleet restore`.
+#[derive(Debug, clap::Args)]
+pub struct Restore {
+    /// The Pi to restore (its fleet name).
+    pub pi: String,
+    /// Its log's verifier key (kept off the Pi: the fleet's config, a witness, a note).
+    #[arg(long)]
+    pub log_verifier: String,
+    /// The new database (must not exist).
+    #[arg(long)]
+    pub to: PathBuf,
+    /// Where the signer's head goes (`[serve] checkpoint_file`; on an installed Pi
+    /// `/var/lib/kura-serve/checkpoint`); default: `<to>.checkpoint`. Must not exist.
+    #[arg(long)]
+    pub checkpoint_file: Option<PathBuf>,
+    #[command(flatten)]
+    /// The hub to restore from.
+    pub hub: HubConn,
+}
+
+/// A small runtime for one command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+impl HubConn {
+    /// Connects with the seed and CA given.
+    pub async fn connect(&self) -> anyhow::Result<async_nats::Client> {
+        let creds = Credentials {
+            key: Some(std::sync::Arc::new(kura_runtime::identity::read_seed(
+                &self.seed,
+            )?)),
+            ca: self.ca.clone(),
+        };
+        creds.connect_once("kura-fleet", &self.url).await
+    }
+}
+
+impl Restore {
+    /// Restores the Pi; returns what to tell the person.
+    pub fn run(self, people: Vec<kura_policy::writ::Issuer>) -> anyhow::Result<String> {
+        proto::fleet::check_pi_name(&self.pi)?;
+        anyhow::ensure!(
+            !self.to.exists(),
+            "{} exists: restore builds a new database (move the old one away first)",
+            self.to.display()
+        );
+        let head = crate::anchor::state_file(self.checkpoint_file.as_deref(), &self.to);
+        anyhow::ensure!(
+            !head.exists(),
+            "{} exists: it is an older signer's head; move it away so the restored log's own checkpoint takes its place",
+            head.display()
+        );
+        let dir = self
+            .to
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let peer = kura_fleet::FleetPeer {
+            name: self.pi.clone(),
+            log_verifier: self.log_verifier.clone(),
+            keyring: None,
+        };
+        let rt = runtime()?;
+        let built = tempfile::Builder::new()
+            .prefix(".kura-restore-")
+            .tempdir_in(&dir)
+            .with_context(|| format!("cannot write in {}", dir.display()))?;
+        let (size, note) = rt.block_on(async {
+            let client = self.hub.connect().await?;
+            // A restore holds at most one checkpoint's batch at a time, like a receiver.
+            let r = kura_fleet::receive::Receiver::new(
+                client,
+                &peer,
+                None,
+                built.path(),
+                256 << 20,
+                None,
+            )
+            .await?
+            .with_people(people);
+            anyhow::Ok(r.catch_up().await?)
+        })?;
+        let db = kura_fleet::receive::replica_path(built.path(), &self.pi);
+        std::fs::rename(&db, &self.to).with_context(|| {
+            format!("cannot move the restored database to {}", self.to.display())
+        })?;
+        kura_tlog::witness::save_last(&head, &note)?;
+        Ok(format!(
+            "restored {}: {size} sealed ledgers verified against its checkpoint at size {size}; \
+             {} holds that checkpoint, so its signer continues the same log (restore the log key and \
+             the bus keys from their backup; work in flight is not replicated)",
+            self.to.display(),
+            head.display()
+        ))
+    }
+}
 
 /// `kura fleet init-hub`.
 #[derive(Debug, clap::Args)]
@@ -102,7 +219,7 @@ pub struct SetupHub {
 
 impl SetupHub {
     /// Makes what is missing on the hub.
-    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+    pub fn run(self) -> anyhow::Result<String> {
         let hub = read_hub(&self.dir)?;
         let url = self.url.clone().unwrap_or_else(|| {
             let host = hub
@@ -112,7 +229,7 @@ impl SetupHub {
                 .unwrap_or_else(|| hub.host.clone());
             format!("tls://{host}:{}", hub.client_port)
         });
-        let conn = crate::commands::fleet::HubConn {
+        let conn = HubConn {
             url,
             seed: self.dir.join(ADMIN_SEED),
             ca: Some(self.dir.join(CA)),
@@ -122,7 +239,7 @@ impl SetupHub {
             replicas: usize::from(hub.nodes),
             bytes_per_pi: self.mib_per_pi.saturating_mul(1 << 20),
         };
-        crate::commands::fleet::runtime()?.block_on(async {
+        runtime()?.block_on(async {
             let js = async_nats::jetstream::with_domain(conn.connect().await?, fleet::DOMAIN);
             kura_fleet::hub::setup(&js, &pis, quota).await.map_err(|e| {
                 // JetStream reserves each quota on the node's disk up front.
@@ -133,14 +250,13 @@ impl SetupHub {
                 }
             })
         })?;
-        ctx.out.line(format!(
+        Ok(format!(
             "hub ready: the bucket {} and, for each of {} Pi(s), its stream and object store ({} copies, {} MiB each)",
             fleet::CHECKPOINTS_BUCKET,
             pis.len(),
             hub.nodes,
             self.mib_per_pi
-        ))?;
-        Ok(Outcome::Ok)
+        ))
     }
 }
 
@@ -162,7 +278,7 @@ fn random_hex(bytes: usize) -> anyhow::Result<String> {
 
 impl InitHub {
     /// Writes the hub's directory.
-    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+    pub fn run(self) -> anyhow::Result<String> {
         anyhow::ensure!(
             self.nodes == 1 || self.nodes == 3,
             "--nodes must be 1 or 3 (JetStream needs a majority: 3 nodes survive one loss)"
@@ -217,21 +333,20 @@ impl InitHub {
             pis: Vec::new(),
         };
         write_hub(&self.dir, &hub)?;
-        ctx.out.line(format!(
+        Ok(format!(
             "hub of {} node(s) in {}: add Pis with `kura fleet add-pi NAME --dir {}`, run `nats-server -c hub-<n>.conf` per node \
              (the kura-hub@<n> unit), then `kura fleet setup-hub --dir {}`",
             hub.nodes,
             self.dir.display(),
             self.dir.display(),
             self.dir.display()
-        ))?;
-        Ok(Outcome::Ok)
+        ))
     }
 }
 
 impl AddPi {
     /// Adds the Pi's leaf key and rewrites the node configs.
-    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+    pub fn run(self) -> anyhow::Result<String> {
         fleet::check_pi_name(&self.name)?;
         let mut hub = read_hub(&self.dir)?;
         anyhow::ensure!(
@@ -253,7 +368,7 @@ impl AddPi {
         let urls: Vec<String> = (0..hub.nodes)
             .map(|n| format!("\"tls://{}:{}\"", node_address(&hub, n), hub.leaf_port + n))
             .collect();
-        ctx.out.line(format!(
+        Ok(format!(
             "{} may join: copy {} to the Pi as /etc/kura/fleet/leaf.seed (0600) and {} as \
              /etc/kura/fleet/hub-ca.pem; in mikado.toml set\n[nats.hub]\nurls = [{}]\n\
              (README: A fleet of Pis, for mikado's credentials), and in serve.toml [fleet] name = \"{}\". \
@@ -263,8 +378,7 @@ impl AddPi {
             self.dir.join(CA).display(),
             urls.join(", "),
             self.name
-        ))?;
-        Ok(Outcome::Ok)
+        ))
     }
 }
 

@@ -9,8 +9,7 @@ use futures::StreamExt as _;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::RwLock;
 
-use super::{Ctx, Outcome};
-use crate::agent_client::AgentArgs;
+use super::AgentArgs;
 
 /// One message's cap (JSON-RPC line from the client, or one answer from the server).
 const MAX_MESSAGE: usize = 8 << 20;
@@ -24,7 +23,8 @@ pub struct Mcp {
 
 impl Mcp {
     /// Relays until stdin closes.
-    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+    /// `say` writes one whole message to stdout.
+    pub fn run(self, mut say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
         let token = self.agent.token()?;
         let client = self.agent.client()?;
         let url = self.agent.at("/mcp");
@@ -42,14 +42,14 @@ impl Mcp {
             relayed
         });
         for answer in answers {
-            if ctx.out.message(&answer).is_err() {
+            if say(&answer).is_err() {
                 break; // the client is gone
             }
         }
         relay
             .join()
             .map_err(|_| anyhow::anyhow!("the relay thread panicked"))??;
-        Ok(Outcome::Ok)
+        Ok(())
     }
 }
 

@@ -1,5 +1,6 @@
-//! The seal log from the command line: the log key, checkpoints, consistency proofs, and
-//! which checkpoint `kura verify` holds the store to.
+//! Where history is anchored: the log key, the signer's head beside the database,
+//! checkpoints signed by hand, consistency proofs, the keyring, and which checkpoint
+//! `kura verify` holds the store to — shared by the signer and the `kura` command line.
 
 use std::path::{Path, PathBuf};
 
@@ -11,45 +12,30 @@ use kura_tlog::checkpoint::{self, LogKey};
 use kura_tlog::{seallog, witness};
 use serde::Serialize;
 
-use crate::output::Out;
-use crate::serve_config::ServeConfig;
-
-/// `kura log-key init --json`.
-#[derive(Serialize)]
-struct NewKey<'a> {
-    /// Where the key was written.
-    key: &'a Path,
-    /// Its verifier key, to pin.
-    verifier: &'a str,
-}
+use crate::config::ServeConfig;
 
 /// `kura prove-consistency`'s reply.
-#[derive(Serialize)]
-struct Consistency<'a> {
+#[derive(Debug, Serialize)]
+pub struct Consistency {
     /// The newer tree extends the old one.
-    consistent: bool,
+    pub consistent: bool,
     /// The newer tree's root (base64).
-    new_root: String,
+    pub new_root: String,
     /// The newer tree's size.
-    new_size: u64,
+    pub new_size: u64,
     /// The old tree's root (base64).
-    old_root: String,
+    pub old_root: String,
     /// The old tree's size.
-    old_size: u64,
+    pub old_size: u64,
     /// The log's name.
-    origin: &'a str,
+    pub origin: String,
     /// The RFC 6962 consistency proof, hash by hash (base64).
-    proof: Vec<String>,
+    pub proof: Vec<String>,
 }
 
-/// `kura log-key init`: a new log key written 0600 (never over an existing file).
-pub fn init_key(
-    out: &mut Out,
-    json: bool,
-    path: &Path,
-    name: &str,
-    witness: bool,
-) -> anyhow::Result<()> {
+/// `kura log-key init`: a new log key written 0600 (never over an existing file); returns
+/// its verifier key (as a witness's cosignature key when `witness`).
+pub fn init_key(path: &Path, name: &str, witness: bool) -> anyhow::Result<String> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let (skey, _) = checkpoint::generate(name)?;
@@ -62,24 +48,7 @@ pub fn init_key(
         .with_context(|| format!("cannot create {} (never overwritten)", path.display()))?;
     writeln!(f, "{skey}")?;
     f.sync_all()?;
-    if json {
-        out.json_sorted(&NewKey {
-            key: path,
-            verifier: &vkey,
-        })?;
-    } else {
-        out.line(format!(
-            "log key written to {} (0600; hand it to kura serve only)",
-            path.display()
-        ))?;
-        if witness {
-            out.line("give its cosignature verifier key to the Kura it witnesses ([[serve.witness_peers]] vkey):")?;
-        } else {
-            out.line("pin its verifier key in /etc/kura/serve.toml ([serve] log_verifier) and with every witness:")?;
-        }
-        out.line(vkey)?;
-    }
-    Ok(())
+    Ok(vkey)
 }
 
 /// A key's verifier key: the log's (signed-note Ed25519), or as a witness (cosignature/v1).
@@ -153,13 +122,8 @@ pub struct Signing<'a> {
 
 /// `kura checkpoint`: with a key, sign the log as it is now (refusing a tree that does not
 /// extend the last one signed, or a non-empty log with no last one unless the person says
-/// `--trust-current`) and print it; without, print the last one signed.
-pub fn checkpoint(
-    out: &mut Out,
-    store: &Store,
-    db: &Path,
-    signing: &Signing<'_>,
-) -> anyhow::Result<()> {
+/// `--trust-current`) and return it; without, return the last one signed.
+pub fn checkpoint(store: &Store, db: &Path, signing: &Signing<'_>) -> anyhow::Result<String> {
     let config = serve_config()?;
     let state = state_file(
         signing.state.or(config
@@ -175,8 +139,7 @@ pub fn checkpoint(
                 state.display()
             )
         })?;
-        out.line(note.trim_end())?;
-        return Ok(());
+        return Ok(note);
     };
     let key = LogKey::load(key_path)?;
     match witness::sign_next(
@@ -193,8 +156,7 @@ pub fn checkpoint(
                 );
             }
             witness::save_last(&state, &note)?;
-            out.line(note.trim_end())?;
-            Ok(())
+            Ok(note)
         }
         Err(why @ witness::Refusal::NoHead { .. }) => {
             bail!("{why}: {}", no_head_help(&state, Some(key_path)))
@@ -213,13 +175,13 @@ fn read_body(path: &Path) -> anyhow::Result<tlog_tiles::Checkpoint> {
 }
 
 /// `kura prove-consistency OLD [NEW]`: the RFC 6962 proof that the tree of NEW (default:
-/// the store's log now) extends the tree of OLD, from the store's hashes.
+/// the store's log now) extends the tree of OLD, from the store's hashes. The reply says
+/// whether it does (`consistent`); the caller prints it, then fails when it does not.
 pub fn prove_consistency(
-    out: &mut Out,
     store: &Store,
     old: &Path,
     new: Option<&Path>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Consistency> {
     let old = read_body(old)?;
     let (new_size, new_root) = match new {
         Some(p) => {
@@ -237,19 +199,15 @@ pub fn prove_consistency(
         || (old.size() == new_size && *old.hash() == new_root)
         || (old.size() < new_size
             && tlog_tiles::check_tree(&proof, new_size, new_root, old.size(), *old.hash()).is_ok());
-    out.json_sorted(&Consistency {
+    Ok(Consistency {
         consistent: ok,
         new_root: b64(&new_root),
         new_size,
         old_root: b64(old.hash()),
         old_size: old.size(),
-        origin: old.origin(),
+        origin: old.origin().to_owned(),
         proof: proof.iter().map(b64).collect(),
-    })?;
-    if !ok {
-        bail!("the store's log does not extend that checkpoint");
-    }
-    Ok(())
+    })
 }
 
 /// The log's verifier key: given, else `[serve] log_verifier`.

@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::{Ctx, Outcome};
-use crate::agent_client::{AgentArgs, CallError, call};
+use super::{AgentArgs, CallError, call};
 
 /// The most of a hook payload read from stdin.
 const MAX_PAYLOAD: u64 = 4 << 20;
@@ -117,7 +116,8 @@ struct PreToolDecision {
 
 impl Hook {
     /// Maps one hook call. Exit 2 (with the reason on stderr) only when a call must not run.
-    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+    /// `say` writes one whole message to stdout.
+    pub fn run(self, mut say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
         let HookAgent::ClaudeCode = self.agent;
         let mut raw = String::new();
         std::io::stdin()
@@ -132,10 +132,10 @@ impl Hook {
         let event = self.event;
         match rt.block_on(self.map(&input)) {
             Ok(Some(answer)) => {
-                ctx.out.message(&answer)?;
-                Ok(Outcome::Ok)
+                say(&answer)?;
+                Ok(())
             }
-            Ok(None) => Ok(Outcome::Ok),
+            Ok(None) => Ok(()),
             // Exit 2 blocks: only a tool call is ever refused. For the other events exit 2
             // would erase the prompt or keep the agent from stopping, so a failure there is
             // reported (exit 1: Claude Code shows it and goes on).

@@ -12,7 +12,7 @@ use kura_runtime::{Bus, Stop};
 use kura_store::Store;
 use kura_tlog::cosign::Witness;
 
-use crate::serve_config::ServeConfig;
+use crate::config::ServeConfig;
 
 /// Signs checkpoints for the publisher: the signer's round (which refuses a log that does
 /// not extend its last checkpoint), then the checkpoint at the size asked for.
@@ -65,7 +65,7 @@ pub(crate) fn start(
     };
     for peer in &fleet.peers {
         let keyring = match &peer.keyring {
-            Some(k) => crate::tlog::keyring(Some(k.clone()))?,
+            Some(k) => crate::anchor::keyring(Some(k.clone()))?,
             None => None,
         };
         let (client, peer, dir, max) = (

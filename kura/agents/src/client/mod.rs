@@ -1,6 +1,9 @@
-//! The client side of Kura's agent surface, for `kura mcp` and `kura hook`: where `kura
-//! serve` is and the agent's token. These run beside an outside agent on a laptop or a Pi and
+//! The client side of Kura's agent surface, `kura mcp` ([`relay`]) and `kura hook`
+//! ([`hook`]): where `kura serve` is and the agent's token. These run beside an outside agent on a laptop or a Pi and
 //! never open the database.
+
+pub mod hook;
+pub mod relay;
 
 use std::path::PathBuf;
 
