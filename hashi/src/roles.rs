@@ -58,7 +58,7 @@ impl Roles {
         specs: Arc<[ToolSpec]>,
         handle: &tokio::runtime::Handle,
     ) -> anyhow::Result<Roles> {
-        roster.check().map_err(anyhow::Error::msg)?;
+        roster.check()?;
         let mut roles = Roles::single(base, specs.clone());
         roles.default_role = roster.default_role.clone();
         for r in &roster.roles {

@@ -54,7 +54,7 @@ impl Default for MinatoConfig {
 /// on its own thread with its own store handle, woken by doorbells and reconnects and
 /// polling SQLite regardless.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    config.roster.check().map_err(anyhow::Error::msg)?;
+    config.roster.check()?;
     let mut daemon = Daemon::start("minato", &config.common).await?;
     let poll = config.common.poll_interval();
     let hits = config.minato.memory_hits;

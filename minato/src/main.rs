@@ -154,10 +154,10 @@ fn main() -> ExitCode {
 fn validator(
     role: Option<String>,
     cmd: Option<&str>,
-) -> Result<Option<proto::plan::Validator>, String> {
+) -> anyhow::Result<Option<proto::plan::Validator>> {
     let command = match cmd {
         Some(c) => shlex::split(c).filter(|a| !a.is_empty()).ok_or_else(|| {
-            format!("--validate-cmd {c:?} is not a command line (check its quotes)")
+            anyhow::anyhow!("--validate-cmd {c:?} is not a command line (check its quotes)")
         })?,
         None => Vec::new(),
     };

@@ -473,13 +473,16 @@ fn checked_plan(
     plan: &Record,
     nesting: usize,
     root_seq: i64,
-) -> Result<std::result::Result<PlanContent, String>> {
+) -> Result<std::result::Result<PlanContent, kura_plan::PlanError>> {
     let content: PlanContent = match serde_json::from_value(plan.content.clone()) {
         Ok(c) => c,
-        Err(e) => return Ok(Err(format!("not a plan: {e}"))),
+        Err(e) => {
+            let why = proto::text::excerpt(&e.to_string(), 200);
+            return Ok(Err(kura_plan::PlanError::NotAPlan(why)));
+        }
     };
     if let Err(e) = kura_plan::check(&content, roster, nesting) {
-        return Ok(Err(e.to_string()));
+        return Ok(Err(e));
     }
     // A step that names no role is the default role's, not routed by keyword.
     let mut content = content;
@@ -489,12 +492,11 @@ fn checked_plan(
     let used = plans::turns_of_tree(tx, root_seq)?;
     let max = roster.limits.max_turns;
     if used.saturating_add(content.steps.len() as i64) > max {
-        let e = kura_plan::PlanError::TooManyTurns {
+        return Ok(Err(kura_plan::PlanError::TooManyTurns {
             used,
             steps: content.steps.len(),
             max,
-        };
-        return Ok(Err(e.to_string()));
+        }));
     }
     Ok(Ok(content))
 }
@@ -505,7 +507,7 @@ fn refuse_plan(
     tx: &Tx<'_>,
     session: SessionId,
     output: LedgerId,
-    why: &str,
+    why: &kura_plan::PlanError,
     sealer: Option<&Sealer>,
 ) -> Result<LedgerId> {
     tracing::warn!(%session, %why, "plan refused");

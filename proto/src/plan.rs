@@ -54,13 +54,25 @@ pub const MAX_VALIDATOR_ARGS: usize = 64;
 /// See [`MAX_VALIDATOR_ARGS`].
 pub const MAX_VALIDATOR_ARG_BYTES: usize = 4096;
 
+/// Why a validator is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValidatorError {
+    /// Both a role and a command, or neither.
+    #[error("a validator is a role or a command, one of them")]
+    RoleOrCommand,
+    /// A command over the bounds.
+    #[error(
+        "a validator command has at most {MAX_VALIDATOR_ARGS} arguments of {MAX_VALIDATOR_ARG_BYTES} bytes, without NUL"
+    )]
+    CommandTooLarge,
+}
+
 impl Validator {
     /// Exactly one of a role and a command, the command bounded.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ValidatorError> {
         match (&self.role, self.command.is_empty()) {
-            (Some(_), false) | (None, true) => {
-                Err("a validator is a role or a command, one of them".into())
-            }
+            (Some(_), false) | (None, true) => Err(ValidatorError::RoleOrCommand),
             (Some(_), true) => Ok(()),
             (None, false) => {
                 if self.command.len() > MAX_VALIDATOR_ARGS
@@ -69,9 +81,7 @@ impl Validator {
                         .iter()
                         .any(|a| a.len() > MAX_VALIDATOR_ARG_BYTES || a.contains('\0'))
                 {
-                    return Err(format!(
-                        "a validator command has at most {MAX_VALIDATOR_ARGS} arguments of {MAX_VALIDATOR_ARG_BYTES} bytes, without NUL"
-                    ));
+                    return Err(ValidatorError::CommandTooLarge);
                 }
                 Ok(())
             }

@@ -132,8 +132,13 @@ pub struct Revocation {
     pub signature: String,
 }
 
+/// A holder name that is none of the four kinds (the refused name, bounded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid holder {0:?}: expected session:<id>, agent:<name>, user:<name> or role:<name>")]
+pub struct InvalidHolder(pub String);
+
 /// Why a holder name is refused.
-pub fn check_holder(holder: &str) -> Result<(), String> {
+pub fn check_holder(holder: &str) -> Result<(), InvalidHolder> {
     let ok = holder.len() <= MAX_FIELD_BYTES
         && holder.split_once(':').is_some_and(|(k, n)| {
             matches!(k, "session" | "agent" | "user" | "role")
@@ -144,9 +149,7 @@ pub fn check_holder(holder: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "invalid holder {holder:?}: expected session:<id>, agent:<name>, user:<name> or role:<name>"
-        ))
+        Err(InvalidHolder(crate::text::excerpt(holder, 80)))
     }
 }
 

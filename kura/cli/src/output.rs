@@ -3,8 +3,8 @@
 use proto::LedgerId;
 use std::io::{self, Write};
 
+use kura_serve::tlog::storage::LogStorage as _;
 use kura_store::store::{RefLogEntry, Session};
-use kura_store::tlog::storage::LogStorage as _;
 use proto::ledger::{Ledger, LedgerState};
 use proto::record::Record;
 use proto::text::escape_controls;
@@ -101,7 +101,7 @@ pub fn record_line(position: usize, r: &Record) -> String {
 /// Who sealed `ledger`: the keyring's name for the key and the key, or the key alone.
 pub fn sealer_name(
     store: &kura_store::Store,
-    keyring: Option<&kura_store::tlog::sealer::Keyring>,
+    keyring: Option<&kura_serve::tlog::sealer::Keyring>,
     ledger: LedgerId,
 ) -> anyhow::Result<Option<String>> {
     let Some(nkey) = store.seal_log().sealer_of(&ledger.to_string())? else {

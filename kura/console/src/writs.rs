@@ -61,7 +61,7 @@ pub async fn grant(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> 
         Err(e) => return answer(StatusCode::BAD_REQUEST, false, format!("not a writ: {e}")),
     };
     if let Err(why) = own(&l, &w.key, &w.body.issuer) {
-        return answer(StatusCode::FORBIDDEN, false, why);
+        return answer(StatusCode::FORBIDDEN, false, why.to_string());
     }
     if w.body.parent.is_some() {
         return answer(
@@ -112,7 +112,7 @@ pub async fn revoke(State(c): State<Shared>, headers: HeaderMap, body: Bytes) ->
         }
     };
     if let Err(why) = own(&l, &r.key, &r.body.by) {
-        return answer(StatusCode::FORBIDDEN, false, why);
+        return answer(StatusCode::FORBIDDEN, false, why.to_string());
     }
     let issuers = c.trust.issuers.clone();
     let id = r.body.writ_id.clone();
@@ -140,15 +140,24 @@ pub async fn revoke(State(c): State<Shared>, headers: HeaderMap, body: Bytes) ->
 /// A statement the logged-in person may send: signed by the key they logged in with and
 /// naming them. Another person's signed grant, relayed by someone logged in, is refused
 /// even when it would verify: the console speaks only for whoever is at the keyboard.
-fn own(l: &auth::Login, key: &str, who: &str) -> Result<(), String> {
+fn own(l: &auth::Login, key: &str, who: &str) -> Result<(), NotYours> {
     if !key.eq_ignore_ascii_case(&l.public_key) {
-        return Err(format!(
-            "signed with a key that is not the one {} logged in with",
-            l.name
-        ));
+        return Err(NotYours::Key(l.name.clone()));
     }
     if who != format!("user:{}", l.name) {
-        return Err(format!("it names {who}, but user:{} is logged in", l.name));
+        return Err(NotYours::Name {
+            named: proto::text::excerpt(who, 80),
+            logged_in: l.name.clone(),
+        });
     }
     Ok(())
+}
+
+/// Why a statement is not the logged-in person's to send.
+#[derive(Debug, thiserror::Error)]
+enum NotYours {
+    #[error("signed with a key that is not the one {0} logged in with")]
+    Key(String),
+    #[error("it names {named}, but user:{logged_in} is logged in")]
+    Name { named: String, logged_in: String },
 }

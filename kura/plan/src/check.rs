@@ -15,6 +15,9 @@ pub const MAX_INSTRUCTION_BYTES: usize = 16 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
+    /// The record is not a plan's content (the parser's reason, bounded).
+    #[error("not a plan: {0}")]
+    NotAPlan(String),
     /// No steps.
     #[error("the plan has no steps")]
     Empty,
@@ -152,6 +155,7 @@ pub fn check(
             let why = v
                 .check()
                 .err()
+                .map(|e| e.to_string())
                 .or_else(|| {
                     (!v.command.is_empty()).then(|| {
                         "a plan's validator is a role; a command validator is named by a person \

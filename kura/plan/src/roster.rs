@@ -102,33 +102,43 @@ pub fn is_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// A roster's own fault, refused at a daemon's start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RosterError {
+    /// A role name that is not 1-64 letters, digits, `_` or `-`.
+    #[error("[roster] role {0:?}: a name is 1-64 letters, digits, _ or -")]
+    BadName(String),
+    /// A role listed twice.
+    #[error("[roster] role {0:?} is listed twice")]
+    Twice(String),
+    /// A router role that is not a role here.
+    #[error("[roster] router_role {0:?} is not a role here; add it to [[roster.roles]]")]
+    UnknownRouter(String),
+    /// A default role that is not a role here.
+    #[error("[roster] default_role {0:?} is not a role here; add it to [[roster.roles]]")]
+    UnknownDefault(String),
+}
+
 impl RosterConfig {
     /// The roster's own faults (a bad or repeated name, an unknown default), for a daemon
     /// to refuse at start.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), RosterError> {
         for (i, r) in self.roles.iter().enumerate() {
             if !is_name(&r.name) {
-                return Err(format!(
-                    "[roster] role {:?}: a name is 1-64 letters, digits, _ or -",
-                    r.name
-                ));
+                return Err(RosterError::BadName(r.name.clone()));
             }
             if self.roles[..i].iter().any(|o| o.name == r.name) {
-                return Err(format!("[roster] role {:?} is listed twice", r.name));
+                return Err(RosterError::Twice(r.name.clone()));
             }
         }
         if let Some(r) = &self.router_role
             && !self.knows(r)
         {
-            return Err(format!(
-                "[roster] router_role {r:?} is not a role here; add it to [[roster.roles]]"
-            ));
+            return Err(RosterError::UnknownRouter(r.clone()));
         }
         if !self.knows(&self.default_role) {
-            return Err(format!(
-                "[roster] default_role {:?} is not a role here; add it to [[roster.roles]]",
-                self.default_role
-            ));
+            return Err(RosterError::UnknownDefault(self.default_role.clone()));
         }
         Ok(())
     }

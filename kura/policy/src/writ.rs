@@ -193,7 +193,7 @@ pub fn check_shape(w: &WritBody) -> Result<(), WritError> {
         )));
     }
     uuid::Uuid::parse_str(&w.id).map_err(|_| WritError::Malformed("id is not a UUID".into()))?;
-    check_holder(&w.holder).map_err(WritError::Malformed)?;
+    check_holder(&w.holder).map_err(|e| WritError::Malformed(e.to_string()))?;
     bounded("tools", &w.tools)?;
     bounded("paths", &w.paths)?;
     let (from, to) = (parse_time(&w.issued_at)?, parse_time(&w.expires_at)?);

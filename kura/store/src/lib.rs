@@ -31,8 +31,6 @@ pub mod verify;
 
 pub use cached::Cached;
 pub use error::{ConflictKind, Result, StoreError};
-/// The transparency log whose storage [`SealLog`] is (`kura_tlog::storage::LogStorage`).
-pub use kura_tlog as tlog;
 pub use seal_log::{SealLog, seal_log_size_read_only};
 pub use store::{Store, StoreOptions, Synchronous};
 pub use tx::{Db, Tx};

@@ -43,15 +43,26 @@ fn record_by_hash(c: &rusqlite::Connection, hash: &str) -> Result<Option<OwnedCo
         .optional()?)
 }
 
+/// Why a replicated seal does not verify.
+#[derive(Debug, thiserror::Error)]
+enum BadSeal {
+    #[error("the sealer is not a public key: {0}")]
+    Key(nkeys::error::Error),
+    #[error("the signature is not base64: {0}")]
+    Encoding(base64::DecodeError),
+    #[error("{0}")]
+    Signature(nkeys::error::Error),
+}
+
 /// Checks a sealer's signature over `ledger_hash`.
-fn check_seal(seal: &ReplSeal, ledger_hash: &str) -> std::result::Result<(), String> {
+fn check_seal(seal: &ReplSeal, ledger_hash: &str) -> std::result::Result<(), BadSeal> {
     use base64::Engine;
-    let key = nkeys::KeyPair::from_public_key(&seal.sealer).map_err(|e| e.to_string())?;
+    let key = nkeys::KeyPair::from_public_key(&seal.sealer).map_err(BadSeal::Key)?;
     let sig = base64::engine::general_purpose::STANDARD
         .decode(&seal.signature)
-        .map_err(|e| e.to_string())?;
+        .map_err(BadSeal::Encoding)?;
     key.verify(&kura_tlog::sealer::signing_bytes(ledger_hash), &sig)
-        .map_err(|e| e.to_string())
+        .map_err(BadSeal::Signature)
 }
 
 impl Tx<'_> {
@@ -60,7 +71,8 @@ impl Tx<'_> {
     /// does not recompute: a record's hash, the root over the members' leaves, the ledger
     /// hash over the header and the parents as stored here, the seal signature, or a
     /// seal-log place other than the next one.
-    pub fn import_ledger(
+    #[cfg(test)]
+    pub(crate) fn import_ledger(
         &self,
         l: &ReplLedger,
         records: &HashMap<String, OwnedColumns>,

@@ -83,7 +83,7 @@ pub fn submit_as(
     }
     let validator = match ask.validator {
         Some(v) => {
-            v.check().map_err(StoreError::Invalid)?;
+            v.check().map_err(|e| StoreError::Invalid(e.to_string()))?;
             Some(serde_json::to_string(v).map_err(|e| StoreError::Invalid(e.to_string()))?)
         }
         None => None,

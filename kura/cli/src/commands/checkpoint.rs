@@ -124,7 +124,7 @@ impl LogKeyCmd {
                 }
             }
             LogKeyCmd::Show { key, witness } => {
-                let key = kura_store::tlog::checkpoint::LogKey::load(&key)?;
+                let key = kura_serve::tlog::checkpoint::LogKey::load(&key)?;
                 out.line(kura_serve::anchor::verifier_of(&key, witness))?;
             }
         }

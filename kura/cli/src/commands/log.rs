@@ -1,9 +1,9 @@
 //! `kura log`: walk a session's ledgers like `git log` (`--graph` draws them, see
 //! [`crate::graph`]).
 
+use kura_serve::tlog::storage::LogStorage as _;
 use kura_store::Store;
 use kura_store::store::Session;
-use kura_store::tlog::storage::LogStorage as _;
 use proto::SessionId;
 use proto::ledger::Ledger;
 use proto::record::Record;

@@ -240,7 +240,7 @@ fn use_sealer(store: &mut Store, path: Option<&Path>) -> anyhow::Result<()> {
         return Ok(());
     };
     let key = kura_serve::runtime::identity::read_seed(path)?;
-    store.set_sealer(Some(kura_store::tlog::sealer::Sealer::new(
+    store.set_sealer(Some(kura_serve::tlog::sealer::Sealer::new(
         std::sync::Arc::new(key),
     )?));
     Ok(())

@@ -128,7 +128,7 @@ impl VerifyProof {
                 None => Ok(()),
             })
             .and_then(|()| match &vkey {
-                Some(v) => kura_store::tlog::proof::verify_link(&proof, v)
+                Some(v) => kura_serve::tlog::proof::verify_link(&proof, v)
                     .map(|c| chained = Some(c))
                     .map_err(|e| e.to_string()),
                 None => Ok(()),

@@ -179,6 +179,7 @@ pub(crate) fn record_id_by_hash(conn: &Connection, hash: &str) -> Result<Option<
         .optional()?)
 }
 
+#[cfg(test)]
 fn by_hash(conn: &Connection, hash: &str) -> Result<Option<Record>> {
     columns_by_hash(conn, hash)?
         .map(|c| record_from_columns(&c))
@@ -198,7 +199,8 @@ impl Store {
     }
 
     /// The record with this content hash, if any (dedup check).
-    pub fn exists_by_hash(&self, hash: &str) -> Result<Option<Record>> {
+    #[cfg(test)]
+    pub(crate) fn exists_by_hash(&self, hash: &str) -> Result<Option<Record>> {
         by_hash(&self.conn, hash)
     }
 
