@@ -55,6 +55,39 @@ pub async fn open(
     Ok((s, k, o))
 }
 
+/// The hub's refusal, as [`FleetError::HubFull`] when JetStream had no room for the quota —
+/// known by its error codes, never by its words.
+fn refused<E: std::error::Error + 'static>(e: E) -> FleetError {
+    let full = |c: jetstream::ErrorCode| {
+        [
+            jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED,
+            jetstream::ErrorCode::INSUFFICIENT_RESOURCES,
+            jetstream::ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
+        ]
+        .contains(&c)
+    };
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(cause) = at {
+        let code = cause
+            .downcast_ref::<jetstream::Error>()
+            .map(jetstream::Error::error_code)
+            .or_else(|| {
+                match cause
+                    .downcast_ref::<jetstream::context::CreateStreamError>()?
+                    .kind()
+                {
+                    jetstream::context::CreateStreamErrorKind::JetStream(j) => Some(j.error_code()),
+                    _ => None,
+                }
+            });
+        if code.is_some_and(full) {
+            return FleetError::HubFull(e.to_string());
+        }
+        at = cause.source();
+    }
+    FleetError::hub(e)
+}
+
 /// Makes, if they are not there yet, the checkpoints bucket and for each of `pis` its
 /// stream (its subjects only, file storage, kept forever, no deleting or purging) and its
 /// object store. Run by the hub's operator identity.
@@ -71,7 +104,7 @@ pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Res
             ..Default::default()
         })
         .await
-        .map_err(FleetError::hub)?;
+        .map_err(refused)?;
     }
     for pi in pis {
         proto::fleet::check_pi_name(pi).map_err(|e| FleetError::Config(e.to_string()))?;
@@ -91,7 +124,7 @@ pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Res
             ..Default::default()
         })
         .await
-        .map_err(FleetError::hub)?;
+        .map_err(refused)?;
         let bucket = fleet::objects_bucket(pi);
         if js.get_object_store(&bucket).await.is_err() {
             js.create_object_store(object_store::Config {
@@ -102,7 +135,7 @@ pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Res
                 ..Default::default()
             })
             .await
-            .map_err(FleetError::hub)?;
+            .map_err(refused)?;
         }
     }
     Ok(())

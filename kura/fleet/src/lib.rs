@@ -120,6 +120,9 @@ pub enum FleetError {
     /// The hub could not be reached or refused a request (not the data's fault).
     #[error("hub: {0}")]
     Hub(String),
+    /// The hub has no room for what was asked (JetStream reserves each quota up front).
+    #[error("hub full: {0}")]
+    HubFull(String),
     /// What an origin sent does not verify: nothing of it is written (an ALARM).
     #[error("refused {origin}'s history: {why}")]
     Refused {

@@ -478,7 +478,7 @@ impl Receiver {
             };
             let reply = witness.add_checkpoint(&body, now);
             match reply.status {
-                200 => {
+                kura_tlog::cosign::Status::Cosigned => {
                     let cosigned = format!("{note}{}", reply.body);
                     let key = fleet::cosignature_key(&self.origin, me);
                     if let Err(e) = self.kv.put(&key, cosigned.into_bytes().into()).await {
@@ -486,9 +486,9 @@ impl Receiver {
                     }
                     return;
                 }
-                409 => old = reply.body.trim().parse().unwrap_or(0),
+                kura_tlog::cosign::Status::WrongOld => old = reply.body.trim().parse().unwrap_or(0),
                 _ => {
-                    tracing::error!(origin = %self.origin, status = reply.status, why = %reply.body, "ALARM: this Pi's witness refused to cosign a checkpoint the replica verified");
+                    tracing::error!(origin = %self.origin, status = ?reply.status, why = %reply.body, "ALARM: this Pi's witness refused to cosign a checkpoint the replica verified");
                     return;
                 }
             }

@@ -63,7 +63,7 @@ impl Duties {
         if let Some(signer) = &self.signer
             && now >= due.sign
         {
-            (self.detail)(signer.round(store));
+            (self.detail)(signer.round(store).to_string());
             due.sign = now + ms(m.sign_interval_ms);
         }
         if now >= due.ckpt {

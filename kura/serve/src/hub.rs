@@ -241,13 +241,14 @@ impl SetupHub {
         };
         runtime()?.block_on(async {
             let js = async_nats::jetstream::with_domain(conn.connect().await?, fleet::DOMAIN);
-            kura_fleet::hub::setup(&js, &pis, quota).await.map_err(|e| {
+            kura_fleet::hub::setup(&js, &pis, quota).await.map_err(|e| match e {
                 // JetStream reserves each quota on the node's disk up front.
-                if e.to_string().contains("insufficient storage") {
-                    anyhow::anyhow!("{e}: the hub's disk cannot reserve {} MiB for each of {} Pi(s) twice over; lower --mib-per-pi", self.mib_per_pi, pis.len())
-                } else {
-                    e.into()
-                }
+                kura_fleet::FleetError::HubFull(_) => anyhow::anyhow!(
+                    "{e}: the hub's disk cannot reserve {} MiB for each of {} Pi(s) twice over; lower --mib-per-pi",
+                    self.mib_per_pi,
+                    pis.len()
+                ),
+                e => e.into(),
             })
         })?;
         Ok(format!(

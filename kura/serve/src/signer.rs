@@ -72,18 +72,18 @@ impl Signer {
     }
 
     /// Logs and counts a refusal to sign; what `kura status` shows until it is resolved.
-    fn alarm(&self, why: String) -> String {
+    fn alarm(&self, why: String) -> Round {
         let n = self
             .refused
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
         tracing::error!(%why, refused_rounds = n, "ALARM: not signing a checkpoint");
-        format!("ALARM: {why} ({n} rounds refused since start)")
+        Round::Alarm(format!("{why} ({n} rounds refused since start)"))
     }
 
     /// Signs the log as it is now unless it does not extend the last checkpoint, has peers
     /// cosign it, then hands it to every witness. Returns what `kura status` should show.
-    pub(crate) fn round(&self, store: &Store) -> String {
+    pub(crate) fn round(&self, store: &Store) -> Round {
         let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let last = match anchor::read_head(&self.state) {
             Ok(last) => last,
@@ -99,7 +99,7 @@ impl Signer {
                 Ok(Err(why)) => return self.alarm(why.to_string()),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot sign a checkpoint");
-                    return format!("checkpoint failed: {e}");
+                    return Round::Failed(e.to_string());
                 }
             };
         let mut alarms = Vec::new();
@@ -162,9 +162,11 @@ impl Signer {
         }
         tracing::info!(size = cp.size, cosigned_by = ?cosigned, "checkpoint signed");
         match alarms.first() {
-            Some(why) => format!("ALARM: {why}"),
-            None if cosigned.is_empty() => format!("checkpoint {}", cp.size),
-            None => format!("checkpoint {} cosigned by {}", cp.size, cosigned.join(", ")),
+            Some(why) => Round::Alarm(why.clone()),
+            None => Round::Signed {
+                size: cp.size,
+                cosigned,
+            },
         }
     }
 }
@@ -181,8 +183,7 @@ impl crate::replicate::SignAt for Signer {
         };
         let mut last = head(self);
         if last.as_ref().is_none_or(|(_, cp)| cp.size < size) {
-            let outcome = self.round(store);
-            if outcome.starts_with("ALARM") {
+            if let Round::Alarm(_) = self.round(store) {
                 return None;
             }
             last = head(self);
@@ -201,5 +202,36 @@ impl crate::replicate::SignAt for Signer {
         }
         let root = kura_tlog::seallog::root(&store.seal_log(), size).ok()?;
         self.key.sign(size, root).ok()
+    }
+}
+
+/// What one signing round came to; `kura status` shows it beside the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Round {
+    /// Signed at this size, and cosigned by these peers.
+    Signed {
+        /// The log's size signed.
+        size: u64,
+        /// Peers that cosigned it.
+        cosigned: Vec<String>,
+    },
+    /// Refused to sign, or a witness refused what was signed: an ALARM.
+    Alarm(String),
+    /// Could not sign at all (the store or the key).
+    Failed(String),
+}
+
+impl std::fmt::Display for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Round::Signed { size, cosigned } if cosigned.is_empty() => {
+                write!(f, "checkpoint {size}")
+            }
+            Round::Signed { size, cosigned } => {
+                write!(f, "checkpoint {size} cosigned by {}", cosigned.join(", "))
+            }
+            Round::Alarm(why) => write!(f, "ALARM: {why}"),
+            Round::Failed(why) => write!(f, "checkpoint failed: {why}"),
+        }
     }
 }

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use kura_runtime::Bus;
 use kura_runtime::bus::Credentials;
 use kura_tlog::checkpoint::Signed;
-use kura_tlog::cosign::{self, Witness};
+use kura_tlog::cosign::{self, Status, Witness};
 use kura_tlog::storage::LogStorage;
 use kura_tlog::witness;
 use serde::{Deserialize, Serialize};
@@ -65,23 +65,23 @@ pub async fn answer(
     bus.serve_raw(bus.subjects.witness_add_checkpoint(), move |payload| {
         let reply = if payload.len() > MAX_REQUEST {
             cosign::Reply {
-                status: 400,
+                status: Status::Malformed,
                 body: format!("the request is over {MAX_REQUEST} bytes"),
             }
         } else {
             match std::str::from_utf8(payload) {
                 Ok(text) => witness.add_checkpoint(text, now()),
                 Err(_) => cosign::Reply {
-                    status: 400,
+                    status: Status::Malformed,
                     body: "the request is not UTF-8".into(),
                 },
             }
         };
-        if reply.status != 200 {
-            tracing::warn!(status = reply.status, why = %reply.body.trim(), "witness request refused");
+        if reply.status != Status::Cosigned {
+            tracing::warn!(status = ?reply.status, why = %reply.body.trim(), "witness request refused");
         }
         (
-            vec![(STATUS_HEADER, reply.status.to_string())],
+            vec![(STATUS_HEADER, reply.status.code().to_string())],
             reply.body.into_bytes(),
         )
     })
@@ -158,10 +158,11 @@ pub async fn ask(
             .headers
             .as_ref()
             .and_then(|h| h.get(STATUS_HEADER))
-            .and_then(|v| v.as_str().parse::<u16>().ok());
+            .and_then(|v| v.as_str().parse::<u16>().ok())
+            .and_then(Status::from_code);
         let text = String::from_utf8_lossy(&reply.payload).into_owned();
         match status {
-            Some(200) => {
+            Some(Status::Cosigned) => {
                 let cosigned = format!("{note}{text}");
                 return match cosign::cosigned_by(&cosigned, std::slice::from_ref(&peer.vkey)) {
                     Ok(by) if !by.is_empty() => Asked::Cosigned(cosigned),
@@ -172,15 +173,15 @@ pub async fn ask(
                     Err(e) => Asked::Refused(format!("{}'s cosignature is forged: {e}", peer.name)),
                 };
             }
-            Some(409) => match text.trim().parse::<u64>() {
+            Some(Status::WrongOld) => match text.trim().parse::<u64>() {
                 Ok(size) if size != old => old = size,
                 _ => return Asked::Unreachable(format!("{} says 409 {text:?}", peer.name)),
             },
-            Some(422) => {
+            Some(Status::NotExtending) => {
                 return Asked::Refused(format!("witness {} refused: {}", peer.name, text.trim()));
             }
             // Not a network problem: the witness will never cosign until someone acts.
-            Some(403) => return Asked::Refused(forbidden(peer, note, &text)),
+            Some(Status::UnknownLog) => return Asked::Refused(forbidden(peer, note, &text)),
             other => {
                 return Asked::Unreachable(format!(
                     "{} answered {:?}: {}",

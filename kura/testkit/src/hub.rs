@@ -125,6 +125,21 @@ impl Hub {
         }
     }
 
+    /// `kura fleet setup-hub --mib-per-pi MIB` once, as the hub's operator runs it.
+    pub fn setup_hub(&self, mib_per_pi: u64) -> std::process::Output {
+        Command::new(bin("kura"))
+            .args(["fleet", "setup-hub", "--dir"])
+            .arg(self.dir.path())
+            .args([
+                "--url",
+                &self.url(),
+                "--mib-per-pi",
+                &mib_per_pi.to_string(),
+            ])
+            .output()
+            .expect("kura")
+    }
+
     /// `kura fleet setup-hub`, retried while the cluster elects its leader.
     fn setup(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);

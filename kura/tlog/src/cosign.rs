@@ -196,14 +196,60 @@ pub fn request_body(log: &dyn crate::storage::LogStorage, note: &str, old: u64) 
 /// a fork).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
-    /// The status code.
-    pub status: u16,
+    /// The status.
+    pub status: Status,
     /// The cosignature line, the witness's size, or why.
     pub body: String,
 }
 
+/// c2sp.org/tlog-witness's answers, each with its HTTP status code on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Status {
+    /// 200: cosigned; the body is the cosignature line.
+    Cosigned,
+    /// 400: the request is malformed.
+    Malformed,
+    /// 403: not a log this witness knows, or a bad signature.
+    UnknownLog,
+    /// 409: the request's `old` is not the size the witness knows; the body is that size.
+    WrongOld,
+    /// 422: the proof does not show the log extends what the witness saw.
+    NotExtending,
+    /// 500: the witness failed.
+    Failed,
+}
+
+impl Status {
+    /// The HTTP status code the protocol gives it.
+    pub fn code(self) -> u16 {
+        match self {
+            Status::Cosigned => 200,
+            Status::Malformed => 400,
+            Status::UnknownLog => 403,
+            Status::WrongOld => 409,
+            Status::NotExtending => 422,
+            Status::Failed => 500,
+        }
+    }
+
+    /// The status a code stands for; `None` for one the protocol does not define.
+    pub fn from_code(code: u16) -> Option<Status> {
+        [
+            Status::Cosigned,
+            Status::Malformed,
+            Status::UnknownLog,
+            Status::WrongOld,
+            Status::NotExtending,
+            Status::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.code() == code)
+    }
+}
+
 impl Reply {
-    fn new(status: u16, body: impl Into<String>) -> Reply {
+    fn new(status: Status, body: impl Into<String>) -> Reply {
         Reply {
             status,
             body: body.into(),
@@ -265,7 +311,7 @@ impl Witness {
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         match self.add(request, now) {
             Ok(reply) => reply,
-            Err(e) => Reply::new(500, e.to_string()),
+            Err(e) => Reply::new(Status::Failed, e.to_string()),
         }
     }
 
@@ -279,7 +325,10 @@ impl Witness {
             Err(reply) => return Ok(reply),
         };
         if old > cp.size {
-            return Ok(Reply::new(400, "old is larger than the checkpoint"));
+            return Ok(Reply::new(
+                Status::Malformed,
+                "old is larger than the checkpoint",
+            ));
         }
         let path = self.state_path(&cp.origin);
         let known: Option<Signed> = match std::fs::read_to_string(&path) {
@@ -289,7 +338,7 @@ impl Witness {
         };
         let known_size = known.as_ref().map_or(0, |k| k.size);
         if old != known_size {
-            return Ok(Reply::new(409, format!("{known_size}\n")));
+            return Ok(Reply::new(Status::WrongOld, format!("{known_size}\n")));
         }
         if let Err(reply) = extends_known(&cp, known.as_ref(), &proof) {
             return Ok(reply);
@@ -299,14 +348,17 @@ impl Witness {
         if known.as_ref() != Some(&cp) {
             crate::witness::save_last(&path, note)?;
         }
-        Ok(Reply::new(200, self.cosignature(note, now)?))
+        Ok(Reply::new(Status::Cosigned, self.cosignature(note, now)?))
     }
 
     /// Opens a checkpoint of a log this witness witnesses, under that log's key (403 if it
     /// is another log, or the known origin under another key).
     fn open_witnessed(&self, note: &str) -> std::result::Result<(Signed, &str), Reply> {
         let Ok(body) = checkpoint_body(note) else {
-            return Err(Reply::new(400, "not a signed tlog checkpoint"));
+            return Err(Reply::new(
+                Status::Malformed,
+                "not a signed tlog checkpoint",
+            ));
         };
         let Some(vkey) = self
             .logs
@@ -314,7 +366,7 @@ impl Witness {
             .find(|v| v.trim().split('+').next() == Some(body.origin()))
         else {
             return Err(Reply::new(
-                403,
+                Status::UnknownLog,
                 format!(
                     "this witness does not witness log {:?}; add its verifier key to the witness's witness_logs",
                     body.origin()
@@ -326,7 +378,7 @@ impl Witness {
             // The origin is one this witness knows, the key is not: most likely two logs
             // share one origin (two Pis left at hostname `raspberrypi`), else a forgery.
             Err(e) => Err(Reply::new(
-                403,
+                Status::UnknownLog,
                 format!(
                     "log {:?} is known to this witness under another key ({e}): two logs share that origin, or the checkpoint is forged; give each log a distinct origin (a new log key with kura log-key init --name) and list its verifier key in the witness's witness_logs",
                     body.origin()
@@ -359,7 +411,10 @@ impl Witness {
 /// Splits an `add-checkpoint` request into `old`, the proof and the note (400 if malformed).
 fn parse_request(request: &str) -> std::result::Result<(u64, Vec<Hash>, &str), Reply> {
     let Some((head, note)) = request.split_once("\n\n") else {
-        return Err(Reply::new(400, "no empty line before the checkpoint"));
+        return Err(Reply::new(
+            Status::Malformed,
+            "no empty line before the checkpoint",
+        ));
     };
     let mut lines = head.lines();
     let Some(old) = lines
@@ -367,7 +422,10 @@ fn parse_request(request: &str) -> std::result::Result<(u64, Vec<Hash>, &str), R
         .and_then(|l| l.strip_prefix("old "))
         .and_then(|n| n.parse::<u64>().ok())
     else {
-        return Err(Reply::new(400, "the first line is not `old <size>`"));
+        return Err(Reply::new(
+            Status::Malformed,
+            "the first line is not `old <size>`",
+        ));
     };
     let mut proof = Vec::new();
     for line in lines {
@@ -376,12 +434,15 @@ fn parse_request(request: &str) -> std::result::Result<(u64, Vec<Hash>, &str), R
             .ok()
             .and_then(|b| <[u8; 32]>::try_from(b).ok())
         else {
-            return Err(Reply::new(400, "a proof line is not a base64 SHA-256 hash"));
+            return Err(Reply::new(
+                Status::Malformed,
+                "a proof line is not a base64 SHA-256 hash",
+            ));
         };
         proof.push(Hash(h));
     }
     if proof.len() > MAX_PROOF {
-        return Err(Reply::new(400, "the proof is too long"));
+        return Err(Reply::new(Status::Malformed, "the proof is too long"));
     }
     Ok((old, proof, note))
 }
@@ -397,7 +458,10 @@ fn extends_known(
         return if proof.is_empty() {
             Ok(())
         } else {
-            Err(Reply::new(400, "a proof from size 0 is empty"))
+            Err(Reply::new(
+                Status::Malformed,
+                "a proof from size 0 is empty",
+            ))
         };
     };
     let consistent = if cp.size == k.size {
@@ -409,7 +473,7 @@ fn extends_known(
         Ok(())
     } else {
         Err(Reply::new(
-            422,
+            Status::NotExtending,
             format!(
                 "refusing to cosign: log {} at size {} does not extend the checkpoint of size {} this witness cosigned (a rewrite or a fork)",
                 cp.origin, cp.size, k.size
@@ -440,7 +504,7 @@ mod tests {
         let w = witness(tmp.path(), &vkey);
         let note = log.sign(3, Hash([9; 32])).expect("sign");
         let reply = w.add_checkpoint(&format!("old 0\n\n{note}"), 1_700_000_000);
-        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.status, Status::Cosigned, "{}", reply.body);
         // By hand, from c2sp.org/tlog-cosignature: `— <name> base64(key id ‖ time ‖ sig)`,
         // key id = SHA-256(name ‖ "\n" ‖ 0x04 ‖ public key)[:4], time big-endian, and the
         // signature over "cosignature/v1\ntime <t>\n" ‖ checkpoint text.
@@ -484,21 +548,27 @@ mod tests {
         let first = log.sign(3, Hash([1; 32])).expect("sign");
         assert_eq!(
             w.add_checkpoint(&format!("old 0\n\n{first}"), 1).status,
-            200
+            Status::Cosigned
         );
         // A stale `old` is told the witness's size.
         let again = w.add_checkpoint(&format!("old 0\n\n{first}"), 2);
-        assert_eq!((again.status, again.body.as_str()), (409, "3\n"));
+        assert_eq!(
+            (again.status, again.body.as_str()),
+            (Status::WrongOld, "3\n")
+        );
         // The same size with another root: a fork, refused.
         let fork = log.sign(3, Hash([2; 32])).expect("sign");
-        assert_eq!(w.add_checkpoint(&format!("old 3\n\n{fork}"), 3).status, 422);
+        assert_eq!(
+            w.add_checkpoint(&format!("old 3\n\n{fork}"), 3).status,
+            Status::NotExtending
+        );
         // A bigger tree without a valid proof: refused, and the witness still says 3.
         let bigger = log.sign(5, Hash([3; 32])).expect("sign");
         let bogus = b64().encode([0u8; 32]);
         assert_eq!(
             w.add_checkpoint(&format!("old 3\n{bogus}\n\n{bigger}"), 4)
                 .status,
-            422
+            Status::NotExtending
         );
         assert_eq!(
             w.add_checkpoint(&format!("old 0\n\n{bigger}"), 5).body,
@@ -512,10 +582,13 @@ mod tests {
         assert_eq!(
             w.add_checkpoint(&format!("old 0\n\n{}", other.expect("sign")), 6)
                 .status,
-            403
+            Status::UnknownLog
         );
-        assert_eq!(w.add_checkpoint("garbage", 7).status, 400);
-        assert_eq!(w.add_checkpoint("old x\n\nnote", 7).status, 400);
+        assert_eq!(w.add_checkpoint("garbage", 7).status, Status::Malformed);
+        assert_eq!(
+            w.add_checkpoint("old x\n\nnote", 7).status,
+            Status::Malformed
+        );
     }
 
     /// Attack (cost): a peer sent the same checkpoint again and again, and each request was
@@ -534,7 +607,7 @@ mod tests {
         let state = w.state_path("pi-a");
         // The control: a checkpoint the witness has not seen is kept (written) first.
         assert!(!state.exists());
-        assert_eq!(w.add_checkpoint(&request, 1).status, 200);
+        assert_eq!(w.add_checkpoint(&request, 1).status, Status::Cosigned);
         assert!(
             state.exists(),
             "a new checkpoint is kept before it is cosigned"
@@ -547,7 +620,7 @@ mod tests {
         let again = format!("old 3\n\n{note}");
         for t in 0..300 {
             let reply = w.add_checkpoint(&again, 2 + t);
-            assert_eq!(reply.status, 200, "{}", reply.body);
+            assert_eq!(reply.status, Status::Cosigned, "{}", reply.body);
             let by = cosigned_by(&format!("{note}{}", reply.body), &[w.verifier()])
                 .expect("cosignature");
             assert_eq!(by.len(), 1);
@@ -573,7 +646,7 @@ mod tests {
             .sign(1, Hash([6; 32]))
             .expect("sign");
         let reply = w.add_checkpoint(&format!("old 0\n\n{note}"), 1);
-        assert_eq!(reply.status, 403, "{}", reply.body);
+        assert_eq!(reply.status, Status::UnknownLog, "{}", reply.body);
         assert!(reply.body.contains("another key"), "{}", reply.body);
         assert!(reply.body.contains("distinct origin"), "{}", reply.body);
     }

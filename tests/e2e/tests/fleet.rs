@@ -311,6 +311,27 @@ async fn publish_as_a(a: &Pi, evil: &Store, note: &str) {
         .expect("put");
 }
 
+/// A quota the hub's disk cannot reserve is refused by JetStream's error code (not by the
+/// words of its message), and the operator is told which flag to lower.
+#[test]
+fn a_hub_without_room_for_the_quota_says_so_and_what_to_lower() {
+    let hub = Hub::start(1, &["pi-a"]);
+    // A Pi let in after the hub was set up: its stream is made at the next set-up.
+    let added = Command::new(bin("kura"))
+        .args(["fleet", "add-pi", "pi-b", "--dir"])
+        .arg(hub.dir.path())
+        .output()
+        .expect("kura");
+    assert!(added.status.success(), "{added:?}");
+    // A petabyte for each Pi: no test machine's disk reserves it.
+    let out = hub.setup_hub(1 << 30);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("hub full"), "{err}");
+    assert!(err.contains("lower --mib-per-pi"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+}
+
 #[test]
 fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
     let hub = Hub::start(1, &["pi-a", "pi-b"]);
