@@ -10,6 +10,7 @@ use kura_tlog::sealer::Sealer;
 use kura_work::WorkTx;
 use kura_work::plans::{self, PLANNER, Planned, Progress, StepOf};
 use kura_work::verdicts;
+use kura_work::{TurnKind, last_plan, role_of};
 use kura_work::{
     cursor, last_deliverable, next_done_turn_after, next_request_after, next_turn_seq,
     request_instruction, request_replays, set_cursor,
@@ -301,130 +302,92 @@ fn decide(
     t: &kura_work::Turn,
     sealer: Option<&Sealer>,
 ) -> Result<Decision> {
-    let mut output = t.output_ledger_id.ok_or_else(|| StoreError::Corrupt {
+    let output = t.output_ledger_id.ok_or_else(|| StoreError::Corrupt {
         what: "turn",
         id: t.turn_id.to_string(),
         detail: "done but has no output ledger".into(),
     })?;
     let deliverable = last_deliverable(tx, output)?;
-    // A replayed turn is one recorded turn: the next one (if any) is its own replay
-    // request. Continuing here would run a live turn, side effects and all, in the fork.
-    let replays = request_replays(tx, t.request_seq)?;
-    let step = plans::step_of(tx, t.request_seq)?;
-    let root_seq = step.as_ref().map_or(t.request_seq, |s| s.root_seq);
-    // A router's turn: its deliverable picks the role the work runs as.
-    if plans::is_routing(tx, t.turn_id)? {
-        return after_routing(tx, rules, t, output, deliverable.as_ref(), sealer);
-    }
-    // A validation turn: its verdict decides what follows.
-    if let Some(judged) = verdicts::judged_by(tx, t.turn_id)? {
-        let judged = Judged {
-            output,
-            said: deliverable.as_ref(),
-            judged,
-        };
-        return after_verdict(tx, rules, t, &judged, step.as_ref(), sealer);
-    }
-    let mut decision = Decision::default();
-    // A replayed planning turn replays its recorded plan's steps (each its recorded turn);
-    // a replayed turn that planned nothing before plans nothing now.
-    let replaying = match plans::request_replay(tx, t.request_seq)? {
-        Some(r) => plans::plan_of_output(tx, r.of)?.map(|p| (p, r)),
-        None => None,
-    };
-    // An outside agent's turns are its own: a plan it records is history, not work for hashi.
-    if (!replays || replaying.is_some())
-        && !plans::is_agent_turn(tx, t.turn_id)?
-        && let Some(plan) = last_plan(tx, output)?
-    {
-        let nesting = step.as_ref().map_or(1, |s| {
-            usize::try_from(s.nesting)
-                .unwrap_or(usize::MAX)
-                .saturating_add(1)
-        });
-        match checked_plan(tx, rules.roster, &plan, nesting, root_seq)? {
-            Ok(content) => {
-                decision.steps_started = plans::file(
-                    tx,
-                    &Planned {
-                        record: &plan,
-                        plan: &content,
-                        session_id: t.session_id,
-                        turn_id: t.turn_id,
-                        output,
-                        request_seq: t.request_seq,
-                        nesting: i64::try_from(nesting).unwrap_or(i64::MAX),
-                        root_seq,
-                        replays: replaying,
-                    },
-                )?;
-                return Ok(decision);
-            }
-            Err(why) => output = refuse_plan(tx, t.session_id, output, &why, sealer)?,
+    match TurnKind::of(tx, t.turn_id, t.request_seq)? {
+        TurnKind::Routing => after_routing(tx, rules, t, output, deliverable.as_ref(), sealer),
+        TurnKind::Validation { judged } => {
+            let step = plans::step_of(tx, t.request_seq)?;
+            let judged = Judged {
+                output,
+                said: deliverable.as_ref(),
+                judged,
+            };
+            after_verdict(tx, rules, t, &judged, step.as_ref(), sealer)
+        }
+        kind => {
+            let step = plans::step_of(tx, t.request_seq)?;
+            let done = Done {
+                t,
+                root_seq: step.as_ref().map_or(t.request_seq, |s| s.root_seq),
+                step,
+                output,
+                deliverable,
+            };
+            after_work(tx, rules, done, &kind, sealer)
         }
     }
+}
+
+/// A finished turn of work, as `decide` read it.
+struct Done<'a> {
+    t: &'a kura_work::Turn,
+    step: Option<StepOf>,
+    root_seq: i64,
+    output: LedgerId,
+    deliverable: Option<Record>,
+}
+
+/// What follows a turn of work: its plan's steps, its validator, the session's end, or
+/// another turn.
+fn after_work(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    mut done: Done<'_>,
+    kind: &TurnKind,
+    sealer: Option<&Sealer>,
+) -> Result<Decision> {
+    if let Some(replaying) = kind.runs_plans()
+        && let Some(plan) = last_plan(tx, done.output)?
+    {
+        match planned(tx, rules, &done, &plan, replaying, sealer)? {
+            Ok(decision) => return Ok(decision),
+            Err(refused) => done.output = refused,
+        }
+    }
+    let (t, output) = (done.t, done.output);
     // A deliverable says `"final": false` to ask for another turn; anything else ends
     // the session.
-    let is_final = deliverable
+    let is_final = done
+        .deliverable
         .as_ref()
         .is_none_or(|d| proto::content::final_of(&d.content) != Some(false));
     // A request whose work planned is bounded as one tree of turns.
-    let tree_over = plans::has_plans(tx, root_seq)?
-        && plans::turns_of_tree(tx, root_seq)? >= rules.roster.limits.max_turns;
+    let tree_over = plans::has_plans(tx, done.root_seq)?
+        && plans::turns_of_tree(tx, done.root_seq)? >= rules.roster.limits.max_turns;
     let over = t.seq >= rules.max_turns || tree_over;
-    // Work that is done goes to its validator first, if its request names one; work that ran
-    // out of turns before one could judge it ends failed, never passed unjudged.
-    let validator = match replays {
-        true => None,
-        false => verdicts::request_validator(tx, t.request_seq)?,
-    };
-    if let Some(v) = &validator
-        && let Some(d) = deliverable.as_ref().filter(|d| !is_error(d))
+    if !kind.replays()
+        && let Some(decision) = to_validator(tx, rules, &done, (is_final, over, tree_over), sealer)?
     {
-        if is_final && !tree_over {
-            let members = [request_instruction(tx, t.request_seq)?, d.record_id];
-            let next = new_turn(
-                tx,
-                &NewTurn {
-                    session_id: t.session_id,
-                    request_seq: t.request_seq,
-                    parents: &[output],
-                    members: &members,
-                    role: v.role.as_deref(),
-                },
-                0,
-                sealer,
-            )?;
-            verdicts::mark_validation(tx, next, d.record_id)?;
-            decision.next.push((t.session_id, next));
-            return Ok(decision);
-        }
-        if is_final || over {
-            let why = format!(
-                "the work ran out of turns before its validator ({}) could pass it",
-                v.by()
-            );
-            let end = end_failed(tx, t.session_id, output, "unvalidated", &why, sealer)?;
-            decision.complete.push(t.session_id);
-            if let Some(of) = &step {
-                let progress = plans::finish_step(tx, of, end.0, Some(&end.1))?;
-                plan_moved(tx, rules, progress, &mut decision, sealer)?;
-            }
-            return Ok(decision);
-        }
+        return Ok(decision);
     }
-    if is_final || replays || over {
+    let mut decision = Decision::default();
+    if is_final || kind.replays() || over {
         tx.set_session_status(t.session_id, SessionStatus::Complete)?;
         decision.complete.push(t.session_id);
-        if let Some(of) = &step {
-            let progress = plans::finish_step(tx, of, output, deliverable.as_ref())?;
+        if let Some(of) = &done.step {
+            let progress = plans::finish_step(tx, of, output, done.deliverable.as_ref())?;
             plan_moved(tx, rules, progress, &mut decision, sealer)?;
         }
         return Ok(decision);
     }
     let mut members = vec![request_instruction(tx, t.request_seq)?];
-    members.extend(deliverable.map(|d| d.record_id));
-    let role = turn_role(tx, t.turn_id)?;
+    members.extend(done.deliverable.map(|d| d.record_id));
+    let role = role_of(tx, t.turn_id)?;
     let next = new_turn(
         tx,
         &NewTurn {
@@ -441,28 +404,103 @@ fn decide(
     Ok(decision)
 }
 
-fn turn_role(tx: &Tx<'_>, turn: TurnId) -> Result<Option<String>> {
-    Ok(tx.sql().query_row(
-        "SELECT role FROM turns WHERE turn_id = ?1",
-        [turn.to_string()],
-        |r| r.get(0),
-    )?)
+/// A turn's plan: its steps filed as work when it passes every check (`Ok`), else the
+/// refusal recorded and the ledger holding it, the session's new head (`Err`).
+fn planned(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    done: &Done<'_>,
+    plan: &Record,
+    replays: Option<(String, kura_work::Replay)>,
+    sealer: Option<&Sealer>,
+) -> Result<std::result::Result<Decision, LedgerId>> {
+    let t = done.t;
+    let nesting = done.step.as_ref().map_or(1, |s| {
+        usize::try_from(s.nesting)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
+    });
+    match checked_plan(tx, rules.roster, plan, nesting, done.root_seq)? {
+        Ok(content) => {
+            let steps_started = plans::file(
+                tx,
+                &Planned {
+                    record: plan,
+                    plan: &content,
+                    session_id: t.session_id,
+                    turn_id: t.turn_id,
+                    output: done.output,
+                    request_seq: t.request_seq,
+                    nesting: i64::try_from(nesting).unwrap_or(i64::MAX),
+                    root_seq: done.root_seq,
+                    replays,
+                },
+            )?;
+            Ok(Ok(Decision {
+                steps_started,
+                ..Decision::default()
+            }))
+        }
+        Err(why) => Ok(Err(refuse_plan(
+            tx,
+            t.session_id,
+            done.output,
+            &why,
+            sealer,
+        )?)),
+    }
 }
 
-/// The last `agent.plan` in a ledger, if any.
-fn last_plan(tx: &Tx<'_>, ledger: LedgerId) -> Result<Option<Record>> {
-    let found: Option<String> = tx
-        .sql()
-        .prepare_cached(
-            "SELECT r.record_id FROM ledger_records m JOIN records r ON r.record_id = m.record_id
-              WHERE m.ledger_id = ?1 AND r.record_type = 'agent.plan'
-              ORDER BY m.position DESC LIMIT 1",
-        )?
-        .query_row([ledger.to_string()], |r| r.get(0))
-        .optional()?;
-    found
-        .map(|id: String| tx.read_record(kura_store::store::parse_id(&id)?))
-        .transpose()
+/// Work that is done goes to its validator first, if its request names one; work that ran
+/// out of turns before one could judge it ends failed, never passed unjudged. `None` when
+/// no validator has a say.
+fn to_validator(
+    tx: &Tx<'_>,
+    rules: &Rules<'_>,
+    done: &Done<'_>,
+    (is_final, over, tree_over): (bool, bool, bool),
+    sealer: Option<&Sealer>,
+) -> Result<Option<Decision>> {
+    let (t, output) = (done.t, done.output);
+    let Some(v) = verdicts::request_validator(tx, t.request_seq)? else {
+        return Ok(None);
+    };
+    let Some(d) = done.deliverable.as_ref().filter(|d| !is_error(d)) else {
+        return Ok(None);
+    };
+    let mut decision = Decision::default();
+    if is_final && !tree_over {
+        let members = [request_instruction(tx, t.request_seq)?, d.record_id];
+        let next = new_turn(
+            tx,
+            &NewTurn {
+                session_id: t.session_id,
+                request_seq: t.request_seq,
+                parents: &[output],
+                members: &members,
+                role: v.role.as_deref(),
+            },
+            0,
+            sealer,
+        )?;
+        verdicts::mark_validation(tx, next, d.record_id)?;
+        decision.next.push((t.session_id, next));
+        return Ok(Some(decision));
+    }
+    if !(is_final || over) {
+        return Ok(None);
+    }
+    let why = format!(
+        "the work ran out of turns before its validator ({}) could pass it",
+        v.by()
+    );
+    let end = end_failed(tx, t.session_id, output, "unvalidated", &why, sealer)?;
+    decision.complete.push(t.session_id);
+    if let Some(of) = &done.step {
+        let progress = plans::finish_step(tx, of, end.0, Some(&end.1))?;
+        plan_moved(tx, rules, progress, &mut decision, sealer)?;
+    }
+    Ok(Some(decision))
 }
 
 /// The plan's content if it passes every check (shape, roles, cycle, bounds, the request's
@@ -736,7 +774,7 @@ fn after_routing(
     said: Option<&Record>,
     sealer: Option<&Sealer>,
 ) -> Result<Decision> {
-    let router = turn_role(tx, t.turn_id)?.unwrap_or_default();
+    let router = role_of(tx, t.turn_id)?.unwrap_or_default();
     let picked =
         said.and_then(
             |d| match d.content.get("role").and_then(serde_json::Value::as_str) {

@@ -5,7 +5,57 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use crate::record::RecordType;
+use crate::{ApprovalState, Effect, LedgerId, RecordId, RequestId, SessionId, TurnId, Verdict};
+
+/// The steps an agent may record ([`RecordStep`]); any other type is refused at parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum StepType {
+    /// A thought.
+    #[serde(rename = "agent.thought")]
+    AgentThought,
+    /// A plan (history: an outside agent's plan is not work for hashi).
+    #[serde(rename = "agent.plan")]
+    AgentPlan,
+    /// A tool's result.
+    #[serde(rename = "tool.result")]
+    ToolResult,
+    /// An error.
+    #[serde(rename = "sys.error")]
+    SysError,
+}
+
+impl From<StepType> for RecordType {
+    fn from(t: StepType) -> RecordType {
+        match t {
+            StepType::AgentThought => RecordType::AgentThought,
+            StepType::AgentPlan => RecordType::AgentPlan,
+            StepType::ToolResult => RecordType::ToolResult,
+            StepType::SysError => RecordType::SysError,
+        }
+    }
+}
+
+/// What an agent remembers ([`Remember`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryKind {
+    /// A fact (`memory.fact`).
+    Fact,
+    /// A decision (`memory.decision`): a newer one on the same key supersedes it.
+    Decision,
+}
+
+impl From<MemoryKind> for RecordType {
+    fn from(k: MemoryKind) -> RecordType {
+        match k {
+            MemoryKind::Fact => RecordType::MemoryFact,
+            MemoryKind::Decision => RecordType::MemoryDecision,
+        }
+    }
+}
 
 /// Derives the JSON schema the MCP tools publish, when the `schema` feature is on.
 macro_rules! wire {
@@ -55,7 +105,7 @@ wire! {
         /// The record.
         pub record_id: RecordId,
         /// `memory.fact`, `memory.decision`, or the deliverable it came from.
-        pub record_type: String,
+        pub record_type: RecordType,
         /// Its text.
         pub text: String,
     }
@@ -65,7 +115,7 @@ wire! {
         /// The turn (from `start_session`).
         pub turn_id: TurnId,
         /// `agent.thought`, `agent.plan`, `tool.result` or `sys.error`.
-        pub record_type: String,
+        pub record_type: StepType,
         /// The step: a string is stored as `{"text": …}`, an object as it is.
         pub content: Value,
     }
@@ -97,12 +147,12 @@ wire! {
         /// The call's id in the ledger; a `tool.result` names it.
         pub call_id: String,
         /// `allow` (run it now), `deny` (do not run it) or `ask` (a person decides: wait).
-        pub decision: String,
+        pub decision: Verdict,
         /// The rule that decided, when one did.
         #[serde(default)]
         pub rule: Option<String>,
         /// The effect class Kura's configuration gives the tool.
-        pub effect: String,
+        pub effect: Effect,
         /// The arguments as Kura ruled on them: the declared ones with every path in its
         /// one normal form (`//`, `/./`, `/../` resolved). Run these.
         #[serde(default)]
@@ -127,7 +177,7 @@ wire! {
         /// The request.
         pub request_id: RequestId,
         /// `approved`, `denied`, or still `asked` / `pending`.
-        pub state: String,
+        pub state: ApprovalState,
         /// The rule that decided.
         #[serde(default)]
         pub rule: Option<String>,
@@ -160,7 +210,7 @@ wire! {
     /// Remember a fact or a decision: searchable at once.
     pub struct Remember {
         /// `fact` or `decision`.
-        pub kind: String,
+        pub kind: MemoryKind,
         /// What to remember.
         pub text: String,
         /// The turn to record it in (else it is stored on its own).

@@ -28,4 +28,6 @@ pub use record::{
     CanonicalParts, Content, NewRecord, OwnedColumns, Record, RecordColumns, RecordError,
     RecordType, TextContent, ToolCallContent, ToolResultContent, ToolStatus,
 };
-pub use states::{ApprovalState, Effect, Outcome, SessionStatus, TurnState, UnknownState, Vote};
+pub use states::{
+    ApprovalState, Effect, Outcome, SessionStatus, TurnState, UnknownState, Verdict, Vote,
+};

@@ -55,6 +55,7 @@ macro_rules! record_types {
     ($($variant:ident => $name:literal, $doc:literal;)*) => {
         /// The semantic record types of DESIGN.md. Unknown types are refused.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
         pub enum RecordType {
             $(#[doc = $doc] #[serde(rename = $name)] $variant,)*
         }

@@ -20,6 +20,7 @@ macro_rules! text_enum {
     ($(#[$meta:meta])* $name:ident, $kind:literal, { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
         #[serde(rename_all = "lowercase")]
         pub enum $name {
             $($(#[$vmeta])* $variant),+
@@ -96,6 +97,17 @@ impl ApprovalState {
         matches!(self, ApprovalState::Approved | ApprovalState::Denied)
     }
 }
+
+text_enum!(
+    /// What a rule — and the gate — decides on a tool call.
+    Verdict, "verdict", {
+    /// Run it.
+    Allow = "allow",
+    /// Refuse it.
+    Deny = "deny",
+    /// Ask people.
+    Ask = "ask",
+});
 
 text_enum!(
     /// A session's status.

@@ -17,7 +17,7 @@ use kura_work::{approvals, policy};
 use proto::agent::*;
 use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{Content, NewRecord, RecordType};
-use proto::{ApprovalState, Effect, RecordId, ToolCallContent};
+use proto::{ApprovalState, Effect, RecordId, ToolCallContent, Verdict};
 use serde_json::{Map, Value};
 
 use crate::limits::Limits;
@@ -225,18 +225,9 @@ impl Gateway {
 
     /// Records a step into the turn's output ledger.
     pub fn record_step(&self, caller: &Caller, req: RecordStep) -> Result<Recorded, GatewayError> {
-        let t = match req.record_type.as_str() {
-            "agent.thought" => RecordType::AgentThought,
-            "agent.plan" => RecordType::AgentPlan,
-            "tool.result" => RecordType::ToolResult,
-            "sys.error" => RecordType::SysError,
-            other => {
-                return Err(GatewayError::Invalid(format!(
-                    "record_type {other:?}: an agent records agent.thought, agent.plan, tool.result \
-                     or sys.error (calls go through declare_call, deliverables through end_turn)"
-                )));
-            }
-        };
+        // Only the four step types parse (calls go through declare_call, deliverables
+        // through end_turn).
+        let t = RecordType::from(req.record_type);
         let content = match req.content {
             Value::String(_) if t == RecordType::ToolResult => {
                 return Err(GatewayError::Invalid(
@@ -341,8 +332,8 @@ impl Gateway {
         })?;
         let request_id = filed.approval.request_id;
         let decision = match filed.ruled {
-            gate::Ruled::Allowed { rule } => ("allow", Some(rule)),
-            gate::Ruled::Refused(r) => ("deny", Some(r.rule())),
+            gate::Ruled::Allowed { rule } => (Verdict::Allow, Some(rule)),
+            gate::Ruled::Refused(r) => (Verdict::Deny, Some(r.rule())),
             _ => {
                 // aegis rules on it (and asks people when its policy says so): rung, never
                 // waited for — the agent waits with `wait_decision`, woken by the decision.
@@ -359,25 +350,25 @@ impl Gateway {
                         return Ok(Declared {
                             request_id,
                             call_id,
-                            decision: "allow".to_owned(),
+                            decision: Verdict::Allow,
                             rule,
-                            effect: effect.as_str().to_owned(),
+                            effect,
                             arguments: call.arguments().clone(),
                             edited_arguments: parse_edit(edited.as_deref())?,
                         });
                     }
-                    Some((ApprovalState::Denied, rule, _)) => ("deny", rule),
-                    Some((_, rule, _)) => ("ask", rule),
-                    None => ("ask", None),
+                    Some((ApprovalState::Denied, rule, _)) => (Verdict::Deny, rule),
+                    Some((_, rule, _)) => (Verdict::Ask, rule),
+                    None => (Verdict::Ask, None),
                 }
             }
         };
         Ok(Declared {
             request_id,
             call_id,
-            decision: decision.0.to_owned(),
+            decision: decision.0,
             rule: decision.1,
-            effect: effect.as_str().to_owned(),
+            effect,
             arguments: call.arguments().clone(),
             edited_arguments: None,
         })
@@ -414,7 +405,7 @@ impl Gateway {
                 let edited = parse_edit(a.edited_arguments.as_deref())?;
                 return Ok(Decision {
                     request_id: a.request_id,
-                    state: a.state.as_str().to_owned(),
+                    state: a.state,
                     rule: a.rule,
                     edited_arguments: edited,
                     decision_record_id: record,
@@ -460,15 +451,7 @@ impl Gateway {
 
     /// Remembers a fact or decision: indexed for search as it is stored.
     pub fn remember(&self, caller: &Caller, req: Remember) -> Result<Recorded, GatewayError> {
-        let t = match req.kind.as_str() {
-            "fact" => RecordType::MemoryFact,
-            "decision" => RecordType::MemoryDecision,
-            other => {
-                return Err(GatewayError::Invalid(format!(
-                    "kind {other:?}: fact or decision"
-                )));
-            }
-        };
+        let t = RecordType::from(req.kind);
         if req.text.trim().is_empty() {
             return Err(GatewayError::Invalid("the text is empty".into()));
         }
@@ -552,7 +535,7 @@ fn memory_hits(
         .filter(|h| !h.superseded)
         .map(|h| Remembered {
             record_id: h.record.record_id,
-            record_type: h.record.record_type.as_str().to_owned(),
+            record_type: h.record.record_type,
             text: proto::content::text_of(&h.record.content)
                 .unwrap_or_default()
                 .to_owned(),

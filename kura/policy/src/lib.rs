@@ -25,17 +25,8 @@ pub enum PolicyError {
     Canonical(String),
 }
 
-/// What a rule decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Run it.
-    Allow,
-    /// Refuse it.
-    Deny,
-    /// Ask people.
-    Ask,
-}
+/// What a rule decides (the wire's vocabulary, so an agent is answered in it).
+pub use proto::Verdict;
 
 /// One rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ pub mod ops;
 pub mod plans;
 pub mod policy;
 mod requests;
+mod turn_kind;
 mod turns;
 mod tx;
 pub mod verdicts;
@@ -38,6 +39,7 @@ pub use requests::{
     recorded_turns, request_instruction, request_replays, request_status, request_submitter,
     submit, submit_as, submit_replay, turn_submitter,
 };
+pub use turn_kind::{TurnKind, last_plan, role_of};
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,
     next_turn_seq, release, release_failed, renew, turn,

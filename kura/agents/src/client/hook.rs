@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use proto::agent::{
     Decision, DeclareCall, Declared, EndTurn, Ended, RecordStep, Recorded, StartSession, Started,
-    WaitDecision,
+    StepType, WaitDecision,
 };
-use proto::{SessionId, TurnId};
+use proto::{ApprovalState, SessionId, TurnId, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -199,7 +199,7 @@ impl Hook {
                     }
                     let step = RecordStep {
                         turn_id: turn,
-                        record_type: "tool.result".into(),
+                        record_type: StepType::ToolResult,
                         content: Value::Object(content),
                     };
                     let _: Recorded = kura
@@ -259,20 +259,20 @@ impl Hook {
         // their normal form when Kura respelled a path.
         let ruled = (!declared.arguments.is_empty() && declared.arguments != arguments)
             .then(|| declared.arguments.clone());
-        match declared.decision.as_str() {
-            "allow" => {
+        match declared.decision {
+            Verdict::Allow => {
                 return match declared.edited_arguments {
                     Some(edit) => run_instead(Some(edit), EDITED, "allow"),
                     // Kura's policy allowed it: Claude Code's own flow still has its say.
                     None => run_instead(ruled, RESPELLED, "ask"),
                 };
             }
-            "deny" => {
+            Verdict::Deny => {
                 return Err(Refuse(format!(
                     "Kura's policy denies {tool} (rule {rule}); it was not run"
                 )));
             }
-            _ => {}
+            Verdict::Ask => {}
         }
         let deadline = Instant::now() + Duration::from_secs(self.wait);
         loop {
@@ -290,14 +290,14 @@ impl Hook {
                 .call("wait_decision", &wait)
                 .await
                 .map_err(|e| self.failed(e))?;
-            match d.state.as_str() {
-                "approved" => {
+            match d.state {
+                ApprovalState::Approved => {
                     return match d.edited_arguments {
                         Some(edit) => run_instead(Some(edit), EDITED, "allow"),
                         None => run_instead(ruled, RESPELLED, "allow"),
                     };
                 }
-                "denied" => {
+                ApprovalState::Denied => {
                     return Err(Refuse(format!(
                         "a person (or Kura's rule {}) denied {tool}; it was not run",
                         d.rule.unwrap_or_default()
