@@ -933,7 +933,7 @@ fn an_approver_whose_decision_key_logs_in_or_who_was_removed_is_refused() {
 #[test]
 fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
     use kura_policy::writ::{Issuer, sign_writ};
-    use proto::writ::{Budget, WRIT_KIND, WritBody};
+    use proto::writ::WritBody;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store = Store::create(dir.path().join("a.db"), &StoreOptions::default()).expect("db");
     let ana = SigningKey::from_bytes(&[1; 32]);
@@ -944,18 +944,9 @@ fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
     let writ = sign_writ(
         &ana,
         WritBody {
-            kind: WRIT_KIND.into(),
-            id: "01930000-0000-7000-8000-0000000000a1".into(),
-            holder: "agent:laptop".into(),
-            issuer: "user:ana".into(),
-            parent: None,
             tools: vec!["Read".into(), "Bash".into()],
-            paths: vec!["*".into()],
             ceiling: Effect::Read,
-            budget: Budget::default(),
-            issued_at: "2026-01-01T00:00:00Z".into(),
-            expires_at: "2099-01-01T00:00:00Z".into(),
-            delegate_key: None,
+            ..WritBody::fixture("01930000-0000-7000-8000-0000000000a1", "agent:laptop")
         },
     );
     store

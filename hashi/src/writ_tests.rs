@@ -6,7 +6,7 @@
 use ed25519_dalek::SigningKey;
 use kura_policy::writ::{Issuer, sign_revocation, sign_writ};
 use proto::Effect;
-use proto::writ::{Budget, REVOCATION_KIND, RevocationBody, Usage, WRIT_KIND, WritBody};
+use proto::writ::{REVOCATION_KIND, RevocationBody, Usage, WritBody};
 
 use super::*;
 use crate::tools::CallPattern;
@@ -73,20 +73,7 @@ impl Provider for Spender {
 const WRIT: &str = "01930000-0000-7000-8000-00000000000a";
 
 fn grant(store: &mut Store, f: impl FnOnce(&mut WritBody)) {
-    let mut body = WritBody {
-        kind: WRIT_KIND.into(),
-        id: WRIT.into(),
-        holder: "user:oles".into(),
-        issuer: "user:ana".into(),
-        parent: None,
-        tools: vec!["fs.*".into()],
-        paths: vec!["*".into()],
-        ceiling: Effect::Write,
-        budget: Budget::default(),
-        issued_at: "2026-01-01T00:00:00Z".into(),
-        expires_at: "2099-01-01T00:00:00Z".into(),
-        delegate_key: None,
-    };
+    let mut body = WritBody::fixture(WRIT, "user:oles");
     f(&mut body);
     let w = sign_writ(&key(1), body);
     store

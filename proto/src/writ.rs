@@ -229,3 +229,26 @@ pub struct Tombstone {
     /// The `sys.redaction` record's id.
     pub redacted: String,
 }
+
+#[cfg(feature = "testing")]
+impl WritBody {
+    /// The one writ tests start from: `holder` may use `fs.*` on any path up to `write`,
+    /// granted by `user:ana` from 2026 to 2099, no budget, no delegate key. A test changes
+    /// only what it probes.
+    pub fn fixture(id: &str, holder: &str) -> WritBody {
+        WritBody {
+            kind: WRIT_KIND.into(),
+            id: id.into(),
+            holder: holder.into(),
+            issuer: "user:ana".into(),
+            parent: None,
+            tools: vec!["fs.*".into()],
+            paths: vec!["*".into()],
+            ceiling: crate::Effect::Write,
+            budget: Budget::default(),
+            issued_at: "2026-01-01T00:00:00Z".into(),
+            expires_at: "2099-01-01T00:00:00Z".into(),
+            delegate_key: None,
+        }
+    }
+}

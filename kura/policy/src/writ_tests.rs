@@ -2,7 +2,7 @@
 //! past budget or expiry, revoked by the wrong key — and the protocol's test vector.
 
 use super::*;
-use proto::writ::{REVOCATION_KIND, WRIT_KIND};
+use proto::writ::REVOCATION_KIND;
 use serde_json::json;
 
 fn key(b: u8) -> SigningKey {
@@ -18,14 +18,7 @@ fn ana() -> Vec<Issuer> {
 
 fn body() -> WritBody {
     WritBody {
-        kind: WRIT_KIND.into(),
-        id: "01930000-0000-7000-8000-000000000001".into(),
-        holder: "session:01930000-0000-7000-8000-0000000000aa".into(),
-        issuer: "user:ana".into(),
-        parent: None,
-        tools: vec!["fs.*".into()],
         paths: vec!["notes/*".into()],
-        ceiling: Effect::Write,
         budget: Budget {
             tool_calls: Some(3),
             tokens: Some(1000),
@@ -35,6 +28,10 @@ fn body() -> WritBody {
         issued_at: "2026-11-26T00:00:00Z".into(),
         expires_at: "2026-11-27T00:00:00Z".into(),
         delegate_key: Some(hex::encode(key(2).verifying_key().to_bytes())),
+        ..WritBody::fixture(
+            "01930000-0000-7000-8000-000000000001",
+            "session:01930000-0000-7000-8000-0000000000aa",
+        )
     }
 }
 

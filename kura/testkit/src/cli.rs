@@ -5,45 +5,73 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// A temp directory with a Kura database path in it.
-pub struct Kura {
-    pub dir: tempfile::TempDir,
-    pub db: PathBuf,
+/// The one way tests run the real `kura` binary: on a database (or none), with only the
+/// environment the test gives it — none of `KURA_DB`, `KURA_SYNCHRONOUS`,
+/// `KURA_SERVE_CONFIG`, `KURA_LOG_VERIFIER` or `KURA_KEYRING` leaks in from the machine.
+#[derive(Debug, Clone, Default)]
+pub struct Cli {
+    db: Option<PathBuf>,
+    dir: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
-/// The `kura` binary.
-pub fn bin() -> PathBuf {
-    crate::bin("kura")
-}
+/// Variables a test's `kura` never inherits (each test sets what it means).
+const UNSET: &[&str] = &[
+    "KURA_DB",
+    "KURA_SYNCHRONOUS",
+    "KURA_SERVE_CONFIG",
+    "KURA_LOG_VERIFIER",
+    "KURA_KEYRING",
+];
 
-impl Default for Kura {
-    fn default() -> Self {
-        Kura::new()
-    }
-}
-
-impl Kura {
-    /// A fresh, initialized database.
-    pub fn new() -> Kura {
-        let k = Kura::uninit();
-        k.ok(&["init"]);
-        k
-    }
-
-    /// A temp directory with no database yet.
-    pub fn uninit() -> Kura {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("kura.db");
-        Kura { dir, db }
+impl Cli {
+    /// `kura --db DB …`.
+    pub fn on(db: &Path) -> Cli {
+        Cli {
+            db: Some(db.to_path_buf()),
+            ..Cli::default()
+        }
     }
 
+    /// `kura …` with no database (a hub's set-up, a key).
+    pub fn bare() -> Cli {
+        Cli::default()
+    }
+
+    /// Runs from `dir`.
+    pub fn in_dir(mut self, dir: &Path) -> Cli {
+        self.dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Sets `key` to `value` for every run.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Cli {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets each of `vars` for every run.
+    pub fn envs(mut self, vars: &[(String, String)]) -> Cli {
+        self.env.extend(vars.iter().cloned());
+        self
+    }
+
+    /// The command, not yet run.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin());
-        c.arg("--db")
-            .arg(&self.db)
-            .args(args)
-            .current_dir(self.dir.path());
-        c.env_remove("KURA_DB").env_remove("KURA_SYNCHRONOUS");
+        if let Some(db) = &self.db {
+            c.arg("--db").arg(db);
+        }
+        c.args(args);
+        if let Some(dir) = &self.dir {
+            c.current_dir(dir);
+        }
+        for k in UNSET {
+            c.env_remove(k);
+        }
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
         c
     }
 
@@ -86,6 +114,69 @@ impl Kura {
             "kura {args:?}: expected exit {code}\nstdout: {stdout}\nstderr: {stderr}"
         );
         (stdout, stderr)
+    }
+}
+
+/// A temp directory with a Kura database path in it.
+pub struct Kura {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+}
+
+/// The `kura` binary.
+pub fn bin() -> PathBuf {
+    crate::bin("kura")
+}
+
+impl Default for Kura {
+    fn default() -> Self {
+        Kura::new()
+    }
+}
+
+impl Kura {
+    /// A fresh, initialized database.
+    pub fn new() -> Kura {
+        let k = Kura::uninit();
+        k.ok(&["init"]);
+        k
+    }
+
+    /// A temp directory with no database yet.
+    pub fn uninit() -> Kura {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("kura.db");
+        Kura { dir, db }
+    }
+
+    /// The runner on this database, run from its temp directory.
+    pub fn cli(&self) -> Cli {
+        Cli::on(&self.db).in_dir(self.dir.path())
+    }
+
+    /// The command, not yet run.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        self.cli().cmd(args)
+    }
+
+    /// Runs and returns the output, whatever the exit code.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cli().run(args)
+    }
+
+    /// Runs, asserts exit 0, returns trimmed stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.cli().ok(args)
+    }
+
+    /// Runs with --json, asserts exit 0, parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        self.cli().json(args)
+    }
+
+    /// Runs, asserts exit `code`, returns (stdout, stderr).
+    pub fn fails(&self, code: i32, args: &[&str]) -> (String, String) {
+        self.cli().fails(code, args)
     }
 
     /// A sealed ledger in `session` holding one deliverable `text`; returns the ledger id.

@@ -351,6 +351,11 @@ impl Stack {
         );
     }
 
+    /// The `kura` runner on this stack's database, with the stack's extra environment.
+    pub fn cli(&self) -> crate::cli::Cli {
+        crate::cli::Cli::on(&self.db).envs(&self.extra_env)
+    }
+
     pub fn store(&self) -> Store {
         Store::open(&self.db, &StoreOptions::default()).expect("open")
     }

@@ -6,7 +6,7 @@ use ed25519_dalek::SigningKey;
 use kura_policy::writ::{Issuer, WritError, sign_revocation, sign_writ};
 use kura_store::{Store, StoreOptions};
 use proto::Effect;
-use proto::writ::{Budget, REVOCATION_KIND, RevocationBody, Usage, WRIT_KIND, WritBody};
+use proto::writ::{Budget, REVOCATION_KIND, RevocationBody, Usage, WritBody};
 use serde_json::{Map, Value, json};
 
 use crate::writs;
@@ -24,22 +24,13 @@ pub(crate) fn issuers() -> Vec<Issuer> {
 
 pub(crate) fn grant_body(id: &str, holder: &str) -> WritBody {
     WritBody {
-        kind: WRIT_KIND.into(),
-        id: id.into(),
-        holder: holder.into(),
-        issuer: "user:ana".into(),
-        parent: None,
-        tools: vec!["fs.*".into()],
-        paths: vec!["*".into()],
-        ceiling: Effect::Write,
         budget: Budget {
             tool_calls: Some(3),
             tokens: Some(100),
             ..Budget::default()
         },
-        issued_at: "2026-01-01T00:00:00Z".into(),
-        expires_at: "2099-01-01T00:00:00Z".into(),
         delegate_key: Some(hex::encode(key(2).verifying_key().to_bytes())),
+        ..WritBody::fixture(id, holder)
     }
 }
 

@@ -10,12 +10,11 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::pct;
+use kura_testkit::free_port;
 use kura_testkit::stack::Stack;
-use kura_testkit::{bin, free_port};
 use serde_json::Value;
 
 /// One kept-alive HTTP/1.1 connection; answers read whole (Content-Length or chunked).
@@ -88,12 +87,7 @@ impl Conn {
 }
 
 fn kura(args: &[&str], db: &std::path::Path) -> std::process::Output {
-    Command::new(bin("kura"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("kura")
+    kura_testkit::cli::Cli::on(db).run(args)
 }
 
 fn main() {

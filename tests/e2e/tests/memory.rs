@@ -2,11 +2,9 @@
 //! lists, marked lines, a model), deduplicates them, rings `evt.record.written`, and the next
 //! session's context carries them; `kura search` finds them.
 
-use std::process::Command;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kura_testkit::bin;
 use kura_testkit::stack::Stack;
 use serde_json::Value;
 
@@ -19,18 +17,7 @@ const SCRIPT: &str = r#"{"turns": [[
 ]]}"#;
 
 fn kura(s: &Stack, args: &[&str]) -> String {
-    let out = Command::new(bin("kura"))
-        .arg("--db")
-        .arg(&s.db)
-        .args(args)
-        .output()
-        .expect("kura");
-    assert!(
-        out.status.success(),
-        "kura {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    s.cli().ok(args)
 }
 
 fn count(s: &Stack, sql: &str) -> i64 {

@@ -17,20 +17,7 @@ const SCRIPT: &str = r#"{"turns": [
 ]}"#;
 
 fn kura(s: &Stack, args: &[&str]) -> Value {
-    let out = Command::new(bin("kura"))
-        .args(["--db"])
-        .arg(&s.db)
-        .arg("--json")
-        .args(args)
-        .env_remove("KURA_SERVE_CONFIG")
-        .output()
-        .expect("kura");
-    assert!(
-        out.status.success(),
-        "kura {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
+    s.cli().json(args)
 }
 
 /// The ledgers of `session`, oldest first: (id, label, parents).

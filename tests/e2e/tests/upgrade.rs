@@ -7,12 +7,11 @@
 //! (`identities.toml`, the log's verifier key); nothing here can sign.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use kura_runtime::identity::{IDENTITIES_FILE, Identities, Retired};
 use kura_testkit::Stack;
-use kura_testkit::bin;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -23,13 +22,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn kura(args: &[&str], db: &Path) -> Output {
-    Command::new(bin("kura"))
-        .args(args)
-        .env_remove("KURA_LOG_VERIFIER")
-        .env_remove("KURA_KEYRING")
-        .env("KURA_DB", db)
-        .output()
-        .expect("run kura")
+    kura_testkit::cli::Cli::on(db).run(args)
 }
 
 fn text(out: &Output) -> String {

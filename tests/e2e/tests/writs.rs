@@ -35,19 +35,14 @@ fn public_key(key_file: &std::path::Path) -> String {
 /// `kura ARGS --db DB`; a writ command seals its authority ledger with the operator's seed,
 /// as every ledger of this install is sealed by a key in its keyring.
 fn kura(s: &Stack, args: &[&str]) -> Output {
-    let mut cmd = Command::new(bin("kura"));
-    cmd.args(args).arg("--db").arg(&s.db);
+    let seed = s.nats.seed(kura_runtime::identity::Role::Operator);
+    let mut all = args.to_vec();
     if args[0] == "redact"
         || (args[0] == "writ" && ["grant", "delegate", "revoke"].contains(&args[1]))
     {
-        cmd.arg("--sealer-key")
-            .arg(s.nats.seed(kura_runtime::identity::Role::Operator));
+        all.extend(["--sealer-key", seed.to_str().expect("utf8 path")]);
     }
-    for (k, v) in &s.extra_env {
-        cmd.env(k, v);
-    }
-    cmd.env_remove("KURA_SERVE_CONFIG");
-    cmd.output().expect("kura")
+    s.cli().run(&all)
 }
 
 fn ok(s: &Stack, args: &[&str]) -> String {

@@ -3,7 +3,6 @@
 //! revocation from the browser refuses the next call. Someone else logged in cannot relay a
 //! grant that is not theirs, and a granted writ cannot be sent again.
 
-use std::process::Command;
 use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
@@ -14,26 +13,14 @@ use kura_testkit::free_port;
 use kura_testkit::stack::{Stack, session_records};
 use proto::Effect;
 use proto::record::RecordType;
-use proto::writ::{Budget, WRIT_KIND, WritBody};
+use proto::writ::WritBody;
 use serde_json::Value;
 
 use super::SCRIPT;
 use super::browser::{enrolled_with, eval, type_into, until};
 
 fn kura(s: &Stack, args: &[&str]) -> Value {
-    let out = Command::new(kura_testkit::bin("kura"))
-        .args(args)
-        .arg("--db")
-        .arg(&s.db)
-        .arg("--json")
-        .output()
-        .expect("kura");
-    assert!(
-        out.status.success(),
-        "kura {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
+    s.cli().json(args)
 }
 
 /// A grant of `fs.read` to user:carol, signed by `key` as `issuer`.
@@ -42,18 +29,12 @@ fn grant_by(issuer: &str, key: &SigningKey) -> proto::writ::Writ {
     check::sign_writ(
         key,
         WritBody {
-            kind: WRIT_KIND.into(),
-            id: proto::new_id().to_string(),
-            holder: "user:carol".into(),
             issuer: format!("user:{issuer}"),
-            parent: None,
             tools: vec!["*".into()],
-            paths: vec!["*".into()],
             ceiling: Effect::Irreversible,
-            budget: Budget::default(),
             issued_at: check::format_time(now),
             expires_at: check::format_time(now + 3_600_000),
-            delegate_key: None,
+            ..WritBody::fixture(&proto::new_id().to_string(), "user:carol")
         },
     )
 }
