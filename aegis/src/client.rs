@@ -253,28 +253,65 @@ pub async fn decide(
     approve: bool,
     note: &str,
 ) -> anyhow::Result<Verdicted> {
-    let subjects = &at.subjects;
-    let conn = Conn::new(at).await?;
-    let (name, key) = (conn.name.clone(), conn.key.clone());
-    let items = pending_on(&conn, subjects).await?;
-    let item = items
-        .iter()
-        .find(|i| i.request_id == request_id)
-        .with_context(|| format!("request {request_id} is not waiting for a decision"))?;
-    let mut d = ApprovalDecision {
-        request_id,
-        decision: if approve { Vote::Approve } else { Vote::Deny }.into(),
-        approver: name,
-        note: note.to_owned(),
-        signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        signature: String::new(),
-        arguments: None,
-    };
-    // Refused here rather than cut: a person signs exactly the note they wrote.
-    d.check_limits()
-        .map_err(|e| anyhow::anyhow!("{e}; give a shorter --note"))?;
-    // The hash recomputed from what was verified, never the one a responder claimed.
-    keys::sign(&key, &mut d, &item.request_hash);
-    conn.ask(subjects.approval_decide(), proto::doorbell::encode(&d)?)
-        .await
+    let person = Person::connect(at).await?;
+    let d = person.sign(request_id, approve, note).await?;
+    person.send(&d).await
+}
+
+/// A person connected to aegis: what waits for them, and their signed decisions, over one
+/// connection (the console's relay and the benches keep one open; the CLI makes one per run).
+pub struct Person {
+    conn: Conn,
+    subjects: proto::subjects::Subjects,
+}
+
+impl Person {
+    /// Connects as the person whose key `at` names.
+    pub async fn connect(at: &Endpoint) -> anyhow::Result<Person> {
+        Ok(Person {
+            conn: Conn::new(at).await?,
+            subjects: at.subjects.clone(),
+        })
+    }
+
+    /// The requests waiting for people, each verified against its hash.
+    pub async fn pending(&self) -> anyhow::Result<Vec<Verified>> {
+        pending_on(&self.conn, &self.subjects).await
+    }
+
+    /// A signed decision on `request_id`, which must be waiting: the hash signed is the one
+    /// recomputed from what was verified, never the one a responder claimed.
+    pub async fn sign(
+        &self,
+        request_id: RequestId,
+        approve: bool,
+        note: &str,
+    ) -> anyhow::Result<ApprovalDecision> {
+        let items = self.pending().await?;
+        let item = items
+            .iter()
+            .find(|i| i.request_id == request_id)
+            .with_context(|| format!("request {request_id} is not waiting for a decision"))?;
+        let mut d = ApprovalDecision {
+            request_id,
+            decision: if approve { Vote::Approve } else { Vote::Deny }.into(),
+            approver: self.conn.name.clone(),
+            note: note.to_owned(),
+            signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            signature: String::new(),
+            arguments: None,
+        };
+        // Refused here rather than cut: a person signs exactly the note they wrote.
+        d.check_limits()
+            .map_err(|e| anyhow::anyhow!("{e}; give a shorter --note"))?;
+        keys::sign(&self.conn.key, &mut d, &item.request_hash);
+        Ok(d)
+    }
+
+    /// Sends a signed decision; returns aegis's verdict.
+    pub async fn send(&self, d: &ApprovalDecision) -> anyhow::Result<Verdicted> {
+        self.conn
+            .ask(self.subjects.approval_decide(), proto::doorbell::encode(d)?)
+            .await
+    }
 }

@@ -1,7 +1,9 @@
 //! The outside-agent figures of BENCHMARKS.md, on the release binaries: a record appended by
 //! an agent over MCP (Streamable HTTP, an open session) and over the JSON routes, and a tool
 //! call declared under an `allow` rule — each over a kept-alive loopback connection, beside
-//! `kura record add` of the same record from the CLI, measured in the same run.
+//! `kura record add` of the same record from the CLI, measured in the same run; and a call
+//! that asks a person: from the person's signed decision sent to the agent's `wait_decision`
+//! returning, beside the same decision's own round trip to aegis (its signed verdict back).
 //!
 //! Run it with `./scripts/bench`, or `cargo build --release --workspace && cargo bench -p
 //! kura-e2e --bench agents`.
@@ -95,6 +97,7 @@ fn main() {
     let n = if quick { 30 } else { 300 };
     let port = free_port();
     let mut s = Stack::new(r#"{"turns": [[{"deliver": "unused"}]]}"#);
+    let person_key = s.new_approver("ana");
     let keys = s.nats.keys_dir().to_path_buf();
     let issued = kura(
         &[
@@ -202,6 +205,9 @@ fn main() {
         let (_, body) = http.post("/agent/v1/declare_call", &[], &call);
         assert!(body.contains(r#""decision":"allow""#), "{body}");
     });
+    // A call that asks a person (Bash is `external`: the policy asks), decided while the
+    // agent waits.
+    let (w50, w99, a50) = decided_while_waiting(&s, port, &token, &turn, &person_key, n);
     // The baseline: `kura record add` of the same record into an open ledger of its own.
     let session = kura(
         &["--json", "session", "new", "--label", "cli baseline"],
@@ -270,7 +276,92 @@ fn main() {
         met(h50)
     );
     println!(
+        "| a person's signed decision sent → the waiting agent's `wait_decision` returns (HTTP, the agent blocked in it) | p50 {w50:.2} ms · p99 {w99:.2} ms | the same decision's round trip to aegis (sent → its signed verdict back): p50 {a50:.2} ms | {:.2} | p50 <= 5 ms | {} |",
+        w50 / a50,
+        if w50 <= 5.0 { "yes" } else { "no" }
+    );
+    println!(
         "| a tool call declared under an `allow` rule (`declare_call`: tool.call + approval.request + the policy's decision, one commit) | p50 {d50:.2} ms · p99 {d99:.2} ms | the same CLI's one record: p50 {c50:.2} ms | {:.2} | - | - |",
         d50 / c50
     );
+}
+
+/// Declares `n` calls that ask a person; for each, an agent thread blocks in
+/// `wait_decision` while the person (connected to aegis, as the console's relay is) signs
+/// and sends an approval. Returns the p50 and p99 from the decision sent to the agent's wait
+/// returning, and the p50 of the decision's own round trip to aegis.
+fn decided_while_waiting(
+    s: &Stack,
+    port: u16,
+    token: &str,
+    turn: &str,
+    person_key: &std::path::Path,
+    n: usize,
+) -> (f64, f64, f64) {
+    let (ask_tx, ask_rx) = std::sync::mpsc::channel::<String>();
+    let (woke_tx, woke_rx) = std::sync::mpsc::channel::<(Instant, String)>();
+    let waiter = {
+        let token = token.to_owned();
+        std::thread::spawn(move || {
+            let mut c = Conn::open(port, &token);
+            for request in ask_rx {
+                let body = format!(r#"{{"request_id": "{request}", "timeout_ms": 8000}}"#);
+                let (_, answer) = c.post("/agent/v1/wait_decision", &[], &body);
+                let _ = woke_tx.send((Instant::now(), answer));
+            }
+        })
+    };
+    let at = aegis::client::Endpoint {
+        url: s.nats.url(),
+        subjects: proto::subjects::Subjects::default(),
+        ca: Some(s.nats.ca()),
+        reply_key: s.nats.signer(kura_runtime::identity::Role::Aegis),
+        key_path: person_key.to_path_buf(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let person = rt
+        .block_on(aegis::client::Person::connect(&at))
+        .expect("the person connects to aegis");
+    let mut http = Conn::open(port, token);
+    let (mut woke, mut verdict) = (Vec::new(), Vec::new());
+    for i in 0..n + 5 {
+        let call = format!(
+            r#"{{"turn_id": "{turn}", "tool": "Bash", "arguments": {{"command": "echo {i}"}}}}"#
+        );
+        let (_, body) = http.post("/agent/v1/declare_call", &[], &call);
+        let declared: Value = serde_json::from_str(&body).expect("declared");
+        assert_eq!(declared["decision"], "ask", "{body}");
+        let request = declared["request_id"].as_str().expect("request").to_owned();
+        ask_tx.send(request.clone()).expect("the waiter");
+        let id: proto::RequestId = request.parse().expect("request id");
+        // Signed once aegis lists it (verified against its hash), with the agent inside
+        // wait_decision by then.
+        let decision = loop {
+            match rt.block_on(person.sign(id, true, "bench")) {
+                Ok(d) => break d,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        std::thread::sleep(Duration::from_millis(5));
+        let t = Instant::now();
+        rt.block_on(person.send(&decision))
+            .expect("aegis's verdict");
+        let answered = t.elapsed();
+        let (at, answer) = woke_rx.recv().expect("the waiter woke");
+        assert!(answer.contains(r#""state":"approved""#), "{answer}");
+        if i >= 5 {
+            woke.push(at.duration_since(t).as_secs_f64() * 1000.0);
+            verdict.push(answered.as_secs_f64() * 1000.0);
+        }
+    }
+    drop(ask_tx);
+    waiter.join().expect("the waiter");
+    (
+        pct(&mut woke, 0.5),
+        pct(&mut woke, 0.99),
+        pct(&mut verdict, 0.5),
+    )
 }
