@@ -433,9 +433,14 @@ pub fn file(tx: &Tx<'_>, f: &Filing<'_>) -> Result<Filed> {
 /// respelled in normal form should an older Kura have filed another spelling).
 pub fn requested_call(conn: &impl Db, a: &Approval) -> Result<GateCall> {
     let content = approvals::request_content(conn, a.request_id)?;
+    // Never ruled on as a call with no arguments: a path rule would not see its paths.
     let args = ApprovalRequestContent::read(&content)
-        .map(|r| r.arguments)
-        .unwrap_or_default();
+        .ok_or_else(|| kura_store::StoreError::Corrupt {
+            what: "approval request",
+            id: a.request_id.to_string(),
+            detail: "its stored content is not an approval request; nothing is ruled on".into(),
+        })?
+        .arguments;
     Ok(GateCall::new(&a.tool_name, a.effect, args))
 }
 

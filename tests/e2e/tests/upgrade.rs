@@ -5,6 +5,11 @@
 //! and gave the store a small API): two sessions, tool calls, a signed approval, memory, the
 //! seal log, a signed checkpoint and an offline inclusion proof. Only public keys are kept
 //! (`identities.toml`, the log's verifier key); nothing here can sign.
+//!
+//! The fixture in `fixtures/main-352de05/` is the previous release's (main at 352de05, before
+//! this round moved the house): the same demo run by that release's binaries, then a writ
+//! granted and one revoked by the demo person (the authority ledger, the writs table), and a
+//! checkpoint over all of it; `reads.json` is what that release's `kura` read back from it.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -195,4 +200,50 @@ fn typed_contents_rewrite_the_old_databases_records_byte_for_byte() {
         checked += 1;
     }
     assert_eq!(checked, 30, "every typed record of the fixture was checked");
+}
+
+/// The previous release's database opens under this build, verifies against its signed
+/// checkpoint, reads back exactly what that release read (sessions, every session's log,
+/// the writs, the memory), and not one row changes for being read.
+#[test]
+fn the_previous_releases_database_opens_and_reads_back_unchanged() {
+    let at = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/main-352de05")
+            .join(name)
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("kura.db");
+    std::fs::copy(at("kura.db"), &db).expect("copy the fixture");
+    let before = kura_testkit::cli::fingerprint(&db);
+    let cli = kura_testkit::cli::Cli::on(&db);
+    let vkey = std::fs::read_to_string(at("log_verifier")).expect("log_verifier");
+    let path = |p: PathBuf| p.to_str().expect("utf-8 path").to_owned();
+    let said = cli.ok(&[
+        "verify",
+        "--all",
+        "--log-key",
+        vkey.trim(),
+        "--checkpoint",
+        &path(at("checkpoint")),
+        "--keyring",
+        &path(at("identities.toml")),
+    ]);
+    assert!(said.contains("every hash matches"), "{said}");
+    let old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(at("reads.json")).expect("reads.json"))
+            .expect("json");
+    assert_eq!(cli.json(&["session", "list"]), old["sessions"]);
+    let logs = old["logs"].as_object().expect("logs");
+    assert_eq!(logs.len(), 3, "two demo sessions and the authority session");
+    for (session, log) in logs {
+        assert_eq!(&cli.json(&["log", session]), log, "kura log {session}");
+    }
+    assert_eq!(cli.json(&["writ", "list"]), old["writs"]);
+    assert_eq!(cli.json(&["query", "--type", "memory.fact"]), old["memory"]);
+    assert_eq!(
+        kura_testkit::cli::fingerprint(&db),
+        before,
+        "reading the old database changed it"
+    );
 }
