@@ -7,7 +7,7 @@ use std::time::Duration;
 use proto::content::{ToolCallContent, call_id_of};
 use proto::record::RecordType;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::bounded::excerpt;
 use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput, content_text};
@@ -249,7 +249,7 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
         let raw = call
             .pointer("/function/arguments")
             .cloned()
-            .unwrap_or(json!({}));
+            .unwrap_or_else(|| Value::Object(Default::default()));
         let arguments = match raw {
             Value::String(s) => serde_json::from_str::<Value>(&s).ok(),
             other => Some(other),
@@ -385,6 +385,7 @@ mod tests {
     use crate::ToolSpec;
     use proto::record::Record;
     use proto::{RecordId, SessionId};
+    use serde_json::json;
     use std::collections::BTreeMap;
 
     fn record(record_type: RecordType, content: Value) -> Record {

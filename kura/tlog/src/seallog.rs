@@ -20,13 +20,20 @@ use crate::storage::{LeafNow, LogStorage};
 
 /// The leaf data of a sealed ledger.
 pub fn leaf_data(ledger_id: LedgerId, session_id: SessionId, ledger_hash: &str) -> String {
-    let v = serde_json::json!({
-        "ledger_hash": ledger_hash,
-        "ledger_id": ledger_id.to_string(),
-        "session_id": session_id.to_string(),
-    });
+    /// The leaf's fields (RFC 8785 sorts them; the hash is over that form).
+    #[derive(serde::Serialize)]
+    struct Leaf<'a> {
+        ledger_hash: &'a str,
+        ledger_id: LedgerId,
+        session_id: SessionId,
+    }
+    let leaf = Leaf {
+        ledger_hash,
+        ledger_id,
+        session_id,
+    };
     // Three strings always canonicalise; the fallback is never reached.
-    proto::canonical::canonical_json(&v).unwrap_or_default()
+    proto::canonical::canonical_json(&leaf).unwrap_or_default()
 }
 
 /// Reads stored hashes through the storage.

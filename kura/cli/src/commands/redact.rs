@@ -54,8 +54,10 @@ impl Redact {
                 anyhow::anyhow!("{e} (serve.toml's [writs] issuers, or KURA_WRITS__ISSUERS)")
             })?;
         if ctx.json {
-            ctx.out
-                .json(&serde_json::json!({"record": record_id, "redaction_record": done}))?;
+            ctx.out.json(&Redacted {
+                record: &record_id.to_string(),
+                redaction_record: &done.to_string(),
+            })?;
         } else {
             ctx.out.line(format!(
                 "record {record_id} redacted (sys.redaction {done})"
@@ -63,4 +65,13 @@ impl Redact {
         }
         Ok(Outcome::Ok)
     }
+}
+
+/// `kura redact --json`.
+#[derive(serde::Serialize)]
+struct Redacted<'a> {
+    /// The record whose content was erased.
+    record: &'a str,
+    /// The `sys.redaction` record.
+    redaction_record: &'a str,
 }

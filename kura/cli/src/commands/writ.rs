@@ -298,7 +298,10 @@ fn revoke(
     let sealer = store.sealer().cloned();
     let record = store.write(|tx| writs::revoke(tx, &r, &issuers, &by, sealer.as_ref()))??;
     if json {
-        out.json(&serde_json::json!({"writ": id, "revocation_record": record}))?;
+        out.json(&Revoked {
+            writ: &id,
+            revocation_record: &record.to_string(),
+        })?;
     } else {
         out.line(format!("writ {id} revoked (record {record})"))?;
     }
@@ -351,4 +354,13 @@ fn show(store: &Store, out: &mut Out, id: &str) -> anyhow::Result<()> {
     let w = writs::writ(store, id)?
         .with_context(|| format!("no writ {id} here (see `kura writ list`)"))?;
     out.json(&w)
+}
+
+/// `kura writ revoke --json`.
+#[derive(serde::Serialize)]
+struct Revoked<'a> {
+    /// The writ revoked.
+    writ: &'a str,
+    /// The `sys.revocation` record.
+    revocation_record: &'a str,
 }
