@@ -299,7 +299,7 @@ fn revoke(
     let record = store.write(|tx| writs::revoke(tx, &r, &issuers, &by, sealer.as_ref()))??;
     if json {
         out.json(&Revoked {
-            writ: &id,
+            writ: id,
             revocation_record: &record.to_string(),
         })?;
     } else {
