@@ -97,6 +97,12 @@ fn main() {
     let n = if quick { 30 } else { 300 };
     let port = free_port();
     let mut s = Stack::new(r#"{"turns": [[{"deliver": "unused"}]]}"#);
+    // Reads run at once; anything else (Bash) asks a person.
+    std::fs::write(
+        s.path("policy.toml"),
+        "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = \"ask\"\n",
+    )
+    .expect("policy");
     let person_key = s.new_approver("ana");
     let keys = s.nats.keys_dir().to_path_buf();
     let issued = kura(
@@ -113,7 +119,16 @@ fn main() {
     );
     let token: Value = serde_json::from_slice(&issued.stdout).expect("token json");
     let token = token["token"].as_str().expect("token").to_owned();
+    let person: Value =
+        serde_json::from_str(&std::fs::read_to_string(&person_key).expect("key")).expect("json");
     s.extra_env = vec![
+        (
+            "KURA_AEGIS__APPROVERS".into(),
+            format!(
+                "[{{ name = \"ana\", public_key = \"{}\" }}]",
+                person["public_key"].as_str().expect("public key")
+            ),
+        ),
         ("KURA_NATS__MODE".into(), "external".into()),
         ("KURA_CONSOLE__LISTEN".into(), format!("127.0.0.1:{port}")),
         (
@@ -306,7 +321,16 @@ fn decided_while_waiting(
             let mut c = Conn::open(port, &token);
             for request in ask_rx {
                 let body = format!(r#"{{"request_id": "{request}", "timeout_ms": 8000}}"#);
-                let (_, answer) = c.post("/agent/v1/wait_decision", &[], &body);
+                // A wait ends undecided after 8 s (aegis slow to list the first request):
+                // the agent asks again, as a real one does.
+                let answer = loop {
+                    let (_, answer) = c.post("/agent/v1/wait_decision", &[], &body);
+                    if !answer.contains(r#""state":"asked""#)
+                        && !answer.contains(r#""state":"pending""#)
+                    {
+                        break answer;
+                    }
+                };
                 let _ = woke_tx.send((Instant::now(), answer));
             }
         })
