@@ -6,9 +6,8 @@
 
 use base64::Engine as _;
 use kura_store::Store;
-use kura_work::approvals::{Approval, asked};
+use kura_work::approvals::{self, Approval, asked};
 use proto::RequestId;
-use rusqlite::OptionalExtension as _;
 use serde::{Deserialize, Serialize};
 
 /// Largest reply aegis sends on these subjects, well under the bundled server's 64 KiB
@@ -82,37 +81,16 @@ pub struct Chunk {
     pub data: String,
 }
 
-/// The stored `approval.request` record of an approval (type, author, canonical content).
-fn request_record(
-    conn: &rusqlite::Connection,
-    request_id: RequestId,
-) -> kura_store::Result<Option<(String, String, String)>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT r.record_type, r.author_id, r.content FROM records r
-               JOIN approvals a ON a.request_id = r.record_id
-              WHERE a.request_id = ?1",
-        )?
-        .query_row([request_id.to_string()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()?)
-}
-
 fn item(
-    conn: &rusqlite::Connection,
+    conn: &Store,
     a: Approval,
     now: std::time::SystemTime,
 ) -> kura_store::Result<Option<PendingItem>> {
-    let Some((record_type, author_id, content)) = request_record(conn, a.request_id)? else {
+    let Some((record_type, author_id, content)) = approvals::request_record(conn, a.request_id)?
+    else {
         return Ok(None);
     };
-    let approvals: i64 = conn
-        .prepare_cached(
-            "SELECT count(DISTINCT lower(COALESCE(public_key, approver))) FROM approval_votes
-              WHERE request_id = ?1 AND decision = 'approve'",
-        )?
-        .query_row([a.request_id.to_string()], |r| r.get(0))?;
+    let approvals = approvals::approvals_so_far(conn, a.request_id)?;
     let age_s = humantime::parse_rfc3339(&a.created_at)
         .ok()
         .and_then(|t| now.duration_since(t).ok())
@@ -136,7 +114,7 @@ fn item(
 
 /// The requests waiting for people after queue position `after`, as many as fit one page.
 pub fn page(store: &Store, after: Option<i64>) -> kura_store::Result<PendingPage> {
-    let conn = store.conn();
+    let conn = store;
     let now = std::time::SystemTime::now();
     let mut out = PendingPage::default();
     let (mut size, mut last_seq) = (64, 0);
@@ -166,7 +144,7 @@ pub fn fetch(
     request_id: RequestId,
     offset: u64,
 ) -> kura_store::Result<Option<Chunk>> {
-    let Some((_, _, content)) = request_record(store.conn(), request_id)? else {
+    let Some((_, _, content)) = approvals::request_record(store, request_id)? else {
         return Ok(None);
     };
     let bytes = content.as_bytes();

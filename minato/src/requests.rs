@@ -3,8 +3,8 @@
 //! transaction per unit of work, each advancing minato's cursor in the same transaction.
 
 use kura_plan::RosterConfig;
+use kura_store::Tx;
 use kura_store::error::{Result, StoreError};
-use kura_store::{Db, Tx};
 use kura_store::{Store, memory};
 use kura_tlog::sealer::Sealer;
 use kura_work::WorkTx;
@@ -21,7 +21,6 @@ use proto::content::DeliverableContent;
 use proto::plan::{PlanContent, RouteContent, VerdictContent};
 use proto::record::{Content, NewRecord, Record, RecordType};
 use proto::{LedgerId, RecordId, SessionId, TurnId};
-use rusqlite::{OptionalExtension, params};
 
 /// A request minato turned into a session turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,15 +167,7 @@ fn route(
 
 /// The role the turn whose output is `ledger` ran as.
 fn recorded_role(tx: &Tx<'_>, ledger: LedgerId) -> Result<Option<String>> {
-    Ok(tx
-        .sql()
-        .query_row(
-            "SELECT role FROM turns WHERE output_ledger_id = ?1",
-            [ledger.to_string()],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten())
+    kura_work::role_of_output(tx, ledger)
 }
 
 /// A `task.route` record: the role chosen and why.
@@ -411,7 +402,7 @@ fn planned(
     rules: &Rules<'_>,
     done: &Done<'_>,
     plan: &Record,
-    replays: Option<(String, kura_work::Replay)>,
+    replays: Option<(proto::PlanId, kura_work::Replay)>,
     sealer: Option<&Sealer>,
 ) -> Result<std::result::Result<Decision, LedgerId>> {
     let t = done.t;
@@ -717,15 +708,7 @@ fn after_verdict(
     if !pass && failed < rules.max_validations && t.seq < rules.max_turns && tree_left {
         tx.seal(ledger.ledger_id, sealer)?;
         let members = [request_instruction(tx, t.request_seq)?, j.judged, verdict];
-        let role: Option<String> = tx
-            .sql()
-            .query_row(
-                "SELECT role FROM turns WHERE session_id = ?1 AND seq = ?2",
-                params![t.session_id.to_string(), t.seq - 1],
-                |r| r.get(0),
-            )
-            .optional()?
-            .flatten();
+        let role = kura_work::role_at(tx, t.session_id, t.seq - 1)?;
         let next = new_turn(
             tx,
             &NewTurn {

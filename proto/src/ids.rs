@@ -138,6 +138,10 @@ new_uuid!(
     /// An approval request: a tool call waiting for a ruling or a person.
     RequestId, "approval request"
 );
+new_uuid!(
+    /// A plan filed from a planning turn's `agent.plan` record: its steps run as sessions.
+    PlanId, "plan"
+);
 
 impl RecordId {
     /// The approval request this `approval.request` record opens (a request is known by its

@@ -21,7 +21,7 @@ pub mod text;
 pub mod writ;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
-pub use ids::{LedgerId, RecordId, RequestId, SessionId, TurnId, new_id};
+pub use ids::{LedgerId, PlanId, RecordId, RequestId, SessionId, TurnId, new_id};
 pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
 pub use proof::InclusionProof;
 pub use record::{
@@ -29,5 +29,6 @@ pub use record::{
     RecordType, TextContent, ToolCallContent, ToolResultContent, ToolStatus,
 };
 pub use states::{
-    ApprovalState, Effect, Outcome, SessionStatus, TurnState, UnknownState, Verdict, Vote,
+    ApprovalState, Effect, Outcome, SessionStatus, StepState, TurnState, UnknownState, Verdict,
+    Vote,
 };

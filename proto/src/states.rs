@@ -110,6 +110,22 @@ text_enum!(
 });
 
 text_enum!(
+    /// Where a plan's step is (`plan_steps.state`), and a plan as a whole (`plans.state`:
+    /// running, done or failed).
+    StepState, "plan step state", {
+    /// Waiting for the steps it comes after.
+    Waiting = "waiting",
+    /// Its session runs.
+    Running = "running",
+    /// Delivered.
+    Done = "done",
+    /// Ended without a deliverable (or its validator failed it).
+    Failed = "failed",
+    /// Never started: the plan failed first.
+    Skipped = "skipped",
+});
+
+text_enum!(
     /// A session's status.
     SessionStatus, "session status", {
     /// Work may still come.

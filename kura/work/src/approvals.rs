@@ -314,6 +314,25 @@ pub(crate) fn record_vote(
     Ok((rec, n))
 }
 
+/// The stored `approval.request` record of a request, as stored: its type, author and
+/// canonical content (what a person's client verifies against the request's hash).
+pub fn request_record(
+    conn: &impl Db,
+    request_id: RequestId,
+) -> Result<Option<(String, String, String)>> {
+    Ok(conn
+        .sql()
+        .prepare_cached(
+            "SELECT r.record_type, r.author_id, r.content FROM records r
+               JOIN approvals a ON a.request_id = r.record_id
+              WHERE a.request_id = ?1",
+        )?
+        .query_row([request_id.to_string()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?)
+}
+
 /// How many distinct keys have approved `request_id` so far.
 pub fn approvals_so_far(conn: &impl Db, request_id: RequestId) -> Result<i64> {
     let conn = conn.sql();

@@ -39,7 +39,9 @@ pub use requests::{
     recorded_turns, request_instruction, request_replays, request_status, request_submitter,
     submit, submit_as, submit_replay, turn_submitter,
 };
-pub use turn_kind::{TurnKind, last_plan, role_of};
+pub use turn_kind::{
+    LedgerUsage, TurnKind, last_plan, ledger_usage, role_at, role_of, role_of_output,
+};
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,
     next_turn_seq, release, release_failed, renew, turn,

@@ -7,7 +7,7 @@ use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, StoreError, Tx, time};
 use proto::plan::PlanContent;
 use proto::record::{Content, NewRecord, Record, RecordType};
-use proto::{LedgerId, RecordId, SessionId, TurnId};
+use proto::{LedgerId, PlanId, RecordId, SessionId, StepState, TurnId};
 use rusqlite::{OptionalExtension, params};
 
 /// Who writes the records minato makes of a plan (each step's instruction, a plan's end).
@@ -17,7 +17,7 @@ pub const PLANNER: &str = "agent:minato";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepOf {
     /// The plan.
-    pub plan_id: String,
+    pub plan_id: PlanId,
     /// The step's id.
     pub step: String,
     /// How deep its plan is nested (1: a top-level session's).
@@ -143,7 +143,7 @@ pub struct Planned<'a> {
     /// The request the whole tree serves.
     pub root_seq: i64,
     /// A replay's: the recorded plan whose steps its steps replay, and how.
-    pub replays: Option<(String, crate::Replay)>,
+    pub replays: Option<(PlanId, crate::Replay)>,
 }
 
 /// The recorded turn request `request_seq` replays, if it is a replay.
@@ -167,7 +167,7 @@ pub fn request_replay(conn: &impl Db, request_seq: i64) -> Result<Option<crate::
 }
 
 /// The plan filed for the recorded planning turn whose output is `ledger`, if any.
-pub fn plan_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<String>> {
+pub fn plan_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<PlanId>> {
     Ok(conn
         .sql()
         .query_row_cached(
@@ -180,7 +180,7 @@ pub fn plan_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<String>
 
 /// Files a checked plan and starts every step that waits on nothing; returns how many.
 pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
-    let plan_id = proto::new_id().to_string();
+    let plan_id = PlanId::new();
     tx.sql().execute_cached(
         "INSERT INTO plans (plan_id, record_id, session_id, turn_id, ledger_id, request_seq,
                             nesting, root_seq, state, created_at, replays, replay_live, replay_rerun)
@@ -195,7 +195,7 @@ pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
             p.nesting,
             p.root_seq,
             time::now(),
-            p.replays.as_ref().map(|r| r.0.clone()),
+            p.replays.as_ref().map(|r| r.0),
             p.replays.as_ref().is_some_and(|r| r.1.live),
             p.replays.as_ref().is_some_and(|r| r.1.rerun)
         ],
@@ -221,7 +221,7 @@ pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
             ],
         )?;
     }
-    start_ready(tx, &plan_id)
+    start_ready(tx, plan_id)
 }
 
 /// The JSON text a plan row keeps.
@@ -235,13 +235,13 @@ struct StepRow {
     role: Option<String>,
     after: Vec<String>,
     instruction: RecordId,
-    state: String,
+    state: StepState,
     output: Option<LedgerId>,
     deliverable: Option<RecordId>,
     validator: Option<String>,
 }
 
-fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
+fn steps(tx: &Tx<'_>, plan_id: PlanId) -> Result<Vec<StepRow>> {
     let mut stmt = tx.sql().prepare_cached(
         "SELECT step, role, after, instruction, state, output_id, deliverable_id, validator
            FROM plan_steps WHERE plan_id = ?1 ORDER BY ord",
@@ -252,7 +252,7 @@ fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
             r.get::<_, Option<String>>(1)?,
             r.get::<_, String>(2)?,
             r.get::<_, String>(3)?,
-            r.get::<_, String>(4)?,
+            r.get::<_, StepState>(4)?,
             r.get::<_, Option<String>>(5)?,
             r.get::<_, Option<String>>(6)?,
             r.get::<_, Option<String>>(7)?,
@@ -266,7 +266,7 @@ fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
             role,
             after: serde_json::from_str(&after).map_err(|e| StoreError::Corrupt {
                 what: "plan step",
-                id: plan_id.to_owned(),
+                id: plan_id.to_string(),
                 detail: format!("after: {e}"),
             })?,
             instruction: parse_id(&instruction)?,
@@ -281,7 +281,7 @@ fn steps(tx: &Tx<'_>, plan_id: &str) -> Result<Vec<StepRow>> {
 
 /// Starts every waiting step whose steps are all done: a sub-session and a request whose
 /// first context has their outputs as parents (or the plan ledger, for a first step).
-fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
+fn start_ready(tx: &Tx<'_>, plan_id: PlanId) -> Result<usize> {
     let (plan_ledger, planning_session): (String, String) = tx.sql().query_row(
         "SELECT ledger_id, session_id FROM plans WHERE plan_id = ?1",
         [plan_id],
@@ -290,9 +290,9 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
     let label = tx.read_session(parse_id(&planning_session)?)?.label;
     let all = steps(tx, plan_id)?;
     let mut started = 0;
-    for s in all.iter().filter(|s| s.state == "waiting") {
+    for s in all.iter().filter(|s| s.state == StepState::Waiting) {
         let deps: Vec<&StepRow> = all.iter().filter(|o| s.after.contains(&o.step)).collect();
-        if deps.iter().any(|d| d.state != "done") {
+        if deps.iter().any(|d| d.state != StepState::Done) {
             continue;
         }
         let parents: Vec<String> = if deps.is_empty() {
@@ -341,7 +341,11 @@ fn start_ready(tx: &Tx<'_>, plan_id: &str) -> Result<usize> {
 
 /// For a replayed plan's step: the recorded step's first output (else the recorded plan's
 /// own), and the replay's flags.
-fn replayed_step(tx: &Tx<'_>, plan_id: &str, step: &str) -> Result<Option<(LedgerId, bool, bool)>> {
+fn replayed_step(
+    tx: &Tx<'_>,
+    plan_id: PlanId,
+    step: &str,
+) -> Result<Option<(LedgerId, bool, bool)>> {
     let row: Option<(String, bool, bool)> = tx
         .sql()
         .query_row_cached(
@@ -438,35 +442,49 @@ pub fn finish_step(
         params![
             of.plan_id,
             of.step,
-            if failed { "failed" } else { "done" },
+            if failed {
+                StepState::Failed
+            } else {
+                StepState::Done
+            },
             output.to_string(),
             deliverable.map(|d| d.record_id.to_string())
         ],
     )?;
-    let plan_failed = failed || steps(tx, &of.plan_id)?.iter().any(|s| s.state == "failed");
+    let plan_failed = failed
+        || steps(tx, of.plan_id)?
+            .iter()
+            .any(|s| s.state == StepState::Failed);
     if plan_failed {
         // Nothing new starts; what runs finishes, then the plan ends with what was done.
         tx.sql().execute_cached(
             "UPDATE plan_steps SET state = 'skipped' WHERE plan_id = ?1 AND state = 'waiting'",
-            [&of.plan_id],
+            [of.plan_id],
         )?;
     } else {
-        let started = start_ready(tx, &of.plan_id)?;
+        let started = start_ready(tx, of.plan_id)?;
         if started > 0 {
             return Ok(Progress::Going { started });
         }
     }
-    let all = steps(tx, &of.plan_id)?;
+    let all = steps(tx, of.plan_id)?;
     if all
         .iter()
-        .any(|s| s.state == "running" || s.state == "waiting")
+        .any(|s| matches!(s.state, StepState::Running | StepState::Waiting))
     {
         return Ok(Progress::Going { started: 0 });
     }
-    let ended = ended(tx, &of.plan_id, &all)?;
+    let ended = ended(tx, of.plan_id, &all)?;
     tx.sql().execute_cached(
         "UPDATE plans SET state = ?2 WHERE plan_id = ?1",
-        params![of.plan_id, if plan_failed { "failed" } else { "done" }],
+        params![
+            of.plan_id,
+            if plan_failed {
+                StepState::Failed
+            } else {
+                StepState::Done
+            }
+        ],
     )?;
     Ok(if plan_failed {
         Progress::Failed(ended)
@@ -475,7 +493,7 @@ pub fn finish_step(
     })
 }
 
-fn ended(tx: &Tx<'_>, plan_id: &str, all: &[StepRow]) -> Result<Ended> {
+fn ended(tx: &Tx<'_>, plan_id: PlanId, all: &[StepRow]) -> Result<Ended> {
     let (session, request_seq, ledger, turn): (String, i64, String, String) = tx.sql().query_row(
         "SELECT session_id, request_seq, ledger_id, turn_id FROM plans WHERE plan_id = ?1",
         [plan_id],

@@ -5,7 +5,7 @@
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result};
 use proto::record::Record;
-use proto::{LedgerId, RecordId, TurnId};
+use proto::{LedgerId, PlanId, RecordId, TurnId};
 use rusqlite::OptionalExtension;
 
 use crate::{Replay, plans, verdicts};
@@ -30,7 +30,7 @@ pub enum TurnKind {
     /// planned, and is otherwise one recorded turn with nothing after it.
     Replay {
         /// The recorded plan (its id) and the replay's terms, when the recorded turn planned.
-        plan: Option<(String, Replay)>,
+        plan: Option<(PlanId, Replay)>,
     },
     /// Live work: it may plan, go to its validator, or ask for another turn.
     Work,
@@ -69,10 +69,10 @@ impl TurnKind {
 
     /// Whether a plan it recorded becomes work: `Some` with the recorded plan a replay
     /// replays (`None` for live work), `None` when its plans are not minato's to run.
-    pub fn runs_plans(&self) -> Option<Option<(String, Replay)>> {
+    pub fn runs_plans(&self) -> Option<Option<(PlanId, Replay)>> {
         match self {
             TurnKind::Work => Some(None),
-            TurnKind::Replay { plan: Some(p) } => Some(Some(p.clone())),
+            TurnKind::Replay { plan: Some(p) } => Some(Some(*p)),
             _ => None,
         }
     }
@@ -101,4 +101,67 @@ pub fn last_plan(conn: &impl Db, ledger: LedgerId) -> Result<Option<Record>> {
     found
         .map(|id: String| kura_store::store::read_record(conn, parse_id(&id)?))
         .transpose()
+}
+
+/// The role the turn whose output is `ledger` ran as.
+pub fn role_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<String>> {
+    Ok(conn
+        .sql()
+        .query_row_cached(
+            "SELECT role FROM turns WHERE output_ledger_id = ?1",
+            [ledger.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+/// The role turn `seq` of `session` ran as.
+pub fn role_at(conn: &impl Db, session: proto::SessionId, seq: i64) -> Result<Option<String>> {
+    Ok(conn
+        .sql()
+        .query_row_cached(
+            "SELECT role FROM turns WHERE session_id = ?1 AND seq = ?2",
+            rusqlite::params![session.to_string(), seq],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+/// What one ledger's model answers spent, summed from the usage its records carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerUsage {
+    /// Model answers.
+    pub answers: i64,
+    /// The models that answered, comma-separated.
+    pub models: String,
+    /// Prompt tokens.
+    pub tokens_in: i64,
+    /// Completion tokens.
+    pub tokens_out: i64,
+    /// Money by the price table, millionths.
+    pub money_micros: i64,
+}
+
+/// [`LedgerUsage`] of `ledger`, summed in SQLite (no record is read into memory).
+pub fn ledger_usage(conn: &impl Db, ledger: LedgerId) -> Result<LedgerUsage> {
+    Ok(conn.sql().query_row_cached(
+        "SELECT count(*), group_concat(DISTINCT json_extract(r.metadata, '$.model')),
+                coalesce(sum(CAST(json_extract(r.metadata, '$.tokens_in') AS INTEGER)), 0),
+                coalesce(sum(CAST(json_extract(r.metadata, '$.tokens_out') AS INTEGER)), 0),
+                coalesce(sum(CAST(json_extract(r.metadata, '$.money_micros') AS INTEGER)), 0)
+           FROM ledger_records m JOIN records r ON r.record_id = m.record_id
+          WHERE m.ledger_id = ?1 AND json_extract(r.metadata, '$.model') IS NOT NULL",
+        [ledger.to_string()],
+        |r| {
+            Ok(LedgerUsage {
+                answers: r.get(0)?,
+                models: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                tokens_in: r.get(2)?,
+                tokens_out: r.get(3)?,
+                money_micros: r.get(4)?,
+            })
+        },
+    )?)
 }

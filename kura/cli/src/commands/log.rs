@@ -55,19 +55,10 @@ struct Spent {
 /// What one ledger's model answers spent, summed in SQLite from the usage its records carry
 /// (no record is read into memory): answers, models, tokens in, tokens out, money.
 fn ledger_usage(store: &Store, ledger: proto::LedgerId) -> anyhow::Result<Option<String>> {
-    let row: (i64, Option<String>, i64, i64, i64) = store.conn().query_row(
-        "SELECT count(*), group_concat(DISTINCT json_extract(r.metadata, '$.model')),
-                coalesce(sum(CAST(json_extract(r.metadata, '$.tokens_in') AS INTEGER)), 0),
-                coalesce(sum(CAST(json_extract(r.metadata, '$.tokens_out') AS INTEGER)), 0),
-                coalesce(sum(CAST(json_extract(r.metadata, '$.money_micros') AS INTEGER)), 0)
-           FROM ledger_records m JOIN records r ON r.record_id = m.record_id
-          WHERE m.ledger_id = ?1 AND json_extract(r.metadata, '$.model') IS NOT NULL",
-        [ledger.to_string()],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-    )?;
-    let (n, models, i, o, m) = row;
+    let u = kura_work::ledger_usage(store, ledger)?;
+    let (n, i, o, m) = (u.answers, u.tokens_in, u.tokens_out, u.money_micros);
     Ok((n > 0).then(|| {
-        let models = proto::text::escape_controls(&models.unwrap_or_default()).into_owned();
+        let models = proto::text::escape_controls(&u.models).into_owned();
         format!("Usage:   {n} model answers ({models}), {i}+{o} tokens, {m} millionths")
     }))
 }
