@@ -1017,7 +1017,7 @@ fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
         ask(&mut store, "Read", Effect::Read, "c3"),
         ApprovalState::Approved
     );
-    let w = kura_work::writs::writ(&store, &writ.body.id)
+    let w = kura_work::writs::writ(&store, writ.body.id)
         .expect("read")
         .expect("writ");
     // aegis holds the call to its writ again (the gateway charged it when it was declared).

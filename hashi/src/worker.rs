@@ -605,7 +605,7 @@ impl Worker {
         for writ in self.writs.ids() {
             let verdict = kura_work::writs::check_model_step_pending(
                 &self.store,
-                writ,
+                *writ,
                 &self.issuers,
                 now_ms(),
                 pending,
@@ -698,7 +698,7 @@ impl Worker {
         };
         let shown_name = excerpt(name, 256);
         let mut typed = ToolCallContent::new(shown_name.clone(), arguments.clone(), &call_id);
-        typed.writ = self.writs.primary().map(str::to_owned);
+        typed.writ = self.writs.primary().map(|w| w.to_string());
         if as_given != arguments {
             typed.arguments_as_given = Some(as_given);
         }

@@ -157,7 +157,7 @@ fn a_call_outside_the_writs_scope_is_refused_before_it_runs() {
         .find(|r| r.record_type == RecordType::ToolCall)
         .expect("call");
     assert_eq!(call.content["writ"], WRIT, "the call names its writ");
-    let w = kura_work::writs::writ(&store, WRIT)
+    let w = kura_work::writs::writ(&store, WRIT.parse().expect("id"))
         .expect("read")
         .expect("writ");
     assert_eq!(
@@ -248,7 +248,7 @@ fn a_call_past_the_writs_tool_call_budget_is_refused() {
                 && e.contains("tool_calls budget is spent (2 of 2)")),
         "{errors:?}"
     );
-    let w = kura_work::writs::writ(&store, WRIT)
+    let w = kura_work::writs::writ(&store, WRIT.parse().expect("id"))
         .expect("read")
         .expect("writ");
     assert_eq!((w.calls_used, w.refused), (2, 1));
@@ -269,7 +269,7 @@ fn a_call_right_after_revocation_is_refused() {
         &key(1),
         RevocationBody {
             kind: REVOCATION_KIND.into(),
-            writ_id: WRIT.into(),
+            writ_id: WRIT.parse().expect("id"),
             by: "user:ana".into(),
             reason: "enough".into(),
             revoked_at: "2026-11-26T12:00:00Z".into(),
@@ -370,7 +370,7 @@ fn a_token_budget_stops_the_run_with_a_deliverable_naming_it_and_usage_is_record
         kura_work::writs::session_usage(&store, session).expect("usage"),
         Some((2, 60, 60, 18))
     );
-    let w = kura_work::writs::writ(&store, WRIT)
+    let w = kura_work::writs::writ(&store, WRIT.parse().expect("id"))
         .expect("read")
         .expect("writ");
     assert_eq!((w.tokens_used, w.money_used), (120, 18));

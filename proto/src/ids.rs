@@ -139,6 +139,10 @@ new_uuid!(
     RequestId, "approval request"
 );
 new_uuid!(
+    /// A writ: a person's signed grant of authority (or a delegation from one).
+    WritId, "writ"
+);
+new_uuid!(
     /// A plan filed from a planning turn's `agent.plan` record: its steps run as sessions.
     PlanId, "plan"
 );

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::WritId;
+
 use crate::Effect;
 
 /// The `kind` of a writ's body.
@@ -44,7 +46,7 @@ pub struct WritBody {
     pub kind: String,
     /// Unique id (a UUID): a writ is stored once, and a second body under a taken id is
     /// refused.
-    pub id: String,
+    pub id: WritId,
     /// Who may act under it: `session:<id>` (that session's turns), or an author id
     /// (`agent:<name>` for an outside agent, `user:<name>`) — the sessions it submits and the
     /// calls it files.
@@ -53,7 +55,7 @@ pub struct WritBody {
     pub issuer: String,
     /// The writ this one narrows, for a delegation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
+    pub parent: Option<WritId>,
     /// Tool name globs (`*` any run, `?` one character) a call must match one of.
     pub tools: Vec<String>,
     /// Path globs (normal form: relative, `/`-separated) every path argument of a call must
@@ -102,7 +104,7 @@ pub struct RevocationBody {
     /// Always [`REVOCATION_KIND`].
     pub kind: String,
     /// The writ taken back (with every writ delegated from it).
-    pub writ_id: String,
+    pub writ_id: WritId,
     /// Who: `user:<name>`, or `writ:<parent id>` for a delegator taking back its child.
     pub by: String,
     /// Why, one line.
@@ -235,10 +237,11 @@ impl WritBody {
     /// The one writ tests start from: `holder` may use `fs.*` on any path up to `write`,
     /// granted by `user:ana` from 2026 to 2099, no budget, no delegate key. A test changes
     /// only what it probes.
+    /// `id` must be a UUID (a test's constant).
     pub fn fixture(id: &str, holder: &str) -> WritBody {
         WritBody {
             kind: WRIT_KIND.into(),
-            id: id.into(),
+            id: id.parse().unwrap_or_else(|_| WritId::new()),
             holder: holder.into(),
             issuer: "user:ana".into(),
             parent: None,

@@ -311,7 +311,7 @@ impl Gateway {
             let writs = gate::writs_of_turn(store, claim.turn_id).map_err(store_error)?;
             let mut rec = rec.clone();
             if let (Some(id), Some(content)) = (writs.primary(), rec.content.as_object_mut()) {
-                content.insert("writ".into(), Value::String(id.to_owned()));
+                content.insert("writ".into(), Value::String(id.to_string()));
             }
             let filing = gate::Filing {
                 claim: &claim,

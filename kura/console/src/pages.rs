@@ -425,7 +425,7 @@ pub fn writs(
                     @let b = &w.writ.body;
                     @let expired = kura_policy::writ::parse_time(&b.expires_at).is_ok_and(|e| now_ms >= e);
                     tr {
-                        td.label { code title=(b.id) { (short(&b.id)) } @if let Some(p) = &b.parent { br; "from " code title=(p) { (short(p)) } } }
+                        td.label { code title=(b.id) { (short(&b.id.to_string())) } @if let Some(p) = &b.parent { br; "from " code title=(p) { (short(&p.to_string())) } } }
                         td { (t(&b.holder)) br; "by " (t(&b.issuer)) }
                         td { (t(&b.tools.join(", "))) " · paths " (t(&b.paths.join(", "))) " · up to " (b.ceiling.as_str()) }
                         td.num { (w.calls_used) "/" (limit(b.budget.tool_calls)) " calls · " (w.tokens_used) "/" (limit(b.budget.tokens)) " tokens · " (w.money_used) "/" (limit(b.budget.money_micros)) " millionths" }

@@ -74,7 +74,7 @@ pub async fn grant(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> 
         return answer(StatusCode::FORBIDDEN, false, e.to_string());
     }
     let author = w.body.issuer.clone();
-    let id = w.body.id.clone();
+    let id = w.body.id;
     let stored = c
         .write(move |s| {
             let sealer = s.sealer().cloned();
@@ -115,7 +115,7 @@ pub async fn revoke(State(c): State<Shared>, headers: HeaderMap, body: Bytes) ->
         return answer(StatusCode::FORBIDDEN, false, why.to_string());
     }
     let issuers = c.trust.issuers.clone();
-    let id = r.body.writ_id.clone();
+    let id = r.body.writ_id;
     let stored = c
         .write(move |s| {
             let sealer = s.sealer().cloned();

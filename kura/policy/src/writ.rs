@@ -4,6 +4,7 @@
 
 use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
 use proto::Effect;
+use proto::WritId;
 use proto::writ::{
     Budget, MAX_FIELD_BYTES, MAX_SCOPES, REDACTION_KIND, REVOCATION_KIND, Redaction, RedactionBody,
     Revocation, RevocationBody, WRIT_KIND, Writ, WritBody, check_holder,
@@ -33,12 +34,12 @@ pub enum WritError {
     Wider(String),
     /// Revoked (itself or an ancestor).
     #[error("writ {0} was revoked")]
-    Revoked(String),
+    Revoked(WritId),
     /// Past its expiry, or before its issue time.
     #[error("writ {id} is not valid now: {why}")]
     Expired {
         /// The writ.
-        id: String,
+        id: WritId,
         /// Expired, or not yet valid.
         why: String,
     },
@@ -46,7 +47,7 @@ pub enum WritError {
     #[error("outside writ {id}'s scope: {why}")]
     OutOfScope {
         /// The writ.
-        id: String,
+        id: WritId,
         /// Which tool or path.
         why: String,
     },
@@ -54,7 +55,7 @@ pub enum WritError {
     #[error("a {effect} call is above writ {id}'s ceiling ({ceiling})")]
     AboveCeiling {
         /// The writ.
-        id: String,
+        id: WritId,
         /// The call's class.
         effect: Effect,
         /// The writ's ceiling.
@@ -62,7 +63,7 @@ pub enum WritError {
     },
     /// Its id is already granted (a writ is stored once: no replay under a taken id).
     #[error("writ {0} is already granted; a new grant needs a new id")]
-    Taken(String),
+    Taken(WritId),
     /// Not found.
     #[error("no writ {0} here (list them with `kura writ list`)")]
     Unknown(String),
@@ -70,7 +71,7 @@ pub enum WritError {
     #[error("writ {id}'s {axis} budget is spent ({used} of {limit})")]
     BudgetSpent {
         /// The writ.
-        id: String,
+        id: WritId,
         /// `tool_calls`, `tokens`, `money_micros` or `wall_ms`.
         axis: &'static str,
         /// Spent so far.
@@ -192,7 +193,6 @@ pub fn check_shape(w: &WritBody) -> Result<(), WritError> {
             w.kind
         )));
     }
-    uuid::Uuid::parse_str(&w.id).map_err(|_| WritError::Malformed("id is not a UUID".into()))?;
     check_holder(&w.holder).map_err(|e| WritError::Malformed(e.to_string()))?;
     bounded("tools", &w.tools)?;
     bounded("paths", &w.paths)?;
@@ -298,7 +298,7 @@ fn budget_within(parent: &Budget, child: &Budget) -> Result<(), WritError> {
 pub fn verify_delegation(child: &Writ, parent: &Writ) -> Result<(), WritError> {
     check_shape(&child.body)?;
     let (c, p) = (&child.body, &parent.body);
-    if c.parent.as_deref() != Some(p.id.as_str()) {
+    if c.parent != Some(p.id) {
         return Err(WritError::Malformed("its parent is another writ".into()));
     }
     let Some(dk) = &p.delegate_key else {
@@ -417,7 +417,7 @@ pub fn check_scope(
     args: &Map<String, Value>,
     now_ms: i64,
 ) -> Result<(), WritError> {
-    let id = w.id.clone();
+    let id = w.id;
     if now_ms < parse_time(&w.issued_at)? {
         let why = format!("issued for {}", w.issued_at);
         return Err(WritError::Expired { id, why });
@@ -480,7 +480,7 @@ pub fn check_budget(w: &WritBody, spent: Spent, calls: u64) -> Result<(), WritEr
             && used.saturating_add(more) > l
         {
             return Err(WritError::BudgetSpent {
-                id: w.id.clone(),
+                id: w.id,
                 axis,
                 used,
                 limit: l,

@@ -37,10 +37,10 @@ fn body() -> WritBody {
 
 fn child() -> WritBody {
     WritBody {
-        id: "01930000-0000-7000-8000-000000000002".into(),
+        id: "01930000-0000-7000-8000-000000000002".parse().expect("id"),
         holder: "session:01930000-0000-7000-8000-0000000000bb".into(),
         issuer: "writ:01930000-0000-7000-8000-000000000001".into(),
-        parent: Some("01930000-0000-7000-8000-000000000001".into()),
+        parent: Some("01930000-0000-7000-8000-000000000001".parse().expect("id")),
         tools: vec!["fs.read".into()],
         ceiling: Effect::Read,
         budget: Budget {
@@ -329,7 +329,7 @@ fn the_protocol_revocation_and_redaction_vectors_verify() {
         &key(1),
         RevocationBody {
             kind: REVOCATION_KIND.into(),
-            writ_id: "01930000-0000-7000-8000-000000000001".into(),
+            writ_id: "01930000-0000-7000-8000-000000000001".parse().expect("id"),
             by: "user:ana".into(),
             reason: "done".into(),
             revoked_at: "2026-11-26T12:00:00Z".into(),

@@ -11,6 +11,7 @@ use kura_policy::writ::{Issuer, WritError};
 use kura_policy::{Policy, Ruling, Verdict};
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Tx};
+use proto::WritId;
 use proto::content::ApprovalRequestContent;
 use proto::{ApprovalState, Effect, SessionId, TurnId};
 use rusqlite::OptionalExtension;
@@ -75,24 +76,24 @@ impl GateCall {
 
 /// The writs a turn's calls run under; every one must allow a call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TurnWrits(Vec<String>);
+pub struct TurnWrits(Vec<WritId>);
 
 impl TurnWrits {
     /// These writs (a test's, or a caller that resolved them itself).
-    pub fn of(ids: Vec<String>) -> TurnWrits {
+    pub fn of(ids: Vec<WritId>) -> TurnWrits {
         let mut w = TurnWrits::default();
         ids.into_iter().for_each(|id| w.push(id));
         w
     }
 
     /// The writ ids, the one that binds the work first, a role's narrowing after it.
-    pub fn ids(&self) -> &[String] {
+    pub fn ids(&self) -> &[WritId] {
         &self.0
     }
 
     /// The writ that binds the work (the first), if any.
-    pub fn primary(&self) -> Option<&str> {
-        self.0.first().map(String::as_str)
+    pub fn primary(&self) -> Option<WritId> {
+        self.0.first().copied()
     }
 
     /// True when no writ binds the turn.
@@ -100,7 +101,7 @@ impl TurnWrits {
         self.0.is_empty()
     }
 
-    fn push(&mut self, id: String) {
+    fn push(&mut self, id: WritId) {
         if !self.0.contains(&id) {
             self.0.push(id);
         }
@@ -207,7 +208,7 @@ pub fn check_writs(
     for id in &writs.0 {
         match writs::judge_call(
             tx,
-            id,
+            *id,
             issuers,
             &call.tool,
             call.effect,
@@ -223,7 +224,7 @@ pub fn check_writs(
     let once: Vec<_> = chains
         .into_iter()
         .flatten()
-        .filter(|w| charged.insert(w.writ.body.id.clone()))
+        .filter(|w| charged.insert(w.writ.body.id))
         .collect();
     writs::debit_call(tx, &once, now)?;
     Ok(Ok(()))
@@ -231,17 +232,17 @@ pub fn check_writs(
 
 /// The first of `writs` that no longer allows `call` (revoked, expired, out of scope),
 /// and why; budgets already spent are not charged again.
-fn first_refusal<'w>(
+fn first_refusal(
     conn: &impl Db,
-    writs: &'w TurnWrits,
+    writs: &TurnWrits,
     issuers: &[Issuer],
     call: &GateCall,
-) -> Result<Option<(&'w str, WritError)>> {
+) -> Result<Option<(WritId, WritError)>> {
     let now = crate::now_ms();
     for id in &writs.0 {
         let (tool, args) = (&call.tool, &call.arguments);
-        if let Err(e) = writs::recheck_call(conn, id, issuers, tool, call.effect, args, now)? {
-            return Ok(Some((id, e)));
+        if let Err(e) = writs::recheck_call(conn, *id, issuers, tool, call.effect, args, now)? {
+            return Ok(Some((*id, e)));
         }
     }
     Ok(None)

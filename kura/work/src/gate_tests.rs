@@ -180,7 +180,9 @@ fn a_call_outside_its_writ_is_refused_and_recorded_as_its_decision() {
         "{:?}",
         a.rule
     );
-    let w = writs::writ(&store, WRIT).expect("read").expect("writ");
+    let w = writs::writ(&store, WRIT.parse().expect("id"))
+        .expect("read")
+        .expect("writ");
     assert_eq!((w.refused, w.calls_used), (1, 0));
 }
 
@@ -205,7 +207,7 @@ fn an_approval_after_the_writ_was_revoked_denies_the_request() {
         &key(1),
         RevocationBody {
             kind: REVOCATION_KIND.into(),
-            writ_id: WRIT.into(),
+            writ_id: WRIT.parse().expect("id"),
             by: "user:ana".into(),
             reason: "enough".into(),
             revoked_at: "2026-11-27T12:00:00Z".into(),

@@ -39,10 +39,10 @@ const CHILD: &str = "01930000-0000-7000-8000-000000000002";
 
 fn child_body(tools: &[&str], calls: u64) -> WritBody {
     WritBody {
-        id: CHILD.into(),
+        id: CHILD.parse().expect("id"),
         holder: "session:01930000-0000-7000-8000-0000000000bb".into(),
         issuer: format!("writ:{ROOT}"),
-        parent: Some(ROOT.into()),
+        parent: Some(ROOT.parse().expect("id")),
         tools: tools.iter().map(|t| t.to_string()).collect(),
         budget: Budget {
             tool_calls: Some(calls),
@@ -63,7 +63,7 @@ fn store() -> (tempfile::TempDir, Store) {
 fn call(store: &mut Store, id: &str, tool: &str) -> Result<(), WritError> {
     let args: Map<String, Value> = json!({"path": "a.txt"}).as_object().cloned().expect("obj");
     let call = crate::gate::GateCall::new(tool, Effect::Read, args);
-    let held = crate::gate::TurnWrits::of(vec![id.to_owned()]);
+    let held = crate::gate::TurnWrits::of(vec![wid(id)]);
     store
         .write(|tx| crate::gate::check_writs(tx, &held, &issuers(), &call))
         .expect("check")
@@ -81,12 +81,12 @@ fn a_replayed_writ_id_is_refused() {
     let again = store
         .write(|tx| writs::grant(tx, &w, "user:ana", None))
         .expect("tx");
-    assert_eq!(again, Err(WritError::Taken(ROOT.into())));
+    assert_eq!(again, Err(WritError::Taken(wid(ROOT))));
     let other = sign_writ(&key(1), grant_body(ROOT, "agent:laptop"));
     let r = store
         .write(|tx| writs::grant(tx, &other, "user:ana", None))
         .expect("tx");
-    assert_eq!(r, Err(WritError::Taken(ROOT.into())));
+    assert_eq!(r, Err(WritError::Taken(wid(ROOT))));
     assert_eq!(writs::list(&store).expect("list").len(), 1);
     // The grant is a sealed record of the authority session, and the store verifies.
     let report = kura_store::verify::verify(&store, &kura_store::verify::Scope::All, None, None)
@@ -107,7 +107,11 @@ fn a_child_writ_wider_than_its_parent_is_refused_and_not_stored() {
         .write(|tx| writs::grant(tx, &wide, "agent:hashi", None))
         .expect("tx");
     assert!(matches!(r, Err(WritError::Wider(_))), "{r:?}");
-    assert!(writs::writ(&store, CHILD).expect("read").is_none());
+    assert!(
+        writs::writ(&store, CHILD.parse().expect("id"))
+            .expect("read")
+            .is_none()
+    );
 }
 
 #[test]
@@ -126,7 +130,10 @@ fn a_call_right_after_revocation_is_refused_with_its_delegations() {
     assert_eq!(call(&mut store, CHILD, "fs.read"), Ok(()));
     // The child's call is debited on the parent too.
     assert_eq!(
-        writs::writ(&store, ROOT).expect("r").expect("w").calls_used,
+        writs::writ(&store, ROOT.parse().expect("id"))
+            .expect("r")
+            .expect("w")
+            .calls_used,
         1
     );
     let rev = |key_byte: u8| {
@@ -134,7 +141,7 @@ fn a_call_right_after_revocation_is_refused_with_its_delegations() {
             &key(key_byte),
             RevocationBody {
                 kind: REVOCATION_KIND.into(),
-                writ_id: ROOT.into(),
+                writ_id: ROOT.parse().expect("id"),
                 by: "user:ana".into(),
                 reason: "done".into(),
                 revoked_at: "2026-11-26T12:00:00Z".into(),
@@ -153,14 +160,17 @@ fn a_call_right_after_revocation_is_refused_with_its_delegations() {
         .expect("ok");
     assert_eq!(
         call(&mut store, ROOT, "fs.read"),
-        Err(WritError::Revoked(ROOT.into()))
+        Err(WritError::Revoked(wid(ROOT)))
     );
     assert_eq!(
         call(&mut store, CHILD, "fs.read"),
-        Err(WritError::Revoked(ROOT.into()))
+        Err(WritError::Revoked(wid(ROOT)))
     );
     assert_eq!(
-        writs::writ(&store, CHILD).expect("r").expect("w").refused,
+        writs::writ(&store, CHILD.parse().expect("id"))
+            .expect("r")
+            .expect("w")
+            .refused,
         1
     );
 }
@@ -189,10 +199,10 @@ fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
         money_micros: 0,
     };
     store
-        .write(|tx| writs::debit_usage(tx, session, &[CHILD.to_owned()], &usage))
+        .write(|tx| writs::debit_usage(tx, session, &[wid(CHILD)], &usage))
         .expect("debit");
     let now = crate::now_ms();
-    let r = writs::check_model_step(&store, CHILD, &issuers(), now).expect("check");
+    let r = writs::check_model_step(&store, wid(CHILD), &issuers(), now).expect("check");
     assert!(
         matches!(r, Err(WritError::BudgetSpent { axis: "tokens", .. })),
         "{r:?}"
@@ -203,11 +213,11 @@ fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
         "{r:?}"
     );
     assert_eq!(
-        writs::check_model_step(&store, ROOT, &issuers(), now).expect("check"),
+        writs::check_model_step(&store, wid(ROOT), &issuers(), now).expect("check"),
         Ok(())
     );
     assert_eq!(
-        writs::writ(&store, ROOT)
+        writs::writ(&store, ROOT.parse().expect("id"))
             .expect("r")
             .expect("w")
             .tokens_used,
@@ -233,7 +243,7 @@ fn a_call_past_the_writs_budget_is_refused_and_usage_is_debited_on_the_chain() {
         ),
         "{r:?}"
     );
-    let r = writs::check_model_step(&store, ROOT, &issuers(), now).expect("check");
+    let r = writs::check_model_step(&store, wid(ROOT), &issuers(), now).expect("check");
     assert!(
         matches!(
             r,
@@ -274,7 +284,9 @@ fn a_roles_writ_never_widens_the_submitters() {
         crate::gate::writs_for(store, session, role, who)
             .expect("read")
             .ids()
-            .to_vec()
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
     };
     let grant = |store: &mut Store, id: &str, holder: &str| {
         let w = sign_writ(&key(1), grant_body(id, holder));
@@ -298,4 +310,9 @@ fn a_roles_writ_never_widens_the_submitters() {
         held(&store, Some("looker"), Some("user:oles")),
         [ids[2], ids[1]]
     );
+}
+
+/// A test's writ id constant as a [`proto::WritId`].
+fn wid(id: &str) -> proto::WritId {
+    id.parse().expect("a writ id")
 }

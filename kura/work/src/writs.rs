@@ -7,6 +7,7 @@ use kura_policy::writ::{self as check, Issuer, Spent, WritError};
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, StoreError, Tx};
 use kura_tlog::sealer::Sealer;
+use proto::WritId;
 use proto::record::{NewRecord, RecordType};
 use proto::writ::{Revocation, Usage, Writ};
 use proto::{Effect, RecordId, SessionId};
@@ -80,7 +81,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredWrit>> {
 }
 
 /// One writ by id.
-pub fn writ(conn: &impl Db, id: &str) -> Result<Option<StoredWrit>> {
+pub fn writ(conn: &impl Db, id: WritId) -> Result<Option<StoredWrit>> {
     let sql = format!("SELECT {COLUMNS} FROM writs WHERE writ_id = ?1");
     conn.sql()
         .prepare_cached(&sql)?
@@ -139,19 +140,22 @@ pub(crate) fn newest(conn: &impl Db, holder: &str) -> Result<Option<StoredWrit>>
 }
 
 /// The chain a writ runs under: itself first, then each parent up to the person's grant.
-pub fn chain(conn: &impl Db, id: &str) -> Result<std::result::Result<Vec<StoredWrit>, WritError>> {
+pub fn chain(
+    conn: &impl Db,
+    id: WritId,
+) -> Result<std::result::Result<Vec<StoredWrit>, WritError>> {
     let mut out: Vec<StoredWrit> = Vec::new();
-    let mut next = Some(id.to_owned());
+    let mut next = Some(id);
     while let Some(id) = next {
         if out.len() >= MAX_DEPTH {
             return Ok(Err(WritError::Malformed(format!(
                 "delegated more than {MAX_DEPTH} deep"
             ))));
         }
-        let Some(w) = writ(conn, &id)? else {
-            return Ok(Err(WritError::Unknown(id)));
+        let Some(w) = writ(conn, id)? else {
+            return Ok(Err(WritError::Unknown(id.to_string())));
         };
-        next = w.writ.body.parent.clone();
+        next = w.writ.body.parent;
         out.push(w);
     }
     Ok(Ok(out))
@@ -162,7 +166,7 @@ pub fn chain(conn: &impl Db, id: &str) -> Result<std::result::Result<Vec<StoredW
 fn verify_chain(chain: &[StoredWrit], issuers: &[Issuer]) -> std::result::Result<(), WritError> {
     for (i, w) in chain.iter().enumerate() {
         if w.revoked_by.is_some() {
-            return Err(WritError::Revoked(w.writ.body.id.clone()));
+            return Err(WritError::Revoked(w.writ.body.id));
         }
         let parent = chain.get(i + 1).map(|p| &p.writ);
         let link = (&w.writ, parent, issuers);
@@ -186,7 +190,7 @@ fn verify_chain(chain: &[StoredWrit], issuers: &[Issuer]) -> std::result::Result
 /// The chain of writ `id`, every link verified (see [`verify_chain`]).
 fn verified_chain(
     conn: &impl Db,
-    id: &str,
+    id: WritId,
     issuers: &[Issuer],
 ) -> Result<std::result::Result<Vec<StoredWrit>, WritError>> {
     Ok(chain(conn, id)?.and_then(|c| verify_chain(&c, issuers).map(|()| c)))
@@ -221,7 +225,7 @@ fn remember(key: String) {
 /// counted on the writ.
 pub(crate) fn judge_call(
     tx: &Tx<'_>,
-    id: &str,
+    id: WritId,
     issuers: &[Issuer],
     tool: &str,
     effect: Effect,
@@ -240,7 +244,7 @@ pub(crate) fn judge_call(
             count_refusal(tx, id)?;
             Ok(Err(verdict
                 .err()
-                .unwrap_or_else(|| WritError::Unknown(id.to_owned()))))
+                .unwrap_or_else(|| WritError::Unknown(id.to_string()))))
         }
     }
 }
@@ -263,7 +267,7 @@ pub(crate) fn debit_call(tx: &Tx<'_>, chain: &[StoredWrit], now_ms: i64) -> Resu
 /// spent.
 pub(crate) fn recheck_call(
     conn: &impl Db,
-    id: &str,
+    id: WritId,
     issuers: &[Issuer],
     tool: &str,
     effect: Effect,
@@ -278,7 +282,7 @@ pub(crate) fn recheck_call(
 }
 
 /// Counts a refusal on writ `id` (a recheck that refused, in the caller's transaction).
-pub(crate) fn count_refusal(tx: &Tx<'_>, id: &str) -> Result<()> {
+pub(crate) fn count_refusal(tx: &Tx<'_>, id: WritId) -> Result<()> {
     tx.sql().execute_cached(
         "UPDATE writs SET refused = refused + 1 WHERE writ_id = ?1",
         [id],
@@ -290,7 +294,7 @@ pub(crate) fn count_refusal(tx: &Tx<'_>, id: &str) -> Result<()> {
 /// axis but tool calls still under its limit. Says which budget ended the run otherwise.
 pub fn check_model_step(
     conn: &impl Db,
-    id: &str,
+    id: WritId,
     issuers: &[Issuer],
     now_ms: i64,
 ) -> Result<std::result::Result<(), WritError>> {
@@ -301,7 +305,7 @@ pub fn check_model_step(
 /// debited with the answer's records).
 pub fn check_model_step_pending(
     conn: &impl Db,
-    id: &str,
+    id: WritId,
     issuers: &[Issuer],
     now_ms: i64,
     pending: Spent,
@@ -313,7 +317,7 @@ pub fn check_model_step_pending(
             if !now_ok {
                 let why = format!("expired at {}", b.expires_at);
                 return Err(WritError::Expired {
-                    id: b.id.clone(),
+                    id: b.id,
                     why,
                 });
             }
@@ -327,7 +331,7 @@ pub fn check_model_step_pending(
 
 /// Records a model step's usage: on the session, and on every writ of each of `writs`'
 /// chains (the writs the turn runs under).
-pub fn debit_usage(tx: &Tx<'_>, session: SessionId, writs: &[String], usage: &Usage) -> Result<()> {
+pub fn debit_usage(tx: &Tx<'_>, session: SessionId, writs: &[WritId], usage: &Usage) -> Result<()> {
     // A model server says what it spent: bounded, so no sum leaves SQLite's integers (a
     // server reporting 2^64 tokens ends the budget, never the bookkeeping).
     const MAX: u64 = 1 << 40;
@@ -347,10 +351,10 @@ pub fn debit_usage(tx: &Tx<'_>, session: SessionId, writs: &[String], usage: &Us
     // Two writs of a turn may share a parent: each writ is charged once.
     let mut charged = std::collections::BTreeSet::new();
     for id in writs {
-        let Ok(chain) = chain(tx, id)? else { continue };
+        let Ok(chain) = chain(tx, *id)? else { continue };
         for w in chain
             .into_iter()
-            .filter(|w| charged.insert(w.writ.body.id.clone()))
+            .filter(|w| charged.insert(w.writ.body.id))
         {
             tx.sql().execute_cached(
                 "UPDATE writs SET tokens_used = min(tokens_used + ?2, 9007199254740991),
@@ -392,8 +396,8 @@ pub fn grant(
     if let Err(e) = check::verify_signed(w) {
         return Ok(Err(e));
     }
-    if writ(tx, &w.body.id)?.is_some() {
-        return Ok(Err(WritError::Taken(w.body.id.clone())));
+    if writ(tx, w.body.id)?.is_some() {
+        return Ok(Err(WritError::Taken(w.body.id)));
     }
     if let Some(p) = &w.body.parent {
         // A delegation is for a sub-session, and one that no writ binds yet: a delegate key
@@ -413,14 +417,14 @@ pub fn grant(
                 w.body.holder
             ))));
         }
-        let Some(parent) = writ(tx, p)? else {
-            return Ok(Err(WritError::Unknown(p.clone())));
+        let Some(parent) = writ(tx, *p)? else {
+            return Ok(Err(WritError::Unknown(p.to_string())));
         };
         if let Some(e) = check::verify_delegation(w, &parent.writ).err() {
             return Ok(Err(e));
         }
         if parent.revoked_by.is_some() {
-            return Ok(Err(WritError::Revoked(p.clone())));
+            return Ok(Err(WritError::Revoked(*p)));
         }
     }
     let record = NewRecord {
@@ -455,11 +459,11 @@ pub fn revoke(
     author: &str,
     sealer: Option<&Sealer>,
 ) -> Result<std::result::Result<RecordId, WritError>> {
-    let Some(target) = writ(tx, &r.body.writ_id)? else {
-        return Ok(Err(WritError::Unknown(r.body.writ_id.clone())));
+    let Some(target) = writ(tx, r.body.writ_id)? else {
+        return Ok(Err(WritError::Unknown(r.body.writ_id.to_string())));
     };
     let parent = match &target.writ.body.parent {
-        Some(p) => writ(tx, p)?,
+        Some(p) => writ(tx, *p)?,
         None => None,
     };
     if let Err(e) = check::verify_revocation(r, issuers, parent.as_ref().map(|p| &p.writ)) {

@@ -994,7 +994,7 @@ fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
     let d = call("Read", "notes/a");
     assert_eq!(d["decision"].as_str(), Some("allow"), "{d}");
     let store = s.store();
-    let w = kura_work::writs::writ(&store, &writ)
+    let w = kura_work::writs::writ(&store, writ.parse().expect("writ id"))
         .expect("read")
         .expect("writ");
     assert_eq!((w.calls_used, w.refused), (1, 2));

@@ -155,10 +155,10 @@ impl Scope {
         };
         Ok(WritBody {
             kind: WRIT_KIND.into(),
-            id: proto::new_id().to_string(),
+            id: proto::WritId::new(),
             holder: self.holder,
             issuer,
-            parent: parent.map(|p| p.id.clone()),
+            parent: parent.map(|p| p.id),
             paths: pick(self.paths, parent.map(|p| &p.paths), "*"),
             tools,
             ceiling: self
@@ -243,7 +243,7 @@ fn delegate(
     scope: Scope,
     key: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let p = writs::writ(store, parent)?
+    let p = writs::writ(store, parent.parse()?)?
         .with_context(|| format!("no writ {parent} here (see `kura writ list`)"))?;
     let (name, signing) = kura_serve::runtime::person::load(key)?;
     let body = scope.body(format!("writ:{parent}"), Some(&p.writ.body))?;
@@ -262,7 +262,7 @@ fn print_granted(out: &mut Out, json: bool, w: &WritBody) -> anyhow::Result<()> 
     if json {
         out.json(w)?;
     } else {
-        out.line(&w.id)?;
+        out.line(w.id.to_string())?;
     }
     Ok(())
 }
@@ -276,7 +276,7 @@ fn revoke(
     key: &std::path::Path,
     as_delegator: bool,
 ) -> anyhow::Result<()> {
-    let target = writs::writ(store, id)?
+    let target = writs::writ(store, id.parse()?)?
         .with_context(|| format!("no writ {id} here (see `kura writ list`)"))?;
     let (name, signing) = kura_serve::runtime::person::load(key)?;
     let by = match (&target.writ.body.parent, as_delegator) {
@@ -288,7 +288,7 @@ fn revoke(
     };
     let body = RevocationBody {
         kind: REVOCATION_KIND.into(),
-        writ_id: id.to_owned(),
+        writ_id: target.writ.body.id,
         by: by.clone(),
         reason: proto::text::escape_controls(reason).into_owned(),
         revoked_at: check::format_time(kura_work::now_ms()),
@@ -344,14 +344,14 @@ fn list(store: &Store, out: &mut Out, json: bool) -> anyhow::Result<()> {
             limit(b.budget.money_micros),
             w.refused,
             b.expires_at,
-            b.parent.as_deref().map(|p| format!("  from {p}")).unwrap_or_default(),
+            b.parent.map(|p| format!("  from {p}")).unwrap_or_default(),
         ))?;
     }
     Ok(())
 }
 
 fn show(store: &Store, out: &mut Out, id: &str) -> anyhow::Result<()> {
-    let w = writs::writ(store, id)?
+    let w = writs::writ(store, id.parse()?)?
         .with_context(|| format!("no writ {id} here (see `kura writ list`)"))?;
     out.json(&w)
 }

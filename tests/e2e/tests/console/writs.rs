@@ -124,7 +124,7 @@ fn a_writ_relayed_through_the_console_by_someone_else_is_refused() {
         &mallory,
         proto::writ::RevocationBody {
             kind: proto::writ::REVOCATION_KIND.into(),
-            writ_id: bobs.body.id.clone(),
+            writ_id: bobs.body.id,
             by: "user:bob".into(),
             reason: "mine now".into(),
             revoked_at: check::format_time(kura_work::now_ms()),
@@ -138,7 +138,7 @@ fn a_writ_relayed_through_the_console_by_someone_else_is_refused() {
         &serde_json::to_string(&revocation).expect("json"),
     );
     assert_eq!(status, 403, "{answer}");
-    let w = kura(&s, &["writ", "show", &bobs.body.id]);
+    let w = kura(&s, &["writ", "show", &bobs.body.id.to_string()]);
     assert!(w["revoked_by"].is_null(), "{w}");
     drop(b);
 }
