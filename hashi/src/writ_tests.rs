@@ -423,3 +423,30 @@ fn a_session_without_a_writ_runs_as_before() {
     assert!(call.content.get("writ").is_none());
     assert!(texts(&out, RecordType::SysError).is_empty());
 }
+
+/// Attack (issue 34's review): a worker with approvals off files no request, yet the gate
+/// still refuses a path with no normal form before any tool sees it — the refusal recorded
+/// as with approvals on, not left to the tool's own confinement.
+#[test]
+fn with_approvals_off_a_path_that_climbs_is_refused_by_the_gate() {
+    let (dir, mut store) = fresh();
+    let (out, ws) = run(
+        &mut store,
+        dir.path(),
+        spend("fs.write", "../escape.txt", 1),
+        WorkerConfig {
+            approvals: Approvals::Off,
+            ..WorkerConfig::default()
+        },
+        ToolsConfig::default(),
+    );
+    let outside = ws.parent().map(|p| p.join("escape.txt"));
+    assert!(outside.is_some_and(|p| !p.exists()), "nothing was written");
+    let errors = texts(&out, RecordType::SysError);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e == "refused: path \"../escape.txt\" leaves the workspace (..)"),
+        "{errors:?}"
+    );
+}

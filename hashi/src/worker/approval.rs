@@ -97,13 +97,13 @@ impl Worker {
         };
         let outcome = match offered {
             Ok(_) if self.config.approvals == Approvals::Off => {
-                // No requests are filed: the gate's writ check alone, in the call's commit.
+                // No requests are filed: the gate's path and writ checks, in the call's commit.
                 let (writs, issuers) = (self.writs.clone(), self.issuers.clone());
                 let verdict = self.commit(claim, history, |tx| {
-                    gate::check_writs(tx, &writs, &issuers, &call)
+                    gate::check_unfiled(tx, &writs, &issuers, &call)
                 })?;
-                if let Err(e) = verdict {
-                    return self.refused(claim, history, call_id, gate::Refusal::Writ(e));
+                if let Err(refusal) = verdict {
+                    return self.refused(claim, history, call_id, refusal);
                 }
                 if claim.replay.is_some_and(|r| r.rerun) && call.effect() != Effect::Read {
                     Err(ToolError::Refused(

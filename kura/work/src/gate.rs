@@ -195,6 +195,21 @@ fn planning_turn(conn: &impl Db, session: SessionId) -> Result<Option<TurnId>> {
     id.as_deref().map(parse_id).transpose()
 }
 
+/// The gate for a worker that files no requests (`[worker] approvals = "off"`): a path
+/// with no normal form refused, then the writs checked and debited ([`check_writs`]); no
+/// policy and no people, since nothing is filed for them to rule on.
+pub fn check_unfiled(
+    tx: &Tx<'_>,
+    writs: &TurnWrits,
+    issuers: &[Issuer],
+    call: &GateCall,
+) -> Result<std::result::Result<(), Refusal>> {
+    if let Some(e) = &call.unnormal {
+        return Ok(Err(Refusal::Path(e.clone())));
+    }
+    Ok(check_writs(tx, writs, issuers, call)?.map_err(Refusal::Writ))
+}
+
 /// Checks `call` under every writ of `writs` and, when all allow it, debits it on each (in
 /// the caller's transaction). A refusal is counted on the writ that refused.
 pub fn check_writs(

@@ -316,10 +316,7 @@ pub fn check_model_step_pending(
             let now_ok = check::parse_time(&b.expires_at).map(|t| now_ms < t)?;
             if !now_ok {
                 let why = format!("expired at {}", b.expires_at);
-                return Err(WritError::Expired {
-                    id: b.id,
-                    why,
-                });
+                return Err(WritError::Expired { id: b.id, why });
             }
             let mut spent = w.spent(now_ms);
             spent.tokens = spent.tokens.saturating_add(pending.tokens);
@@ -352,10 +349,7 @@ pub fn debit_usage(tx: &Tx<'_>, session: SessionId, writs: &[WritId], usage: &Us
     let mut charged = std::collections::BTreeSet::new();
     for id in writs {
         let Ok(chain) = chain(tx, *id)? else { continue };
-        for w in chain
-            .into_iter()
-            .filter(|w| charged.insert(w.writ.body.id))
-        {
+        for w in chain.into_iter().filter(|w| charged.insert(w.writ.body.id)) {
             tx.sql().execute_cached(
                 "UPDATE writs SET tokens_used = min(tokens_used + ?2, 9007199254740991),
                      money_used = min(money_used + ?3, 9007199254740991),
