@@ -1008,3 +1008,37 @@ fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
         .expect("count");
     assert_eq!(named, 3, "every call the agent declared names its writ");
 }
+
+/// Issue 35 (2): a client pinned to the current MCP revision (2026-07-28: no `initialize`,
+/// the version in each request's `_meta`) talks to Kura over stdio through `kura mcp`, whose
+/// posts must carry that version in the `MCP-Protocol-Version` header the revision requires.
+#[test]
+fn kura_mcp_relays_a_current_revision_request_with_its_protocol_version_header() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let mut relay = Command::new(bin("kura"))
+        .args(["mcp", "--url", &format!("http://127.0.0.1:{port}")])
+        .env("KURA_AGENT_TOKEN", &token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kura mcp");
+    let request = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    {
+        use std::io::Write as _;
+        let mut stdin = relay.stdin.take().expect("stdin");
+        writeln!(stdin, "{request}").expect("write");
+    }
+    let out = relay.wait_with_output().expect("kura mcp output");
+    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v: Value = serde_json::from_str(answer.trim()).expect("one JSON-RPC answer");
+    assert_eq!(v["id"], 1, "{answer}");
+    assert!(v.get("error").is_none(), "refused: {answer}");
+    assert!(
+        v["result"]["tools"].to_string().contains("declare_call"),
+        "{answer}"
+    );
+}

@@ -232,8 +232,10 @@ impl Bridge {
     }
 }
 
-/// The routing headers the 2026-07-28 revision requires beside the body (`Mcp-Method`, and
-/// `Mcp-Name` for a call, read or get); earlier revisions ignore them, so they always go.
+/// The headers the 2026-07-28 revision requires beside the body: `MCP-Protocol-Version`
+/// mirroring the request's `_meta` version (the server refuses a request whose header is
+/// missing or differs), `Mcp-Method`, and `Mcp-Name` for a call, read or get. Earlier
+/// revisions carry no `_meta` version and ignore the others, so those always go.
 fn routing_headers(line: &str) -> Vec<(&'static str, String)> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
         return Vec::new();
@@ -241,8 +243,16 @@ fn routing_headers(line: &str) -> Vec<(&'static str, String)> {
     let Some(method) = v.get("method").and_then(|m| m.as_str()) else {
         return Vec::new();
     };
-    let printable = |t: &str| t.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let printable = |t: &str| t.len() <= 256 && t.bytes().all(|b| (0x20..0x7f).contains(&b));
     let mut out = Vec::new();
+    if let Some(version) = v
+        .pointer("/params/_meta")
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(|p| p.as_str())
+        && printable(version)
+    {
+        out.push(("mcp-protocol-version", version.to_owned()));
+    }
     if printable(method) {
         out.push(("mcp-method", method.to_owned()));
     }
