@@ -6,6 +6,7 @@
 //! `kura hook`.
 
 pub mod client;
+pub mod guard;
 pub mod http;
 mod limits;
 pub mod mcp;
@@ -137,7 +138,13 @@ impl Surface {
 }
 
 /// Both surfaces as one router: the MCP endpoint at `/mcp` and the JSON routes under
-/// `/agent/v1/`, for `kura serve` to serve beside the console.
-pub fn router(surface: std::sync::Arc<Surface>, mcp_hosts: Vec<String>) -> axum::Router {
-    http::routes(surface.clone()).merge(mcp::routes(surface, mcp_hosts))
+/// `/agent/v1/`, for `kura serve` to serve beside the console. Every request's `Host` and
+/// `Origin` are held to `guard` first.
+pub fn router(surface: std::sync::Arc<Surface>, guard: guard::Guard) -> axum::Router {
+    http::routes(surface.clone())
+        .merge(mcp::routes(surface, &guard))
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            guard::check_host,
+        ))
 }

@@ -240,12 +240,12 @@ impl ServerHandler for KuraTools {
     }
 }
 
-/// The MCP endpoint at `/mcp`, accepting `Host` headers in `hosts` (loopback's when empty).
-pub fn routes(surface: Arc<Surface>, hosts: Vec<String>) -> axum::Router {
-    let mut config = StreamableHttpServerConfig::default();
-    if !hosts.is_empty() {
-        config = config.with_allowed_hosts(hosts);
-    }
+/// The MCP endpoint at `/mcp`, answering the `Host` names and browser `Origin`s of `guard`.
+pub fn routes(surface: Arc<Surface>, guard: &crate::guard::Guard) -> axum::Router {
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(guard.hosts.clone())
+        .with_allowed_origins(guard.origins.clone());
+    let limit = surface.gateway.max_body();
     let surface_for_auth = surface.clone();
     // An idle MCP session ends after two minutes (rmcp's default is five): only a token
     // holder can open one, but each holds memory until it ends.
@@ -261,6 +261,10 @@ pub fn routes(surface: Arc<Surface>, hosts: Vec<String>) -> axum::Router {
     // may have been removed since the session began).
     axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            crate::guard::parse_or_refuse,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             surface_for_auth,
             crate::http::require_token,

@@ -15,8 +15,9 @@ fn agent_routes(config: &ServeConfig, bus: Option<Bus>) -> anyhow::Result<Option
     };
     let common = &config.common;
     let store = Store::open(&common.db, &common.store_options()?)?;
-    // rmcp answers only `Host` headers it knows (DNS rebinding): loopback's by default; on a
-    // LAN address, the configured names and the address itself.
+    // Only `Host` names it knows are answered (DNS rebinding), and only the console's own
+    // browser origins: loopback's by default; on a LAN address, the configured names and the
+    // address itself.
     let hosts = match config.console.listen {
         Some(addr) if !addr.ip().is_loopback() => {
             let mut h = config.agents.hosts.clone();
@@ -42,7 +43,9 @@ fn agent_routes(config: &ServeConfig, bus: Option<Bus>) -> anyhow::Result<Option
             tracing::warn!(error = %e, "outside agents: no doorbells; their waits poll SQLite");
         }
     });
-    Ok(Some(kura_agents::router(surface, hosts)))
+    let port = config.console.listen.map_or(0, |a| a.port());
+    let guard = kura_agents::guard::Guard::new(hosts, port);
+    Ok(Some(kura_agents::router(surface, guard)))
 }
 
 /// Starts the console when `[console] listen` is set: its own read connection, the bus to

@@ -1042,3 +1042,103 @@ fn kura_mcp_relays_a_current_revision_request_with_its_protocol_version_header()
         "{answer}"
     );
 }
+
+/// One raw HTTP/1.1 request with the `Host` given (the helper always names loopback).
+fn raw(port: u16, host: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("send");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// Issue 35 (3), DNS rebinding from a browser: a page on another site that resolved its own
+/// name to this Kura sends the agent's requests with its `Origin`; the MCP endpoint and the
+/// JSON routes refuse it, while a client that sends no `Origin` (every agent) is served.
+#[test]
+fn a_browser_page_from_another_origin_is_refused_by_the_agent_surface() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let bearer = format!("Bearer {token}");
+    let host = format!("127.0.0.1:{port}");
+    let evil = [
+        ("Authorization", bearer.as_str()),
+        ("Origin", "http://evil.example"),
+    ];
+    let (status, said) = raw(port, &host, "/mcp", &evil, INIT);
+    assert_eq!(status, 403, "{said}");
+    let start = r#"{"instruction": "from a web page"}"#;
+    let (status, said) = raw(port, &host, "/agent/v1/start_session", &evil, start);
+    assert_eq!(status, 403, "{said}");
+    let agent = [("Authorization", bearer.as_str())];
+    let (status, said) = raw(port, &host, "/mcp", &agent, INIT);
+    assert_eq!(status, 200, "{said}");
+}
+
+/// Issue 35 (3): the JSON routes answer only the `Host` names this Kura is reached by, as
+/// `/mcp` does (DNS rebinding again, without a browser's `Origin`).
+#[test]
+fn the_agent_routes_refuse_a_host_this_kura_is_not_reached_by() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let bearer = format!("Bearer {token}");
+    let agent = [("Authorization", bearer.as_str())];
+    let start = r#"{"instruction": "rebound"}"#;
+    let (status, said) = raw(
+        port,
+        "evil.example",
+        "/agent/v1/start_session",
+        &agent,
+        start,
+    );
+    assert_eq!(status, 421, "{said}");
+    let (status, said) = raw(port, "evil.example:80", "/mcp", &agent, INIT);
+    assert!(status == 421 || status == 403, "{said}");
+    let sessions = s.store().sessions().expect("sessions");
+    assert!(sessions.is_empty(), "nothing was started: {sessions:?}");
+}
+
+/// Issue 35 (3): a body that is not JSON gets JSON-RPC's parse error (-32700), as the MCP
+/// spec says, not an HTTP 415 with a serde message.
+#[test]
+fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let bearer = format!("Bearer {token}");
+    let host = format!("127.0.0.1:{port}");
+    let (status, said) = raw(
+        port,
+        &host,
+        "/mcp",
+        &[("Authorization", bearer.as_str())],
+        "{not json",
+    );
+    assert_eq!(status, 400, "{said}");
+    let body = said.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: Value = serde_json::from_str(body.trim()).expect("a JSON-RPC answer");
+    assert_eq!(v["error"]["code"], -32700, "{said}");
+    assert_eq!(v["jsonrpc"], "2.0", "{said}");
+}
