@@ -1,9 +1,8 @@
 //! What the agent surface checks before anything else, as the MCP transport rules require:
 //! the `Host` a request names (DNS rebinding: a page on another site resolving its name to
-//! this Pi), the `Origin` a browser sends, and that an MCP body is JSON at all (a JSON-RPC
-//! parse error, -32700, not a transport error).
+//! this Pi) and the `Origin` a browser sends. (That an MCP body is JSON at all is checked
+//! beside the session count, in [`crate::sessions`].)
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -89,45 +88,6 @@ pub async fn check_host(State(guard): State<Guard>, req: Request, next: Next) ->
         }
     }
     next.run(req).await
-}
-
-/// The JSON-RPC answer to a body that is not JSON.
-#[derive(serde::Serialize)]
-struct ParseError {
-    jsonrpc: &'static str,
-    id: Option<()>,
-    error: RpcError,
-}
-
-#[derive(serde::Serialize)]
-struct RpcError {
-    code: i64,
-    message: &'static str,
-}
-
-/// Answers an MCP POST whose body is not JSON with JSON-RPC's parse error (-32700), as the
-/// spec asks, instead of a transport error; a body over `limit` bytes is refused (413).
-pub async fn parse_or_refuse(State(limit): State<usize>, req: Request, next: Next) -> Response {
-    if req.method() != axum::http::Method::POST {
-        return next.run(req).await;
-    }
-    let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return (StatusCode::PAYLOAD_TOO_LARGE, "the message is too large").into_response();
-    };
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
-        let answer = ParseError {
-            jsonrpc: "2.0",
-            id: None,
-            error: RpcError {
-                code: -32700,
-                message: "Parse error: the body is not JSON",
-            },
-        };
-        return (StatusCode::BAD_REQUEST, axum::Json(answer)).into_response();
-    }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
 }
 
 #[cfg(test)]

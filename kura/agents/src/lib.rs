@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod ops;
 mod reads;
 pub mod registry;
+mod sessions;
 mod wake;
 
 use std::collections::BTreeMap;
@@ -37,6 +38,11 @@ pub struct AgentsConfig {
     pub records_per_minute: u32,
     /// Turns an agent may have open at once.
     pub open_sessions: i64,
+    /// MCP sessions one agent may have open at once (each holds memory until it has been
+    /// idle two minutes); past it, a new one is refused with -32003.
+    pub mcp_sessions_per_agent: usize,
+    /// MCP sessions every agent together may have open.
+    pub mcp_sessions: usize,
     /// Memory hits packed into a new turn's context.
     pub memory_hits: usize,
     /// The effect class of each outside tool by name (`Read = "read"`, `Bash = "external"`):
@@ -54,6 +60,8 @@ impl Default for AgentsConfig {
             max_record_bytes: 256 * 1024,
             records_per_minute: 600,
             open_sessions: 16,
+            mcp_sessions_per_agent: 8,
+            mcp_sessions: 64,
             memory_hits: 5,
             tool_effects: BTreeMap::new(),
             hosts: Vec::new(),

@@ -251,9 +251,20 @@ pub fn routes(surface: Arc<Surface>, guard: &crate::guard::Guard) -> axum::Route
     // holder can open one, but each holds memory until it ends.
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(std::time::Duration::from_secs(120));
+    let sessions = Arc::new(sessions);
+    let agents = &surface.gateway.config;
+    let gate = crate::sessions::McpGate {
+        limit,
+        surface: surface.clone(),
+        sessions: Arc::new(crate::sessions::McpSessions::new(
+            sessions.clone(),
+            agents.mcp_sessions_per_agent,
+            agents.mcp_sessions,
+        )),
+    };
     let service = StreamableHttpService::new(
         move || Ok(KuraTools::new(surface.clone())),
-        Arc::new(sessions),
+        sessions,
         config,
     );
     // Every request, `initialize` and `tools/list` included, needs a known token: a stranger
@@ -262,8 +273,8 @@ pub fn routes(surface: Arc<Surface>, guard: &crate::guard::Guard) -> axum::Route
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
-            limit,
-            crate::guard::parse_or_refuse,
+            gate,
+            crate::sessions::gate,
         ))
         .layer(axum::middleware::from_fn_with_state(
             surface_for_auth,

@@ -30,7 +30,7 @@ const MAX_LABEL: usize = 200;
 
 /// The operations, over `kura serve`'s store and bus.
 pub struct Gateway {
-    config: AgentsConfig,
+    pub(crate) config: AgentsConfig,
     store: Mutex<Store>,
     pub(crate) bus: Option<kura_runtime::Bus>,
     pub(crate) limits: Limits,

@@ -1142,3 +1142,57 @@ fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
     assert_eq!(v["error"]["code"], -32700, "{said}");
     assert_eq!(v["jsonrpc"], "2.0", "{said}");
 }
+
+/// Opens an MCP session (`initialize`) with `token`; the HTTP status and the answer.
+fn open_mcp_session(port: u16, token: &str) -> (u16, String) {
+    let bearer = format!("Bearer {token}");
+    raw(
+        port,
+        &format!("127.0.0.1:{port}"),
+        "/mcp",
+        &[("Authorization", bearer.as_str())],
+        INIT,
+    )
+}
+
+/// Issue 35 (1): one token opening MCP sessions in a loop took kura serve past its memory
+/// limit. Sessions are capped per agent and in all: past a cap the new one is refused with
+/// -32003 (and closed at once), and another agent is not locked out by the first one's cap.
+#[test]
+fn one_token_cannot_fill_kura_serve_with_mcp_sessions() {
+    let port = free_port();
+    let (mut s, token) = agent_stack_with(
+        port,
+        &[
+            ("KURA_AGENTS__MCP_SESSIONS_PER_AGENT", "3".into()),
+            ("KURA_AGENTS__MCP_SESSIONS", "5".into()),
+        ],
+    );
+    let other = Command::new(bin("kura"))
+        .args(["--json", "keys", "add-agent", "--name", "other", "--dir"])
+        .arg(s.nats.keys_dir())
+        .output()
+        .expect("add-agent");
+    let other: Value = serde_json::from_slice(&other.stdout).expect("json");
+    let other = other["token"].as_str().expect("token").to_owned();
+    s.spawn("kura", "serve");
+    wait_http(port);
+    for n in 0..3 {
+        let (status, said) = open_mcp_session(port, &token);
+        assert_eq!(status, 200, "session {n}: {said}");
+    }
+    let (status, said) = open_mcp_session(port, &token);
+    assert_eq!(status, 429, "{said}");
+    assert!(
+        said.contains("-32003") && said.contains("mcp_sessions_per_agent"),
+        "{said}"
+    );
+    // Another agent still gets in, up to the daemon's cap (5 in all).
+    for n in 0..2 {
+        let (status, said) = open_mcp_session(port, &other);
+        assert_eq!(status, 200, "the other agent's session {n}: {said}");
+    }
+    let (status, said) = open_mcp_session(port, &other);
+    assert_eq!(status, 429, "{said}");
+    assert!(said.contains("[agents] mcp_sessions)"), "{said}");
+}
