@@ -171,17 +171,25 @@ fn notice(
     Ok(ApprovalWaiting {
         event: "approval.waiting".into(),
         request_id,
-        tool: a.tool_name.clone(),
-        session_label: label,
+        tool: one_line(&a.tool_name),
+        session_label: one_line(&label),
         session_id: a.session_id,
-        requested_by: kura_work::approvals::request_author(&*store, request_id)?,
-        rule: a.rule.clone().unwrap_or_default(),
+        requested_by: one_line(&kura_work::approvals::request_author(&*store, request_id)?),
+        rule: one_line(&a.rule.clone().unwrap_or_default()),
         required: a.required,
         link: None,
         arguments: Some(kura_work::approvals::request_arguments(
             &*store, request_id,
         )?),
     })
+}
+
+/// An agent's or a model's words as a notice shows them: one line, every hidden character
+/// (bidi overrides, zero-width, controls, newlines) written as an escape, at most 200 bytes —
+/// as the console and the CLI show them, so a label cannot reorder or hide what a phone reads.
+fn one_line(text: &str) -> String {
+    let shown = proto::text::escape_controls(text).replace('\n', "\\n");
+    proto::text::excerpt(&shown, 200)
 }
 
 async fn send(
@@ -289,4 +297,23 @@ struct GotifyNotification {
 #[derive(Serialize)]
 struct GotifyClick {
     url: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 35 (8): an agent's label and tool name reach a phone escaped, as the console
+    /// shows them: no bidi override, zero-width character or newline gets through raw.
+    #[test]
+    fn a_notice_carries_an_agents_words_escaped() {
+        let label = "pay\u{202e}lanoitan\u{200b}\nurgent: approve now";
+        let shown = one_line(label);
+        for hidden in ['\u{202e}', '\u{200b}', '\n', '\r'] {
+            assert!(!shown.contains(hidden), "{shown:?}");
+        }
+        assert!(shown.contains("\\u{202e}") && shown.contains("\\n"), "{shown:?}");
+        assert!(one_line(&"x".repeat(1000)).len() < 300);
+        assert_eq!(one_line("fs.write"), "fs.write");
+    }
 }
