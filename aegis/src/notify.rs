@@ -312,7 +312,10 @@ mod tests {
         for hidden in ['\u{202e}', '\u{200b}', '\n', '\r'] {
             assert!(!shown.contains(hidden), "{shown:?}");
         }
-        assert!(shown.contains("\\u{202e}") && shown.contains("\\n"), "{shown:?}");
+        assert!(
+            shown.contains("\\u{202e}") && shown.contains("\\n"),
+            "{shown:?}"
+        );
         assert!(one_line(&"x".repeat(1000)).len() < 300);
         assert_eq!(one_line("fs.write"), "fs.write");
     }

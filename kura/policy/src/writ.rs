@@ -430,7 +430,20 @@ pub fn check_scope(
         let why = format!("tool {tool:?}");
         return Err(WritError::OutOfScope { id, why });
     }
-    for (_, p) in crate::path::paths_of(args) {
+    let mut paths: Vec<&str> = crate::path::paths_of(args).map(|(_, p)| p).collect();
+    // `fs.list` with no path lists the workspace's root.
+    if paths.is_empty() && tool == "fs.list" {
+        paths.push(".");
+    }
+    // A call that names no path (`shell.run`, an agent's `Bash`) can reach any file: under
+    // narrowed paths it runs only when the writ names the tool itself, not through a glob.
+    if paths.is_empty() && !w.paths.iter().any(|g| g == "*") && !w.tools.iter().any(|t| t == tool) {
+        let why = format!(
+            "tool {tool:?} names no path these paths can bound; a writ with narrowed paths allows it only by naming it"
+        );
+        return Err(WritError::OutOfScope { id, why });
+    }
+    for p in paths {
         let Some(normal) = writ_path(p) else {
             let why = format!("path {p:?} has no normal form (it climbs out, or holds a NUL)");
             return Err(WritError::OutOfScope { id, why });

@@ -453,3 +453,75 @@ fn a_path_that_climbs_out_of_the_writs_paths_is_refused() {
     assert_eq!(writ_path("/a/./b//c/../d"), Some("/a/b/d".into()));
     assert_eq!(writ_path("a/../.."), None);
 }
+
+/// Issue 35 (9): under `--path 'notes/*'`, `shell.run cat secret.txt` read a file outside
+/// the writ's paths (its argv names no path the writ can bound). A call with no path
+/// argument under narrowed paths runs only when the writ names its tool exactly.
+#[test]
+fn under_narrowed_paths_a_tool_with_no_path_runs_only_when_named() {
+    let narrowed = |tools: &[&str]| WritBody {
+        tools: tools.iter().map(|t| t.to_string()).collect(),
+        paths: vec!["notes/*".into()],
+        ceiling: Effect::External,
+        ..body()
+    };
+    let argv = json!({"argv": ["cat", "secret.txt"]})
+        .as_object()
+        .cloned()
+        .expect("object");
+    let run = |w: &WritBody| {
+        check_call(
+            w,
+            "shell.run",
+            Effect::External,
+            &argv,
+            Spent::default(),
+            NOON,
+        )
+    };
+    let r = run(&narrowed(&["*"]));
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    let r = run(&narrowed(&["shell.*"]));
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    assert_eq!(run(&narrowed(&["shell.run"])), Ok(()));
+    // Any path: nothing to bound, the glob suffices.
+    let open = WritBody {
+        tools: vec!["*".into()],
+        ceiling: Effect::External,
+        ..body()
+    };
+    let open = WritBody {
+        paths: vec!["*".into()],
+        ..open
+    };
+    assert_eq!(run(&open), Ok(()));
+}
+
+/// Issue 35 (9): `fs.list {}` listed the workspace root under `--path 'notes/*'`. With no
+/// path it is judged as `.`, which the writ's paths do not hold.
+#[test]
+fn under_narrowed_paths_fs_list_with_no_path_is_judged_as_the_root() {
+    let w = WritBody {
+        paths: vec!["notes/*".into()],
+        ..body()
+    };
+    let none = serde_json::Map::new();
+    let r = check_call(&w, "fs.list", Effect::Read, &none, Spent::default(), NOON);
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    let any = WritBody {
+        paths: vec!["*".into()],
+        ..body()
+    };
+    assert_eq!(
+        check_call(&any, "fs.list", Effect::Read, &none, Spent::default(), NOON),
+        Ok(())
+    );
+    let notes = json!({"path": "notes/a"})
+        .as_object()
+        .cloned()
+        .expect("object");
+    assert_eq!(
+        check_call(&w, "fs.list", Effect::Read, &notes, Spent::default(), NOON),
+        Ok(())
+    );
+}
