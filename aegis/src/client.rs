@@ -247,14 +247,16 @@ pub async fn pending(at: &Endpoint) -> anyhow::Result<Vec<Verified>> {
 }
 
 /// Signs and sends a decision on a verified request; returns aegis's verdict.
+/// `edit`: approve the call with these arguments instead (signed with them).
 pub async fn decide(
     at: &Endpoint,
     request_id: RequestId,
     approve: bool,
     note: &str,
+    edit: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> anyhow::Result<Verdicted> {
     let person = Person::connect(at).await?;
-    let d = person.sign(request_id, approve, note).await?;
+    let d = person.sign(request_id, approve, note, edit).await?;
     person.send(&d).await
 }
 
@@ -280,13 +282,20 @@ impl Person {
     }
 
     /// A signed decision on `request_id`, which must be waiting: the hash signed is the one
-    /// recomputed from what was verified, never the one a responder claimed.
+    /// recomputed from what was verified, never the one a responder claimed. `edit`: an
+    /// approval that runs the call with these arguments instead (they are in the signed
+    /// bytes, as the console's edit).
     pub async fn sign(
         &self,
         request_id: RequestId,
         approve: bool,
         note: &str,
+        edit: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> anyhow::Result<ApprovalDecision> {
+        anyhow::ensure!(
+            approve || edit.is_none(),
+            "an edit is an approval with other arguments: a denial has none"
+        );
         let items = self.pending().await?;
         let item = items
             .iter()
@@ -299,11 +308,11 @@ impl Person {
             note: note.to_owned(),
             signed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             signature: String::new(),
-            arguments: None,
+            arguments: edit,
         };
         // Refused here rather than cut: a person signs exactly the note they wrote.
         d.check_limits()
-            .map_err(|e| anyhow::anyhow!("{e}; give a shorter --note"))?;
+            .map_err(|e| anyhow::anyhow!("{e}; give a shorter --note or a smaller --edit"))?;
         keys::sign(&self.conn.key, &mut d, &item.request_hash);
         Ok(d)
     }

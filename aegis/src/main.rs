@@ -48,6 +48,11 @@ enum Command {
         /// A note for the record.
         #[arg(long, default_value = "")]
         note: String,
+        /// Approve with these arguments instead of the requested ones: a JSON object, signed
+        /// with your decision (paths in their normal form, inside the call's writ; the policy
+        /// rules on it again).
+        #[arg(long, value_name = "ARGS_JSON")]
+        edit: Option<String>,
         /// Your key file. Default: ~/.config/kura/aegis-key.json
         #[arg(long, env = "KURA_AEGIS_KEY")]
         key: Option<PathBuf>,
@@ -93,11 +98,28 @@ fn main() -> ExitCode {
     match args.command {
         Command::Pending { json, .. } => pending(&rt, &at, json),
         Command::Approve {
-            request_id, note, ..
-        } => decide(&rt, &at, &request_id, true, &note),
+            request_id,
+            note,
+            edit,
+            ..
+        } => {
+            let edit = match edit
+                .as_deref()
+                .map(serde_json::from_str::<serde_json::Value>)
+            {
+                None => None,
+                Some(Ok(serde_json::Value::Object(args))) => Some(args),
+                Some(_) => {
+                    return fail(
+                        "--edit is the call's arguments as one JSON object, e.g. '{\"path\": \"notes/a.md\"}'",
+                    );
+                }
+            };
+            decide(&rt, &at, &request_id, true, &note, edit)
+        }
         Command::Deny {
             request_id, reason, ..
-        } => decide(&rt, &at, &request_id, false, &reason),
+        } => decide(&rt, &at, &request_id, false, &reason, None),
         Command::Keygen { .. } | Command::Daemon(_) => ExitCode::SUCCESS,
     }
 }
@@ -191,12 +213,13 @@ fn decide(
     request_id: &str,
     approve: bool,
     note: &str,
+    edit: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> ExitCode {
     let id = match kura_store::store::parse_id(request_id) {
         Ok(id) => id,
         Err(e) => return fail(e),
     };
-    match rt.block_on(aegis::client::decide(at, id, approve, note)) {
+    match rt.block_on(aegis::client::decide(at, id, approve, note, edit)) {
         Ok(v) if v.ok => {
             println!("{}", v.message);
             ExitCode::SUCCESS

@@ -364,7 +364,7 @@ fn decided_while_waiting(
         // Signed once aegis lists it (verified against its hash), with the agent inside
         // wait_decision by then.
         let decision = loop {
-            match rt.block_on(person.sign(id, true, "bench")) {
+            match rt.block_on(person.sign(id, true, "bench", None)) {
                 Ok(d) => break d,
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }

@@ -1196,3 +1196,58 @@ fn one_token_cannot_fill_kura_serve_with_mcp_sessions() {
     assert_eq!(status, 429, "{said}");
     assert!(said.contains("[agents] mcp_sessions)"), "{said}");
 }
+
+/// Issue 35 (5): README's hook section says an edited approval reaches Claude Code from "the
+/// console or `aegis approve`". `aegis approve --edit ARGS_JSON` signs the edit as the
+/// console does, and the waiting agent is handed the edited arguments to run.
+#[test]
+fn aegis_approve_with_an_edit_hands_the_agent_the_edited_arguments() {
+    let port = free_port();
+    let (mut s, token) = agent_stack(port);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let (_, started) = post(
+        port,
+        "start_session",
+        Some(&token),
+        r#"{"instruction": "write the notes"}"#,
+    );
+    let turn = started["turn_id"].as_str().expect("turn").to_owned();
+    let call = format!(
+        r#"{{"turn_id": "{turn}", "tool": "Write", "arguments": {{"file_path": "/home/ana/notes/a.md", "content": "draft"}}}}"#
+    );
+    let (_, declared) = post(port, "declare_call", Some(&token), &call);
+    assert_eq!(declared["decision"], "ask", "{declared}");
+    let request = declared["request_id"].as_str().expect("request").to_owned();
+    // aegis lists it for people once it has ruled "ask".
+    let edit = r#"{"file_path": "/home/ana/notes/b.md", "content": "final"}"#;
+    let deadline = std::time::Instant::now() + MINUTE;
+    let said = loop {
+        let out = Command::new(bin("aegis"))
+            .args(["approve", &request, "--edit", edit, "--key"])
+            .arg(s.path("ana.key"))
+            .env("KURA_NATS_URL", s.nats.url())
+            .env("KURA_NATS_CA", s.nats.ca())
+            .env("KURA_AEGIS__REPLY_KEY", s.nats.signer(Role::Aegis))
+            .output()
+            .expect("aegis approve");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            break said;
+        }
+        assert!(std::time::Instant::now() < deadline, "{said}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let wait = format!(r#"{{"request_id": "{request}", "timeout_ms": 8000}}"#);
+    let (_, decided) = post(port, "wait_decision", Some(&token), &wait);
+    assert_eq!(decided["state"], "approved", "{decided} ({said})");
+    assert_eq!(
+        decided["edited_arguments"],
+        serde_json::from_str::<Value>(edit).expect("json"),
+        "{decided}"
+    );
+}
