@@ -103,6 +103,22 @@ impl Credentials {
     }
 }
 
+/// Whether anything accepts a TCP connection at `url`'s first address within half a second.
+async fn answers(url: &str) -> bool {
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let authority = first.split_once("://").map_or(first, |(_, rest)| rest);
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let authority = authority.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return false;
+    }
+    let connect = tokio::net::TcpStream::connect(authority.to_owned());
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), connect).await,
+        Ok(Ok(_))
+    )
+}
+
 /// The CONNECT credentials for `nonce`: the bus key's public key and its signature, or a
 /// refusal when the server's nonce is not a nonce (see [`identity::check_nonce`]).
 fn sign_nonce(
@@ -247,6 +263,7 @@ impl Bus {
         let (up, heard) = (connected.clone(), listeners.clone());
         let credentials = Credentials::from_common(common)?;
         let last_error: Arc<Mutex<Option<String>>> = Arc::default();
+        let probe_url = common.nats_url.clone();
         let (seen, why) = (last_error.clone(), {
             let (creds, url) = (credentials.clone(), common.nats_url.clone());
             move |kind: &str| {
@@ -267,6 +284,7 @@ impl Bus {
             .reconnect_delay_callback(reconnect_delay)
             .event_callback(move |event| {
                 let (up, heard, seen, why) = (up.clone(), heard.clone(), seen.clone(), why.clone());
+                let probe_url = probe_url.clone();
                 async move {
                     match event {
                         Event::Connected => {
@@ -285,7 +303,16 @@ impl Bus {
                         // A failed (re)connect: said once per distinct cause, with which key
                         // or CA and what to do, and kept for commands that report it.
                         Event::ClientError(e) => {
-                            let text = why(&e.to_string());
+                            let mut kind = e.to_string();
+                            // async-nats says only "IO error" for a handshake that failed; a
+                            // server that accepts the connection did answer (a CA or name
+                            // problem, not silence).
+                            if kind.to_ascii_lowercase().contains("io error")
+                                && answers(&probe_url).await
+                            {
+                                kind.push_str(": the server answered, then TLS failed");
+                            }
+                            let text = why(&kind);
                             let mut last = seen.lock().unwrap_or_else(|p| p.into_inner());
                             if last.as_deref() != Some(text.as_str()) {
                                 tracing::warn!("{text}");

@@ -87,7 +87,8 @@ impl Stack {
         self.dir.path().join(rel)
     }
 
-    fn env(&self, cmd: &mut Command, instance: &str) {
+    /// Sets `cmd`'s environment as this stack runs `instance` (its own `extra_env` last).
+    pub fn env(&self, cmd: &mut Command, instance: &str) {
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_")) {
             cmd.env_remove(k);
         }

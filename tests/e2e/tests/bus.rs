@@ -333,3 +333,25 @@ fn a_refused_key_or_a_wrong_ca_is_named_with_what_to_do() {
         "{err}"
     );
 }
+
+/// Issue 35 (17): `minato submit` pinning another installation's CA was told "nothing
+/// answers … is kura-mikado running" — the server answered and TLS failed. The request is
+/// still queued (SQLite is the truth), and the warning names the CA and what to copy.
+#[test]
+fn a_bus_ca_from_another_installation_is_named_not_taken_for_silence() {
+    let mut s = Stack::new(r#"{"turns": [[{"deliver": "unused"}]]}"#);
+    let other = NatsServer::start();
+    let wrong = other.ca().display().to_string();
+    s.extra_env.push(("KURA_NATS_CA".into(), wrong.clone()));
+    let mut cmd = std::process::Command::new(kura_testkit::bin("minato"));
+    cmd.args(["submit", "hello", "--json"]);
+    s.env(&mut cmd, "submit");
+    let out = cmd.output().expect("minato submit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the request is queued without the bus: {err}"
+    );
+    assert!(!err.contains("nothing answers"), "{err}");
+    assert!(err.contains(&wrong) && err.contains("nats-ca.pem"), "{err}");
+}
