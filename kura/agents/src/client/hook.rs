@@ -34,8 +34,12 @@ pub struct Hook {
     #[arg(value_enum)]
     agent: HookAgent,
     /// The hook event, as the agent names it.
-    #[arg(value_enum)]
-    event: HookEvent,
+    #[arg(value_enum, required_unless_present = "check_settings")]
+    event: Option<HookEvent>,
+    /// Instead of handling an event: check that the agent's settings file (Claude Code's
+    /// settings.json) leaves each PreToolUse hook room to refuse before its timeout.
+    #[arg(long, value_name = "FILE")]
+    check_settings: Option<PathBuf>,
     /// How long PreToolUse waits for a person before refusing the call (seconds; keep it
     /// below the hook's own timeout, after which Claude Code would run the tool).
     #[arg(long, default_value_t = 540)]
@@ -67,6 +71,30 @@ enum HookEvent {
     PostToolUse,
     /// The agent stopped: the turn ends with its last message as the deliverable.
     Stop,
+}
+
+/// `--check-settings FILE`: one line per Kura PreToolUse hook found in Claude Code's
+/// settings; exit 1 when one would be killed before it can refuse (or none is there).
+fn check_settings(
+    file: &std::path::Path,
+    say: &mut impl FnMut(&str) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .with_context(|| format!("cannot read {}", file.display()))?
+        .take(MAX_PAYLOAD)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    let settings: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not Claude Code's settings JSON", file.display()))?;
+    let found = super::settings::check(&settings);
+    for f in &found {
+        say(&proto::text::escape_controls(&f.said))?;
+    }
+    if found.iter().any(|f| !f.ok) {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// The fields of Claude Code's hook input that Kura uses (others are ignored).
@@ -119,6 +147,12 @@ impl Hook {
     /// `say` writes one whole message to stdout.
     pub fn run(self, mut say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
         let HookAgent::ClaudeCode = self.agent;
+        if let Some(file) = &self.check_settings {
+            return check_settings(file, &mut say);
+        }
+        let Some(event) = self.event else {
+            anyhow::bail!("name the hook event: UserPromptSubmit, PreToolUse, PostToolUse or Stop");
+        };
         let mut raw = String::new();
         std::io::stdin()
             .take(MAX_PAYLOAD)
@@ -129,8 +163,7 @@ impl Hook {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let event = self.event;
-        match rt.block_on(self.map(&input)) {
+        match rt.block_on(self.map(event, &input)) {
             Ok(Some(answer)) => {
                 say(&answer)?;
                 Ok(())
@@ -146,7 +179,7 @@ impl Hook {
         }
     }
 
-    async fn map(&self, input: &Input) -> Result<Option<String>, Refuse> {
+    async fn map(&self, event: HookEvent, input: &Input) -> Result<Option<String>, Refuse> {
         let file = self
             .state_file(&input.session_id)
             .map_err(Refuse::from_err)?;
@@ -161,11 +194,11 @@ impl Hook {
             .tool_name
             .as_deref()
             .is_some_and(|t| t.starts_with("mcp__kura__"));
-        if own && matches!(self.event, HookEvent::PreToolUse | HookEvent::PostToolUse) {
+        if own && matches!(event, HookEvent::PreToolUse | HookEvent::PostToolUse) {
             return Ok(None);
         }
         let answer: Result<Option<String>, Refuse> = async {
-            Ok(match self.event {
+            Ok(match event {
                 HookEvent::UserPromptSubmit => {
                     if let Some(turn) = state.turn.take() {
                         let _ = kura

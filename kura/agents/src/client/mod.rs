@@ -4,6 +4,7 @@
 
 pub mod hook;
 pub mod relay;
+pub mod settings;
 
 use std::path::PathBuf;
 

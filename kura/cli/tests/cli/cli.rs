@@ -670,3 +670,29 @@ fn a_fact_added_by_hand_is_found_by_search() {
     let none = k.ok(&["search", "walrus", "--json"]);
     assert!(!none.contains("walrus thoughts"), "{none}");
 }
+
+/// Issue 35 (4): `kura hook claude-code --check-settings FILE` exits 1 naming a PreToolUse
+/// hook whose `--wait` Claude Code's timeout would cut short (the call would then run
+/// ungated), and 0 for settings that leave room.
+#[test]
+fn the_hook_checks_claude_codes_settings_for_room_to_refuse() {
+    let k = Kura::uninit();
+    let write = |name: &str, command: &str, timeout: u64| {
+        let path = k.dir.path().join(name);
+        let settings = format!(
+            r#"{{"hooks": {{"PreToolUse": [{{"matcher": "*", "hooks": [{{"type": "command", "command": "{command}", "timeout": {timeout}}}]}}]}}}}"#
+        );
+        std::fs::write(&path, settings).expect("write");
+        path.display().to_string()
+    };
+    let tight = write(
+        "tight.json",
+        "kura hook claude-code PreToolUse --wait 12",
+        15,
+    );
+    let (out, _) = k.fails(1, &["hook", "claude-code", "--check-settings", &tight]);
+    assert!(out.contains("at least 22"), "{out}");
+    let roomy = write("roomy.json", "kura hook claude-code PreToolUse", 600);
+    let out = k.ok(&["hook", "claude-code", "--check-settings", &roomy]);
+    assert!(out.starts_with("ok:"), "{out}");
+}
