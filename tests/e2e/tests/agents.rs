@@ -1015,9 +1015,7 @@ fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
 #[test]
 fn kura_mcp_relays_a_current_revision_request_with_its_protocol_version_header() {
     let port = free_port();
-    let (mut s, token) = agent_stack(port);
-    s.spawn("kura", "serve");
-    wait_http(port);
+    let (_s, token) = agent_stack(port);
     let mut relay = Command::new(bin("kura"))
         .args(["mcp", "--url", &format!("http://127.0.0.1:{port}")])
         .env("KURA_AGENT_TOKEN", &token)
@@ -1075,9 +1073,7 @@ const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"p
 #[test]
 fn a_browser_page_from_another_origin_is_refused_by_the_agent_surface() {
     let port = free_port();
-    let (mut s, token) = agent_stack(port);
-    s.spawn("kura", "serve");
-    wait_http(port);
+    let (_s, token) = agent_stack(port);
     let bearer = format!("Bearer {token}");
     let host = format!("127.0.0.1:{port}");
     let evil = [
@@ -1099,9 +1095,7 @@ fn a_browser_page_from_another_origin_is_refused_by_the_agent_surface() {
 #[test]
 fn the_agent_routes_refuse_a_host_this_kura_is_not_reached_by() {
     let port = free_port();
-    let (mut s, token) = agent_stack(port);
-    s.spawn("kura", "serve");
-    wait_http(port);
+    let (s, token) = agent_stack(port);
     let bearer = format!("Bearer {token}");
     let agent = [("Authorization", bearer.as_str())];
     let start = r#"{"instruction": "rebound"}"#;
@@ -1124,9 +1118,7 @@ fn the_agent_routes_refuse_a_host_this_kura_is_not_reached_by() {
 #[test]
 fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
     let port = free_port();
-    let (mut s, token) = agent_stack(port);
-    s.spawn("kura", "serve");
-    wait_http(port);
+    let (_s, token) = agent_stack(port);
     let bearer = format!("Bearer {token}");
     let host = format!("127.0.0.1:{port}");
     let (status, said) = raw(
@@ -1161,7 +1153,7 @@ fn open_mcp_session(port: u16, token: &str) -> (u16, String) {
 #[test]
 fn one_token_cannot_fill_kura_serve_with_mcp_sessions() {
     let port = free_port();
-    let (mut s, token) = agent_stack_with(
+    let (s, token) = agent_stack_with(
         port,
         &[
             ("KURA_AGENTS__MCP_SESSIONS_PER_AGENT", "3".into()),
@@ -1175,8 +1167,6 @@ fn one_token_cannot_fill_kura_serve_with_mcp_sessions() {
         .expect("add-agent");
     let other: Value = serde_json::from_slice(&other.stdout).expect("json");
     let other = other["token"].as_str().expect("token").to_owned();
-    s.spawn("kura", "serve");
-    wait_http(port);
     for n in 0..3 {
         let (status, said) = open_mcp_session(port, &token);
         assert_eq!(status, 200, "session {n}: {said}");
@@ -1203,9 +1193,7 @@ fn one_token_cannot_fill_kura_serve_with_mcp_sessions() {
 #[test]
 fn aegis_approve_with_an_edit_hands_the_agent_the_edited_arguments() {
     let port = free_port();
-    let (mut s, token) = agent_stack(port);
-    s.spawn("kura", "serve");
-    wait_http(port);
+    let (s, token) = agent_stack(port);
     let (_, started) = post(
         port,
         "start_session",
