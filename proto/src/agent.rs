@@ -163,6 +163,13 @@ wire! {
         pub edited_arguments: Option<Map<String, Value>>,
     }
 
+    /// Take back a declared call the agent will not run (it stopped waiting): an undecided
+    /// request is denied, so nobody approves it.
+    pub struct WithdrawCall {
+        /// The request (from `declare_call`).
+        pub request_id: RequestId,
+    }
+
     /// Wait for the decision on a request.
     pub struct WaitDecision {
         /// The request (from `declare_call`).

@@ -118,6 +118,17 @@ impl KuraTools {
     }
 
     #[tool(
+        description = "Take back a declared call you will not run (you stopped waiting for a person): an undecided request is denied, so nobody approves it. Answers where it stands."
+    )]
+    async fn withdraw_call(
+        &self,
+        Parameters(req): Parameters<WithdrawCall>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Decision>, ErrorData> {
+        self.run(&ctx, req, Gateway::withdraw_call).await
+    }
+
+    #[tool(
         description = "Wait (up to 8 s a call) for a person's decision on a declared call. state: approved, denied, or still asked/pending (call again)."
     )]
     async fn wait_decision(

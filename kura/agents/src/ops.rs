@@ -415,6 +415,43 @@ impl Gateway {
         }
     }
 
+    /// Takes back a call of this agent's that it will not run: an undecided request is
+    /// denied in its name ([`gate::withdraw`]); a decided one is answered as it stands.
+    pub fn withdraw_call(
+        &self,
+        caller: &Caller,
+        req: WithdrawCall,
+    ) -> Result<Decision, GatewayError> {
+        let author = caller.author();
+        self.with_store(|s| {
+            let mine = |s: &Store| -> Result<approvals::Approval, GatewayError> {
+                approvals::approval(s, req.request_id)
+                    .map_err(store_error)?
+                    .filter(|a| {
+                        turn_agent(s, a.turn_id).ok().flatten().as_deref() == Some(author.as_str())
+                    })
+                    .ok_or_else(|| {
+                        GatewayError::NotFound(format!(
+                            "no request {} of this agent",
+                            req.request_id
+                        ))
+                    })
+            };
+            let a = mine(s)?;
+            s.write(|tx| gate::withdraw(tx, &a, &author))
+                .map_err(store_error)?;
+            let a = mine(s)?;
+            let record = approvals::decision_record(s, req.request_id).map_err(store_error)?;
+            Ok(Decision {
+                request_id: a.request_id,
+                state: a.state,
+                rule: a.rule,
+                edited_arguments: None,
+                decision_record_id: record,
+            })
+        })
+    }
+
     /// Ends the turn: the deliverable (final), the output sealed, minato and mikado rung.
     pub fn end_turn(&self, caller: &Caller, req: EndTurn) -> Result<Ended, GatewayError> {
         let deliverable =

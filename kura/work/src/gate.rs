@@ -578,6 +578,32 @@ pub fn rule_edit(
     Ok(Ok(ruling))
 }
 
+/// An agent takes back a call it declared and will not run (its hook stopped waiting): a
+/// request nobody has decided is denied — `by` the agent, recorded as its decision in the
+/// call's turn — so nobody approves a call that will never run. Returns where it stands.
+pub fn withdraw(tx: &Tx<'_>, a: &Approval, by: &str) -> Result<ApprovalState> {
+    if a.state.is_decided() {
+        return Ok(a.state);
+    }
+    let rule = "withdrawn";
+    let content = proto::content::ExpiryContent {
+        request_id: a.request_id,
+        outcome: proto::Outcome::Deny,
+        rule: rule.to_owned(),
+        by: by.to_owned(),
+        reason: "withdrawn by its agent: it stopped waiting and did not run the call".into(),
+    };
+    let record = proto::record::NewRecord {
+        record_type: proto::record::RecordType::ApprovalDecision,
+        content: content.to_value(),
+        author_id: "sys:kura".into(),
+        metadata: BTreeMap::new(),
+    };
+    let rec = approvals::append_to_turn(tx, a.turn_id, &record)?;
+    approvals::finalize(tx, a, ApprovalState::Denied, rule, rec.record_id)?;
+    Ok(ApprovalState::Denied)
+}
+
 /// A person approves request `a` as it stands (or with the edit already bound to it): its
 /// turn's writs are held to the arguments that will run. When they no longer allow it
 /// (revoked, expired), the request is denied by the writ — recorded as its decision, the

@@ -1239,3 +1239,53 @@ fn aegis_approve_with_an_edit_hands_the_agent_the_edited_arguments() {
         "{decided}"
     );
 }
+
+/// Issue 35 (4): a call the hook refused because nobody decided in time stayed on the
+/// pending list, where a person could still approve something that will never run. The hook
+/// withdraws it: the request is denied ("withdrawn") and no longer waits for anyone.
+#[test]
+fn a_call_the_hook_gave_up_on_is_withdrawn_from_the_pending_list() {
+    let port = free_port();
+    let (s, token) = agent_stack(port);
+    let payload =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/claude-code/PreToolUse-ask.json");
+    let out = Command::new(bin("kura"))
+        .args([
+            "hook",
+            "claude-code",
+            "PreToolUse",
+            "--wait",
+            "2",
+            "--state-dir",
+        ])
+        .arg(s.path("hooks"))
+        .env("KURA_AGENT_URL", format!("http://127.0.0.1:{port}"))
+        .env("KURA_AGENT_TOKEN", &token)
+        .stdin(std::fs::File::open(payload).expect("fixture"))
+        .output()
+        .expect("kura hook");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("withdrawn"), "{err}");
+    let store = s.store();
+    let asked = kura_work::approvals::asked(&store).expect("asked");
+    assert!(asked.is_empty(), "nothing waits for a person: {asked:?}");
+    let (state, decision): (String, String) = store
+        .conn()
+        .query_row(
+            "SELECT a.state, r.content FROM approvals a JOIN records r ON r.record_id = a.decision_record_id
+              WHERE a.tool_name = 'Write'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the request and its decision");
+    assert_eq!(state, "denied");
+    let decision: Value = serde_json::from_str(&decision).expect("json");
+    assert_eq!(decision["by"], "agent:laptop", "{decision}");
+    assert!(
+        decision["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("withdrawn")),
+        "{decision}"
+    );
+}

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use proto::agent::{
     Decision, DeclareCall, Declared, EndTurn, Ended, RecordStep, Recorded, StartSession, Started,
-    StepType, WaitDecision,
+    StepType, WaitDecision, WithdrawCall,
 };
 use proto::{ApprovalState, SessionId, TurnId, Verdict};
 use serde::{Deserialize, Serialize};
@@ -337,8 +337,20 @@ impl Hook {
                     )));
                 }
                 _ if Instant::now() >= deadline => {
+                    // Withdrawn, so nobody approves a call that will never run — unless a
+                    // person decided it in the meantime: then that decision stands.
+                    let withdraw = WithdrawCall {
+                        request_id: declared.request_id,
+                    };
+                    let now: Option<Decision> = kura.call("withdraw_call", &withdraw).await.ok();
+                    if let Some(d) = now.filter(|d| d.state == ApprovalState::Approved) {
+                        return match d.edited_arguments {
+                            Some(edit) => run_instead(Some(edit), EDITED, "allow"),
+                            None => run_instead(ruled, RESPELLED, "allow"),
+                        };
+                    }
                     return Err(Refuse(format!(
-                        "nobody decided on {tool} within {} s (Kura request {}); it was not run",
+                        "nobody decided on {tool} within {} s (Kura request {}, now withdrawn); it was not run",
                         self.wait, declared.request_id
                     )));
                 }
