@@ -162,8 +162,8 @@ pub struct AegisConfig {
     /// A decision's `signed_at` must be within this long of aegis's clock (either way).
     pub signed_within_ms: u64,
     /// identities.toml: approvers it records as removed (`kura keys remove`) are refused;
-    /// unset: `$CREDENTIALS_DIRECTORY/identities.toml` when systemd passes it, else no such
-    /// check.
+    /// unset: `$CREDENTIALS_DIRECTORY/identities.toml` when systemd passes it, else the
+    /// identities.toml beside aegis's own seed (the keys directory), else no such check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keyring: Option<std::path::PathBuf>,
     /// For people's commands: the aegis daemon's public nkey (`kura keys list` shows it).
@@ -190,12 +190,24 @@ impl Default for AegisConfig {
 
 /// The approvers whose decisions count: the configured ones, less those identities.toml no
 /// longer lists (when aegis can read it).
-fn trusted_approvers(config: &AegisConfig) -> anyhow::Result<Approvers> {
-    let keyring = config.keyring.clone().or_else(|| {
-        std::env::var_os("CREDENTIALS_DIRECTORY")
-            .map(|d| std::path::PathBuf::from(d).join(kura_runtime::identity::IDENTITIES_FILE))
-            .filter(|p| p.exists())
-    });
+fn trusted_approvers(
+    config: &AegisConfig,
+    common: &kura_runtime::Common,
+) -> anyhow::Result<Approvers> {
+    let beside = |dir: &std::path::Path| {
+        Some(dir.join(kura_runtime::identity::IDENTITIES_FILE)).filter(|p| p.exists())
+    };
+    let keyring = config
+        .keyring
+        .clone()
+        .or_else(|| std::env::var_os("CREDENTIALS_DIRECTORY").and_then(|d| beside(d.as_ref())))
+        .or_else(|| {
+            common
+                .nats_seed
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .and_then(beside)
+        });
     let Some(path) = keyring else {
         return Ok(config.approvers.clone());
     };
@@ -348,7 +360,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     });
     let timeout = i64::try_from(config.aegis.ask_timeout_ms).unwrap_or(i64::MAX);
     let issuers: Arc<[kura_policy::writ::Issuer]> = config.writs.issuers.clone().into();
-    let approvers = Arc::new(trusted_approvers(&config.aegis)?);
+    let approvers = Arc::new(trusted_approvers(&config.aegis, &config.common)?);
     let mut daemon = Daemon::start("aegis", &config.common).await?;
     let bus = daemon.bus().clone();
     let mut serve_store = daemon.open_store()?;
