@@ -53,18 +53,32 @@ impl Secrets {
         self.0.is_empty()
     }
 
-    /// `text` with every secret replaced by its marker: whole, base64-encoded at any
-    /// alignment (binary output is recorded as base64), and a secret's start left at the end
-    /// of a text that was cut (output is kept up to a size, a quote to a length).
+    /// `text` with every secret replaced by its marker: whole, percent-encoded as in a URL,
+    /// base64-encoded at any alignment (binary output is recorded as base64) and as hex, those
+    /// two also when wrapped into lines, and a secret's start left at the end of a text that
+    /// was cut (output is kept up to a size, a quote to a length).
     pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for (name, value) in &self.0 {
             let marker = format!("[secret:{name}]");
-            let mut forms = vec![value.clone()];
-            forms.extend(base64_cores(value.as_bytes()));
-            for form in forms {
+            // As written, and as a URL carries it.
+            for form in [
+                value.clone(),
+                url_encoded(value, false),
+                url_encoded(value, true),
+            ] {
                 if out.contains(form.as_str()) {
                     out = Cow::Owned(out.replace(form.as_str(), &marker));
+                }
+            }
+            // Encodings tools wrap into lines (`base64` at 76 columns, `xxd -p` at 60):
+            // matched with line breaks anywhere inside.
+            let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+            let mut wrapped = base64_cores(value.as_bytes());
+            wrapped.extend([hex.to_uppercase(), hex]);
+            for form in wrapped {
+                if let Some(clean) = replace_across_lines(&out, &form, &marker) {
+                    out = Cow::Owned(clean);
                 }
             }
         }
@@ -110,6 +124,66 @@ impl Secrets {
             _ => {}
         }
     }
+}
+
+/// `secret` percent-encoded as a URL carries it (`upper`: `%2F`, else `%2f`); unreserved
+/// characters stay as they are.
+fn url_encoded(secret: &str, upper: bool) -> String {
+    secret
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ if upper => format!("%{b:02X}"),
+            _ => format!("%{b:02x}"),
+        })
+        .collect()
+}
+
+/// `text` with every occurrence of `needle` (ASCII) replaced by `marker`, where an
+/// occurrence may have line breaks (`\n`, `\r`) between any two of its characters; `None`
+/// when there is none.
+fn replace_across_lines(text: &str, needle: &str, marker: &str) -> Option<String> {
+    let (t, n) = (text.as_bytes(), needle.as_bytes());
+    let first = *n.first()?;
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        if t[i] != first {
+            i += 1;
+            continue;
+        }
+        let (mut j, mut k) = (i, 0);
+        while j < t.len() && k < n.len() {
+            if t[j] == n[k] {
+                k += 1;
+                j += 1;
+            } else if k > 0 && (t[j] == b'\n' || t[j] == b'\r') {
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        if k == n.len() {
+            spans.push((i, j));
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    if spans.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (a, b) in spans {
+        out.push_str(&text[at..a]);
+        out.push_str(marker);
+        at = b;
+    }
+    out.push_str(&text[at..]);
+    Some(out)
 }
 
 /// The base64 text that `secret` always turns into, wherever it starts in the encoded
@@ -177,5 +251,57 @@ mod tests {
             "out: sk-can",
             "shorter than 8 bytes is left"
         );
+    }
+
+    /// Issue 35 (7): `base64 secret.txt` wraps at 76 columns and the secret's base64 straddled
+    /// the newline; `xxd -p` and a URL carry it as hex and %-escapes. A canary per encoding:
+    /// after scrubbing, none decodes back to the secret.
+    #[test]
+    fn a_canary_in_wrapped_base64_hex_or_a_url_is_replaced() {
+        use base64::Engine as _;
+        let secret = "sk-canary-1234567890/abcdef+XYZ";
+        let s = Secrets::new(vec![("KEY".into(), secret.into())]);
+        for lead in 0..80usize {
+            for width in [64usize, 76] {
+                let mut file = "x".repeat(lead).into_bytes();
+                file.extend_from_slice(secret.as_bytes());
+                file.extend_from_slice(b" rest of the file\n");
+                let flat = base64::engine::general_purpose::STANDARD.encode(&file);
+                let wrapped: Vec<&str> = flat
+                    .as_bytes()
+                    .chunks(width)
+                    .map(|c| std::str::from_utf8(c).unwrap_or_default())
+                    .collect();
+                let wrapped = wrapped.join("\n");
+                let clean = s.scrub(&wrapped);
+                let rejoined: String = clean.chars().filter(|c| *c != '\n').collect();
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(rejoined.replace("[secret:KEY]", ""))
+                    .unwrap_or_default();
+                assert!(
+                    !String::from_utf8_lossy(&decoded).contains(secret),
+                    "lead {lead}, width {width}: {clean}"
+                );
+                assert!(clean.contains("[secret:KEY]"), "lead {lead}: {clean}");
+            }
+        }
+        let hex_lower: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        let hex_upper = hex_lower.to_uppercase();
+        for hex in [&hex_lower, &hex_upper] {
+            let text = format!("00ff{hex}0a");
+            assert_eq!(s.scrub(&text), "00ff[secret:KEY]0a");
+        }
+        let url: String = secret
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        assert_ne!(url, secret, "the canary has characters a URL escapes");
+        let text = format!("GET /?key={url}&x=1");
+        assert_eq!(s.scrub(&text), "GET /?key=[secret:KEY]&x=1");
     }
 }
