@@ -82,6 +82,11 @@ impl Secrets {
                 }
             }
         }
+        // Binary output cut at its limit, then recorded as base64: the bytes may end with a
+        // secret's first bytes, which no whole-secret form matches.
+        if let Some(clean) = self.scrub_cut_base64(&out) {
+            out = Cow::Owned(clean);
+        }
         // Then a cut that left a secret's first bytes at the very end.
         for (name, value) in &self.0 {
             let marker = format!("[secret:{name}]");
@@ -94,6 +99,29 @@ impl Secrets {
             }
         }
         out
+    }
+
+    /// `text` re-encoded without the secret's start its decoded bytes end with, when `text`
+    /// is base64 (as a binary output's kept head is) and they do.
+    fn scrub_cut_base64(&self, text: &str) -> Option<String> {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        if text.len() < 12 || text.len() % 4 != 0 {
+            return None;
+        }
+        let bytes = b64.decode(text).ok()?;
+        for (name, value) in &self.0 {
+            let v = value.as_bytes();
+            let cut = (MIN_SECRET_BYTES.min(v.len())..=v.len())
+                .rev()
+                .find(|&n| bytes.ends_with(&v[..n]));
+            if let Some(n) = cut {
+                let mut kept = bytes[..bytes.len() - n].to_vec();
+                kept.extend_from_slice(format!("[secret:{name}]").as_bytes());
+                return Some(b64.encode(kept));
+            }
+        }
+        None
     }
 
     /// Scrubs every string (and object key) in `v`.
@@ -303,5 +331,29 @@ mod tests {
         assert_ne!(url, secret, "the canary has characters a URL escapes");
         let text = format!("GET /?key={url}&x=1");
         assert_eq!(s.scrub(&text), "GET /?key=[secret:KEY]&x=1");
+    }
+
+    /// Issue 35 (6): a secret straddling the 4 KiB cut of binary output was recorded as
+    /// base64 of all but its last byte (and the model can place the cut). The kept bytes no
+    /// longer end with any of the secret's start.
+    #[test]
+    fn a_canary_cut_at_the_end_of_binary_output_is_replaced() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let secret = "sk-canary-1234567890abcdef";
+        let s = Secrets::new(vec![("KEY".into(), secret.into())]);
+        for pad in 0..4usize {
+            for keep in MIN_SECRET_BYTES..secret.len() {
+                let mut head = vec![0xffu8; 40 + pad];
+                head.extend_from_slice(&secret.as_bytes()[..keep]);
+                let clean = s.scrub(&b64.encode(&head)).into_owned();
+                let bytes = b64.decode(&clean).expect("still base64");
+                let shown = String::from_utf8_lossy(&bytes);
+                assert!(
+                    !shown.contains(&secret[..MIN_SECRET_BYTES]) && shown.ends_with("[secret:KEY]"),
+                    "pad {pad}, {keep} bytes kept: {shown}"
+                );
+            }
+        }
     }
 }
