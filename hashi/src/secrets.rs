@@ -106,7 +106,7 @@ impl Secrets {
     fn scrub_cut_base64(&self, text: &str) -> Option<String> {
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::STANDARD;
-        if text.len() < 12 || text.len() % 4 != 0 {
+        if text.len() < 12 || !text.len().is_multiple_of(4) {
             return None;
         }
         let bytes = b64.decode(text).ok()?;
