@@ -1,7 +1,7 @@
 //! What the agent surface checks before anything else, as the MCP transport rules require:
 //! the `Host` a request names (DNS rebinding: a page on another site resolving its name to
 //! this Pi) and the `Origin` a browser sends. (That an MCP body is JSON at all is checked
-//! beside the session count, in [`crate::sessions`].)
+//! beside the session count, in `sessions`.)
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};

@@ -3,7 +3,7 @@
 //! ledger's root and hash against its parents as stored here, its sealer's signature, its
 //! place in the seal log), and the publisher's outbox cursor on the origin side.
 //!
-//! The caller (`kura-fleet`) runs [`Tx::import_ledger`] for each ledger of a batch and then
+//! The caller (`kura-fleet`) runs [`Tx::import_ledger_with`] for each ledger of a batch and then
 //! checks the seal log's root against the origin's signed checkpoint inside the same
 //! transaction; any refusal rolls the whole batch back, so nothing of it is ever committed.
 
@@ -80,8 +80,8 @@ impl Tx<'_> {
         self.import_ledger_with(l, records, &HashMap::new(), &[])
     }
 
-    /// [`Tx::import_ledger`] that also takes records the origin redacted (`redacted`, by
-    /// content hash: the tombstone is accepted with the kept leaf when the redaction is
+    /// Writes a replicated sealed ledger, as `import_ledger` does in tests, and also takes
+    /// records the origin redacted (`redacted`, by content hash: the tombstone is accepted with the kept leaf when the redaction is
     /// signed by one of `people` and names that record; the root check then holds the kept
     /// leaf to what the origin sealed), and applies each `sys.redaction` it imports to the
     /// record it names, as the origin did.

@@ -1,5 +1,5 @@
 //! The seal log's signing side from the command line: `kura checkpoint`, `kura log-key …`
-//! and `kura prove-consistency` (the work itself is in [`crate::tlog`]).
+//! and `kura prove-consistency` (the work itself is in [`kura_serve::anchor`]).
 
 use std::path::PathBuf;
 

@@ -11,10 +11,11 @@
 //! | `export`, `query`, `search`, `status` | one command each |
 //! | `prove` | `kura prove`, `kura verify-proof` |
 //! | `keys` | `kura keys …` |
-//! | `serve` | `kura serve` (the daemon itself is [`crate::serve`]) |
-//! | `fleet` | `kura fleet …` (the hub's files are [`crate::fleet_hub`]) |
+//! | `serve` | `kura serve` (the daemon itself is [`kura_serve::run`]) |
+//! | `fleet` | `kura fleet …` (the hub's files are [`kura_serve::hub`]) |
 //! | `writ`, `redact` | `kura writ grant/delegate/revoke/list/show`, `kura redact` |
 //! | `bench` | `kura bench`, `kura bench-peer` |
+//! | (none) | `kura mcp` and `kura hook` are the outside agent's client, [`kura_serve::agents::client`] |
 
 pub mod agents;
 pub mod bench;
