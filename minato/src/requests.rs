@@ -596,7 +596,7 @@ fn plan_moved(
             let l = tx.open_ledger(end.session_id, "plan-ended", &parents)?;
             let said = tx.append(l.ledger_id, &rec)?.record;
             tx.seal(l.ledger_id, sealer)?;
-            tx.set_session_status(end.session_id, SessionStatus::Complete)?;
+            tx.set_session_status(end.session_id, SessionStatus::Failed)?;
             decision.complete.push(end.session_id);
             outer_step_done(tx, rules, &end, l.ledger_id, Some(said), decision, sealer)?;
         }
@@ -637,7 +637,7 @@ fn end_failed(
     let l = tx.open_ledger(session, label, &[output])?;
     let said = tx.append(l.ledger_id, &rec)?.record;
     tx.seal(l.ledger_id, sealer)?;
-    tx.set_session_status(session, SessionStatus::Complete)?;
+    tx.set_session_status(session, SessionStatus::Failed)?;
     Ok((l.ledger_id, said))
 }
 
@@ -738,7 +738,12 @@ fn after_verdict(
     };
     tx.seal(ledger.ledger_id, sealer)?;
     verdicts::set_session_verdict(tx, t.session_id, verdict)?;
-    tx.set_session_status(t.session_id, SessionStatus::Complete)?;
+    let status = if pass {
+        SessionStatus::Complete
+    } else {
+        SessionStatus::Failed
+    };
+    tx.set_session_status(t.session_id, status)?;
     decision.complete.push(t.session_id);
     if let Some(of) = step {
         let progress = plans::finish_step(tx, of, ledger.ledger_id, Some(&last))?;

@@ -132,7 +132,18 @@ text_enum!(
     Active = "active",
     /// Its last request is done.
     Complete = "complete",
+    /// Its last request ended without a deliverable anyone accepted: its validator failed it,
+    /// it ran out of turns before one could judge it, or its plan ended unfinished.
+    Failed = "failed",
 });
+
+impl SessionStatus {
+    /// Whether its work has ended (complete or failed): nothing runs in it until a new
+    /// request.
+    pub fn is_ended(self) -> bool {
+        !matches!(self, SessionStatus::Active)
+    }
+}
 
 text_enum!(
     /// What running a tool can do to the world; decides what may be re-run after a crash.

@@ -287,7 +287,7 @@ pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus>
             deliverable: None,
         });
     };
-    let status: String = conn.query_row_cached(
+    let status: proto::SessionStatus = conn.query_row_cached(
         "SELECT status FROM sessions WHERE session_id = ?1",
         [session.to_string()],
         |r| r.get(0),
@@ -305,7 +305,8 @@ pub fn request_status(conn: &impl Db, request_seq: i64) -> Result<RequestStatus>
         )
         .optional()?
         .flatten();
-    let complete = status == "complete" && open_turns == 0 && last_output.is_some();
+    // Ended, passed or failed: the waiting is over either way.
+    let complete = status.is_ended() && open_turns == 0 && last_output.is_some();
     // What minato wrote last for the session's latest request (a verdict that passed, a plan
     // that ended) stands on its head; the last turn's output may be a validator's.
     let (head, latest): (Option<String>, i64) = conn.query_row_cached(

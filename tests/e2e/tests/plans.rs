@@ -381,6 +381,15 @@ fn a_validator_fails_the_first_deliverable_and_passes_the_second() {
         text.contains("the validator (command:false) failed the deliverable 2 times"),
         "{text}"
     );
+    // Issue 35 (11): the session its validator failed reads as failed, not complete.
+    let failed = s
+        .store()
+        .sessions()
+        .expect("sessions")
+        .into_iter()
+        .filter(|x| x.status == proto::SessionStatus::Failed)
+        .count();
+    assert_eq!(failed, 1, "the never-passing request's session is failed");
     s.verify_all();
 }
 
