@@ -206,6 +206,7 @@ fn trusted_approvers(
                 .nats_seed
                 .as_deref()
                 .and_then(std::path::Path::parent)
+                .filter(|d| !d.as_os_str().is_empty())
                 .and_then(beside)
         });
     let Some(path) = keyring else {

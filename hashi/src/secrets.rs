@@ -59,6 +59,12 @@ impl Secrets {
     /// was cut (output is kept up to a size, a quote to a length).
     pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
+        // Binary output cut at its limit, then recorded as base64: the bytes may end with a
+        // secret's first bytes, which no whole-secret form matches. First, while the text is
+        // still the base64 it was recorded as.
+        if let Some(clean) = self.scrub_cut_base64(&out) {
+            out = Cow::Owned(clean);
+        }
         for (name, value) in &self.0 {
             let marker = format!("[secret:{name}]");
             // As written, and as a URL carries it.
@@ -82,17 +88,12 @@ impl Secrets {
                 }
             }
         }
-        // Binary output cut at its limit, then recorded as base64: the bytes may end with a
-        // secret's first bytes, which no whole-secret form matches.
-        if let Some(clean) = self.scrub_cut_base64(&out) {
-            out = Cow::Owned(clean);
-        }
         // Then a cut that left a secret's first bytes at the very end.
         for (name, value) in &self.0 {
             let marker = format!("[secret:{name}]");
             let tail = (MIN_SECRET_BYTES.min(value.len())..value.len())
                 .rev()
-                .find(|&n| out.ends_with(&value[..n]) && value.is_char_boundary(n));
+                .find(|&n| value.is_char_boundary(n) && out.ends_with(&value[..n]));
             if let Some(n) = tail {
                 let keep = out.len() - n;
                 out = Cow::Owned(format!("{}{marker}", &out[..keep]));
@@ -355,5 +356,15 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Review finding: a secret with a multibyte character panicked every scrub (its start
+    /// was sliced before the boundary was checked).
+    #[test]
+    fn a_secret_with_multibyte_characters_is_scrubbed_without_a_panic() {
+        let s = Secrets::new(vec![("KEY".into(), "password-üñï-12345".into())]);
+        assert_eq!(s.scrub("x password-üñï-12345 y"), "x [secret:KEY] y");
+        assert_eq!(s.scrub("out: password-üñ"), "out: [secret:KEY]");
+        assert_eq!(s.scrub("nothing"), "nothing");
     }
 }

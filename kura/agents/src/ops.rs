@@ -438,15 +438,19 @@ impl Gateway {
                     })
             };
             let a = mine(s)?;
-            s.write(|tx| gate::withdraw(tx, &a, &author))
-                .map_err(store_error)?;
+            match s.write(|tx| gate::withdraw(tx, &a, &author)) {
+                // A person decided in the meantime: that decision stands, and is answered.
+                Ok(_) | Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(store_error(e)),
+            }
             let a = mine(s)?;
             let record = approvals::decision_record(s, req.request_id).map_err(store_error)?;
             Ok(Decision {
                 request_id: a.request_id,
                 state: a.state,
                 rule: a.rule,
-                edited_arguments: None,
+                // An approval with an edit runs the edit, never the declared call.
+                edited_arguments: parse_edit(a.edited_arguments.as_deref())?,
                 decision_record_id: record,
             })
         })

@@ -48,7 +48,20 @@ impl McpSessions {
     /// Counts `id`, just opened by `agent`, unless a cap is reached: then it is closed and
     /// the cap named. Sessions the manager has ended (idle, or deleted) are forgotten first.
     async fn admit(&self, agent: &str, id: Arc<str>) -> Result<(), Over> {
+        let over = self.count(agent, id.clone()).await;
+        if over.is_err() {
+            // Closed outside the lock: closing waits for the session's worker to stop.
+            let _ = self.manager.close_session(&id).await;
+        }
+        over
+    }
+
+    /// Counts `id` for `agent` unless a cap is reached.
+    async fn count(&self, agent: &str, id: Arc<str>) -> Result<(), Over> {
         let mut open = self.open.lock().await;
+        if open.values().flatten().any(|s| *s == id) {
+            return Ok(());
+        }
         for ids in open.values_mut() {
             let mut alive = Vec::with_capacity(ids.len());
             for s in ids.drain(..) {
@@ -69,7 +82,6 @@ impl McpSessions {
             None
         };
         if let Some(over) = over {
-            let _ = self.manager.close_session(&id).await;
             return Err(over);
         }
         open.entry(agent.to_owned()).or_default().push(id);
@@ -135,27 +147,37 @@ pub(crate) async fn gate(State(g): State<McpGate>, req: Request, next: Next) -> 
         );
     };
     let id = message.get("id").cloned().unwrap_or_default();
-    let answer = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
-    let opened = answer
+    let request = Request::from_parts(parts, Body::from(bytes));
+    // Served and counted on a task of its own: a client that drops its connection mid-way
+    // cannot leave a session open and uncounted.
+    match tokio::spawn(counted(g, agent, id, next, request)).await {
+        Ok(answer) => answer,
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "the MCP request failed").into_response(),
+    }
+}
+
+/// Serves `request`, then counts the session it opened (or closes it past a cap).
+async fn counted(
+    g: McpGate,
+    agent: Result<String, crate::GatewayError>,
+    id: serde_json::Value,
+    next: Next,
+    request: Request,
+) -> Response {
+    let answer = next.run(request).await;
+    let Some(opened) = answer
         .headers()
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
-        .map(Arc::<str>::from);
-    let (Some(opened), Ok(agent)) = (opened, agent) else {
+        .map(Arc::<str>::from)
+    else {
         return answer;
     };
-    if g.sessions
-        .open
-        .lock()
-        .await
-        .values()
-        .flatten()
-        .any(|s| *s == opened)
-    {
+    let Ok(agent) = agent else {
+        // The token went away meanwhile: no session is left open for nobody.
+        let _ = g.sessions.manager.close_session(&opened).await;
         return answer;
-    }
+    };
     match g.sessions.admit(&agent, opened).await {
         Ok(()) => answer,
         Err(over) => {
