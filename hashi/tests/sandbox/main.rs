@@ -228,13 +228,21 @@ fn shell_network_denied_unless_granted() {
 #[test]
 fn shell_timeout_kills_the_whole_process_group() {
     let s = setup(|c| c.shell_timeout_ms = 500);
+    // Durations no other process on the machine is likely to be sleeping: the check below
+    // reads the whole process table.
+    let n = 400_000 + std::process::id() % 100_000;
+    let (a, b, c) = (
+        format!("sleep {n}"),
+        format!("sleep {}", n + 1),
+        format!("sleep {}", n + 2),
+    );
     let err = s
-        .run("s1", &["sh", "-c", "sleep 300 & sleep 301"])
+        .run("s1", &["sh", "-c", &format!("{a} & {b}")])
         .expect_err("timed out");
     assert!(err.to_string().contains("timed out"), "{err}");
     // Background descendants of a program that exits are killed too.
     let r = s
-        .run("s1", &["sh", "-c", "sleep 302 & echo started"])
+        .run("s1", &["sh", "-c", &format!("{c} & echo started")])
         .expect("ran");
     assert_eq!(r["stdout"], "started\n", "{r}");
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -243,9 +251,9 @@ fn shell_timeout_kills_the_whole_process_group() {
         .output()
         .expect("ps");
     let ps = String::from_utf8_lossy(&ps.stdout);
-    for left in ["sleep 300", "sleep 301", "sleep 302"] {
+    for left in [&a, &b, &c] {
         assert!(
-            !ps.lines().any(|l| l.trim() == left),
+            !ps.lines().any(|l| l.trim() == left.as_str()),
             "{left} survived: {ps}"
         );
     }
