@@ -361,6 +361,21 @@ fn after_work(
     let tree_over = plans::has_plans(tx, done.root_seq)?
         && plans::turns_of_tree(tx, done.root_seq)? >= rules.roster.limits.max_turns;
     let over = t.seq >= rules.max_turns || tree_over;
+    if tree_over && !is_final && !kind.replays() {
+        // Work that wanted another turn the tree has not got ends failed, saying so.
+        let why = format!("this work wanted another turn, but {}", tree_limit(rules));
+        let end = end_failed(tx, t.session_id, output, "out-of-turns", &why, sealer)?;
+        let mut decision = Decision {
+            complete: vec![t.session_id],
+            ..Decision::default()
+        };
+        if let Some(of) = &done.step {
+            let max = tree_max(rules);
+            let progress = plans::finish_step(tx, of, end.0, Some(&end.1), max)?;
+            plan_moved(tx, rules, progress, &mut decision, sealer)?;
+        }
+        return Ok(decision);
+    }
     if !kind.replays()
         && let Some(decision) = to_validator(tx, rules, &done, (is_final, over, tree_over), sealer)?
     {
@@ -371,7 +386,7 @@ fn after_work(
         tx.set_session_status(t.session_id, SessionStatus::Complete)?;
         decision.complete.push(t.session_id);
         if let Some(of) = &done.step {
-            let progress = plans::finish_step(tx, of, output, done.deliverable.as_ref())?;
+            let progress = plans::finish_step(tx, of, output, done.deliverable.as_ref(), tree_max(rules))?;
             plan_moved(tx, rules, progress, &mut decision, sealer)?;
         }
         return Ok(decision);
@@ -426,6 +441,7 @@ fn planned(
                     root_seq: done.root_seq,
                     replays,
                 },
+                tree_max(rules),
             )?;
             Ok(Ok(Decision {
                 steps_started,
@@ -440,6 +456,24 @@ fn planned(
             sealer,
         )?)),
     }
+}
+
+/// The request tree's turn limit.
+fn tree_max(rules: &Rules<'_>) -> i64 {
+    rules.roster.limits.max_turns
+}
+
+/// Why work was cut short by its request tree's turn limit.
+fn tree_limit(rules: &Rules<'_>) -> String {
+    format!(
+        "the request's tree of turns reached its limit of {} ([roster.limits] max_turns)",
+        tree_max(rules)
+    )
+}
+
+/// Whether request `root_seq`'s tree has no turn left.
+fn tree_spent(tx: &Tx<'_>, rules: &Rules<'_>, root_seq: i64) -> Result<bool> {
+    Ok(plans::turns_of_tree(tx, root_seq)? >= tree_max(rules))
 }
 
 /// Work that is done goes to its validator first, if its request names one; work that ran
@@ -488,7 +522,7 @@ fn to_validator(
     let end = end_failed(tx, t.session_id, output, "unvalidated", &why, sealer)?;
     decision.complete.push(t.session_id);
     if let Some(of) = &done.step {
-        let progress = plans::finish_step(tx, of, end.0, Some(&end.1))?;
+        let progress = plans::finish_step(tx, of, end.0, Some(&end.1), tree_max(rules))?;
         plan_moved(tx, rules, progress, &mut decision, sealer)?;
     }
     Ok(Some(decision))
@@ -567,6 +601,17 @@ fn plan_moved(
             let said = last_deliverable(tx, end.plan_ledger)?;
             outer_step_done(tx, rules, &end, end.plan_ledger, said, decision, sealer)?;
         }
+        Progress::Done(end) if tree_spent(tx, rules, root_of(tx, end.request_seq)?)? => {
+            let why = format!(
+                "every step is done, but {} before the plan's results could be joined: {}",
+                tree_limit(rules),
+                end.summary.join("; ")
+            );
+            let session = end.session_id;
+            let l = end_failed(tx, session, end.plan_ledger, "out-of-turns", &why, sealer)?;
+            decision.complete.push(session);
+            outer_step_done(tx, rules, &end, l.0, Some(l.1), decision, sealer)?;
+        }
         Progress::Done(end) => {
             let mut members = vec![request_instruction(tx, end.request_seq)?];
             members.extend(end.deliverables.iter().copied());
@@ -585,8 +630,13 @@ fn plan_moved(
             decision.next.push((end.session_id, next));
         }
         Progress::Failed(end) => {
+            let cut = if tree_spent(tx, rules, root_of(tx, end.request_seq)?)? {
+                format!(" ({})", tree_limit(rules))
+            } else {
+                String::new()
+            };
             let text = format!(
-                "the plan ended without finishing: {}",
+                "the plan ended without finishing{cut}: {}",
                 end.summary.join("; ")
             );
             let content = Content::Json(DeliverableContent::failed(text).to_value());
@@ -604,6 +654,11 @@ fn plan_moved(
     Ok(())
 }
 
+/// The request whose tree request `request_seq` is in: its plan's root, or itself.
+fn root_of(tx: &Tx<'_>, request_seq: i64) -> Result<i64> {
+    Ok(plans::step_of(tx, request_seq)?.map_or(request_seq, |s| s.root_seq))
+}
+
 /// A plan that ended inside a step of another plan ends that step too (with what it
 /// delivered), so the outer plan moves on rather than wait for ever.
 fn outer_step_done(
@@ -618,7 +673,7 @@ fn outer_step_done(
     let Some(of) = plans::step_of(tx, end.request_seq)? else {
         return Ok(());
     };
-    let progress = plans::finish_step(tx, &of, ledger, said.as_ref())?;
+    let progress = plans::finish_step(tx, &of, ledger, said.as_ref(), tree_max(rules))?;
     plan_moved(tx, rules, progress, decision, sealer)
 }
 
@@ -746,7 +801,7 @@ fn after_verdict(
     tx.set_session_status(t.session_id, status)?;
     decision.complete.push(t.session_id);
     if let Some(of) = step {
-        let progress = plans::finish_step(tx, of, ledger.ledger_id, Some(&last))?;
+        let progress = plans::finish_step(tx, of, ledger.ledger_id, Some(&last), tree_max(rules))?;
         plan_moved(tx, rules, progress, &mut decision, sealer)?;
     }
     Ok(decision)

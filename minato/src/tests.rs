@@ -306,3 +306,90 @@ fn a_second_decision_is_a_typed_conflict() {
         "{err}"
     );
 }
+
+/// Runs every queued request, claimed turn and completion until nothing moves; each turn
+/// of work asks for another (never final), as a step that wants many turns does.
+fn drive(s: &mut Store, roster: &kura_plan::RosterConfig, rules: &Rules<'_>) {
+    for _ in 0..500 {
+        let mut moved = false;
+        while accept_next_request(s, roster, 0).expect("accept").is_some() {
+            moved = true;
+        }
+        while let Some(c) = claim_next(s, "w", 10_000, now_ms()).expect("claim") {
+            deliver(s, &c, "more to do", false);
+            complete_turn(s, &c).expect("complete");
+            moved = true;
+        }
+        while decide_next_completion(s, rules).expect("decide").is_some() {
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
+    panic!("the work never settled");
+}
+
+/// Regression (issue 35 item 10): a 16-step plan whose steps each wanted 8 turns ran 73
+/// turns under a tree limit of 64, ended `done`, and nothing said why. The tree's turns
+/// stay within the limit, the plan ends failed, and the reason is recorded.
+#[test]
+fn a_plan_tree_past_its_turn_limit_ends_its_steps_with_a_recorded_reason() {
+    let (_d, mut s) = fresh();
+    let mut roster = kura_plan::RosterConfig::default();
+    roster.limits.max_turns = 8;
+    let rules = Rules {
+        max_turns: 8,
+        memory_hits: 0,
+        roster: &roster,
+        max_validations: 2,
+    };
+    let req = submit(&mut s, "plan it", "user:oles", None).expect("submit");
+    accept_next_request(&mut s, &roster, 0).expect("accept");
+    let c = claim_next(&mut s, "w", 10_000, now_ms())
+        .expect("claim")
+        .expect("the planning turn");
+    let steps: Vec<_> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|id| json!({"id": id, "instruction": format!("step {id}")}))
+        .collect();
+    let plan = NewRecord::new(
+        RecordType::AgentPlan,
+        Content::Json(json!({"text": "five steps", "steps": [steps[0], steps[1], steps[2], {"id": "d", "instruction": "step d", "after": ["a"]}, {"id": "e", "instruction": "step e", "after": ["d"]}]})),
+        "agent:hashi",
+    );
+    fenced(&mut s, &c, |tx| tx.append(c.output_ledger_id, &plan)).expect("plan");
+    complete_turn(&mut s, &c).expect("complete");
+    drive(&mut s, &roster, &rules);
+
+    let turns: i64 = s
+        .conn()
+        .query_row("SELECT count(*) FROM turns", [], |r| r.get(0))
+        .expect("count");
+    assert!(turns <= 8, "the tree took {turns} turns past its limit of 8");
+    let plan_state: String = s
+        .conn()
+        .query_row("SELECT state FROM plans", [], |r| r.get(0))
+        .expect("plan");
+    assert_eq!(plan_state, "failed", "a plan cut short by the limit did not finish");
+    let planner = request_status(s.conn(), req.request_seq).expect("status");
+    let said = planner.deliverable.expect("the planning session's last word");
+    let text = said.content["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("max_turns"),
+        "the reason names the limit: {text}"
+    );
+    let session = s.read_session(planner.session_id.expect("session")).expect("session");
+    assert_eq!(session.status, SessionStatus::Failed);
+    let cut: i64 = s
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM records WHERE record_type = 'task.deliverable'
+               AND json_extract(content, '$.text') LIKE '%max_turns%'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert!(cut >= 2, "each step the limit cut says so, and the plan: {cut}");
+    assert!(verify(&s, &Scope::All, None, None).expect("verify").ok());
+}

@@ -121,7 +121,7 @@ text_enum!(
     Done = "done",
     /// Ended without a deliverable (or its validator failed it).
     Failed = "failed",
-    /// Never started: the plan failed first.
+    /// Never started: the plan failed first, or the request's tree ran out of turns.
     Skipped = "skipped",
 });
 

@@ -112,12 +112,17 @@ pub fn step_sessions(
     Ok(out)
 }
 
-/// Turns taken so far by the request `root_seq` and every plan step under it.
+/// Turns taken so far by the request `root_seq` and every plan step under it, a started
+/// step not yet accepted counting the first turn it is owed (so nothing files a turn it
+/// would then take past the tree's limit).
 pub fn turns_of_tree(conn: &impl Db, root_seq: i64) -> Result<i64> {
     Ok(conn.sql().query_row(
-        "SELECT count(*) FROM turns WHERE request_seq = ?1 OR request_seq IN
-           (SELECT s.request_seq FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id
-             WHERE p.root_seq = ?1)",
+        "SELECT (SELECT count(*) FROM turns WHERE request_seq = ?1 OR request_seq IN
+                  (SELECT s.request_seq FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id
+                    WHERE p.root_seq = ?1))
+              + (SELECT count(*) FROM plan_steps s JOIN plans p ON p.plan_id = s.plan_id
+                  WHERE p.root_seq = ?1 AND s.state = 'running' AND NOT EXISTS
+                    (SELECT 1 FROM turns t WHERE t.request_seq = s.request_seq))",
         [root_seq],
         |r| r.get(0),
     )?)
@@ -179,7 +184,8 @@ pub fn plan_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<PlanId>
 }
 
 /// Files a checked plan and starts every step that waits on nothing; returns how many.
-pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
+/// `tree_max` is the request tree's turn limit (`[roster.limits] max_turns`).
+pub fn file(tx: &Tx<'_>, p: &Planned<'_>, tree_max: i64) -> Result<usize> {
     let plan_id = PlanId::new();
     tx.sql().execute_cached(
         "INSERT INTO plans (plan_id, record_id, session_id, turn_id, ledger_id, request_seq,
@@ -221,7 +227,7 @@ pub fn file(tx: &Tx<'_>, p: &Planned<'_>) -> Result<usize> {
             ],
         )?;
     }
-    start_ready(tx, plan_id)
+    start_ready(tx, plan_id, p.root_seq, tree_max)
 }
 
 /// The JSON text a plan row keeps.
@@ -280,8 +286,10 @@ fn steps(tx: &Tx<'_>, plan_id: PlanId) -> Result<Vec<StepRow>> {
 }
 
 /// Starts every waiting step whose steps are all done: a sub-session and a request whose
-/// first context has their outputs as parents (or the plan ledger, for a first step).
-fn start_ready(tx: &Tx<'_>, plan_id: PlanId) -> Result<usize> {
+/// first context has their outputs as parents (or the plan ledger, for a first step). A
+/// step the request's tree has no turn left for is not started: it and every step still
+/// waiting are skipped, and the plan ends failed once what runs has finished.
+fn start_ready(tx: &Tx<'_>, plan_id: PlanId, root_seq: i64, tree_max: i64) -> Result<usize> {
     let (plan_ledger, planning_session): (String, String) = tx.sql().query_row(
         "SELECT ledger_id, session_id FROM plans WHERE plan_id = ?1",
         [plan_id],
@@ -294,6 +302,13 @@ fn start_ready(tx: &Tx<'_>, plan_id: PlanId) -> Result<usize> {
         let deps: Vec<&StepRow> = all.iter().filter(|o| s.after.contains(&o.step)).collect();
         if deps.iter().any(|d| d.state != StepState::Done) {
             continue;
+        }
+        if turns_of_tree(tx, root_seq)? >= tree_max {
+            tx.sql().execute_cached(
+                "UPDATE plan_steps SET state = 'skipped' WHERE plan_id = ?1 AND state = 'waiting'",
+                [plan_id],
+            )?;
+            return Ok(started);
         }
         let parents: Vec<String> = if deps.is_empty() {
             vec![plan_ledger.clone()]
@@ -427,12 +442,14 @@ pub fn is_agent_turn(conn: &impl Db, turn: TurnId) -> Result<bool> {
 }
 
 /// Records that step session `session` finished — done with `deliverable` in `output`, or
-/// failed — and moves its plan on: the next steps start, or the plan ends.
+/// failed — and moves its plan on: the next steps start (while the request's tree has
+/// turns left of `tree_max`), or the plan ends.
 pub fn finish_step(
     tx: &Tx<'_>,
     of: &StepOf,
     output: LedgerId,
     deliverable: Option<&Record>,
+    tree_max: i64,
 ) -> Result<Progress> {
     let failed = deliverable
         .is_none_or(|d| d.content.get("error").and_then(serde_json::Value::as_bool) == Some(true));
@@ -462,12 +479,14 @@ pub fn finish_step(
             [of.plan_id],
         )?;
     } else {
-        let started = start_ready(tx, of.plan_id)?;
+        let started = start_ready(tx, of.plan_id, of.root_seq, tree_max)?;
         if started > 0 {
             return Ok(Progress::Going { started });
         }
     }
     let all = steps(tx, of.plan_id)?;
+    // A step skipped without a failure was cut by the tree's turn limit: the plan failed.
+    let plan_failed = plan_failed || all.iter().any(|s| s.state == StepState::Skipped);
     if all
         .iter()
         .any(|s| matches!(s.state, StepState::Running | StepState::Waiting))
