@@ -101,6 +101,22 @@ impl Extractor {
         Ok(Some(Arc::from(kura_model::build(&p, handle)?)))
     }
 
+    /// Seals the memory an earlier release left in no ledger into mikado's memory session,
+    /// once (a database upgraded from before memory ledgers).
+    pub fn adopt_legacy(&mut self) -> anyhow::Result<()> {
+        let sealer = self.store.sealer().cloned();
+        let n = self
+            .store
+            .write(|tx| tx.adopt_legacy_memory(AUTHOR, sealer.as_ref()))?;
+        if n > 0 {
+            tracing::info!(
+                records = n,
+                "memory from an earlier release sealed into a memory ledger"
+            );
+        }
+        Ok(())
+    }
+
     /// One unit: the next completed turn's memory. `Ok(false)` when there is none.
     pub fn step(&mut self) -> anyhow::Result<bool> {
         let pos = cursor(&self.store, CONSUMER)?;
@@ -125,13 +141,18 @@ impl Extractor {
             work.push((d, items));
         }
         let vectors = self.embed_all(&work);
+        let sealer = self.store.sealer().cloned();
         let new_ids = self.store.write(|tx| {
             if cursor(tx, CONSUMER)? != pos {
                 return Ok(vec![]); // someone else advanced it; rescan
             }
             let mut new_ids = Vec::new();
+            let mut taken = Vec::new();
             for (source, items) in &work {
                 for m in tx.remember(AUTHOR, source, session, items)? {
+                    if !taken.contains(&m.record.record_id) {
+                        taken.push(m.record.record_id);
+                    }
                     if m.new {
                         if let Some(v) =
                             proto::content::text_of(&m.record.content).and_then(|t| vectors.get(t))
@@ -142,6 +163,8 @@ impl Extractor {
                     }
                 }
             }
+            // What this output taught, sealed in mikado's memory session beside it.
+            tx.seal_memory(AUTHOR, &taken, Some(output), sealer.as_ref())?;
             set_cursor(tx, CONSUMER, done_seq)?;
             Ok(new_ids)
         })?;

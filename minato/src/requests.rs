@@ -386,7 +386,8 @@ fn after_work(
         tx.set_session_status(t.session_id, SessionStatus::Complete)?;
         decision.complete.push(t.session_id);
         if let Some(of) = &done.step {
-            let progress = plans::finish_step(tx, of, output, done.deliverable.as_ref(), tree_max(rules))?;
+            let progress =
+                plans::finish_step(tx, of, output, done.deliverable.as_ref(), tree_max(rules))?;
             plan_moved(tx, rules, progress, &mut decision, sealer)?;
         }
         return Ok(decision);
@@ -644,6 +645,9 @@ fn plan_moved(
             let mut parents = vec![end.plan_ledger];
             parents.extend(end.outputs.iter().filter(|o| **o != end.plan_ledger));
             let l = tx.open_ledger(end.session_id, "plan-ended", &parents)?;
+            for skipped in &end.unstarted {
+                tx.append_existing(l.ledger_id, *skipped)?;
+            }
             let said = tx.append(l.ledger_id, &rec)?.record;
             tx.seal(l.ledger_id, sealer)?;
             tx.set_session_status(end.session_id, SessionStatus::Failed)?;

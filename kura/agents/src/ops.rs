@@ -500,8 +500,14 @@ impl Gateway {
         match req.turn_id {
             Some(turn) => self.append(caller, turn, &rec),
             None => self.with_store(|store| {
+                // Memory outside a turn is sealed at once, in the agent's memory session.
+                let sealer = store.sealer().cloned();
                 let r = store
-                    .write(|tx| tx.write_record(&rec))
+                    .write(|tx| {
+                        let r = tx.write_record(&rec)?;
+                        tx.seal_memory(&caller.author(), &[r.record_id], None, sealer.as_ref())?;
+                        Ok(r)
+                    })
                     .map_err(store_error)?;
                 Ok(Recorded {
                     record_id: r.record_id,

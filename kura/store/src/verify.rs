@@ -68,6 +68,9 @@ pub struct Report {
     /// Records whose content a trusted person erased under a valid signed redaction: their
     /// leaves still verify, their content is gone.
     pub redacted: Vec<RedactedRecord>,
+    /// Records an earlier release left in no ledger (listed when the database was upgraded;
+    /// mikado seals the memory among them): hashes checked, not a problem, never packed.
+    pub legacy_loose: u64,
 }
 
 /// A record verify found redacted, and by whom.
@@ -991,8 +994,28 @@ impl Verifier<'_> {
         }
     }
 
-    /// Records outside every ledger are still content-addressed: checks them too.
+    /// Records outside every ledger are still content-addressed: checks them too. Every
+    /// record Kura stores is in a ledger within a bounded time — a request's instruction
+    /// once minato takes it, a plan step's once it starts or its plan ends — so one in
+    /// none is reported (`outside_ledgers`): nothing seals
+    /// it, and it is never found or packed into a context. Those an earlier release left
+    /// in none (listed when the database was upgraded) are counted apart.
     fn check_loose_records(&mut self) -> Result<()> {
+        let mut waiting = HashSet::new();
+        let mut legacy = HashSet::new();
+        for (sql, set) in [
+            (
+                "SELECT record_id FROM requests WHERE accepted_at IS NULL
+                 UNION SELECT instruction FROM plan_steps WHERE state = 'waiting'",
+                &mut waiting,
+            ),
+            ("SELECT record_id FROM loose_legacy", &mut legacy),
+        ] {
+            let mut stmt = self.conn.prepare(sql)?;
+            for id in stmt.query_map([], |r| r.get::<_, String>(0))? {
+                set.insert(id?);
+            }
+        }
         let mut stmt = self.conn.prepare(
             "SELECT record_id, hash, record_type, content, author_id, metadata, created_at FROM records",
         )?;
@@ -1018,6 +1041,20 @@ impl Verifier<'_> {
                 created_at: s(6),
             };
             self.check_record(&cols);
+            if legacy.contains(s(0)) {
+                self.report.legacy_loose += 1;
+            } else if !waiting.contains(s(0)) {
+                self.problem(
+                    "record",
+                    s(0),
+                    "outside_ledgers",
+                    format!(
+                        "a {} record by {} is in no ledger: nothing seals it, so search and contexts leave it out (planted straight into the table, or a writer that did not seal it)",
+                        s(2),
+                        s(4)
+                    ),
+                );
+            }
         }
         Ok(())
     }

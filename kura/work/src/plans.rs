@@ -57,6 +57,9 @@ pub struct Ended {
     pub deliverables: Vec<RecordId>,
     /// One line per step: its id, its state, and its deliverable's first words.
     pub summary: Vec<String>,
+    /// The instructions of the steps that never started (the plan's end seals them, so
+    /// no record is left in no ledger).
+    pub unstarted: Vec<RecordId>,
 }
 
 /// The running plan step whose request `request_seq` is, if any: a step session continued
@@ -542,6 +545,11 @@ fn ended(tx: &Tx<'_>, plan_id: PlanId, all: &[StepRow]) -> Result<Ended> {
         role,
         plan_ledger: parse_id(&ledger)?,
         outputs: all.iter().filter_map(|s| s.output).collect(),
+        unstarted: all
+            .iter()
+            .filter(|s| s.state == StepState::Skipped)
+            .map(|s| s.instruction)
+            .collect(),
         deliverables: all.iter().filter_map(|s| s.deliverable).collect(),
         summary,
     })

@@ -75,6 +75,8 @@ async def main(url, token):
         say(step="end", result=await call(c, "end_turn", {"turn_id": turn, "deliverable": "plan.md written\nFACT: the outside agent keeps its notes in plan.md"}))
         say(step="after_end", result=await call(c, "record_step", {"turn_id": turn, "record_type": "agent.thought", "content": "late"}))
         say(step="search", result=await call(c, "search_memory", {"query": "outside plan"}))
+        say(step="remember_alone", result=await call(c, "remember", {"kind": "decision", "text": "outside agents file decisions without a turn"}))
+        say(step="search_alone", result=await call(c, "search_memory", {"query": "decisions without a turn"}))
         session = started["session_id"]
         log = await call(c, "read_log", {"session_id": session})
         say(step="log", result={"types": [r["record_type"] for r in log["records"]], "truncated": log["truncated"]})

@@ -254,6 +254,15 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
     );
     let hits = r("search")["hits"].to_string();
     assert!(hits.contains("the outside plan lives in plan.md"), "{hits}");
+    // Memory remembered outside a turn is sealed at once in the agent's memory session, so
+    // search finds it (issue 35 item 12: it was in no ledger).
+    assert!(
+        r("remember_alone")["record_id"].is_string(),
+        "{}",
+        r("remember_alone")
+    );
+    let hits = r("search_alone")["hits"].to_string();
+    assert!(hits.contains("decisions without a turn"), "{hits}");
 
     // The read-only tools, delegation, and an inclusion proof checked offline.
     let types = r("log")["types"].to_string();

@@ -60,6 +60,19 @@ fn facts_learned_in_one_session_reach_the_next_sessions_context() {
             .unwrap_or(0)
             == 3
     });
+    // Each is in a sealed ledger of mikado's memory session, its source output the parent
+    // (issue 35 item 12: memory was in no ledger, so nothing sealed or replicated it).
+    assert_eq!(
+        count(
+            &s,
+            "SELECT count(*) FROM records r WHERE r.record_type LIKE 'memory.%' AND NOT EXISTS
+               (SELECT 1 FROM ledger_records lr JOIN ledgers l ON l.ledger_id = lr.ledger_id
+                  JOIN memory_homes h ON h.session_id = l.session_id AND h.author = 'agent:mikado'
+                 WHERE lr.record_id = r.record_id AND l.state = 'sealed')"
+        ),
+        0,
+        "memory outside mikado's sealed memory ledgers"
+    );
     // Both deliverable forms were read: two structured items and one marked line.
     let mem = kura(&s, &["query", "--type", "memory.fact", "--json"]);
     let facts: Vec<Value> = serde_json::from_str(&mem).expect("json");

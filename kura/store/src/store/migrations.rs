@@ -60,6 +60,9 @@ fn migrations() -> Vec<M<'static>> {
         M::up(include_str!("../../migrations/017_writs.sql")),
         // 018: roles and plans: the role a turn runs as, a plan's steps and their progress.
         M::up(include_str!("../../migrations/018_plans.sql")),
+        // 019: memory in sealed ledgers (each writer's memory session); the records an earlier
+        // release left in no ledger, listed.
+        M::up(include_str!("../../migrations/019_sealed_memory.sql")),
     ]
 }
 
@@ -78,7 +81,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "f8097f1550682714cf1cf75a8f5db0706d0a7c9f96e27f850d58969d8836553f";
+    "7ef8313f9928d4b86deb140dc0933e26e87168301c630e58eaf64681e182c17d";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -210,12 +213,14 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
     }
 }
 
-/// Undoes migrations 015 to 018 on a test database (plans, writs, the fleet, the agent columns), as the first step of going
+/// Undoes migrations 015 to 019 on a test database (memory homes, plans, writs, the fleet, the agent columns), as the first step of going
 /// back to any older version.
 #[cfg(test)]
 pub(crate) fn back_to_version_14(conn: &Connection) {
     conn.execute_batch(
-        "DROP TABLE plan_steps;
+        "DROP TABLE loose_legacy;
+         DROP TABLE memory_homes;
+         DROP TABLE plan_steps;
          DROP TABLE plans;
          ALTER TABLE sessions DROP COLUMN verdict;
          ALTER TABLE turns DROP COLUMN validates;
