@@ -308,6 +308,38 @@ pub struct Trust {
     pub dirs: Vec<PathBuf>,
     /// Peer witnesses' cosignature verifier keys, to say who cosigned the checkpoint used.
     pub cosigners: Vec<String>,
+    /// When the store is another Pi's replica: that Pi's name.
+    pub replica_of: Option<String>,
+}
+
+/// What a replica (`replicas/<pi>.db`) is held to: its origin's log key, the checkpoint it
+/// was last verified against and the origin's keyring (when this Pi pins one), all kept
+/// beside it by its receiver — never this Pi's own settings, which would fail every
+/// ledger with `sealer_unknown`. `None` when `store` is not a replica with those files.
+pub fn replica_trust(
+    store: &Store,
+) -> anyhow::Result<Option<(Trust, Option<kura_tlog::sealer::Keyring>)>> {
+    let origins = kura_store::replica::origins(store)?;
+    let [origin] = &origins[..] else {
+        return Ok(None);
+    };
+    let dir = store.path().parent().unwrap_or(Path::new("."));
+    let beside = kura_fleet::receive::Beside::of(dir, origin);
+    let Ok(vkey) = std::fs::read_to_string(&beside.log_verifier) else {
+        return Ok(None);
+    };
+    let keyring = if beside.keyring.exists() {
+        keyring(Some(beside.keyring.clone()))?
+    } else {
+        None
+    };
+    let trust = Trust {
+        vkey: Some(vkey.trim().to_owned()),
+        files: vec![beside.checkpoint],
+        replica_of: Some(origin.clone()),
+        ..Trust::default()
+    };
+    Ok(Some((trust, keyring)))
 }
 
 impl Trust {
@@ -323,6 +355,7 @@ impl Trust {
             files,
             dirs,
             cosigners: Vec::new(),
+            replica_of: None,
         };
         if let Some(c) = serve_config()? {
             if t.vkey.is_none() {
@@ -422,7 +455,9 @@ impl Trust {
                 }),
             }
         }
-        if self.dirs.is_empty() && self.cosigners.is_empty() {
+        if let Some(origin) = &self.replica_of {
+            used = format!("a replica of {origin}, held to its log key and keyring: {used}");
+        } else if self.dirs.is_empty() && self.cosigners.is_empty() {
             used.push_str(NO_WITNESS);
         }
         if let Err(why) = checkpoint::extends(&store.seal_log(), cp)? {

@@ -390,6 +390,14 @@ pub fn inbox(db: &(impl Db + ?Sized), origin: &str) -> Result<Option<(u64, Strin
         .optional()?)
 }
 
+/// The Pis whose history this database replicates (one, for a replica; none otherwise).
+pub fn origins(db: &(impl Db + ?Sized)) -> Result<Vec<String>> {
+    Ok(conn(db)
+        .prepare_cached("SELECT origin FROM fleet_inbox ORDER BY origin")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
 /// This Pi's publisher cursor: (leaves published, stream sequence of the last ledger).
 pub fn outbox(db: &(impl Db + ?Sized), pi: &str) -> Result<(u64, u64)> {
     Ok(conn(db)

@@ -303,16 +303,19 @@ impl FleetPi {
     pub fn configure(&mut self, peers: &[&FleetPi]) {
         let mut text = format!(
             "[serve]\nsweep_interval_ms = 3600000\nsign_interval_ms = 1000\nlog_key = {:?}\n\
-             log_verifier = {:?}\nwitness_key = {:?}\n\n[fleet]\nname = {:?}\n",
+             log_verifier = {:?}\nwitness_key = {:?}\nkeyring = {:?}\n\n[fleet]\nname = {:?}\n",
             self.log_key,
             self.log_vkey,
             self.s.path("witness.key"),
+            self.identities(),
             self.name
         );
         for p in peers {
             text.push_str(&format!(
-                "\n[[fleet.peers]]\nname = {:?}\nlog_verifier = {:?}\n",
-                p.name, p.log_vkey
+                "\n[[fleet.peers]]\nname = {:?}\nlog_verifier = {:?}\nkeyring = {:?}\n",
+                p.name,
+                p.log_vkey,
+                p.identities()
             ));
         }
         std::fs::write(self.s.path("serve.toml"), text).expect("serve.toml");
@@ -320,6 +323,15 @@ impl FleetPi {
             "KURA_SERVE_CONFIG".into(),
             self.s.path("serve.toml").display().to_string(),
         ));
+    }
+
+    /// Its install's identities (public keys): its `[serve] keyring`, and the keyring the
+    /// other Pis hold its seals to.
+    pub fn identities(&self) -> PathBuf {
+        self.s
+            .nats
+            .keys_dir()
+            .join(kura_runtime::identity::IDENTITIES_FILE)
     }
 
     pub fn replica_path(&self, origin: &str) -> PathBuf {

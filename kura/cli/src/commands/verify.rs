@@ -56,6 +56,8 @@ struct Verdict<'a> {
     redacted: &'a [kura_store::verify::RedactedRecord],
     /// Sessions checked.
     sessions_checked: u64,
+    /// Records an earlier release left in no ledger (listed at the upgrade; not a problem).
+    legacy_loose: u64,
 }
 
 impl Verify {
@@ -64,13 +66,24 @@ impl Verify {
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
         let scope = scope(&store, self.id, self.all)?;
-        let trust = kura_serve::anchor::Trust::resolve(
-            self.log_key,
-            self.checkpoints,
-            self.witnesses,
-            store.path(),
-        )?;
-        let keyring = kura_serve::anchor::keyring(self.keyring)?;
+        // A replica is held to what its origin is (kept beside it), unless told otherwise.
+        let told = self.log_key.is_some() || !self.checkpoints.is_empty() || self.keyring.is_some();
+        let replica = match told {
+            true => None,
+            false => kura_serve::anchor::replica_trust(&store)?,
+        };
+        let (trust, keyring) = match replica {
+            Some(r) => r,
+            None => (
+                kura_serve::anchor::Trust::resolve(
+                    self.log_key,
+                    self.checkpoints,
+                    self.witnesses,
+                    store.path(),
+                )?,
+                kura_serve::anchor::keyring(self.keyring)?,
+            ),
+        };
         let people = super::people()?;
         let mut report = kura_store::verify::verify_with(
             &store,
@@ -124,6 +137,7 @@ fn print_report(out: &mut Out, json: bool, report: &Report) -> anyhow::Result<()
             records_checked: report.records_checked,
             redacted: &report.redacted,
             sessions_checked: report.sessions_checked,
+            legacy_loose: report.legacy_loose,
         })?;
         return Ok(());
     }
@@ -141,6 +155,12 @@ fn print_report(out: &mut Out, json: bool, report: &Report) -> anyhow::Result<()
         ))?;
     }
     let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    if report.legacy_loose > 0 {
+        out.line(format!(
+            "NOTE {} an earlier release left in no ledger (listed when the database was upgraded; hashes checked, never packed into a context)",
+            plural(report.legacy_loose, "record")
+        ))?;
+    }
     let summary = format!(
         "{}, {}, {} checked",
         plural(report.records_checked, "record"),
