@@ -140,3 +140,52 @@ pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Res
     }
     Ok(())
 }
+
+/// The hub operator's remedy for a message at `pi`'s place that the Pi never published
+/// (stream sequence `forged`, named by the Pi's ALARM): the Pi's own ledger before it is
+/// published again on top, so the subject's last ledger is the Pi's and its publisher
+/// resumes after it. Streams deny deleting (history is never removed), so the message
+/// stays; receivers drop it. Returns the sequence republished and its new one.
+pub async fn reseat(js: &jetstream::Context, pi: &str, forged: u64) -> Result<(u64, u64)> {
+    let (stream, _, _) = open(js, pi).await?;
+    let subject = fleet::ledger_subject(pi);
+    let last = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .map_err(|e| FleetError::Hub(format!("no ledger of {pi} on the hub: {e}")))?;
+    if last.sequence != forged {
+        return Err(FleetError::Config(format!(
+            "the last message on {subject} is {}, not {forged}: only the last one can be \
+             reseated (the sequence the Pi's newest ALARM names)",
+            last.sequence
+        )));
+    }
+    let mut seq = forged;
+    let own = loop {
+        seq -= 1;
+        if seq == 0 {
+            return Err(FleetError::Config(format!(
+                "no ledger of {pi} precedes {forged} on {subject}: the Pi has nothing of its \
+                 own to resume after; make its stream again (a new stream name) or restore it"
+            )));
+        }
+        match stream.get_raw_message(seq).await {
+            Ok(m) if m.subject.as_str() == subject => break m,
+            Ok(_) => {}
+            // A sequence the stream no longer holds (never, with deny_delete) is skipped.
+            Err(_) => {}
+        }
+    };
+    let ack = js
+        .send_publish(
+            subject,
+            async_nats::jetstream::message::PublishMessage::build()
+                .payload(own.payload)
+                .expected_last_subject_sequence(forged),
+        )
+        .await
+        .map_err(FleetError::hub)?
+        .await
+        .map_err(FleetError::hub)?;
+    Ok((seq, ack.sequence))
+}

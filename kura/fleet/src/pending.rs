@@ -26,8 +26,11 @@ pub(crate) struct Pending {
     pub records: HashMap<String, OwnedColumns>,
     /// For records the origin redacted: the kept leaf and the redaction, by content hash.
     pub redacted: HashMap<String, proto::proof::RedactedLeaf>,
-    /// Ledgers by seal-log index, with the stream sequence they came at.
-    pub ledgers: BTreeMap<u64, (u64, ReplLedger)>,
+    /// Ledgers by seal-log index, each with the stream sequence it came at: one per index
+    /// as the origin published it, more when someone else put another there (unsigned, so
+    /// none is dropped for arriving first: the signed checkpoint decides which one is the
+    /// origin's).
+    pub ledgers: BTreeMap<u64, Vec<(u64, ReplLedger)>>,
     /// Signed checkpoints by size.
     pub checkpoints: BTreeMap<u64, Checkpoint>,
     /// Bytes held (bodies as decoded).
@@ -36,7 +39,72 @@ pub(crate) struct Pending {
     pub checked: Option<(u64, [u8; 32])>,
 }
 
+/// Most ledger combinations a batch is tried with when rivals share an index.
+pub(crate) const MAX_TRIES: usize = 16;
+
 impl Pending {
+    /// Holds a ledger that came at stream sequence `seq`; returns the sequences of other
+    /// ledgers already held at its index with another hash (its rivals).
+    pub fn ledger(&mut self, seq: u64, l: ReplLedger) -> Vec<u64> {
+        let at = self.ledgers.entry(l.index).or_default();
+        if at.iter().any(|(_, h)| h.ledger_hash == l.ledger_hash) {
+            return Vec::new();
+        }
+        let rivals = at.iter().map(|(s, _)| *s).collect();
+        at.push((seq, l));
+        rivals
+    }
+
+    /// Whether every member of `l` is held or `stored`.
+    fn complete(&self, l: &ReplLedger, stored: &impl Fn(&str) -> bool) -> bool {
+        l.members
+            .iter()
+            .all(|h| self.records.contains_key(h) || stored(h))
+    }
+
+    /// The ways to fill leaves `from..to` with held ledgers whose records are all here, at
+    /// most [`MAX_TRIES`], the ledgers that came first tried first.
+    pub fn batches(
+        &self,
+        from: u64,
+        to: u64,
+        stored: impl Fn(&str) -> bool,
+    ) -> Vec<Vec<&(u64, ReplLedger)>> {
+        let mut choices: Vec<Vec<&(u64, ReplLedger)>> = Vec::new();
+        for i in from..to {
+            let viable: Vec<_> = self
+                .ledgers
+                .get(&i)
+                .into_iter()
+                .flatten()
+                .filter(|(_, l)| self.complete(l, &stored))
+                .collect();
+            if viable.is_empty() {
+                return Vec::new();
+            }
+            choices.push(viable);
+        }
+        let mut out = Vec::new();
+        let mut pick = vec![0usize; choices.len()];
+        while out.len() < MAX_TRIES {
+            out.push(pick.iter().zip(&choices).map(|(&k, c)| c[k]).collect());
+            // The next combination, the last index turning fastest.
+            let mut i = choices.len();
+            loop {
+                if i == 0 {
+                    return out;
+                }
+                i -= 1;
+                pick[i] += 1;
+                if pick[i] < choices[i].len() {
+                    break;
+                }
+                pick[i] = 0;
+            }
+        }
+        out
+    }
+
     /// Keeps a signed checkpoint (a different one of the same size replaces none: the
     /// first stays, and the replica's check decides).
     pub fn checkpoint(&mut self, cp: Checkpoint) {
@@ -65,12 +133,8 @@ impl Pending {
     pub fn ready(&self, size: u64, stored: impl Fn(&str) -> bool) -> Option<&Checkpoint> {
         // Leaves size..held are all here with their records.
         let mut held = size;
-        while let Some((_, l)) = self.ledgers.get(&held) {
-            if !l
-                .members
-                .iter()
-                .all(|h| self.records.contains_key(h) || stored(h))
-            {
+        while let Some(at) = self.ledgers.get(&held) {
+            if !at.iter().any(|(_, l)| self.complete(l, &stored)) {
                 break;
             }
             held += 1;
@@ -89,6 +153,7 @@ impl Pending {
         let done = self.ledgers.split_off(&size);
         let used: Vec<String> = std::mem::replace(&mut self.ledgers, done)
             .into_values()
+            .flatten()
             .flat_map(|(_, l)| l.members)
             .collect();
         for h in used {
@@ -100,7 +165,7 @@ impl Pending {
             .values()
             .map(|r| r.content.len() as u64 + 200)
             .sum::<u64>()
-            + self.ledgers.len() as u64 * 1024;
+            + self.ledgers.values().map(Vec::len).sum::<usize>() as u64 * 1024;
     }
 }
 
@@ -145,7 +210,7 @@ mod tests {
         let mut p = Pending::default();
         for i in 2..6 {
             let (i, l) = ledger(i, &["r"]);
-            p.ledgers.insert(i, (i, l));
+            p.ledger(i, l);
         }
         p.checkpoint(cp(4));
         p.checkpoint(cp(6));
@@ -156,6 +221,49 @@ mod tests {
             "record r is neither held nor stored"
         );
         p.applied(6);
+        assert!(p.ledgers.is_empty());
+    }
+
+    /// Regression (issue 35 item 15): a ledger someone else put at an index before the
+    /// origin's own was kept and the origin's dropped unseen, so the batch never verified
+    /// and the replica stalled for good. Both are held; the batches try the first-come
+    /// first, then its rival; one whose records never come is not tried at all.
+    #[test]
+    fn a_rival_ledger_at_an_index_is_held_beside_the_first_and_both_are_tried() {
+        let mut p = Pending::default();
+        let (_, first) = ledger(0, &["a"]);
+        let (_, mut forged) = ledger(1, &["ghost"]);
+        forged.ledger_hash = "f".into();
+        let (_, mut real) = ledger(1, &["b"]);
+        real.ledger_hash = "r".into();
+        let (_, mut other) = ledger(1, &["a"]);
+        other.ledger_hash = "o".into();
+        assert!(p.ledger(10, first).is_empty());
+        assert!(p.ledger(11, forged).is_empty());
+        assert_eq!(
+            p.ledger(12, real.clone()),
+            vec![11],
+            "the rival is named by its sequence"
+        );
+        assert!(
+            p.ledger(13, real).is_empty(),
+            "the same ledger again is no rival"
+        );
+        assert_eq!(p.ledger(14, other), vec![11, 12]);
+        p.checkpoint(cp(2));
+        let stored = |h: &str| h == "a" || h == "b";
+        assert_eq!(
+            p.ready(0, stored).map(|c| c.1.size),
+            Some(2),
+            "the forged ledger's missing record does not hold the batch back"
+        );
+        let tries: Vec<Vec<u64>> = p
+            .batches(0, 2, stored)
+            .iter()
+            .map(|b| b.iter().map(|(s, _)| *s).collect())
+            .collect();
+        assert_eq!(tries, vec![vec![10, 12], vec![10, 14]]);
+        p.applied(2);
         assert!(p.ledgers.is_empty());
     }
 }

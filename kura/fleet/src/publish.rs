@@ -13,6 +13,16 @@ use proto::fleet::{self, ReplLedger, ReplMessage, ReplRecord};
 
 use crate::{FleetError, Result, wire};
 
+/// How a halted publisher resumes, said in its ALARM.
+const RESUME: &str = "on the hub: `kura fleet reseat <pi> --seq <sequence> --dir <hub dir>`; \
+     then on this Pi remove replicas/<pi>.publish.alarm and restart kura serve";
+
+/// Where this Pi's publisher keeps its ALARM (in the replicas directory `dir`): while the
+/// file is there, the publisher does not start.
+pub fn alarm_path(dir: &std::path::Path, pi: &str) -> std::path::PathBuf {
+    dir.join(format!("{pi}.publish.alarm"))
+}
+
 /// Leaves published before a checkpoint covers them (bounds what a receiver holds).
 pub const LEAVES_PER_CHECKPOINT: u64 = 256;
 
@@ -105,9 +115,11 @@ impl Publisher {
                 Placed::HubAhead { index, seq, hash } => {
                     if logged_hash(store, index)?.as_deref() != Some(hash.as_str()) {
                         return Err(FleetError::Diverged(format!(
-                            "the hub holds another ledger at leaf {index} under {:?} than this \
-                             Pi's seal log: this Pi's history was rewritten, or another machine \
-                             publishes under its name; nothing more is published",
+                            "the hub holds another ledger at leaf {index} (stream sequence {seq} \
+                             of {}) under {:?} than this Pi's seal log: the hub's operator or \
+                             another machine publishing under this Pi's name put it there; \
+                             nothing more is published until the hub's operator reseats this Pi ({RESUME})",
+                            fleet::stream(&self.pi),
                             self.pi
                         )));
                     }
@@ -192,11 +204,39 @@ impl Publisher {
             ack.await.map_err(FleetError::hub)?;
         }
         match placed {
+            // A duplicate's sequence is the message that took this ledger's id first: ours
+            // from a round that was cut short, or someone else's under our id.
+            Ok(ack) if ack.duplicate => self.duplicate_at(ledger, ack.sequence).await,
             Ok(ack) => Ok(Placed::At(ack.sequence)),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                 self.hub_ahead(ledger).await
             }
             Err(e) => Err(FleetError::hub(e)),
+        }
+    }
+
+    /// The hub took this ledger's message id before, at stream sequence `seq`: placed if
+    /// that message is this ledger, else someone published under this Pi's id (an ALARM).
+    async fn duplicate_at(&self, ours: &ReplLedger, seq: u64) -> Result<Placed> {
+        let m = self
+            .stream
+            .get_raw_message(seq)
+            .await
+            .map_err(FleetError::hub)?;
+        match wire::decode(&self.pi, &m.payload, &self.objects).await {
+            Ok(ReplMessage::Ledger(l))
+                if l.index == ours.index && l.ledger_hash == ours.ledger_hash =>
+            {
+                Ok(Placed::At(seq))
+            }
+            Ok(_) | Err(FleetError::Refused { .. }) => Err(FleetError::Diverged(format!(
+                "the hub holds another message under this Pi's id for leaf {} (stream sequence \
+                 {seq} of {}): this Pi never published it; nothing more is published until \
+                 the hub's operator reseats this Pi ({RESUME})",
+                ours.index,
+                fleet::stream(&self.pi)
+            ))),
+            Err(e) => Err(e),
         }
     }
 
@@ -209,14 +249,23 @@ impl Publisher {
             .get_last_raw_message_by_subject(&fleet::ledger_subject(&self.pi))
             .await
             .map_err(FleetError::hub)?;
-        let theirs = match wire::decode(&self.pi, &last.payload, &self.objects).await? {
-            ReplMessage::Ledger(l) => l,
-            _ => {
-                return Err(FleetError::Diverged(format!(
-                    "the hub's last message on {} is not a ledger",
-                    fleet::ledger_subject(&self.pi)
-                )));
+        // Whatever is there, this Pi did not publish it: the hub's word, named by its place.
+        let foreign = |what: String| {
+            FleetError::Diverged(format!(
+                "the hub's last message on {} (stream sequence {} of {}) {what}: this Pi never \
+                 published it; nothing more is published until the hub's operator reseats this Pi ({RESUME})",
+                fleet::ledger_subject(&self.pi),
+                last.sequence,
+                fleet::stream(&self.pi)
+            ))
+        };
+        let theirs = match wire::decode(&self.pi, &last.payload, &self.objects).await {
+            Ok(ReplMessage::Ledger(l)) => l,
+            Ok(_) => return Err(foreign("is not a ledger".into())),
+            Err(FleetError::Refused { why, .. }) => {
+                return Err(foreign(format!("does not read as a ledger ({why})")));
             }
+            Err(e) => return Err(e),
         };
         if theirs.index + 1 < ours.index {
             return Err(FleetError::Diverged(format!(

@@ -438,7 +438,14 @@ impl Receiver {
                         "dropped ledger {} with hash {}: the replica verified {h} there", l.ledger_id, l.ledger_hash
                     ),
                     None => {
-                        p.ledgers.entry(l.index).or_insert((seq, l));
+                        let (index, id) = (l.index, l.ledger_id);
+                        let rivals = p.ledger(seq, l);
+                        if !rivals.is_empty() {
+                            tracing::warn!(
+                                origin = %self.origin, index, seq, ?rivals,
+                                "ledger {id} is not the only one at this leaf (the others came at the stream sequences named): all are held, the origin's signed checkpoint decides, and the rest are dropped"
+                            );
+                        }
                     }
                 }
             }
@@ -453,42 +460,20 @@ impl Receiver {
         Ok(ledger)
     }
 
-    /// Holds each checkpoint of at most the replica's size against what it verified (a
-    /// different root is the origin's signed word for another history: the ALARM), then
-    /// writes the largest batch a held checkpoint covers.
-    async fn apply(&self, store: &mut Store, p: &mut Pending) -> Result<()> {
-        let size = kura_tlog::seallog::size(&store.seal_log()).map_err(StoreError::from)?;
-        for (_, cp) in p.take_covered(size) {
-            if p.checked == Some((cp.size, cp.root.0)) {
-                continue;
-            }
-            let root = kura_tlog::seallog::root(&store.seal_log(), cp.size)
-                .map_err(StoreError::from)?
-                .0;
-            if root != cp.root.0 {
-                return Err(self.refused(format!(
-                    "its signed checkpoint at size {} has another root than the {} leaves the replica verified: its history was rewritten",
-                    cp.size, cp.size
-                )));
-            }
-            p.checked = Some((cp.size, cp.root.0));
-        }
-        let Some((note, cp)) = p
-            .ready(size, |h| has_record(&*store, h).unwrap_or(false))
-            .cloned()
-        else {
-            return Ok(());
-        };
-        let last_seq = p.ledgers.get(&(cp.size - 1)).map_or(0, |(s, _)| *s);
-        let batch: Vec<&ReplLedger> = p
-            .ledgers
-            .range(size..cp.size)
-            .map(|(_, (_, l))| l)
-            .collect();
-        let ids: Vec<String> = batch.iter().map(|l| l.ledger_id.to_string()).collect();
-        let t = std::time::Instant::now();
-        let outcome = store.write(|tx| {
-            for l in &batch {
+    /// Writes one way of filling a batch in one transaction that recomputes every hash,
+    /// checks the seals and compares the rebuilt seal log's root with the checkpoint's;
+    /// any failure rolls it all back.
+    fn write_batch(
+        &self,
+        store: &mut Store,
+        p: &Pending,
+        batch: &[(u64, ReplLedger)],
+        (note, cp): (&str, &kura_tlog::checkpoint::Signed),
+    ) -> Result<()> {
+        let ids: Vec<String> = batch.iter().map(|(_, l)| l.ledger_id.to_string()).collect();
+        let last_seq = batch.last().map_or(0, |(s, _)| *s);
+        Ok(store.write(|tx| {
+            for (_, l) in batch {
                 tx.import_ledger_with(l, &p.records, &p.redacted, &self.people)?;
             }
             if tx.seal_log_root(cp.size)? != cp.root.0 {
@@ -518,17 +503,73 @@ impl Receiver {
                     detail: format!("{check}: {detail}"),
                 });
             }
-            tx.set_inbox(&self.origin, last_seq, &note)
-        });
-        match outcome {
-            Ok(()) => {}
+            tx.set_inbox(&self.origin, last_seq, note)
+        })?)
+    }
+
+    /// Holds each checkpoint of at most the replica's size against what it verified (a
+    /// different root is the origin's signed word for another history: the ALARM), then
+    /// writes the largest batch a held checkpoint covers.
+    async fn apply(&self, store: &mut Store, p: &mut Pending) -> Result<()> {
+        let size = kura_tlog::seallog::size(&store.seal_log()).map_err(StoreError::from)?;
+        for (_, cp) in p.take_covered(size) {
+            if p.checked == Some((cp.size, cp.root.0)) {
+                continue;
+            }
+            let root = kura_tlog::seallog::root(&store.seal_log(), cp.size)
+                .map_err(StoreError::from)?
+                .0;
+            if root != cp.root.0 {
+                return Err(self.refused(format!(
+                    "its signed checkpoint at size {} has another root than the {} leaves the replica verified: its history was rewritten",
+                    cp.size, cp.size
+                )));
+            }
+            p.checked = Some((cp.size, cp.root.0));
+        }
+        let stored = |h: &str| has_record(&*store, h).unwrap_or(false);
+        let Some((note, cp)) = p.ready(size, stored).cloned() else {
+            return Ok(());
+        };
+        // Rivals at an index (someone else's ledger beside the origin's) make more than one
+        // way to fill the batch: each is tried, and only one that rebuilds the signed root
+        // is written.
+        let tries: Vec<Vec<(u64, ReplLedger)>> = p
+            .batches(size, cp.size, stored)
+            .into_iter()
+            .map(|b| b.into_iter().cloned().collect())
+            .collect();
+        let t = std::time::Instant::now();
+        let mut refused = None;
+        let mut written = None;
+        for batch in &tries {
+            match self.write_batch(store, p, batch, (&note, &cp)) {
+                Ok(()) => {
+                    written = Some(batch);
+                    break;
+                }
+                Err(FleetError::Store(e)) if e.is_corruption() => refused = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(batch) = written else {
+            let at: Vec<u64> = tries.iter().flatten().map(|(s, _)| *s).collect();
+            let e = refused.map_or_else(|| "no ledgers to try".to_owned(), |e| e.to_string());
             // Unsigned bodies that do not rebuild the signed root: nothing is written and the
             // batch is read again (the hub may delay or mangle; it cannot make us write).
-            Err(e) if e.is_corruption() => {
-                tracing::error!(origin = %self.origin, error = %e, "refused a batch of the origin's history; nothing written; reading it again");
-                return Err(FleetError::Hub(format!("a batch did not verify: {e}")));
+            tracing::error!(origin = %self.origin, error = %e, stream_seqs = ?at, "refused a batch of the origin's history; nothing written; reading it again");
+            return Err(FleetError::Hub(format!("a batch did not verify: {e}")));
+        };
+        for i in size..cp.size {
+            for (seq, l) in p.ledgers.get(&i).into_iter().flatten() {
+                if !batch.iter().any(|(s, _)| s == seq) {
+                    tracing::warn!(
+                        origin = %self.origin, index = i, seq,
+                        "dropped ledger {} with hash {}: the origin's signed checkpoint covers another at this leaf",
+                        l.ledger_id, l.ledger_hash
+                    );
+                }
             }
-            Err(e) => return Err(e.into()),
         }
         if let Err(e) = write_whole(&self.beside.checkpoint, &note) {
             tracing::warn!(origin = %self.origin, error = %e, path = %self.beside.checkpoint.display(), "the checkpoint the replica was verified against could not be kept beside it; `kura verify` on the replica will say so");

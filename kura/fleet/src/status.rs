@@ -27,7 +27,8 @@ pub struct PiStatus {
     pub verified_at: Option<String>,
     /// A replica: the origin's checkpoint it holds.
     pub checkpoint: Option<String>,
-    /// Why it is halted, when a replica refused its origin's history.
+    /// Why it is halted: a replica that refused its origin's history, or this Pi's
+    /// publisher that found on the hub what it never published.
     pub alarm: Option<String>,
 }
 
@@ -46,8 +47,12 @@ fn leaves(store: &Store) -> Result<u64> {
 pub fn read(config: &FleetConfig, db: &Path) -> Result<Vec<PiStatus>> {
     let mut out = Vec::new();
     let options = StoreOptions::default();
+    let dir = config.replicas_dir(db);
     if let Some(name) = &config.name {
         let store = Store::open(db, &options)?;
+        let alarm = std::fs::read_to_string(crate::publish::alarm_path(&dir, name))
+            .ok()
+            .map(|a| a.trim().to_owned());
         out.push(PiStatus {
             name: name.clone(),
             role: "self",
@@ -56,10 +61,9 @@ pub fn read(config: &FleetConfig, db: &Path) -> Result<Vec<PiStatus>> {
             last_seal: last_seal(&store)?,
             verified_at: None,
             checkpoint: None,
-            alarm: None,
+            alarm,
         });
     }
-    let dir = config.replicas_dir(db);
     for peer in &config.peers {
         let path = receive::replica_path(&dir, &peer.name);
         let alarm = std::fs::read_to_string(receive::alarm_path(&dir, &peer.name))

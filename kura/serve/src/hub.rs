@@ -217,23 +217,63 @@ pub struct SetupHub {
     mib_per_pi: i64,
 }
 
+/// The hub operator's connection from the hub's directory: node 1's client URL from
+/// `hub.toml` unless `url` is given, `hub-admin.seed` and the hub's CA.
+fn operator(dir: &Path, hub: &Hub, url: Option<String>) -> HubConn {
+    let url = url.unwrap_or_else(|| {
+        let host = hub
+            .advertise
+            .first()
+            .cloned()
+            .unwrap_or_else(|| hub.host.clone());
+        format!("tls://{host}:{}", hub.client_port)
+    });
+    HubConn {
+        url,
+        seed: dir.join(ADMIN_SEED),
+        ca: Some(dir.join(CA)),
+    }
+}
+
+/// `kura fleet reseat`.
+#[derive(Debug, clap::Args)]
+pub struct Reseat {
+    /// The Pi whose publisher halted.
+    pub pi: String,
+    /// The stream sequence its ALARM names (a message on its place it never published).
+    #[arg(long)]
+    pub seq: u64,
+    /// The hub's directory (`hub.toml`, its operator's seed and CA).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// A node's client URL; default: node 1's from `hub.toml`.
+    #[arg(long)]
+    pub url: Option<String>,
+}
+
+impl Reseat {
+    /// Puts the Pi's own last ledger back on top; says what was done.
+    pub fn run(self) -> anyhow::Result<String> {
+        fleet::check_pi_name(&self.pi)?;
+        let hub = read_hub(&self.dir)?;
+        let conn = operator(&self.dir, &hub, self.url.clone());
+        let (from, now) = runtime()?.block_on(async {
+            let js = async_nats::jetstream::with_domain(conn.connect().await?, fleet::DOMAIN);
+            anyhow::Ok(kura_fleet::hub::reseat(&js, &self.pi, self.seq).await?)
+        })?;
+        Ok(format!(
+            "{pi}'s ledger at {from} is on top again at {now} (the message at {} stays: streams deny deleting; receivers drop it); on {pi} remove replicas/{pi}.publish.alarm and restart kura serve",
+            self.seq,
+            pi = self.pi
+        ))
+    }
+}
+
 impl SetupHub {
     /// Makes what is missing on the hub.
     pub fn run(self) -> anyhow::Result<String> {
         let hub = read_hub(&self.dir)?;
-        let url = self.url.clone().unwrap_or_else(|| {
-            let host = hub
-                .advertise
-                .first()
-                .cloned()
-                .unwrap_or_else(|| hub.host.clone());
-            format!("tls://{host}:{}", hub.client_port)
-        });
-        let conn = HubConn {
-            url,
-            seed: self.dir.join(ADMIN_SEED),
-            ca: Some(self.dir.join(CA)),
-        };
+        let conn = operator(&self.dir, &hub, self.url.clone());
         let pis: Vec<String> = hub.pis.iter().map(|p| p.name.clone()).collect();
         let quota = kura_fleet::hub::Quota {
             replicas: usize::from(hub.nodes),

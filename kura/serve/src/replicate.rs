@@ -47,14 +47,36 @@ pub(crate) fn start(
         let poll = Duration::from_millis(fleet.poll_ms.max(1));
         let detail = daemon.detail_setter();
         let rt = tokio::runtime::Handle::current();
+        let alarm = kura_fleet::publish::alarm_path(&fleet.replicas_dir(&config.common.db), &name);
         daemon.thread("kura-fleet-publish", move |stop| {
+            if let Ok(why) = std::fs::read_to_string(&alarm) {
+                let why = format!(
+                    "halted by an earlier ALARM ({}): {}; once the hub's operator removed what it names, remove that file and restart kura serve to resume",
+                    alarm.display(),
+                    why.trim()
+                );
+                tracing::error!(%why, "ALARM: fleet publisher not started");
+                return detail(format!("ALARM: fleet: {why}"));
+            }
             let store = match Store::open(&db, &options) {
                 Ok(s) => s,
                 Err(e) => {
                     return tracing::error!(error = %e, "fleet publisher cannot open the store");
                 }
             };
-            publish_loop(&rt, client, &name, store, &*signer, poll, &stop, &detail);
+            let halted = publish_loop(&rt, client, &name, store, &*signer, poll, &stop);
+            if let Some(e) = halted {
+                tracing::error!(error = %e, "ALARM: fleet publisher stopped");
+                detail(format!("ALARM: fleet: {e}"));
+                // Kept for `kura fleet status`, and so a restart does not publish past it.
+                let kept = alarm
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::write(&alarm, format!("{e}\n")));
+                if let Err(io) = kept {
+                    tracing::error!(error = %io, path = %alarm.display(), "the ALARM could not be kept in its file");
+                }
+            }
         })?;
     }
     let dir = fleet.replicas_dir(&config.common.db);
@@ -111,8 +133,8 @@ pub(crate) fn start(
 }
 
 /// Publishes whenever the database changed (one cheap `PRAGMA data_version` read per
-/// poll), reconnecting to the hub's stream as needed; a divergence stops it with an ALARM.
-#[allow(clippy::too_many_arguments)]
+/// poll), reconnecting to the hub's stream as needed; a divergence stops it and is
+/// returned (the ALARM), a stop returns `None`.
 fn publish_loop(
     rt: &tokio::runtime::Handle,
     client: async_nats::Client,
@@ -121,14 +143,13 @@ fn publish_loop(
     signer: &dyn SignAt,
     poll: Duration,
     stop: &Stop,
-    detail: &(dyn Fn(String) + Send + Sync),
-) {
+) -> Option<FleetError> {
     let mut publisher: Option<Publisher> = None;
     let mut seen: Option<i64> = None;
     let mut backoff = Duration::ZERO;
     loop {
         if stop.sleep(poll.max(backoff)) {
-            return;
+            return None;
         }
         let version: Option<i64> = store
             .conn()
@@ -161,11 +182,7 @@ fn publish_loop(
                     );
                 }
             }
-            Err(e @ FleetError::Diverged(_)) => {
-                tracing::error!(error = %e, "ALARM: fleet publisher stopped");
-                detail(format!("ALARM: fleet: {e}"));
-                return;
-            }
+            Err(e @ FleetError::Diverged(_)) => return Some(e),
             Err(e) => {
                 tracing::warn!(error = %e, "fleet publish failed; retrying");
                 publisher = None;

@@ -105,6 +105,17 @@ impl Tx<'_> {
             check_seal(seal, &l.ledger_hash)
                 .map_err(|e| refused(l, format!("its seal signature does not verify: {e}")))?;
         }
+        // A ledger id the replica already holds at another leaf (a copy someone placed
+        // again): refused like any ledger that does not fit, never a store error to retry.
+        let held: bool = c
+            .prepare_cached("SELECT 1 FROM ledgers WHERE ledger_id = ?1")?
+            .exists([l.ledger_id.to_string()])?;
+        if held {
+            return Err(refused(
+                l,
+                "the replica already holds a ledger with its id".into(),
+            ));
+        }
         let session_exists: bool = c
             .prepare_cached("SELECT 1 FROM sessions WHERE session_id = ?1")?
             .exists([l.session_id.to_string()])?;

@@ -690,3 +690,188 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
         "the console's fleet page hides the alarm: {page}"
     );
 }
+
+/// Seals one ledger of a thought in `pi`'s own database, as a person would.
+fn seal_one(pi: &Pi, text: &str) {
+    let mut store = pi.s.store();
+    let s = store.create_session(text).expect("session").session_id;
+    let l = store.open_ledger(s, "note", &[]).expect("open");
+    store
+        .append(
+            l.ledger_id,
+            &proto::NewRecord {
+                record_type: proto::RecordType::AgentThought,
+                content: serde_json::json!({ "text": text }),
+                author_id: "user:a".into(),
+                metadata: Default::default(),
+            },
+        )
+        .expect("append");
+    store.seal_ledger(l.ledger_id).expect("seal");
+}
+
+/// The hub's operator publishes `body` on `pi`'s ledger subject; its stream sequence.
+fn forge(hub: &Hub, pi: &str, body: Vec<u8>) -> u64 {
+    rt().block_on(async {
+        let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
+        js.publish(fleet::ledger_subject(pi), body.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("ack")
+            .sequence
+    })
+}
+
+/// `kura fleet status` on `pi` until it reports an ALARM naming `needle`: its exit code
+/// and what it printed (text, then JSON).
+fn wait_alarm(pi: &Pi, needle: &str) -> (Option<i32>, String, Option<i32>, String) {
+    let db = pi.s.db.to_str().expect("utf8").to_owned();
+    let deadline = Instant::now() + MINUTE;
+    loop {
+        let out = pi.kura(&["fleet", "status", "--db", &db]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("ALARM") && text.contains(needle) {
+            let json = pi.kura(&["fleet", "status", "--db", &db, "--json"]);
+            return (
+                out.status.code(),
+                text,
+                json.status.code(),
+                String::from_utf8_lossy(&json.stdout).into_owned(),
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ALARM naming {needle:?} in `kura fleet status`: {text}\n--- serve\n{}",
+            pi.s.log("serve")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Regression (issue 35 items 14 and 15): the hub's operator put an invented ledger at Pi
+/// A's next position, and A's publisher stopped with an ALARM that `kura fleet status` on A
+/// did not show (a plain lag, exit 0), with no documented way back; an unparseable message
+/// there made it retry for ever; a receiver kept whichever ledger came first at a place, so
+/// a forged one stalled the replica for good. Both messages are the hub's word, not A's:
+/// an ALARM naming the stream sequence, shown with exit 1; the operator reseats A, the
+/// person removes the ALARM file and restarts kura serve, and A publishes on; B's replica
+/// follows through both forgeries and logs each dropped one with its stream sequence.
+#[test]
+fn a_forged_message_at_a_pis_place_on_the_hub_halts_its_publisher_with_an_alarm_it_can_resume_from()
+{
+    let hub = Hub::start(1, &["pi-a", "pi-b"]);
+    let mut a = Pi::new("pi-a", &hub, ONE_TURN);
+    let mut b = Pi::new("pi-b", &hub, ONE_TURN);
+    a.configure(&[&b]);
+    b.configure(&[&a]);
+    seal_one(&a, "first");
+    let accepted = Command::new(bin("kura"))
+        .args(["checkpoint", "--trust-current", "--key"])
+        .arg(&a.log_key)
+        .arg("--db")
+        .arg(&a.s.db)
+        .output()
+        .expect("checkpoint");
+    assert!(accepted.status.success(), "{accepted:?}");
+    a.s.spawn("kura", "serve");
+    b.s.spawn("kura", "serve");
+    b.wait_replica(&a, "A's first ledger");
+    let reseat = |seq: u64| {
+        let out = Command::new(bin("kura"))
+            .args([
+                "fleet",
+                "reseat",
+                "pi-a",
+                "--seq",
+                &seq.to_string(),
+                "--dir",
+            ])
+            .arg(hub.dir.path())
+            .output()
+            .expect("reseat");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let alarm = a.s.path("replicas/pi-a.publish.alarm");
+    let restart = |a: &mut Pi| {
+        a.s.signal("serve", "TERM");
+        a.s.wait_exit("serve", MINUTE);
+        a.s.spawn("kura", "serve");
+    };
+
+    // Unparseable bytes at A's next place: an ALARM naming its sequence, not a retry loop.
+    let junk = forge(&hub, "pi-a", b"not a replication body".to_vec());
+    seal_one(&a, "second");
+    let (code, text, json_code, json) = wait_alarm(&a, &format!("stream sequence {junk}"));
+    assert_eq!(code, Some(1), "an ALARM exits 1: {text}");
+    assert_eq!(json_code, Some(1), "with --json too: {json}");
+    assert!(text.contains("pi-a (this Pi): ALARM"), "{text}");
+    let pis: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert!(
+        pis[0]["alarm"]
+            .as_str()
+            .is_some_and(|a| a.contains(&format!("stream sequence {junk}"))),
+        "{json}"
+    );
+    assert!(alarm.exists(), "the ALARM is kept in {}", alarm.display());
+
+    // The documented way back: the operator reseats A; while the ALARM file is there a
+    // restarted publisher stays halted and says why; without it, A publishes on.
+    reseat(junk);
+    restart(&mut a);
+    a.s.wait_log("serve", "halted by an earlier ALARM", MINUTE);
+    std::fs::remove_file(&alarm).expect("remove the ALARM file");
+    restart(&mut a);
+    b.wait_replica(&a, "A's ledgers after the junk");
+    let db = a.s.db.to_str().expect("utf8").to_owned();
+    let out = a.kura(&["fleet", "status", "--db", &db]);
+    assert!(out.status.success(), "{out:?}");
+
+    // An invented, parseable ledger at A's next place: the ALARM names its sequence too.
+    let mut fake = kura_store::replica::outgoing(&a.s.store(), 1)
+        .expect("outgoing")
+        .expect("leaf 1")
+        .0;
+    fake.index = 2;
+    fake.ledger_hash = "0".repeat(64);
+    let invented = forge(
+        &hub,
+        "pi-a",
+        serde_json::to_vec(&ReplMessage::Ledger(fake)).expect("json"),
+    );
+    seal_one(&a, "third");
+    let (code, text, _, _) = wait_alarm(&a, &format!("stream sequence {invented}"));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("leaf 2"), "{text}");
+    reseat(invented);
+    std::fs::remove_file(&alarm).expect("remove the ALARM file");
+    restart(&mut a);
+    // B held the invented ledger first at leaf 2, and still takes A's own from the checkpoint.
+    b.wait_replica(&a, "A's ledgers after the invented one");
+    let (origin, replica) = (
+        a.s.store(),
+        Store::open(b.replica_path("pi-a"), &StoreOptions::default()).expect("replica"),
+    );
+    for i in 0..a.size() {
+        assert_eq!(
+            logged_hash(&replica, i).expect("replica leaf"),
+            logged_hash(&origin, i).expect("origin leaf"),
+            "leaf {i}: the replica holds another ledger than A's own"
+        );
+    }
+    let log = b.s.log("serve");
+    for (seq, what) in [
+        (junk, "dropped a message that is not a replication body"),
+        (invented, "dropped ledger"),
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(what) && l.contains(&format!("seq={seq}"))),
+            "B logs the forgery at {seq}: {what}\n{log}"
+        );
+    }
+}

@@ -23,6 +23,9 @@ pub enum FleetCmd {
     SetupHub(kura_serve::hub::SetupHub),
     /// Rebuild a Pi's database from the hub, verified against its last checkpoint.
     Restore(kura_serve::hub::Restore),
+    /// After a message a Pi never published halted its publisher (its ALARM names the
+    /// stream sequence): put the Pi's own last ledger back on top (the hub's operator key).
+    Reseat(kura_serve::hub::Reseat),
 }
 
 impl FleetCmd {
@@ -33,6 +36,7 @@ impl FleetCmd {
             FleetCmd::InitHub(c) => said(ctx, c.run()),
             FleetCmd::AddPi(c) => said(ctx, c.run()),
             FleetCmd::SetupHub(c) => said(ctx, c.run()),
+            FleetCmd::Reseat(c) => said(ctx, c.run()),
             FleetCmd::Restore(r) => {
                 let said = r.run(super::people()?)?;
                 ctx.out.line(said)?;
@@ -56,14 +60,13 @@ fn status(ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         "this Pi is not in a fleet: set [fleet] in serve.toml (README: A fleet of Pis)"
     );
     let pis = kura_serve::fleet::status::read(&config.fleet, &ctx.db)?;
+    let alarm = pis.iter().any(|p| p.alarm.is_some());
     if ctx.json {
         ctx.out.json_sorted(&pis)?;
-        return Ok(Outcome::Ok);
-    }
-    let mut alarm = false;
-    for p in &pis {
-        ctx.out.line(line(p))?;
-        alarm |= p.alarm.is_some();
+    } else {
+        for p in &pis {
+            ctx.out.line(line(p))?;
+        }
     }
     Ok(if alarm {
         Outcome::VerifyFailed
@@ -76,6 +79,13 @@ fn status(ctx: &mut Ctx) -> anyhow::Result<Outcome> {
 pub(crate) fn line(p: &PiStatus) -> String {
     let seal = p.last_seal.as_deref().unwrap_or("never");
     match (p.role, &p.alarm) {
+        ("self", Some(a)) => format!(
+            "{} (this Pi): ALARM: {} ({} sealed, {} on the hub)",
+            p.name,
+            proto::text::escape_controls(a),
+            p.leaves,
+            p.published
+        ),
         (_, Some(a)) => format!("{}: ALARM: {}", p.name, proto::text::escape_controls(a)),
         ("self", _) => format!(
             "{} (this Pi): {} sealed, {} on the hub (lag {}), last seal {seal}",
