@@ -76,6 +76,22 @@ where
     F: FnOnce(C, Shutdown) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    main_with_notes(kind, about, "", run)
+}
+
+/// [`main`], with `notes` (TOML comments: settings that have no default, shown commented
+/// out) after the defaults `print-default-config` prints.
+pub fn main_with_notes<C, F, Fut>(
+    kind: &'static str,
+    about: &'static str,
+    notes: &'static str,
+    run: F,
+) -> ExitCode
+where
+    C: Serialize + DeserializeOwned + Default,
+    F: FnOnce(C, Shutdown) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
     use clap::{CommandFactory, FromArgMatches};
     let command = Plain::command()
         .name(kind)
@@ -91,6 +107,10 @@ where
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let (Lifecycle::PrintDefaultConfig, false) = (&args.command, notes.is_empty()) {
+        print!("{}\n{notes}", crate::to_toml(&C::default()));
+        return ExitCode::SUCCESS;
+    }
     args.command
         .exec(kind, args.config.path(kind).as_deref(), run)
 }

@@ -818,6 +818,16 @@ fn a_forged_message_at_a_pis_place_on_the_hub_halts_its_publisher_with_an_alarm_
         "{json}"
     );
     assert!(alarm.exists(), "the ALARM is kept in {}", alarm.display());
+    // `kura status --json` carries the fleet too (issue 35 item 16: it had no fleet section).
+    let db = a.s.db.to_str().expect("utf8").to_owned();
+    let status = a.kura(&["status", "--json", "--db", &db]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status json");
+    assert!(
+        status["fleet"][0]["alarm"]
+            .as_str()
+            .is_some_and(|a| a.contains(&format!("stream sequence {junk}"))),
+        "{status}"
+    );
 
     // The documented way back: the operator reseats A; while the ALARM file is there a
     // restarted publisher stays halted and says why; without it, A publishes on.
@@ -827,7 +837,6 @@ fn a_forged_message_at_a_pis_place_on_the_hub_halts_its_publisher_with_an_alarm_
     std::fs::remove_file(&alarm).expect("remove the ALARM file");
     restart(&mut a);
     b.wait_replica(&a, "A's ledgers after the junk");
-    let db = a.s.db.to_str().expect("utf8").to_owned();
     let out = a.kura(&["fleet", "status", "--db", &db]);
     assert!(out.status.success(), "{out:?}");
 

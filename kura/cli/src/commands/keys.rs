@@ -115,6 +115,17 @@ pub enum KeysCmd {
         #[arg(long = "host", value_name = "NAME|ADDR")]
         hosts: Vec<String>,
     },
+    /// Write the bus (NATS login) seed derived from a Kura seed, for standard NATS tools: a
+    /// Kura seed (a service's, `hub-admin.seed`) is a root secret, and the server admits only
+    /// the key derived from it, so `nats --nkey` with the Kura seed itself is refused.
+    BusSeed {
+        /// The Kura seed file.
+        #[arg(long)]
+        seed: PathBuf,
+        /// Where to write the derived seed (created 0600; refused if it exists).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// `kura keys init --json`.
@@ -168,6 +179,7 @@ impl KeysCmd {
             KeysCmd::ListAgents { dir } => super::agents::list(out, json, &dir)?,
             KeysCmd::RemoveAgent { dir, name } => super::agents::remove(out, json, &dir, &name)?,
             KeysCmd::RotateAgent { dir, name } => super::agents::rotate(out, json, &dir, &name)?,
+            KeysCmd::BusSeed { seed, out: file } => bus_seed(out, &seed, &file)?,
         }
         Ok(Outcome::Ok)
     }
@@ -371,5 +383,27 @@ fn upgrade(out: &mut Out, json: bool, dir: &Path, hosts: &[String]) -> anyhow::R
             id.name
         ))?;
     }
+    Ok(())
+}
+
+/// `kura keys bus-seed`: the derived login seed, written 0600 where asked (never printed).
+fn bus_seed(out: &mut Out, seed: &Path, file: &Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let bus = identity::bus_key(&identity::read_seed(seed)?)?;
+    let text = bus.seed().context("cannot encode the derived seed")?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("cannot create {} (it must not exist yet)", file.display()))?;
+    f.write_all(format!("{text}\n").as_bytes())?;
+    out.line(format!(
+        "wrote the bus seed of {} to {} (a secret: standard NATS tools log in with it, e.g. `nats --nkey {}`)",
+        bus.public_key(),
+        file.display(),
+        file.display()
+    ))?;
     Ok(())
 }

@@ -14,23 +14,37 @@ impl Status {
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
         let st = kura_work::ops::status(&store)?;
+        // A fleet: each Pi, so an ALARM (a replica's, or this Pi's publisher's) shows where
+        // people look first.
+        let fleet = match kura_serve::anchor::serve_config() {
+            Ok(Some(config)) if config.fleet.name.is_some() || !config.fleet.peers.is_empty() => {
+                Some(kura_serve::fleet::status::read(
+                    &config.fleet,
+                    store.path(),
+                )?)
+            }
+            _ => None,
+        };
         if json {
-            out.json(&st)?;
+            out.json(&WithFleet { st: &st, fleet })?;
         } else {
             print_status(out, &st)?;
             out.line(kura_serve::anchor::anchoring(store.path()))?;
-            // A fleet: one line per Pi, so a replica's ALARM shows where people look first.
-            if let Ok(Some(config)) = kura_serve::anchor::serve_config()
-                && (config.fleet.name.is_some() || !config.fleet.peers.is_empty())
-            {
-                for p in kura_serve::fleet::status::read(&config.fleet, store.path())? {
-                    out.line(format!("fleet: {}", super::fleet::line(&p)))?;
-                }
+            for p in fleet.iter().flatten() {
+                out.line(format!("fleet: {}", super::fleet::line(p)))?;
             }
         }
         Ok(Outcome::Ok)
     }
 }
+/// `kura status --json`: the status, and each Pi of the fleet (`null` outside one).
+#[derive(serde::Serialize)]
+struct WithFleet<'a> {
+    #[serde(flatten)]
+    st: &'a kura_work::ops::Status,
+    fleet: Option<Vec<kura_serve::fleet::status::PiStatus>>,
+}
+
 fn print_status(out: &mut Out, st: &kura_work::ops::Status) -> anyhow::Result<()> {
     out.line("daemons:")?;
     if st.daemons.is_empty() {

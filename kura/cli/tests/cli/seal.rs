@@ -626,3 +626,52 @@ fn a_rotated_key_cannot_seal_before_its_successor_does() {
     );
     assert!(!out.contains(&before), "{out}");
 }
+
+/// Issue 35 item 16: a Kura seed (a service's, the hub's `hub-admin.seed`) is a root secret
+/// whose derived key logs in, so standard NATS tools given it were refused. `kura keys
+/// bus-seed` writes the derived login seed, 0600, never over a file, and it is the key the
+/// identities list admits.
+#[test]
+fn the_bus_seed_derived_from_a_kura_seed_is_the_one_the_bus_admits() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let k = Kura::new();
+    let keys = k.dir.path().join("keys");
+    k.ok(&["keys", "init", "--dir", keys.to_str().expect("utf8")]);
+    let out = k.dir.path().join("serve.bus.nk");
+    let (seed, out_s) = (
+        keys.join("serve.nk").display().to_string(),
+        out.display().to_string(),
+    );
+    let said = k.ok(&["keys", "bus-seed", "--seed", &seed, "--out", &out_s]);
+    let text = std::fs::read_to_string(&out).expect("written");
+    let pair = nkeys::KeyPair::from_seed(text.trim()).expect("an nkey seed");
+    assert_eq!(
+        std::fs::metadata(&out).expect("meta").permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(said.contains(&pair.public_key()), "{said}");
+    assert!(
+        !said.contains(text.trim()),
+        "the seed is never printed: {said}"
+    );
+    let list = k.ok(&[
+        "keys",
+        "list",
+        "--dir",
+        keys.to_str().expect("utf8"),
+        "--json",
+    ]);
+    assert!(
+        list.contains(&pair.public_key()),
+        "the bus admits it: {list}"
+    );
+    let serve_root = std::fs::read_to_string(keys.join("serve.nk")).expect("seed");
+    let root = nkeys::KeyPair::from_seed(serve_root.trim()).expect("seed");
+    assert_ne!(
+        root.public_key(),
+        pair.public_key(),
+        "not the root key itself"
+    );
+    let (_, err) = k.fails(2, &["keys", "bus-seed", "--seed", &seed, "--out", &out_s]);
+    assert!(err.contains("must not exist"), "{err}");
+}
