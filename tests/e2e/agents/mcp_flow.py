@@ -48,7 +48,8 @@ async def main(url, token):
     except Exception as e:  # noqa: BLE001 - any failure to connect is the refusal
         say(step="no_token", refused=True, why=type(e).__name__)
 
-    http, c = connect(url, token)
+    # Pinned to the current revision: no fallback to `initialize` could hide a refusal.
+    http, c = connect(url, token, mode="2026-07-28")
     async with http, c:
         tools = sorted(t.name for t in (await c.list_tools()).tools)
         say(step="tools", tools=tools, protocol=str(c.protocol_version))

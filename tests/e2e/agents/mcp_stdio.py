@@ -1,5 +1,7 @@
 """The same surface over stdio: the official `mcp` client launches `kura mcp`, which relays to
-kura serve. Usage: mcp_stdio.py KURA_BINARY URL TOKEN. Prints one JSON object per line."""
+kura serve. Usage: mcp_stdio.py KURA_BINARY URL TOKEN MODE, MODE the client's `mode`:
+`legacy` (the initialize handshake) or a revision to pin (`2026-07-28`, no fallback).
+Prints one JSON object per line."""
 import asyncio
 import json
 import sys
@@ -12,9 +14,9 @@ def say(**kv):
     print(json.dumps(kv), flush=True)
 
 
-async def main(kura, url, token):
+async def main(kura, url, token, mode):
     params = StdioServerParameters(command=kura, args=["mcp", "--url", url], env={"KURA_AGENT_TOKEN": token})
-    async with Client(params, mode="legacy", client_info=Implementation(name="kura-e2e-stdio", version="1.0")) as c:
+    async with Client(params, mode=mode, client_info=Implementation(name="kura-e2e-stdio", version="1.0")) as c:
         say(step="tools", tools=sorted(t.name for t in (await c.list_tools()).tools), protocol=str(c.protocol_version))
         started = (await c.call_tool("start_session", {"instruction": "a turn over stdio"})).structured_content
         say(step="start", result=started)
@@ -33,4 +35,4 @@ async def main(kura, url, token):
         say(step="end", result=r.structured_content)
 
 
-asyncio.run(main(*sys.argv[1:4]))
+asyncio.run(main(*sys.argv[1:5]))

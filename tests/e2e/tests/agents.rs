@@ -400,32 +400,43 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
     // The same surface over stdio: `kura mcp` launched by the client, relaying to kura serve.
     // Its stderr goes to a file: `kura mcp` inherits it, and a pipe would keep the test
     // waiting for as long as any child lives.
+    // Both the client's previous revision (with `initialize`) and the current one pinned
+    // (issue 35 item 2: every modern request over stdio came back HTTP 400).
     let errors = s.path("mcp_stdio.err");
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/mcp_stdio.py"))
-        .arg(bin("kura"))
-        .arg(format!("http://127.0.0.1:{port}"))
-        .arg(&token)
-        .stderr(std::fs::File::create(&errors).expect("stderr file"))
-        .output()
-        .expect("python stdio");
+    let stdio_run = |mode: &str| {
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(&python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/mcp_stdio.py"))
+            .arg(bin("kura"))
+            .arg(format!("http://127.0.0.1:{port}"))
+            .arg(&token)
+            .arg(mode)
+            .stderr(std::fs::File::create(&errors).expect("stderr file"))
+            .output()
+            .expect("python stdio");
+        assert!(
+            out.status.success(),
+            "{mode}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            std::fs::read_to_string(&errors).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).expect("json line");
+                (v["step"].as_str().unwrap_or_default().to_owned(), v)
+            })
+            .collect::<std::collections::BTreeMap<String, Value>>()
+    };
+    let pinned = stdio_run("2026-07-28");
+    assert_eq!(pinned["tools"]["protocol"], "2026-07-28", "{pinned:?}");
     assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        std::fs::read_to_string(&errors).unwrap_or_default()
+        pinned["end"]["result"]["ledger_hash"].is_string(),
+        "a whole turn at the current revision over stdio: {pinned:?}"
     );
-    let stdio: std::collections::BTreeMap<String, Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("json line");
-            (v["step"].as_str().unwrap_or_default().to_owned(), v)
-        })
-        .collect();
+    let stdio = stdio_run("legacy");
     assert!(stdio["tools"]["tools"].to_string().contains("declare_call"));
-    // The client's previous revision (with `initialize`) over stdio, the current one over HTTP.
     assert_eq!(stdio["tools"]["protocol"], "2025-11-25", "{stdio:?}");
     assert!(
         stdio["thought"]["result"]["record_id"].is_string(),
