@@ -7,6 +7,7 @@ mod attacks;
 mod bus;
 mod chaos;
 mod commits;
+mod conformance;
 mod console;
 mod e2e;
 mod fleet;
