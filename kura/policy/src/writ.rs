@@ -430,10 +430,10 @@ pub fn check_scope(
         let why = format!("tool {tool:?}");
         return Err(WritError::OutOfScope { id, why });
     }
-    let mut paths: Vec<&str> = crate::path::paths_of(args).map(|(_, p)| p).collect();
+    let mut paths: Vec<(&str, &str)> = crate::path::paths_of(args).collect();
     // `fs.list` with no path lists the workspace's root.
     if paths.is_empty() && tool == "fs.list" {
-        paths.push(".");
+        paths.push(("path", "."));
     }
     // A call that names no path (`shell.run`, an agent's `Bash`) can reach any file: under
     // narrowed paths it runs only when the writ names the tool itself, not through a glob.
@@ -443,13 +443,23 @@ pub fn check_scope(
         );
         return Err(WritError::OutOfScope { id, why });
     }
-    for p in paths {
+    if !w.paths.iter().any(|g| g == "*") {
+        places(args, &mut paths).map_err(|key| WritError::OutOfScope {
+            id,
+            why: format!(
+                "argument {key:?} may name a place and is not a path or a list of paths these paths can bound"
+            ),
+        })?;
+    }
+    for (key, p) in paths {
         let Some(normal) = writ_path(p) else {
-            let why = format!("path {p:?} has no normal form (it climbs out, or holds a NUL)");
+            let why = format!(
+                "argument {key:?}: path {p:?} has no normal form (it climbs out, or holds a NUL)"
+            );
             return Err(WritError::OutOfScope { id, why });
         };
         if !w.paths.iter().any(|g| glob(g, &normal)) {
-            let why = format!("path {normal:?}");
+            let why = format!("argument {key:?}: path {normal:?}");
             return Err(WritError::OutOfScope { id, why });
         }
     }
@@ -459,6 +469,42 @@ pub fn check_scope(
             effect,
             ceiling: w.ceiling,
         });
+    }
+    Ok(())
+}
+
+/// Words in an argument's name that say it may name a place (besides the path keys):
+/// `destination`, `target_dir`, `src`, `output_file`, `cwd`, … Matched in the lowercased name.
+const PLACE_WORDS: [&str; 12] = [
+    "path", "dir", "dest", "target", "file", "src", "source", "folder", "cwd", "root", "output",
+    "location",
+];
+/// Argument names that are a place by themselves.
+const PLACE_NAMES: [&str; 3] = ["to", "from", "into"];
+
+/// Adds to `paths` every other argument that may name a place (by its name): its string,
+/// or each string of its list. `Err` names one that is neither, which no path glob can bound.
+fn places<'a>(
+    args: &'a Map<String, Value>,
+    paths: &mut Vec<(&'a str, &'a str)>,
+) -> Result<(), &'a str> {
+    for (key, value) in args {
+        let k = key.to_ascii_lowercase();
+        let place = !crate::path::PATH_KEYS.contains(&key.as_str())
+            && (PLACE_NAMES.contains(&k.as_str()) || PLACE_WORDS.iter().any(|w| k.contains(w)));
+        if !place {
+            continue;
+        }
+        match value {
+            Value::String(s) => paths.push((key, s)),
+            Value::Array(items) => {
+                for item in items {
+                    paths.push((key, item.as_str().ok_or(key.as_str())?));
+                }
+            }
+            Value::Null | Value::Bool(_) => {}
+            _ => return Err(key),
+        }
     }
     Ok(())
 }

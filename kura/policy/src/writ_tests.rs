@@ -525,3 +525,55 @@ fn under_narrowed_paths_fs_list_with_no_path_is_judged_as_the_root() {
         Ok(())
     );
 }
+
+/// Review of issue 35 (9): a tool matched by a glob carried another argument naming a place
+/// (`fs.copy {path: notes/a, destination: /etc/cron.d/x}`), and only `path` was held to the
+/// writ's paths. Under narrowed paths every argument that may name a place is: by its name
+/// (`destination`, `target`, `dir`, `src`, `output`, `to`, …), strings and lists of strings.
+#[test]
+fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
+    let w = WritBody {
+        tools: vec!["fs.*".into()],
+        paths: vec!["notes/*".into()],
+        ceiling: Effect::Write,
+        ..body()
+    };
+    let call = |args: serde_json::Value| {
+        let args = args.as_object().cloned().expect("object");
+        check_call(&w, "fs.copy", Effect::Write, &args, Spent::default(), NOON)
+    };
+    for escaping in [
+        json!({"path": "notes/a", "destination": "/etc/cron.d/x"}),
+        json!({"path": "notes/a", "target_dir": "../outside"}),
+        json!({"path": "notes/a", "to": "secrets/key"}),
+        json!({"path": "notes/a", "sources": ["notes/b", "/home/ana/.ssh/id_ed25519"]}),
+        json!({"path": "notes/a", "output": {"file": "notes/c"}}),
+    ] {
+        let r = call(escaping.clone());
+        assert!(
+            matches!(&r, Err(WritError::OutOfScope { why, .. }) if why.contains("argument")),
+            "{escaping}: {r:?}"
+        );
+    }
+    assert_eq!(
+        call(json!({"path": "notes/a", "destination": "notes/b", "overwrite": true})),
+        Ok(())
+    );
+    let open = WritBody {
+        paths: vec!["*".into()],
+        ..w.clone()
+    };
+    let args = json!({"path": "notes/a", "destination": "/etc/cron.d/x"});
+    assert_eq!(
+        check_call(
+            &open,
+            "fs.copy",
+            Effect::Write,
+            args.as_object().expect("object"),
+            Spent::default(),
+            NOON
+        ),
+        Ok(()),
+        "any path: nothing to bound"
+    );
+}
