@@ -88,6 +88,10 @@ impl Secrets {
                 }
             }
         }
+        // A text cut inside a secret's base64 or hex, maybe wrapped (`base64 .env`, `xxd -p`).
+        if let Some(clean) = self.scrub_cut_encoded_tail(&out) {
+            out = Cow::Owned(clean);
+        }
         // Then a cut that left a secret's first bytes at the very end.
         for (name, value) in &self.0 {
             let marker = format!("[secret:{name}]");
@@ -120,6 +124,42 @@ impl Secrets {
                 let mut kept = bytes[..bytes.len() - n].to_vec();
                 kept.extend_from_slice(format!("[secret:{name}]").as_bytes());
                 return Some(b64.encode(kept));
+            }
+        }
+        None
+    }
+
+    /// `text` without its trailing run of base64 (or hex), line breaks allowed, when that run
+    /// decodes — at any alignment, its last partial group dropped — to bytes ending with a
+    /// secret's start: the run is replaced by the marker (the cut kept no more of it).
+    fn scrub_cut_encoded_tail(&self, text: &str) -> Option<String> {
+        use base64::Engine as _;
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.decode(t).ok();
+        let hex = |t: &str| hex::decode(t).ok();
+        let is_b64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=');
+        let forms: [(&dyn Fn(char) -> bool, usize, &dyn Fn(&str) -> Option<Vec<u8>>); 2] = [
+            (&is_b64, 4, &b64),
+            (&|c: char| c.is_ascii_hexdigit(), 2, &hex),
+        ];
+        for (is_char, group, decode) in forms {
+            let start = text
+                .char_indices()
+                .rev()
+                .take_while(|(_, c)| is_char(*c) || matches!(c, '\n' | '\r'))
+                .last()
+                .map(|(i, _)| i)?;
+            let flat: String = text[start..].chars().filter(|c| is_char(*c)).collect();
+            for (name, value) in &self.0 {
+                let v = value.as_bytes();
+                let min = MIN_SECRET_BYTES.min(v.len());
+                let ends_in_secret = (0..group).any(|skip| {
+                    let t = flat.get(skip..).unwrap_or_default();
+                    let t = &t[..t.len() - t.len() % group];
+                    decode(t).is_some_and(|d| (min..=v.len()).any(|n| d.ends_with(&v[..n])))
+                });
+                if ends_in_secret {
+                    return Some(format!("{}[secret:{name}]", &text[..start]));
+                }
             }
         }
         None
@@ -354,6 +394,61 @@ mod tests {
                     !shown.contains(&secret[..MIN_SECRET_BYTES]) && shown.ends_with("[secret:KEY]"),
                     "pad {pad}, {keep} bytes kept: {shown}"
                 );
+            }
+        }
+    }
+
+    /// Review of issue 35 (6, 7): `base64 .env` (wrapped at 76 columns) as text output, cut
+    /// at the output limit in the middle of the secret's base64: the kept tail decoded to the
+    /// secret's start, which no whole-secret form matches. After scrubbing, nothing kept
+    /// decodes to its first bytes, at any cut and alignment; text before the run stays.
+    #[test]
+    fn a_canary_cut_in_wrapped_base64_or_hex_text_is_replaced() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let secret = "sk-canary-1234567890abcdefghij";
+        let s = Secrets::new(vec![("KEY".into(), secret.into())]);
+        let start = &secret.as_bytes()[..MIN_SECRET_BYTES];
+        let leaks = |clean: &str| {
+            let run: String = clean
+                .split_once('\n')
+                .map_or("", |(_, run)| run)
+                .replace("[secret:KEY]", "")
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect();
+            (0..4).any(|skip| {
+                let t = run.get(skip..).unwrap_or_default();
+                let t = &t[..t.len() - t.len() % 4];
+                b64.decode(t)
+                    .is_ok_and(|d| d.windows(start.len()).any(|w| w == start))
+            }) || (0..2).any(|skip| {
+                let t = run.get(skip..).unwrap_or_default();
+                let t = &t[..t.len() - t.len() % 2];
+                hex::decode(t).is_ok_and(|d| d.windows(start.len()).any(|w| w == start))
+            })
+        };
+        for lead in 0..6usize {
+            let mut file = format!("{}API_KEY=", "x".repeat(lead)).into_bytes();
+            file.extend_from_slice(secret.as_bytes());
+            file.extend_from_slice(b"\nOTHER=1\n");
+            let flat = b64.encode(&file);
+            let wrapped: Vec<&str> = flat
+                .as_bytes()
+                .chunks(76.min(20 + lead))
+                .map(|c| std::str::from_utf8(c).unwrap_or_default())
+                .collect();
+            let wrapped = format!("$ base64 .env\n{}", wrapped.join("\n"));
+            let hex: String = file.iter().map(|b| format!("{b:02x}")).collect();
+            let hexed = format!("$ xxd -p .env\n{}", hex.as_bytes().chunks(60).map(|c| std::str::from_utf8(c).unwrap_or_default()).collect::<Vec<_>>().join("\n"));
+            for text in [&wrapped, &hexed] {
+                // Every cut that keeps at least the secret's first 8 bytes' worth of text.
+                for cut in text.len() / 3..text.len() {
+                    let kept = &text[..cut];
+                    let clean = s.scrub(kept);
+                    assert!(!leaks(&clean), "lead {lead}, cut {cut}: {clean}");
+                    assert!(clean.starts_with("$ "), "the text before the run stays: {clean}");
+                }
             }
         }
     }
