@@ -137,7 +137,11 @@ impl Secrets {
         let b64 = |t: &str| base64::engine::general_purpose::STANDARD.decode(t).ok();
         let hex = |t: &str| hex::decode(t).ok();
         let is_b64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=');
-        let forms: [(&dyn Fn(char) -> bool, usize, &dyn Fn(&str) -> Option<Vec<u8>>); 2] = [
+        let forms: [(
+            &dyn Fn(char) -> bool,
+            usize,
+            &dyn Fn(&str) -> Option<Vec<u8>>,
+        ); 2] = [
             (&is_b64, 4, &b64),
             (&|c: char| c.is_ascii_hexdigit(), 2, &hex),
         ];
@@ -440,14 +444,24 @@ mod tests {
                 .collect();
             let wrapped = format!("$ base64 .env\n{}", wrapped.join("\n"));
             let hex: String = file.iter().map(|b| format!("{b:02x}")).collect();
-            let hexed = format!("$ xxd -p .env\n{}", hex.as_bytes().chunks(60).map(|c| std::str::from_utf8(c).unwrap_or_default()).collect::<Vec<_>>().join("\n"));
+            let hexed = format!(
+                "$ xxd -p .env\n{}",
+                hex.as_bytes()
+                    .chunks(60)
+                    .map(|c| std::str::from_utf8(c).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
             for text in [&wrapped, &hexed] {
                 // Every cut that keeps at least the secret's first 8 bytes' worth of text.
                 for cut in text.len() / 3..text.len() {
                     let kept = &text[..cut];
                     let clean = s.scrub(kept);
                     assert!(!leaks(&clean), "lead {lead}, cut {cut}: {clean}");
-                    assert!(clean.starts_with("$ "), "the text before the run stays: {clean}");
+                    assert!(
+                        clean.starts_with("$ "),
+                        "the text before the run stays: {clean}"
+                    );
                 }
             }
         }

