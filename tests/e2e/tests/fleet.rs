@@ -760,7 +760,7 @@ fn wait_alarm(pi: &Pi, needle: &str) -> (Option<i32>, String, Option<i32>, Strin
 #[test]
 fn a_forged_message_at_a_pis_place_on_the_hub_halts_its_publisher_with_an_alarm_it_can_resume_from()
 {
-    let hub = Hub::start(1, &["pi-a", "pi-b"]);
+    let hub = Hub::start(3, &["pi-a", "pi-b"]);
     let mut a = Pi::new("pi-a", &hub, ONE_TURN);
     let mut b = Pi::new("pi-b", &hub, ONE_TURN);
     a.configure(&[&b]);
