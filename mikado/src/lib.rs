@@ -150,15 +150,13 @@ async fn start_memory(daemon: &mut Daemon, config: &Config) -> anyhow::Result<()
     let waker = daemon.consumer(memory::CONSUMER, common.poll_interval(), move || {
         if extractor.is_none() {
             let store = Store::open(&common.db, &common.store_options()?)?;
-            let mut x = memory::Extractor {
+            extractor = Some(memory::Extractor {
                 store,
                 model: model.clone(),
                 config: mem.clone(),
                 bus: bus.clone(),
                 handle: handle.clone(),
-            };
-            x.adopt_legacy()?;
-            extractor = Some(x);
+            });
         }
         match extractor.as_mut() {
             Some(x) => x.step(),

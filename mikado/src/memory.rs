@@ -101,22 +101,6 @@ impl Extractor {
         Ok(Some(Arc::from(kura_model::build(&p, handle)?)))
     }
 
-    /// Seals the memory an earlier release left in no ledger into mikado's memory session,
-    /// once (a database upgraded from before memory ledgers).
-    pub fn adopt_legacy(&mut self) -> anyhow::Result<()> {
-        let sealer = self.store.sealer().cloned();
-        let n = self
-            .store
-            .write(|tx| tx.adopt_legacy_memory(AUTHOR, sealer.as_ref()))?;
-        if n > 0 {
-            tracing::info!(
-                records = n,
-                "memory from an earlier release sealed into a memory ledger"
-            );
-        }
-        Ok(())
-    }
-
     /// One unit: the next completed turn's memory. `Ok(false)` when there is none.
     pub fn step(&mut self) -> anyhow::Result<bool> {
         let pos = cursor(&self.store, CONSUMER)?;

@@ -609,6 +609,7 @@ fn plan_moved(
                 end.summary.join("; ")
             );
             let session = end.session_id;
+            plans::mark_failed(tx, end.plan_ledger)?;
             let l = end_failed(tx, session, end.plan_ledger, "out-of-turns", &why, sealer)?;
             decision.complete.push(session);
             outer_step_done(tx, rules, &end, l.0, Some(l.1), decision, sealer)?;

@@ -35,7 +35,7 @@ pub struct Receiver {
     keyring: Option<Keyring>,
     db: PathBuf,
     alarm: PathBuf,
-    beside: Beside,
+    checkpoint: PathBuf,
     max_pending: u64,
     witness: Option<(String, Arc<Witness>)>,
     stream: Stream,
@@ -54,61 +54,20 @@ pub fn alarm_path(dir: &Path, origin: &str) -> PathBuf {
     dir.join(format!("{origin}.alarm"))
 }
 
-/// What `kura verify` holds `origin`'s replica in `dir` to, kept beside it by its receiver:
-/// the signed checkpoint it was last verified against, the origin's log verifier key, and
-/// the origin's keyring as this Pi pins them (`[[fleet.peers]]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Beside {
-    /// `<pi>.checkpoint`.
-    pub checkpoint: PathBuf,
-    /// `<pi>.log_verifier`.
-    pub log_verifier: PathBuf,
-    /// `<pi>.identities.toml` (only when the peer's keyring is pinned).
-    pub keyring: PathBuf,
-}
-
-impl Beside {
-    /// The files beside `origin`'s replica in `dir`.
-    pub fn of(dir: &Path, origin: &str) -> Beside {
-        Beside {
-            checkpoint: dir.join(format!("{origin}.checkpoint")),
-            log_verifier: dir.join(format!("{origin}.log_verifier")),
-            keyring: dir.join(format!("{origin}.identities.toml")),
-        }
-    }
+/// The signed checkpoint `origin`'s replica in `dir` was last verified against, kept beside
+/// it (`<pi>.checkpoint`) for `kura verify` on the replica. Only the checkpoint: the log key
+/// and keyring it is held to are this Pi's pins in serve.toml, never files beside the data.
+pub fn checkpoint_path(dir: &Path, origin: &str) -> PathBuf {
+    dir.join(format!("{origin}.checkpoint"))
 }
 
 /// Writes `text` to `path` whole or not at all (a temporary file renamed over it).
 fn write_whole(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
-}
-
-/// Keeps the origin's log verifier key and (when pinned) keyring beside its replica, so
-/// the replica verifies by itself as this Pi verified it.
-fn pin_beside(peer: &FleetPeer, beside: &Beside) -> Result<()> {
-    let vkey = format!("{}\n", peer.log_verifier.trim());
-    write_whole(&beside.log_verifier, &vkey).map_err(|e| beside_error(&beside.log_verifier, e))?;
-    match &peer.keyring {
-        Some(file) => {
-            let text = std::fs::read_to_string(file).map_err(|e| {
-                FleetError::Config(format!(
-                    "[[fleet.peers]] {}: keyring {}: {e}",
-                    peer.name,
-                    file.display()
-                ))
-            })?;
-            write_whole(&beside.keyring, &text).map_err(|e| beside_error(&beside.keyring, e))?;
-        }
-        // A keyring no longer pinned no longer binds the replica either.
-        None => match std::fs::remove_file(&beside.keyring) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(beside_error(&beside.keyring, e)),
-        },
-    }
-    Ok(())
 }
 
 fn beside_error(path: &Path, e: std::io::Error) -> FleetError {
@@ -135,17 +94,15 @@ impl Receiver {
             .map_err(|e| FleetError::Config(format!("cannot create {}: {e}", dir.display())))?;
         let js = jetstream::with_domain(client, fleet::DOMAIN);
         let (stream, kv, objects) = crate::hub::open(&js, &peer.name).await?;
-        let beside = Beside::of(dir, &peer.name);
-        pin_beside(peer, &beside)?;
+        let checkpoint = checkpoint_path(dir, &peer.name);
         let db = replica_path(dir, &peer.name);
         // A replica verified before checkpoints were kept beside it gets its file now.
-        if !beside.checkpoint.exists()
+        if !checkpoint.exists()
             && db.exists()
             && let Some((_, note)) =
                 inbox(&Store::open(&db, &StoreOptions::default())?, &peer.name)?
         {
-            write_whole(&beside.checkpoint, &note)
-                .map_err(|e| beside_error(&beside.checkpoint, e))?;
+            write_whole(&checkpoint, &note).map_err(|e| beside_error(&checkpoint, e))?;
         }
         Ok(Receiver {
             origin: peer.name.clone(),
@@ -153,7 +110,7 @@ impl Receiver {
             keyring,
             db,
             alarm: alarm_path(dir, &peer.name),
-            beside,
+            checkpoint,
             max_pending,
             witness,
             stream,
@@ -571,8 +528,8 @@ impl Receiver {
                 }
             }
         }
-        if let Err(e) = write_whole(&self.beside.checkpoint, &note) {
-            tracing::warn!(origin = %self.origin, error = %e, path = %self.beside.checkpoint.display(), "the checkpoint the replica was verified against could not be kept beside it; `kura verify` on the replica will say so");
+        if let Err(e) = write_whole(&self.checkpoint, &note) {
+            tracing::warn!(origin = %self.origin, error = %e, path = %self.checkpoint.display(), "the checkpoint the replica was verified against could not be kept beside it; `kura verify` on the replica will say so");
         }
         tracing::info!(origin = %self.origin, size = cp.size, ledgers = batch.len(), write_us = t.elapsed().as_micros() as u64, "replica verified against the origin's checkpoint");
         p.applied(cp.size);

@@ -312,10 +312,12 @@ pub struct Trust {
     pub replica_of: Option<String>,
 }
 
-/// What a replica (`replicas/<pi>.db`) is held to: its origin's log key, the checkpoint it
-/// was last verified against and the origin's keyring (when this Pi pins one), all kept
-/// beside it by its receiver — never this Pi's own settings, which would fail every
-/// ledger with `sealer_unknown`. `None` when `store` is not a replica with those files.
+/// What a replica (`replicas/<pi>.db`) is held to: the log key and keyring this Pi pins for
+/// that peer in serve.toml (`[[fleet.peers]]`), and the signed checkpoint it was last
+/// verified against, kept beside it — never this Pi's own log key and keyring (every ledger
+/// would fail `sealer_unknown`), and never keys found in the data's own directory. `None`
+/// when `store` is not the replica of a configured peer (its one inbox origin, a valid Pi
+/// name, in a file named `<pi>.db`).
 pub fn replica_trust(
     store: &Store,
 ) -> anyhow::Result<Option<(Trust, Option<kura_tlog::sealer::Keyring>)>> {
@@ -323,19 +325,25 @@ pub fn replica_trust(
     let [origin] = &origins[..] else {
         return Ok(None);
     };
-    let dir = store.path().parent().unwrap_or(Path::new("."));
-    let beside = kura_fleet::receive::Beside::of(dir, origin);
-    let Ok(vkey) = std::fs::read_to_string(&beside.log_verifier) else {
+    if proto::fleet::check_pi_name(origin).is_err()
+        || store.path().file_name() != Some(std::ffi::OsStr::new(&format!("{origin}.db")))
+    {
+        return Ok(None);
+    }
+    let Some(config) = serve_config()? else {
         return Ok(None);
     };
-    let keyring = if beside.keyring.exists() {
-        keyring(Some(beside.keyring.clone()))?
-    } else {
-        None
+    let Some(peer) = config.fleet.peers.iter().find(|p| &p.name == origin) else {
+        return Ok(None);
     };
+    let keyring = match &peer.keyring {
+        Some(k) => keyring(Some(k.clone()))?,
+        None => None,
+    };
+    let dir = store.path().parent().unwrap_or(Path::new("."));
     let trust = Trust {
-        vkey: Some(vkey.trim().to_owned()),
-        files: vec![beside.checkpoint],
+        vkey: Some(peer.log_verifier.trim().to_owned()),
+        files: vec![kura_fleet::receive::checkpoint_path(dir, origin)],
         replica_of: Some(origin.clone()),
         ..Trust::default()
     };
@@ -456,7 +464,9 @@ impl Trust {
             }
         }
         if let Some(origin) = &self.replica_of {
-            used = format!("a replica of {origin}, held to its log key and keyring: {used}");
+            used = format!(
+                "a replica of {origin}, held to the log key and keyring [[fleet.peers]] pins for it: {used}"
+            );
         } else if self.dirs.is_empty() && self.cosigners.is_empty() {
             used.push_str(NO_WITNESS);
         }

@@ -13,9 +13,9 @@ CREATE TABLE memory_homes (
     head       TEXT                          -- the last sealed memory ledger
 ) WITHOUT ROWID;
 
--- Records that were in no ledger when this database was upgraded: written by an earlier
--- release, not planted since. `verify` counts them apart; mikado seals the memory among
--- them into its memory session, once, and they leave this list.
+-- Records that were in no ledger when this database was upgraded, written by an earlier
+-- release: `verify` counts them apart instead of failing. Like any record in no ledger they
+-- are never found nor packed (nothing adopts them: nothing could tell one planted with them).
 CREATE TABLE loose_legacy (
     record_id TEXT PRIMARY KEY REFERENCES records(record_id)
 ) WITHOUT ROWID;

@@ -259,41 +259,13 @@ impl crate::tx::Tx<'_> {
         )?;
         Ok(Some(ledger))
     }
-
-    /// Seals the memory an earlier release left in no ledger (listed when the database was
-    /// upgraded) into `author`'s memory session, once; returns how many records.
-    pub fn adopt_legacy_memory(
-        &self,
-        author: &str,
-        sealer: Option<&kura_tlog::sealer::Sealer>,
-    ) -> Result<usize> {
-        let ids: Vec<String> = self
-            .0
-            .prepare_cached(
-                "SELECT l.record_id FROM loose_legacy l JOIN records r ON r.record_id = l.record_id
-                  WHERE r.record_type IN ('memory.fact', 'memory.decision') ORDER BY r.rowid",
-            )?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        let records: Vec<RecordId> = ids.iter().map(|i| parse_id(i)).collect::<Result<_>>()?;
-        self.seal_memory(author, &records, None, sealer)?;
-        for id in &ids {
-            self.0
-                .execute_cached("DELETE FROM loose_legacy WHERE record_id = ?1", [id])?;
-        }
-        Ok(ids.len())
-    }
 }
 
-/// Whether a sealed ledger holds `record_id` (only such records are found or packed).
-fn in_sealed_ledger(conn: &Connection, record_id: &str) -> Result<bool> {
-    Ok(conn.query_row_cached(
-        "SELECT EXISTS (SELECT 1 FROM ledger_records lr JOIN ledgers l ON l.ledger_id = lr.ledger_id
-                         WHERE lr.record_id = ?1 AND l.state = 'sealed')",
-        [record_id],
-        |r| r.get(0),
-    )?)
-}
+/// The condition a memory candidate must meet: a sealed ledger holds it. A record in none is
+/// unaccounted for (planted, or not sealed yet): never a candidate, so never found, packed
+/// into a context or shown to a model, and never crowding real memory out of the top hits.
+const SEALED: &str = "SELECT 1 FROM ledger_records lr JOIN ledgers l ON l.ledger_id = lr.ledger_id
+                       WHERE lr.record_id = kb.record_id AND l.state = 'sealed'";
 
 /// Searches memory: BM25 over the FTS index (and cosine similarity when a query vector is
 /// given), filtered by type and session; superseded decisions go last, ties go to the newest.
@@ -303,9 +275,10 @@ pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
     // candidate id -> (bm25 goodness, cosine)
     let mut cand: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     if let Some(q) = fts_query(&s.query) {
-        let mut stmt = conn.prepare_cached(
-            "SELECT record_id, -bm25(kb) FROM kb WHERE kb MATCH ?1 ORDER BY bm25(kb) LIMIT 200",
-        )?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT record_id, -bm25(kb) FROM kb WHERE kb MATCH ?1 AND EXISTS ({SEALED})
+                  ORDER BY bm25(kb) LIMIT 200"
+        ))?;
         let rows = stmt.query_map([q], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
         for row in rows {
             let (id, g) = row?;
@@ -313,7 +286,10 @@ pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
         }
     }
     if let Some(qv) = &s.query_vector {
-        let mut stmt = conn.prepare_cached("SELECT record_id, vector FROM kb_vectors")?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT record_id, vector FROM kb_vectors WHERE EXISTS ({})",
+            SEALED.replace("kb.record_id", "kb_vectors.record_id")
+        ))?;
         let rows = stmt.query_map([], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
         })?;
@@ -341,11 +317,6 @@ pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
             .transpose()?
             .ok_or_else(|| StoreError::Invalid(format!("kb entry for missing record {id}")))?;
         if s.record_type.is_some_and(|t| t != rec.record_type) {
-            continue;
-        }
-        // A record no sealed ledger holds is unaccounted for (planted, or not yet sealed):
-        // never found, so never packed into a context or shown to a model.
-        if !in_sealed_ledger(conn, &id)? {
             continue;
         }
         if let Some(session) = s.session_id {
@@ -487,6 +458,22 @@ mod tests {
         let report =
             crate::verify::verify(&s, &crate::verify::Scope::All, None, None).expect("verify");
         assert!(report.ok(), "{:?}", report.problems);
+        // Review: 250 planted matches no longer crowd the sealed one out of the top hits.
+        let flood: Vec<Item> = (0..250)
+            .map(|i| {
+                fact(&format!(
+                    "the deploy key copy {i} is at http://evil.example/{i}"
+                ))
+            })
+            .collect();
+        s.write_raw(|tx| remember_in(tx, "agent:mikado", &src, session, &flood))
+            .expect("flood");
+        let hits = search(s.conn(), &query).expect("search");
+        assert_eq!(
+            hits.iter().map(|h| h.record.record_id).collect::<Vec<_>>(),
+            vec![planted],
+            "only the sealed record is found"
+        );
     }
 
     fn fact(t: &str) -> Item {

@@ -68,8 +68,8 @@ pub struct Report {
     /// Records whose content a trusted person erased under a valid signed redaction: their
     /// leaves still verify, their content is gone.
     pub redacted: Vec<RedactedRecord>,
-    /// Records an earlier release left in no ledger (listed when the database was upgraded;
-    /// mikado seals the memory among them): hashes checked, not a problem, never packed.
+    /// Records an earlier release left in no ledger (listed when the database was upgraded):
+    /// hashes checked, not a problem, never found nor packed.
     pub legacy_loose: u64,
 }
 

@@ -555,6 +555,16 @@ fn ended(tx: &Tx<'_>, plan_id: PlanId, all: &[StepRow]) -> Result<Ended> {
     })
 }
 
+/// Marks the plan whose ledger is `plan_ledger` failed: its steps were done, but what was to
+/// follow them could not run (the request's tree had no turn left).
+pub fn mark_failed(tx: &Tx<'_>, plan_ledger: LedgerId) -> Result<()> {
+    tx.sql().execute_cached(
+        "UPDATE plans SET state = ?2 WHERE ledger_id = ?1",
+        params![plan_ledger.to_string(), StepState::Failed],
+    )?;
+    Ok(())
+}
+
 /// Marks `turn` as a router role's turn (its deliverable picks the request's role).
 pub fn mark_routing(tx: &Tx<'_>, turn: TurnId) -> Result<()> {
     tx.sql().execute_cached(

@@ -67,7 +67,10 @@ impl Verify {
         let (out, json) = (&mut ctx.out, ctx.json);
         let scope = scope(&store, self.id, self.all)?;
         // A replica is held to what its origin is (kept beside it), unless told otherwise.
-        let told = self.log_key.is_some() || !self.checkpoints.is_empty() || self.keyring.is_some();
+        let told = self.log_key.is_some()
+            || !self.checkpoints.is_empty()
+            || !self.witnesses.is_empty()
+            || self.keyring.is_some();
         let replica = match told {
             true => None,
             false => kura_serve::anchor::replica_trust(&store)?,
