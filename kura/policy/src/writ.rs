@@ -475,38 +475,82 @@ pub fn check_scope(
 
 /// Words in an argument's name that say it may name a place (besides the path keys):
 /// `destination`, `target_dir`, `src`, `output_file`, `cwd`, … Matched in the lowercased name.
-const PLACE_WORDS: [&str; 12] = [
-    "path", "dir", "dest", "target", "file", "src", "source", "folder", "cwd", "root", "output",
-    "location",
+const PLACE_WORDS: [&str; 14] = [
+    "path", "dir", "dest", "dst", "target", "tgt", "file", "src", "source", "folder", "cwd",
+    "root", "output", "location",
 ];
 /// Argument names that are a place by themselves.
-const PLACE_NAMES: [&str; 3] = ["to", "from", "into"];
+const PLACE_NAMES: [&str; 4] = ["to", "from", "into", "out"];
+/// Arguments that carry free text, not places (their strings are not read as paths).
+const FREE_TEXT: [&str; 12] = [
+    "content",
+    "text",
+    "new_string",
+    "old_string",
+    "description",
+    "prompt",
+    "query",
+    "message",
+    "body",
+    "command",
+    "pattern",
+    "reason",
+];
 
-/// Adds to `paths` every other argument that may name a place (by its name): its string,
-/// or each string of its list. `Err` names one that is neither, which no path glob can bound.
+/// Whether an argument's name says it may name a place.
+fn place_name(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    PLACE_NAMES.contains(&k.as_str()) || PLACE_WORDS.iter().any(|w| k.contains(w))
+}
+
+/// Adds to `paths` every other place the arguments name: each string under a name that says
+/// it may name a place (at any depth, in lists and objects), and any other string that reads
+/// as a path (`/…`, `~…`, `../…`, `file:…`) outside free-text arguments. `Err` names a path
+/// argument that is not a string, which no path glob can bound.
 fn places<'a>(
     args: &'a Map<String, Value>,
     paths: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<(), &'a str> {
     for (key, value) in args {
-        let k = key.to_ascii_lowercase();
-        let place = !crate::path::PATH_KEYS.contains(&key.as_str())
-            && (PLACE_NAMES.contains(&k.as_str()) || PLACE_WORDS.iter().any(|w| k.contains(w)));
-        if !place {
+        if crate::path::PATH_KEYS.contains(&key.as_str()) {
+            // A string one is already held to the paths; anything else cannot be.
+            if !value.is_string() {
+                return Err(key);
+            }
             continue;
         }
-        match value {
-            Value::String(s) => paths.push((key, s)),
-            Value::Array(items) => {
-                for item in items {
-                    paths.push((key, item.as_str().ok_or(key.as_str())?));
-                }
-            }
-            Value::Null | Value::Bool(_) => {}
-            _ => return Err(key),
-        }
+        walk(key, value, place_name(key), paths);
     }
     Ok(())
+}
+
+/// [`places`] inside one argument's value.
+fn walk<'a>(key: &'a str, value: &'a Value, place: bool, paths: &mut Vec<(&'a str, &'a str)>) {
+    match value {
+        Value::String(s) => {
+            let free = FREE_TEXT.contains(&key.to_ascii_lowercase().as_str());
+            let looks = ["/", "~", "../", "file:"].iter().any(|p| s.starts_with(p));
+            if place || (looks && !free) {
+                let s = s
+                    .strip_prefix("file://")
+                    .or(s.strip_prefix("file:"))
+                    .unwrap_or(s);
+                paths.push((key, s));
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                walk(key, item, place, paths);
+            }
+        }
+        Value::Object(fields) => {
+            for (k, v) in fields {
+                let p = place || place_name(k) || crate::path::PATH_KEYS.contains(&k.as_str());
+                walk(k, v, p, paths);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
 }
 
 /// A call against one writ: its scope, and room in every budget for one more call

@@ -547,7 +547,15 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
         json!({"path": "notes/a", "target_dir": "../outside"}),
         json!({"path": "notes/a", "to": "secrets/key"}),
         json!({"path": "notes/a", "sources": ["notes/b", "/home/ana/.ssh/id_ed25519"]}),
-        json!({"path": "notes/a", "output": {"file": "notes/c"}}),
+        // Review: other names, nested values, a path key that is no string, a file URL, a
+        // value that reads as a path under a name that does not say so.
+        json!({"path": "notes/a", "dst": "/tmp/x"}),
+        json!({"path": "notes/a", "out": "secrets/key"}),
+        json!({"path": "notes/a", "options": {"dest": "/etc/x"}}),
+        json!({"path": "notes/a", "options": [{"name": "x", "where": "/etc/x"}]}),
+        json!({"file_path": "notes/a", "path": ["/etc/shadow"]}),
+        json!({"path": "notes/a", "uri": "file:///etc/passwd"}),
+        json!({"path": "notes/a", "mode": "~/.ssh/authorized_keys"}),
     ] {
         let r = call(escaping.clone());
         assert!(
@@ -555,10 +563,13 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
             "{escaping}: {r:?}"
         );
     }
-    assert_eq!(
-        call(json!({"path": "notes/a", "destination": "notes/b", "overwrite": true})),
-        Ok(())
-    );
+    for within in [
+        json!({"path": "notes/a", "destination": "notes/b", "overwrite": true}),
+        json!({"path": "notes/a", "output": {"file": "notes/c"}, "timeout": 5}),
+        json!({"path": "notes/a", "content": "/etc/passwd is where users live"}),
+    ] {
+        assert_eq!(call(within.clone()), Ok(()), "{within}");
+    }
     let open = WritBody {
         paths: vec!["*".into()],
         ..w.clone()
