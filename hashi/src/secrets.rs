@@ -129,40 +129,42 @@ impl Secrets {
         None
     }
 
-    /// `text` without its trailing run of base64 (or hex), line breaks allowed, when that run
-    /// decodes — at any alignment, its last partial group dropped — to bytes ending with a
-    /// secret's start: the run is replaced by the marker (the cut kept no more of it).
+    /// `text` without the tail of its trailing run of base64 (or hex), line breaks allowed,
+    /// when that tail decodes — at any alignment, a last partial group too — to bytes ending
+    /// with a secret's start: it is replaced by the marker from the latest line start (or
+    /// `=`) it begins after, so what came before stays.
     fn scrub_cut_encoded_tail(&self, text: &str) -> Option<String> {
-        use base64::Engine as _;
-        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.decode(t).ok();
-        let hex = |t: &str| hex::decode(t).ok();
-        let is_b64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=');
-        let forms: [(
-            &dyn Fn(char) -> bool,
-            usize,
-            &dyn Fn(&str) -> Option<Vec<u8>>,
-        ); 2] = [
-            (&is_b64, 4, &b64),
-            (&|c: char| c.is_ascii_hexdigit(), 2, &hex),
+        let forms: [(fn(char) -> bool, usize); 2] = [
+            (
+                |c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='),
+                4,
+            ),
+            (|c| c.is_ascii_hexdigit(), 2),
         ];
-        for (is_char, group, decode) in forms {
-            let start = text
+        for (is_char, group) in forms {
+            let run = text
                 .char_indices()
                 .rev()
                 .take_while(|(_, c)| is_char(*c) || matches!(c, '\n' | '\r'))
                 .last()
                 .map(|(i, _)| i)?;
-            let flat: String = text[start..].chars().filter(|c| is_char(*c)).collect();
-            for (name, value) in &self.0 {
-                let v = value.as_bytes();
-                let min = MIN_SECRET_BYTES.min(v.len());
-                let ends_in_secret = (0..group).any(|skip| {
-                    let t = flat.get(skip..).unwrap_or_default();
-                    let t = &t[..t.len() - t.len() % group];
-                    decode(t).is_some_and(|d| (min..=v.len()).any(|n| d.ends_with(&v[..n])))
-                });
-                if ends_in_secret {
-                    return Some(format!("{}[secret:{name}]", &text[..start]));
+            // Where a replacement may begin: the run's start, each line start, each `=`'s end.
+            let mut starts = vec![run];
+            starts.extend(
+                text[run..]
+                    .char_indices()
+                    .filter(|(_, c)| matches!(c, '\n' | '='))
+                    .map(|(i, c)| run + i + c.len_utf8()),
+            );
+            for &start in starts.iter().rev() {
+                let flat: Vec<u8> = text[start..]
+                    .bytes()
+                    .filter(|b| is_char(char::from(*b)) && *b != b'=')
+                    .collect();
+                for (name, value) in &self.0 {
+                    if ends_in_secret(&flat, group, value.as_bytes()) {
+                        return Some(format!("{}[secret:{name}]", &text[..start]));
+                    }
                 }
             }
         }
@@ -197,6 +199,38 @@ impl Secrets {
             _ => {}
         }
     }
+}
+
+/// Whether `flat` (base64 when `group` is 4, else hex), decoded from any of its alignments
+/// with a last partial group kept, ends with at least [`MIN_SECRET_BYTES`] of `secret`'s
+/// start. Only the tail that could hold them is decoded.
+fn ends_in_secret(flat: &[u8], group: usize, secret: &[u8]) -> bool {
+    use base64::Engine as _;
+    let min = MIN_SECRET_BYTES.min(secret.len());
+    let window = (secret.len() + 3) * 2 + 8;
+    let tail = &flat[flat.len().saturating_sub(window)..];
+    let lenient = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    (0..group).any(|skip| {
+        let Some(t) = tail.get(skip..) else {
+            return false;
+        };
+        // A last group too short for a whole byte is dropped; any other part is decoded.
+        let whole = match (group, t.len() % group) {
+            (4, 1) | (2, 1) => &t[..t.len() - 1],
+            _ => t,
+        };
+        let decoded = if group == 4 {
+            lenient.decode(whole).ok()
+        } else {
+            hex::decode(whole).ok()
+        };
+        decoded.is_some_and(|d| (min..=secret.len()).any(|n| d.ends_with(&secret[..n])))
+    })
 }
 
 /// `secret` percent-encoded as a URL carries it (`upper`: `%2F`, else `%2f`); unreserved
@@ -421,10 +455,22 @@ mod tests {
                 .chars()
                 .filter(|c| !c.is_whitespace())
                 .collect();
+            let lenient = base64::engine::GeneralPurpose::new(
+                &base64::alphabet::STANDARD,
+                base64::engine::GeneralPurposeConfig::new()
+                    .with_decode_allow_trailing_bits(true)
+                    .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+            );
+            // Every alignment, and a last partial group decoded too.
             (0..4).any(|skip| {
-                let t = run.get(skip..).unwrap_or_default();
-                let t = &t[..t.len() - t.len() % 4];
-                b64.decode(t)
+                let t = run.get(skip..).unwrap_or_default().replace('=', "");
+                let t = if t.len() % 4 == 1 {
+                    &t[..t.len() - 1]
+                } else {
+                    &t[..]
+                };
+                lenient
+                    .decode(t)
                     .is_ok_and(|d| d.windows(start.len()).any(|w| w == start))
             }) || (0..2).any(|skip| {
                 let t = run.get(skip..).unwrap_or_default();
@@ -442,7 +488,8 @@ mod tests {
                 .chunks(76.min(20 + lead))
                 .map(|c| std::str::from_utf8(c).unwrap_or_default())
                 .collect();
-            let wrapped = format!("$ base64 .env\n{}", wrapped.join("\n"));
+            // `=` in the line before (as in `mode=fast`) once stopped every decode.
+            let wrapped = format!("$ base64 .env\nmode=fast\n{}", wrapped.join("\n"));
             let hex: String = file.iter().map(|b| format!("{b:02x}")).collect();
             let hexed = format!(
                 "$ xxd -p .env\n{}",
@@ -458,6 +505,10 @@ mod tests {
                     let kept = &text[..cut];
                     let clean = s.scrub(kept);
                     assert!(!leaks(&clean), "lead {lead}, cut {cut}: {clean}");
+                    assert!(
+                        !kept.contains("mode=fast\n") || clean.contains("mode=fast"),
+                        "the line before the run stays: {clean}"
+                    );
                     assert!(
                         clean.starts_with("$ "),
                         "the text before the run stays: {clean}"

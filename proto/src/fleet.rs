@@ -166,9 +166,11 @@ pub fn record_msg_id(pi: &str, hash: &str) -> String {
     format!("{pi}.record.{hash}")
 }
 
-/// The `Nats-Msg-Id` of a ledger at seal-log index `index`.
-pub fn ledger_msg_id(pi: &str, index: u64) -> String {
-    format!("{pi}.ledger.{index}")
+/// The `Nats-Msg-Id` of a ledger at seal-log index `index` with ledger hash `hash`: the same
+/// ledger published again is a duplicate, and nobody can take its id ahead of it (the hash
+/// of a ledger not sealed yet is unknown).
+pub fn ledger_msg_id(pi: &str, index: u64, hash: &str) -> String {
+    format!("{pi}.ledger.{index}.{hash}")
 }
 
 #[cfg(test)]

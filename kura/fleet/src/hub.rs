@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, object_store, stream};
-use proto::fleet::{self, CHECKPOINTS_BUCKET};
+use proto::fleet::{self, CHECKPOINTS_BUCKET, ReplMessage};
 
 use crate::{FleetError, Result};
 
@@ -147,7 +147,7 @@ pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Res
 /// resumes after it. Streams deny deleting (history is never removed), so the message
 /// stays; receivers drop it. Returns the sequence republished and its new one.
 pub async fn reseat(js: &jetstream::Context, pi: &str, forged: u64) -> Result<(u64, u64)> {
-    let (stream, _, _) = open(js, pi).await?;
+    let (stream, _, objects) = open(js, pi).await?;
     let subject = fleet::ledger_subject(pi);
     let last = stream
         .get_last_raw_message_by_subject(&subject)
@@ -160,6 +160,11 @@ pub async fn reseat(js: &jetstream::Context, pi: &str, forged: u64) -> Result<(u
             last.sequence
         )));
     }
+    // The forged message, if it reads as a ledger, names the leaf the Pi's own must precede.
+    let at = match crate::wire::decode(pi, &last.payload, &objects).await {
+        Ok(ReplMessage::Ledger(l)) => Some(l.index),
+        _ => None,
+    };
     let mut seq = forged;
     let own = loop {
         seq -= 1;
@@ -169,11 +174,17 @@ pub async fn reseat(js: &jetstream::Context, pi: &str, forged: u64) -> Result<(u
                  own to resume after; make its stream again (a new stream name) or restore it"
             )));
         }
-        match stream.get_raw_message(seq).await {
-            Ok(m) if m.subject.as_str() == subject => break m,
-            Ok(_) => {}
-            // A sequence the stream no longer holds (never, with deny_delete) is skipped.
-            Err(_) => {}
+        let Ok(m) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        if m.subject.as_str() != subject {
+            continue;
+        }
+        // Only a ledger, and the one just before the forged leaf: an earlier forgery, or a
+        // message that is no ledger, is passed over (the Pi checks the hash again anyway).
+        match crate::wire::decode(pi, &m.payload, &objects).await {
+            Ok(ReplMessage::Ledger(l)) if at.is_none_or(|i| l.index + 1 == i) => break m,
+            _ => {}
         }
     };
     let ack = js

@@ -37,10 +37,16 @@ pub(crate) struct Pending {
     pub bytes: u64,
     /// The last checkpoint (size, root) found consistent with what the replica holds.
     pub checked: Option<(u64, [u8; 32])>,
+    /// Ways of filling a batch already tried and refused (the stream sequences chosen,
+    /// leaf by leaf): never tried again while this is held.
+    pub refused: std::collections::HashSet<Vec<u64>>,
 }
 
-/// Most ledger combinations a batch is tried with when rivals share an index.
+/// Most ledger combinations a batch is tried with at once when rivals share an index (the
+/// next ones are tried the next time, never one twice).
 pub(crate) const MAX_TRIES: usize = 16;
+/// Most refused combinations held; past it the receiver starts over from its cursor.
+pub(crate) const MAX_REFUSED: usize = 1024;
 
 impl Pending {
     /// Holds a ledger that came at stream sequence `seq`; returns the sequences of other
@@ -62,17 +68,19 @@ impl Pending {
             .all(|h| self.records.contains_key(h) || stored(h))
     }
 
-    /// The ways to fill leaves `from..to` with held ledgers whose records are all here, at
-    /// most [`MAX_TRIES`], the ledgers that came first tried first.
+    /// The ways to fill leaves `from..to` with held ledgers whose records are all here and
+    /// that were not refused before, at most [`MAX_TRIES`]: at each leaf the ledgers
+    /// `preferred` (a seal the origin's key made) first, then those that came first.
     pub fn batches(
         &self,
         from: u64,
         to: u64,
         stored: impl Fn(&str) -> bool,
+        preferred: impl Fn(&ReplLedger) -> bool,
     ) -> Vec<Vec<&(u64, ReplLedger)>> {
         let mut choices: Vec<Vec<&(u64, ReplLedger)>> = Vec::new();
         for i in from..to {
-            let viable: Vec<_> = self
+            let mut viable: Vec<_> = self
                 .ledgers
                 .get(&i)
                 .into_iter()
@@ -82,12 +90,21 @@ impl Pending {
             if viable.is_empty() {
                 return Vec::new();
             }
+            // A stable sort: among equals, arrival order stays.
+            viable.sort_by_key(|(_, l)| !preferred(l));
             choices.push(viable);
         }
         let mut out = Vec::new();
         let mut pick = vec![0usize; choices.len()];
-        while out.len() < MAX_TRIES {
-            out.push(pick.iter().zip(&choices).map(|(&k, c)| c[k]).collect());
+        // Refused combinations are skipped, but the walk over them is bounded too.
+        let mut walked = 0usize;
+        while out.len() < MAX_TRIES && walked < MAX_REFUSED + MAX_TRIES {
+            walked += 1;
+            let batch: Vec<_> = pick.iter().zip(&choices).map(|(&k, c)| c[k]).collect();
+            let seqs: Vec<u64> = batch.iter().map(|(s, _)| *s).collect();
+            if !self.refused.contains(&seqs) {
+                out.push(batch);
+            }
             // The next combination, the last index turning fastest.
             let mut i = choices.len();
             loop {
@@ -150,6 +167,7 @@ impl Pending {
 
     /// Forgets what a write of the first `size` leaves used.
     pub fn applied(&mut self, size: u64) {
+        self.refused.clear();
         let done = self.ledgers.split_off(&size);
         let used: Vec<String> = std::mem::replace(&mut self.ledgers, done)
             .into_values()
@@ -258,11 +276,25 @@ mod tests {
             "the forged ledger's missing record does not hold the batch back"
         );
         let tries: Vec<Vec<u64>> = p
-            .batches(0, 2, stored)
+            .batches(0, 2, stored, |_| false)
             .iter()
             .map(|b| b.iter().map(|(s, _)| *s).collect())
             .collect();
         assert_eq!(tries, vec![vec![10, 12], vec![10, 14]]);
+        // Review: one the origin sealed is tried first, and one refused is not tried again.
+        let sealed = |l: &ReplLedger| l.ledger_hash == "o";
+        let first: Vec<u64> = p.batches(0, 2, stored, sealed)[0]
+            .iter()
+            .map(|(s, _)| *s)
+            .collect();
+        assert_eq!(first, vec![10, 14]);
+        p.refused.insert(vec![10, 14]);
+        let left: Vec<Vec<u64>> = p
+            .batches(0, 2, stored, sealed)
+            .iter()
+            .map(|b| b.iter().map(|(s, _)| *s).collect())
+            .collect();
+        assert_eq!(left, vec![vec![10, 12]]);
         p.applied(2);
         assert!(p.ledgers.is_empty());
     }

@@ -192,7 +192,11 @@ impl Publisher {
         .await?;
         let msg = PublishMessage::build()
             .payload(payload)
-            .message_id(fleet::ledger_msg_id(&self.pi, ledger.index))
+            .message_id(fleet::ledger_msg_id(
+                &self.pi,
+                ledger.index,
+                &ledger.ledger_hash,
+            ))
             .expected_last_subject_sequence(ledger_seq);
         let sent = self
             .js

@@ -491,8 +491,17 @@ impl Receiver {
         // Rivals at an index (someone else's ledger beside the origin's) make more than one
         // way to fill the batch: each is tried, and only one that rebuilds the signed root
         // is written.
+        let preferred = |l: &ReplLedger| {
+            l.seal.as_ref().is_some_and(|seal| {
+                kura_store::replica::seal_verifies(seal, &l.ledger_hash)
+                    && self
+                        .keyring
+                        .as_ref()
+                        .is_none_or(|k| k.contains_key(&seal.sealer))
+            })
+        };
         let tries: Vec<Vec<(u64, ReplLedger)>> = p
-            .batches(size, cp.size, stored)
+            .batches(size, cp.size, stored, preferred)
             .into_iter()
             .map(|b| b.into_iter().cloned().collect())
             .collect();
@@ -510,12 +519,28 @@ impl Receiver {
             }
         }
         let Some(batch) = written else {
-            let at: Vec<u64> = tries.iter().flatten().map(|(s, _)| *s).collect();
-            let e = refused.map_or_else(|| "no ledgers to try".to_owned(), |e| e.to_string());
-            // Unsigned bodies that do not rebuild the signed root: nothing is written and the
-            // batch is read again (the hub may delay or mangle; it cannot make us write).
-            tracing::error!(origin = %self.origin, error = %e, stream_seqs = ?at, "refused a batch of the origin's history; nothing written; reading it again");
-            return Err(FleetError::Hub(format!("a batch did not verify: {e}")));
+            let Some(e) = refused else {
+                return Ok(());
+            };
+            // Unsigned bodies that do not rebuild the signed root: nothing is written. The
+            // ways tried are not tried again; reading goes on, so the origin's own ledgers,
+            // arriving later, are tried next (the hub may delay or mangle; it cannot make us
+            // write). Past a bound, everything is read again from the replica's cursor.
+            for b in &tries {
+                p.refused.insert(b.iter().map(|(s, _)| *s).collect());
+            }
+            let at: Vec<Vec<u64>> = tries
+                .iter()
+                .map(|b| b.iter().map(|(s, _)| *s).collect())
+                .collect();
+            tracing::error!(origin = %self.origin, error = %e, stream_seqs = ?at, "refused a batch of the origin's history; nothing written; reading on");
+            if p.refused.len() > crate::pending::MAX_REFUSED {
+                return Err(FleetError::Hub(format!(
+                    "{} ways to fill a batch refused: reading again from the replica's cursor",
+                    p.refused.len()
+                )));
+            }
+            return Ok(());
         };
         for i in size..cp.size {
             for (seq, l) in p.ledgers.get(&i).into_iter().flatten() {

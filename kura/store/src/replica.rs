@@ -54,6 +54,12 @@ enum BadSeal {
     Signature(nkeys::error::Error),
 }
 
+/// Whether `seal` is a valid signature over `ledger_hash` (whose key made it is the caller's
+/// to judge).
+pub fn seal_verifies(seal: &ReplSeal, ledger_hash: &str) -> bool {
+    check_seal(seal, ledger_hash).is_ok()
+}
+
 /// Checks a sealer's signature over `ledger_hash`.
 fn check_seal(seal: &ReplSeal, ledger_hash: &str) -> std::result::Result<(), BadSeal> {
     use base64::Engine;

@@ -544,8 +544,8 @@ fn a_rewritten_history_republished_is_refused_and_the_replica_is_unchanged() {
             fleet::DOMAIN,
         );
         for id in [
-            fleet::ledger_msg_id("pi-a", a.size()),
-            fleet::ledger_msg_id("pi-a", a.size() + 1),
+            fleet::ledger_msg_id("pi-a", a.size(), &"0".repeat(64)),
+            fleet::ledger_msg_id("pi-a", a.size() + 1, &"0".repeat(64)),
         ] {
             let msg = jetstream::message::PublishMessage::build()
                 .payload("{}".into())
