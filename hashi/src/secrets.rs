@@ -134,7 +134,7 @@ impl Secrets {
     /// with a secret's start: it is replaced by the marker from the latest line start (or
     /// `=`) it begins after, so what came before stays.
     fn scrub_cut_encoded_tail(&self, text: &str) -> Option<String> {
-        let forms: [(fn(char) -> bool, usize); 2] = [
+        let forms: [(CharClass, usize); 2] = [
             (
                 |c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='),
                 4,
@@ -200,6 +200,9 @@ impl Secrets {
         }
     }
 }
+
+/// Which characters an encoding is written in.
+type CharClass = fn(char) -> bool;
 
 /// Whether `flat` (base64 when `group` is 4, else hex), decoded from any of its alignments
 /// with a last partial group kept, ends with at least [`MIN_SECRET_BYTES`] of `secret`'s
