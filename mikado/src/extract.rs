@@ -4,7 +4,7 @@
 //! - text deliverables: lines starting with `FACT:` or `DECISION:` (any case, optionally
 //!   after a `- ` or `* ` bullet).
 
-use kura_store::memory::Item;
+use kura_memory::Item;
 use proto::record::RecordType;
 use serde_json::Value;
 

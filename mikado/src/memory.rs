@@ -6,10 +6,10 @@
 use proto::SessionId;
 use std::sync::Arc;
 
+use kura_memory::{Item, MemoryTx as _};
 use kura_model::{Provider, ProviderConfig, ProviderKind, Step, TurnInput};
 use kura_runtime::Bus;
 use kura_store::Store;
-use kura_store::memory::Item;
 use kura_work::{cursor, set_cursor};
 use proto::doorbell::RecordWritten;
 use proto::record::{Record, RecordType};

@@ -2,10 +2,11 @@
 //! packing, memory hits) and what follows a completed turn (the completion rule). One
 //! transaction per unit of work, each advancing minato's cursor in the same transaction.
 
+use kura_memory as memory;
 use kura_plan::RosterConfig;
+use kura_store::Store;
 use kura_store::Tx;
 use kura_store::error::{Result, StoreError};
-use kura_store::{Store, memory};
 use kura_tlog::sealer::Sealer;
 use kura_work::WorkTx;
 use kura_work::plans::{self, PLANNER, Planned, Progress, StepOf};

@@ -1,6 +1,7 @@
 //! Minato's policy over the work tables, with hashi's and aegis's sides played by direct
 //! store calls, on a real SQLite file.
 
+use kura_memory::MemoryTx as _;
 use kura_store::store::{Store, StoreOptions};
 use kura_store::verify::{Scope, verify};
 use kura_store::{ConflictKind, StoreError};
@@ -421,7 +422,7 @@ fn planted_memory_in_no_ledger_is_never_packed_into_a_context() {
         .expect("turn");
     let source = s.read_record(src.record_id).expect("source");
     let plant = |s: &mut Store, text: &str| {
-        let item = kura_store::memory::Item {
+        let item = kura_memory::Item {
             kind: RecordType::MemoryFact,
             text: text.into(),
             supersedes: None,

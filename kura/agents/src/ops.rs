@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kura_store::memory::{self, Search};
+use kura_memory::{self as memory, MemoryTx as _, Search};
 use kura_store::{Store, StoreError};
 use kura_work::WorkTx;
 use kura_work::agents::{

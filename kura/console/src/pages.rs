@@ -315,7 +315,7 @@ pub fn status(st: &kura_work::ops::Status) -> Markup {
 }
 
 /// Memory search.
-pub fn memory(q: &str, hits: &[kura_store::memory::Hit]) -> Markup {
+pub fn memory(q: &str, hits: &[kura_memory::Hit]) -> Markup {
     html! {
         h1 { "Memory" }
         form method="get" action="/memory" {

@@ -616,9 +616,9 @@ async fn memory(
             if query.trim().is_empty() {
                 return Ok(Vec::new());
             }
-            Ok(kura_store::memory::search(
+            Ok(kura_memory::search(
                 s.conn(),
-                &kura_store::memory::Search {
+                &kura_memory::Search {
                     query,
                     record_type: None,
                     session_id: None,

@@ -29,7 +29,10 @@ pub use config::ServeConfig;
 // The parts' own vocabularies, which [`ServeConfig`] carries: what the command line reaches
 // through this daemon when it manages a part (an agent's token, a fleet's replica, a bus key,
 // the log's checkpoints).
-pub use {kura_agents as agents, kura_fleet as fleet, kura_runtime as runtime, kura_tlog as tlog};
+pub use {
+    kura_agents as agents, kura_fleet as fleet, kura_memory as memory, kura_runtime as runtime,
+    kura_tlog as tlog,
+};
 
 use crate::duties::Duties;
 use crate::signer::Signer;

@@ -10,7 +10,6 @@ pub mod branch;
 mod cached;
 pub mod diff;
 pub mod error;
-pub mod memory;
 pub mod proof;
 pub mod redact;
 #[cfg(test)]

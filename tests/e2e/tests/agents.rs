@@ -311,9 +311,9 @@ fn an_outside_agent_records_a_turn_over_mcp_and_a_person_approves_its_write() {
         "the workspace is tidy"
     );
     s.wait_until("mikado's memory of the agent's turn", MINUTE, |st| {
-        kura_store::memory::search(
+        kura_memory::search(
             st,
-            &kura_store::memory::Search {
+            &kura_memory::Search {
                 query: "notes plan".into(),
                 limit: 5,
                 ..Default::default()

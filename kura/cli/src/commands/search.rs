@@ -54,9 +54,9 @@ impl Search {
         {
             bail!("--type must be memory.fact or memory.decision");
         }
-        let hits = kura_store::memory::search(
+        let hits = kura_serve::memory::search(
             store.conn(),
-            &kura_store::memory::Search {
+            &kura_serve::memory::Search {
                 query,
                 record_type,
                 session_id: session.as_deref().map(id).transpose()?,

@@ -47,12 +47,16 @@ pub fn read_record(db: &(impl crate::Db + ?Sized), id: proto::RecordId) -> Resul
     read_record_in(crate::Db::sql(db), id)
 }
 
-/// Builds a record from a row of the seven record columns in stored order.
-pub(crate) fn record_from_row_pub(
-    row: &rusqlite::Row<'_>,
-) -> rusqlite::Result<Result<proto::Record>> {
-    records::record_from_row(row)
+/// The record whose content hash is `hash`, if stored (content is stored once).
+pub fn record_id_by_hash_in(
+    db: &(impl crate::Db + ?Sized),
+    hash: &str,
+) -> Result<Option<proto::RecordId>> {
+    record_id_by_hash(crate::Db::sql(db), hash)?
+        .map(|s| parse_id(&s))
+        .transpose()
 }
+
 pub(crate) use ledgers::read_ledger_in;
 pub(crate) use sessions::move_head;
 pub use sessions::{RefLogEntry, Session};

@@ -7,6 +7,7 @@ use proto::{RecordId, SessionId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{Store, parse_id};
+use crate::cached::Cached;
 use crate::error::{Result, StoreError};
 use crate::time;
 
@@ -103,7 +104,7 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
     }
     // Memory is found by search whoever wrote it: mikado's extraction, a person's `kura record
     // add`, an outside agent.
-    crate::memory::index_new_in(conn, &record_id, new)?;
+    index_new_in(conn, &record_id, new)?;
     Ok(Stored {
         record: Record {
             record_id,
@@ -240,4 +241,23 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Indexes a newly stored memory record (`memory.fact`, `memory.decision`) for search; any
+/// other record is left alone. Called in the transaction that stores it.
+fn index_new_in(tx: &Connection, record_id: &RecordId, new: &NewRecord) -> Result<()> {
+    if !matches!(
+        new.record_type,
+        RecordType::MemoryFact | RecordType::MemoryDecision
+    ) {
+        return Ok(());
+    }
+    let Some(text) = new.content.get("text").and_then(serde_json::Value::as_str) else {
+        return Ok(());
+    };
+    tx.execute_cached(
+        "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
+        params![text, record_id.to_string(), new.record_type.as_str()],
+    )?;
+    Ok(())
 }

@@ -1,18 +1,20 @@
-//! Memory: facts and decisions (extracted by mikado) linked to their sources, indexed for
-//! search (FTS5 BM25, plus embeddings when configured), newest decisions preferred.
+//! Memory: facts and decisions (extracted by mikado, remembered by an outside agent) linked to
+//! their sources, sealed in each writer's memory ledgers, found again by search (FTS5 BM25,
+//! plus embeddings when configured; newest decisions preferred) — only what a sealed ledger
+//! holds. The index itself is kept by the store as each memory record is written.
 
-use crate::cached::Cached;
+use kura_store::Cached;
 use std::collections::BTreeMap;
 
 use proto::ledger::Ledger;
 use proto::record::{Content, NewRecord, Record, RecordType};
 use proto::{LedgerId, RecordId, SessionId};
 use rusqlite::{Connection, OptionalExtension, params};
+
 use serde::Serialize;
 
-use crate::error::{Result, StoreError};
-use crate::store::{parse_id, record_from_row_pub, write_record_in};
-use crate::time;
+use kura_store::store::parse_id;
+use kura_store::{Db, Result, StoreError, Tx, time};
 
 /// One thing worth remembering.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +39,8 @@ pub struct Remembered {
 /// Writes `items` extracted from `source` (in `session_id`) inside the caller's transaction:
 /// each a `memory.*` record by `author` (deduplicated by hash), an `extracted_from` edge,
 /// the session link, the FTS entry for new records, and `supersedes` edges.
-pub(crate) fn remember_in(
-    tx: &Connection,
+fn remember_in(
+    tx: &Tx<'_>,
     author: &str,
     source: &Record,
     session_id: SessionId,
@@ -48,11 +50,12 @@ pub(crate) fn remember_in(
     for item in items {
         let new = NewRecord::new(item.kind, Content::text(item.text.clone()), author);
         let hash = new.validate()?.hash;
-        let existed = crate::store::record_id_by_hash(tx, &hash)?.is_some();
-        let record = write_record_in(tx, &new)?;
+        let existed = kura_store::store::record_id_by_hash_in(tx, &hash)?.is_some();
+        let record = tx.write_record(&new)?;
         let id = record.record_id.to_string();
-        edge(tx, &id, "extracted_from", &source.record_id.to_string())?;
-        tx.execute_cached(
+        let sql = tx.sql();
+        edge(sql, &id, "extracted_from", &source.record_id.to_string())?;
+        sql.execute_cached(
             "INSERT OR IGNORE INTO memory_sessions (record_id, session_id) VALUES (?1, ?2)",
             params![id, session_id.to_string()],
         )?;
@@ -60,7 +63,7 @@ pub(crate) fn remember_in(
             && let Some(old_id) = find_decision(tx, author, old)?
             && old_id != record.record_id
         {
-            edge(tx, &id, "supersedes", &old_id.to_string())?;
+            edge(sql, &id, "supersedes", &old_id.to_string())?;
         }
         out.push(Remembered {
             record,
@@ -68,25 +71,6 @@ pub(crate) fn remember_in(
         });
     }
     Ok(out)
-}
-
-/// Indexes a newly stored memory record (`memory.fact`, `memory.decision`) for search; any
-/// other record is left alone. Called in the transaction that stores it.
-pub(crate) fn index_new_in(tx: &Connection, record_id: &RecordId, new: &NewRecord) -> Result<()> {
-    if !matches!(
-        new.record_type,
-        RecordType::MemoryFact | RecordType::MemoryDecision
-    ) {
-        return Ok(());
-    }
-    let Some(text) = new.content.get("text").and_then(serde_json::Value::as_str) else {
-        return Ok(());
-    };
-    tx.execute_cached(
-        "INSERT INTO kb (text, record_id, record_type) VALUES (?1, ?2, ?3)",
-        params![text, record_id.to_string(), new.record_type.as_str()],
-    )?;
-    Ok(())
 }
 
 fn edge(tx: &Connection, src: &str, rel: &str, dst: &str) -> Result<()> {
@@ -98,7 +82,7 @@ fn edge(tx: &Connection, src: &str, rel: &str, dst: &str) -> Result<()> {
 }
 
 /// A decision by record id, or by its exact text (as `author` would have recorded it).
-fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<RecordId>> {
+fn find_decision(tx: &Tx<'_>, author: &str, key: &str) -> Result<Option<RecordId>> {
     if let Some(id) = proto::ids::parse_id(key.trim()) {
         return Ok(Some(id.into()));
     }
@@ -108,13 +92,11 @@ fn find_decision(tx: &Connection, author: &str, key: &str) -> Result<Option<Reco
         author,
     );
     let hash = rec.validate()?.hash;
-    crate::store::record_id_by_hash(tx, &hash)?
-        .map(|s| parse_id(&s))
-        .transpose()
+    kura_store::store::record_id_by_hash_in(tx, &hash)
 }
 
 /// Stores an embedding for a memory record.
-pub(crate) fn store_vector_in(
+fn store_vector_in(
     tx: &Connection,
     record_id: RecordId,
     model: &str,
@@ -195,30 +177,50 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
-/// Memory's writes, as operations of the store's transaction (they live here, beside the
-/// index they keep, so the transaction type does not depend on memory).
-impl crate::tx::Tx<'_> {
+/// Memory's writes, as operations of the store's transaction (in one commit with whatever
+/// else the caller writes): `use kura_memory::MemoryTx` to call them on a `Tx`.
+pub trait MemoryTx {
     /// Remembers `items` taken from `source`.
-    pub fn remember(
+    fn remember(
+        &self,
+        author: &str,
+        source: &Record,
+        session_id: SessionId,
+        items: &[Item],
+    ) -> Result<Vec<Remembered>>;
+
+    /// Stores a record's embedding.
+    fn store_vector(&self, record_id: RecordId, model: &str, vector: &[f32]) -> Result<()>;
+
+    /// Seals `records` (memory `author` just wrote) as a new ledger of `author`'s memory
+    /// session (created on first use), its parents the previous memory ledger and `from`
+    /// (the output they were taken from): memory is in a sealed ledger the moment it is
+    /// stored, so roots, checkpoints and the fleet cover it. `None` when `records` is empty.
+    fn seal_memory(
+        &self,
+        author: &str,
+        records: &[RecordId],
+        from: Option<LedgerId>,
+        sealer: Option<&kura_tlog::sealer::Sealer>,
+    ) -> Result<Option<Ledger>>;
+}
+
+impl MemoryTx for Tx<'_> {
+    fn remember(
         &self,
         author: &str,
         source: &Record,
         session_id: SessionId,
         items: &[Item],
     ) -> Result<Vec<Remembered>> {
-        remember_in(self.0, author, source, session_id, items)
+        remember_in(self, author, source, session_id, items)
     }
 
-    /// Stores a record's embedding.
-    pub fn store_vector(&self, record_id: RecordId, model: &str, vector: &[f32]) -> Result<()> {
-        store_vector_in(self.0, record_id, model, vector)
+    fn store_vector(&self, record_id: RecordId, model: &str, vector: &[f32]) -> Result<()> {
+        store_vector_in(self.sql(), record_id, model, vector)
     }
 
-    /// Seals `records` (memory `author` just wrote) as a new ledger of `author`'s memory
-    /// session (created on first use), its parents the previous memory ledger and `from`
-    /// (the output they were taken from): memory is in a sealed ledger the moment it is
-    /// stored, so roots, checkpoints and the fleet cover it. `None` when `records` is empty.
-    pub fn seal_memory(
+    fn seal_memory(
         &self,
         author: &str,
         records: &[RecordId],
@@ -229,7 +231,7 @@ impl crate::tx::Tx<'_> {
             return Ok(None);
         }
         let row: Option<(String, Option<String>)> = self
-            .0
+            .sql()
             .prepare_cached("SELECT session_id, head FROM memory_homes WHERE author = ?1")?
             .query_row([author], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
@@ -239,7 +241,7 @@ impl crate::tx::Tx<'_> {
                 let s = self
                     .create_session(&format!("memory · {author}"))?
                     .session_id;
-                self.0.execute_cached(
+                self.sql().execute_cached(
                     "INSERT INTO memory_homes (author, session_id) VALUES (?1, ?2)",
                     params![author, s.to_string()],
                 )?;
@@ -253,7 +255,7 @@ impl crate::tx::Tx<'_> {
             self.append_existing(ledger.ledger_id, *r)?;
         }
         let (ledger, _) = self.seal(ledger.ledger_id, sealer)?;
-        self.0.execute_cached(
+        self.sql().execute_cached(
             "UPDATE memory_homes SET head = ?2 WHERE author = ?1",
             params![author, ledger.ledger_id.to_string()],
         )?;
@@ -269,8 +271,8 @@ const SEALED: &str = "SELECT 1 FROM ledger_records lr JOIN ledgers l ON l.ledger
 
 /// Searches memory: BM25 over the FTS index (and cosine similarity when a query vector is
 /// given), filtered by type and session; superseded decisions go last, ties go to the newest.
-pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
-    let conn = crate::tx::conn(conn);
+pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
+    let conn = db.sql();
     let limit = s.limit.clamp(1, 1000);
     // candidate id -> (bm25 goodness, cosine)
     let mut cand: BTreeMap<String, (f64, f64)> = BTreeMap::new();
@@ -308,14 +310,12 @@ pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
     let max_g = cand.values().map(|(g, _)| *g).fold(0.0, f64::max);
     let mut hits = Vec::new();
     for (id, (g, sim)) in cand {
-        let rec = conn
-            .prepare_cached(
-                "SELECT record_id, hash, record_type, content, author_id, metadata, created_at FROM records WHERE record_id = ?1",
-            )?
-            .query_row([&id], record_from_row_pub)
-            .optional()?
-            .transpose()?
-            .ok_or_else(|| StoreError::Invalid(format!("kb entry for missing record {id}")))?;
+        let rec = kura_store::store::read_record(db, parse_id(&id)?).map_err(|e| match e {
+            StoreError::NotFound { .. } => {
+                StoreError::Invalid(format!("kb entry for missing record {id}"))
+            }
+            e => e,
+        })?;
         if s.record_type.is_some_and(|t| t != rec.record_type) {
             continue;
         }
@@ -368,7 +368,7 @@ pub fn search(conn: &impl crate::tx::Db, s: &Search) -> Result<Vec<Hit>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Store, StoreOptions};
+    use kura_store::{Store, StoreOptions};
     use serde_json::json;
 
     fn store_with(items: &[(&str, &[Item])]) -> (tempfile::TempDir, Store) {
@@ -412,9 +412,8 @@ mod tests {
         let src = s.append(out.ledger_id, &src).expect("append").record;
         s.seal_ledger(out.ledger_id).expect("seal");
         let planted = s
-            .write_raw(|tx| {
-                remember_in(
-                    tx,
+            .write(|tx| {
+                tx.remember(
                     "agent:mikado",
                     &src,
                     session,
@@ -433,8 +432,8 @@ mod tests {
             search(s.conn(), &query).expect("search").is_empty(),
             "a record no sealed ledger holds is never found"
         );
-        let report =
-            crate::verify::verify(&s, &crate::verify::Scope::All, None, None).expect("verify");
+        let report = kura_store::verify::verify(&s, &kura_store::verify::Scope::All, None, None)
+            .expect("verify");
         assert!(
             report
                 .problems
@@ -455,8 +454,8 @@ mod tests {
             "its source is its parent"
         );
         assert_eq!(search(s.conn(), &query).expect("search").len(), 1);
-        let report =
-            crate::verify::verify(&s, &crate::verify::Scope::All, None, None).expect("verify");
+        let report = kura_store::verify::verify(&s, &kura_store::verify::Scope::All, None, None)
+            .expect("verify");
         assert!(report.ok(), "{:?}", report.problems);
         // Review: 250 planted matches no longer crowd the sealed one out of the top hits.
         let flood: Vec<Item> = (0..250)
@@ -466,7 +465,7 @@ mod tests {
                 ))
             })
             .collect();
-        s.write_raw(|tx| remember_in(tx, "agent:mikado", &src, session, &flood))
+        s.write(|tx| tx.remember("agent:mikado", &src, session, &flood))
             .expect("flood");
         let hits = search(s.conn(), &query).expect("search");
         assert_eq!(
@@ -634,9 +633,9 @@ mod tests {
         .iter()
         .map(|h| h.record.record_id)
         .collect();
-        s.write_raw(|tx| {
-            store_vector_in(tx, ids[0], "m", &[1.0, 0.0])?;
-            store_vector_in(tx, ids[1], "m", &[0.0, 1.0])
+        s.write(|tx| {
+            tx.store_vector(ids[0], "m", &[1.0, 0.0])?;
+            tx.store_vector(ids[1], "m", &[0.0, 1.0])
         })
         .expect("vectors");
         let hits = search(
