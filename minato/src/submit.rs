@@ -26,7 +26,7 @@ pub struct Submitted {
 /// identity's key, for a submit to continue: `minato submit --from`.
 pub fn fork(common: &Common, ledger: LedgerId) -> anyhow::Result<SessionId> {
     let mut store = Store::open(&common.db, &common.store_options()?)?;
-    let (s, _) = store.fork(ledger, &format!("fork of {ledger}"))?;
+    let (s, _) = kura_history::fork::fork(&mut store, ledger, &format!("fork of {ledger}"))?;
     Ok(s.session_id)
 }
 
@@ -53,7 +53,13 @@ pub fn fork_from_replica(
     let replica = Store::open(&path, &kura_store::StoreOptions::default())
         .map_err(|e| anyhow::anyhow!("{e} (is {pi} one of [fleet] peers in serve.toml?)"))?;
     let mut store = Store::open(&common.db, &options)?;
-    let (s, _) = store.fork_from_replica(&replica, pi, ledger, &format!("continued from {pi}"))?;
+    let (s, _) = kura_history::fork::fork_from_replica(
+        &mut store,
+        &replica,
+        pi,
+        ledger,
+        &format!("continued from {pi}"),
+    )?;
     Ok(s.session_id)
 }
 
@@ -204,8 +210,7 @@ pub async fn replay(
     let context = store.read_ledger(first.context_ledger_id)?;
     let target = match context.parent_ids.first() {
         Some(origin) => {
-            store
-                .fork(*origin, &format!("replay of {session}"))?
+            kura_history::fork::fork(&mut store, *origin, &format!("replay of {session}"))?
                 .0
                 .session_id
         }

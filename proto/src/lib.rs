@@ -18,6 +18,7 @@ pub mod record;
 pub mod states;
 pub mod subjects;
 pub mod text;
+pub mod verify;
 pub mod writ;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};

@@ -194,7 +194,12 @@ impl Gateway {
                 (None, Some(l)) => {
                     // Only the agent's own history: a fork's context is what it forks.
                     crate::reads::own_ledger(store, caller, l)?;
-                    AgentSession::Forked(store.fork(l, &label).map_err(store_error)?.0.session_id)
+                    AgentSession::Forked(
+                        kura_history::fork::fork(store, l, &label)
+                            .map_err(store_error)?
+                            .0
+                            .session_id,
+                    )
                 }
                 (None, None) => AgentSession::New(&label),
             };

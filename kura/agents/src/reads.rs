@@ -141,7 +141,7 @@ impl Gateway {
         self.with_store(|store| {
             own_ledger(store, caller, req.a)?;
             own_ledger(store, caller, req.b)?;
-            let d = kura_store::diff::diff(store, req.a, req.b).map_err(store_error)?;
+            let d = kura_history::diff::diff(store, req.a, req.b).map_err(store_error)?;
             let side = |v: &[Record]| v.iter().take(MAX_DIFF_SIDE).map(value).collect();
             Ok(Diffed {
                 only_a: side(&d.only_a),

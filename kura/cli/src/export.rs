@@ -131,7 +131,7 @@ fn history(store: &Store, session_id: SessionId) -> Result<(Vec<Ledger>, Branche
     let mut branches: Vec<(String, LedgerId)> = Vec::new();
     let mut i = 0;
     while i < sessions.len() {
-        for f in kura_store::branch::forks_of(store.conn(), sessions[i])? {
+        for f in kura_serve::history::fork::forks_of(store.conn(), sessions[i])? {
             if !sessions.contains(&f.session_id) {
                 sessions.push(f.session_id);
                 if let Some(h) = store.read_session(f.session_id)?.head_ledger_id {

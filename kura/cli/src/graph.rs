@@ -77,7 +77,7 @@ pub fn draw(store: &Store, out: &mut Out, json: bool, session_id: SessionId) -> 
     let lost = kura_store::branch::unreachable(store.conn(), session_id)?;
     let mut forked_to: HashMap<LedgerId, Vec<SessionId>> = HashMap::new();
     // A step's session grows from the plan, and is drawn here.
-    for f in kura_store::branch::forks_of(store.conn(), session_id)? {
+    for f in kura_serve::history::fork::forks_of(store.conn(), session_id)? {
         if !steps.contains_key(&f.session_id) {
             forked_to.entry(f.origin).or_default().push(f.session_id);
         }

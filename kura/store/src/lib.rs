@@ -8,7 +8,6 @@
 
 pub mod branch;
 mod cached;
-pub mod diff;
 pub mod error;
 pub mod proof;
 pub mod redact;

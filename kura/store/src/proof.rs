@@ -3,7 +3,7 @@
 
 use proto::ledger::LedgerState;
 use proto::merkle;
-use proto::proof::{InclusionProof, SealLogLink};
+use proto::proof::InclusionProof;
 use proto::{LedgerId, RecordId};
 
 use crate::error::{Result, StoreError};
@@ -60,43 +60,6 @@ pub fn prove(store: &Store, record_id: RecordId, ledger_id: LedgerId) -> Result<
             redaction: d.redaction.clone(),
         }),
     })
-}
-
-/// Adds the next link to `proof`: its ledger's leaf in the seal log, proved included in the
-/// tree of the signed checkpoint `note` (whose signature `vkey` must check). A ledger
-/// sealed after the checkpoint cannot be linked to it yet.
-pub fn link_to_checkpoint(
-    store: &Store,
-    proof: &mut InclusionProof,
-    note: &str,
-    vkey: &str,
-) -> Result<()> {
-    let cp = kura_tlog::checkpoint::open(note, vkey)?;
-    let ledger_id = crate::store::parse_id(&proof.ledger_id)?;
-    let conn = store.conn();
-    let (index, leaf_data) =
-        kura_tlog::storage::LogStorage::leaf_of(&crate::SealLog(conn), ledger_id)?.ok_or_else(
-            || StoreError::Invalid(format!("ledger {ledger_id} has no leaf in the seal log")),
-        )?;
-    if index >= cp.size {
-        return Err(StoreError::Invalid(format!(
-            "ledger {ledger_id} was sealed after that checkpoint (leaf {index}, checkpoint size {}); wait for the next checkpoint",
-            cp.size
-        )));
-    }
-    if let Err(why) = kura_tlog::checkpoint::extends(&crate::SealLog(conn), &cp)? {
-        return Err(StoreError::Invalid(format!(
-            "the store does not extend that checkpoint: {why}"
-        )));
-    }
-    let path = kura_tlog::seallog::inclusion_proof(&crate::SealLog(conn), index, cp.size)?;
-    proof.seal_log = Some(SealLogLink {
-        leaf_index: index,
-        leaf_data,
-        audit_path: path.iter().map(|h| hex::encode(h.0)).collect(),
-        checkpoint: note.to_owned(),
-    });
-    Ok(())
 }
 
 #[cfg(test)]

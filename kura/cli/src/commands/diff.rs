@@ -21,7 +21,7 @@ impl Diff {
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
         let Diff { ledger_a, ledger_b } = self;
-        let d = kura_store::diff::diff(&store, id(&ledger_a)?, id(&ledger_b)?)?;
+        let d = kura_serve::history::diff::diff(&store, id(&ledger_a)?, id(&ledger_b)?)?;
         if json {
             out.json(&d)?;
             return Ok(Outcome::Ok);

@@ -90,7 +90,7 @@ impl Prove {
             let vkey = kura_serve::anchor::log_verifier(log_key)?;
             let note = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            kura_store::proof::link_to_checkpoint(&store, &mut proof, &note, &vkey)?;
+            kura_serve::history::proof::link_to_checkpoint(&store, &mut proof, &note, &vkey)?;
         }
         ctx.out.json(&proof)?;
         Ok(Outcome::Ok)

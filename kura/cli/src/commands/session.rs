@@ -140,7 +140,7 @@ fn fork(
     sealer_key: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     use_sealer(store, sealer_key.as_deref())?;
-    let (s, first) = store.fork(id(ledger)?, label)?;
+    let (s, first) = kura_serve::history::fork::fork(store, id(ledger)?, label)?;
     if json {
         out.json_sorted(&Forked {
             first_ledger: &first,

@@ -80,7 +80,7 @@ fn show(store: &Store, out: &mut Out, json: bool, uid: Uuid) -> anyhow::Result<(
             let uid = SessionId::from(uid);
             let s = store.read_session(uid)?;
             let reflog = store.reflog(uid)?;
-            let forks = kura_store::branch::forks_of(store.conn(), uid)?;
+            let forks = kura_serve::history::fork::forks_of(store.conn(), uid)?;
             if json {
                 out.json_sorted(&SessionJson {
                     forks: &forks,

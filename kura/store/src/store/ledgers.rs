@@ -389,23 +389,7 @@ impl Store {
 
     /// The ledger's records, in order.
     pub fn hydrate(&self, ledger_id: LedgerId) -> Result<Vec<Record>> {
-        read_ledger_in(&self.conn, ledger_id)?;
-        let cols = RECORD_COLUMNS
-            .split(", ")
-            .map(|c| format!("r.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "SELECT {cols} FROM ledger_records m JOIN records r ON r.record_id = m.record_id
-              WHERE m.ledger_id = ?1 ORDER BY m.position"
-        );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map([ledger_id.to_string()], record_from_row)?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row??);
-        }
-        Ok(out)
+        self.hydrate_range(ledger_id, 0, usize::MAX)
     }
 
     /// Up to `limit` of the ledger's records from position `from`, in order (one page of a

@@ -6,8 +6,7 @@ use proto::LedgerId;
 use proto::record::Record;
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::store::Store;
+use kura_store::{Result, Store};
 
 /// The result of comparing two ledgers, each list in ledger order.
 #[derive(Debug, Clone, Serialize)]
@@ -61,7 +60,7 @@ pub fn diff(store: &Store, a: LedgerId, b: LedgerId) -> Result<LedgerDiff> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StoreOptions;
+    use kura_store::StoreOptions;
     use proto::record::{Content, NewRecord, RecordType};
 
     #[test]
