@@ -141,6 +141,8 @@ impl Secrets {
             ),
             (|c| c.is_ascii_hexdigit(), 2),
         ];
+        // Only the last `window` encoded characters can hold a secret's start.
+        let widest = self.0.iter().map(|(_, v)| window(v.len())).max()?;
         for (is_char, group) in forms {
             let run = text
                 .char_indices()
@@ -148,23 +150,28 @@ impl Secrets {
                 .take_while(|(_, c)| is_char(*c) || matches!(c, '\n' | '\r'))
                 .last()
                 .map(|(i, _)| i)?;
-            // Where a replacement may begin: the run's start, each line start, each `=`'s end.
-            let mut starts = vec![run];
-            starts.extend(
-                text[run..]
-                    .char_indices()
-                    .filter(|(_, c)| matches!(c, '\n' | '='))
-                    .map(|(i, c)| run + i + c.len_utf8()),
-            );
-            for &start in starts.iter().rev() {
-                let flat: Vec<u8> = text[start..]
-                    .bytes()
-                    .filter(|b| is_char(char::from(*b)) && *b != b'=')
-                    .collect();
+            // The run's encoded characters (no `=` or line breaks), and where each may begin
+            // a replacement: the run's start, each line start, each `=`'s end — the latest
+            // first, and no further back than the widest window reaches.
+            let tail = &text[run..];
+            let mut flat: Vec<u8> = Vec::new();
+            let mut starts: Vec<(usize, usize)> = vec![(run, 0)];
+            for (i, b) in tail.bytes().enumerate() {
+                if b == b'\n' || b == b'=' {
+                    starts.push((run + i + 1, flat.len()));
+                } else if is_char(char::from(b)) {
+                    flat.push(b);
+                }
+            }
+            for &(start, from) in starts.iter().rev() {
+                let seen = &flat[from..];
                 for (name, value) in &self.0 {
-                    if ends_in_secret(&flat, group, value.as_bytes()) {
+                    if ends_in_secret(seen, group, value.as_bytes()) {
                         return Some(format!("{}[secret:{name}]", &text[..start]));
                     }
+                }
+                if seen.len() >= widest {
+                    break;
                 }
             }
         }
@@ -201,6 +208,12 @@ impl Secrets {
     }
 }
 
+/// How many encoded characters at the end of a run can hold the start of a secret of
+/// `len` bytes, at any alignment (hex takes two per byte, base64 fewer).
+fn window(len: usize) -> usize {
+    (len + 3) * 2 + 8
+}
+
 /// Which characters an encoding is written in.
 type CharClass = fn(char) -> bool;
 
@@ -210,8 +223,7 @@ type CharClass = fn(char) -> bool;
 fn ends_in_secret(flat: &[u8], group: usize, secret: &[u8]) -> bool {
     use base64::Engine as _;
     let min = MIN_SECRET_BYTES.min(secret.len());
-    let window = (secret.len() + 3) * 2 + 8;
-    let tail = &flat[flat.len().saturating_sub(window)..];
+    let tail = &flat[flat.len().saturating_sub(window(secret.len()))..];
     let lenient = base64::engine::GeneralPurpose::new(
         &base64::alphabet::STANDARD,
         base64::engine::GeneralPurposeConfig::new()
@@ -519,6 +531,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Review: every line break or `=` in a trailing run began another decode of everything
+    /// after it (quadratic: a few MiB of "=\n" took minutes; now only the tail that can hold
+    /// a secret's start is decoded — its speed is no test's to judge). Such a run is left
+    /// as it is, and a secret cut at its end is still found.
+    #[test]
+    fn a_long_run_of_breaks_and_equals_is_left_whole_and_a_cut_secret_at_its_end_found() {
+        use base64::Engine as _;
+        let s = Secrets::new(vec![("KEY".into(), "sk-canary-1234567890abcdef".into())]);
+        let text = "=\n".repeat(1 << 16);
+        assert_eq!(s.scrub(&text), text.as_str());
+        let cut = base64::engine::general_purpose::STANDARD.encode(b"xx sk-canary-1234");
+        let clean = s.scrub(&format!("{text}{cut}")).into_owned();
+        assert!(
+            clean.ends_with("[secret:KEY]"),
+            "{}",
+            &clean[clean.len() - 40..]
+        );
     }
 
     /// Review finding: a secret with a multibyte character panicked every scrub (its start

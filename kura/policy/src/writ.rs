@@ -435,9 +435,13 @@ pub fn check_scope(
     if paths.is_empty() && tool == "fs.list" {
         paths.push(("path", "."));
     }
-    // A call that names no path (`shell.run`, an agent's `Bash`) can reach any file: under
-    // narrowed paths it runs only when the writ names the tool itself, not through a glob.
-    if paths.is_empty() && !w.paths.iter().any(|g| g == "*") && !w.tools.iter().any(|t| t == tool) {
+    // A call that names no path, or runs a command (`shell.run`, an agent's `Bash`), can reach
+    // any file: under narrowed paths it runs only when the writ names the tool itself, not
+    // through a glob — a path argument beside the command bounds nothing.
+    if (paths.is_empty() || runs_a_command(args))
+        && !w.paths.iter().any(|g| g == "*")
+        && !w.tools.iter().any(|t| t == tool)
+    {
         let why = format!(
             "tool {tool:?} names no path these paths can bound; a writ with narrowed paths allows it only by naming it"
         );
@@ -481,7 +485,9 @@ const PLACE_WORDS: [&str; 14] = [
 ];
 /// Argument names that are a place by themselves.
 const PLACE_NAMES: [&str; 4] = ["to", "from", "into", "out"];
-/// Arguments that carry free text, not places (their strings are not read as paths).
+/// Arguments that carry free text, not places (their strings are not read as paths). A
+/// command's words (`command`, `argv`) are not bounded by paths at all: a tool that runs one
+/// is allowed under narrowed paths only when the writ names it.
 const FREE_TEXT: [&str; 12] = [
     "content",
     "text",
@@ -493,14 +499,25 @@ const FREE_TEXT: [&str; 12] = [
     "message",
     "body",
     "command",
-    "pattern",
+    "argv",
     "reason",
 ];
+/// Names that contain a place word but name a choice, not a place (NotebookEdit's
+/// `new_source`; any `…_mode`, like Grep's `output_mode`).
+const NOT_PLACES: [&str; 2] = ["new_source", "cell_source"];
 
 /// Whether an argument's name says it may name a place.
 fn place_name(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
+    if NOT_PLACES.contains(&k.as_str()) || k.ends_with("_mode") {
+        return false;
+    }
     PLACE_NAMES.contains(&k.as_str()) || PLACE_WORDS.iter().any(|w| k.contains(w))
+}
+
+/// Whether a call runs a command (its reach no path argument bounds).
+fn runs_a_command(args: &Map<String, Value>) -> bool {
+    args.contains_key("command") || args.contains_key("argv")
 }
 
 /// Adds to `paths` every other place the arguments name: each string under a name that says
@@ -519,38 +536,53 @@ fn places<'a>(
             }
             continue;
         }
-        walk(key, value, place_name(key), paths);
+        walk(key, value, place_name(key), paths)?;
     }
     Ok(())
 }
 
-/// [`places`] inside one argument's value.
-fn walk<'a>(key: &'a str, value: &'a Value, place: bool, paths: &mut Vec<(&'a str, &'a str)>) {
+/// [`places`] inside one argument's value; `Err` names a place no path glob can bound (a
+/// `file:` URL with a host or escapes).
+fn walk<'a>(
+    key: &'a str,
+    value: &'a Value,
+    place: bool,
+    paths: &mut Vec<(&'a str, &'a str)>,
+) -> Result<(), &'a str> {
     match value {
         Value::String(s) => {
             let free = FREE_TEXT.contains(&key.to_ascii_lowercase().as_str());
             let looks = ["/", "~", "../", "file:"].iter().any(|p| s.starts_with(p));
             if place || (looks && !free) {
-                let s = s
-                    .strip_prefix("file://")
-                    .or(s.strip_prefix("file:"))
-                    .unwrap_or(s);
-                paths.push((key, s));
+                let path = match s.strip_prefix("file:") {
+                    Some(rest) => {
+                        let rest = rest.strip_prefix("//").unwrap_or(rest);
+                        // `file://host/…` or `%2e%2e`: not a path in its one spelling.
+                        let host = s.starts_with("file://") && !rest.starts_with('/');
+                        if host || rest.contains('%') {
+                            return Err(key);
+                        }
+                        rest
+                    }
+                    None => s,
+                };
+                paths.push((key, path));
             }
         }
         Value::Array(items) => {
             for item in items {
-                walk(key, item, place, paths);
+                walk(key, item, place, paths)?;
             }
         }
         Value::Object(fields) => {
             for (k, v) in fields {
                 let p = place || place_name(k) || crate::path::PATH_KEYS.contains(&k.as_str());
-                walk(k, v, p, paths);
+                walk(k, v, p, paths)?;
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
+    Ok(())
 }
 
 /// A call against one writ: its scope, and room in every budget for one more call

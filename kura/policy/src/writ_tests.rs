@@ -484,6 +484,25 @@ fn under_narrowed_paths_a_tool_with_no_path_runs_only_when_named() {
     let r = run(&narrowed(&["shell.*"]));
     assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
     assert_eq!(run(&narrowed(&["shell.run"])), Ok(()));
+    // Second review: a path beside the command bounds nothing (`cat /etc/x` with a dummy
+    // path ran through the glob); named exactly, its argv may name any place.
+    let with_path = json!({"argv": ["cat", "/etc/shadow"], "path": "notes/a"})
+        .as_object()
+        .cloned()
+        .expect("object");
+    let call = |w: &WritBody| {
+        check_call(
+            w,
+            "shell.run",
+            Effect::External,
+            &with_path,
+            Spent::default(),
+            NOON,
+        )
+    };
+    let r = call(&narrowed(&["shell.*"]));
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    assert_eq!(call(&narrowed(&["shell.run"])), Ok(()));
     // Any path: nothing to bound, the glob suffices.
     let open = WritBody {
         tools: vec!["*".into()],
@@ -556,6 +575,10 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
         json!({"file_path": "notes/a", "path": ["/etc/shadow"]}),
         json!({"path": "notes/a", "uri": "file:///etc/passwd"}),
         json!({"path": "notes/a", "mode": "~/.ssh/authorized_keys"}),
+        // Second review: an absolute Glob pattern, a file URL with escapes or a host.
+        json!({"path": "notes", "pattern": "/home/ana/.ssh/*"}),
+        json!({"path": "notes/a", "uri": "file:///notes/%2e%2e/%2e%2e/etc/passwd"}),
+        json!({"path": "notes/a", "uri": "file://evil.example/share"}),
     ] {
         let r = call(escaping.clone());
         assert!(
@@ -567,6 +590,9 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
         json!({"path": "notes/a", "destination": "notes/b", "overwrite": true}),
         json!({"path": "notes/a", "output": {"file": "notes/c"}, "timeout": 5}),
         json!({"path": "notes/a", "content": "/etc/passwd is where users live"}),
+        // Second review: choices named like places are not places.
+        json!({"path": "notes/a", "output_mode": "files_with_matches"}),
+        json!({"path": "notes/a", "new_source": "print('hi')"}),
     ] {
         assert_eq!(call(within.clone()), Ok(()), "{within}");
     }

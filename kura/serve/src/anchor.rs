@@ -322,25 +322,49 @@ pub fn replica_trust(
     store: &Store,
 ) -> anyhow::Result<Option<(Trust, Option<kura_tlog::sealer::Keyring>)>> {
     let origins = kura_store::replica::origins(store)?;
-    let [origin] = &origins[..] else {
-        return Ok(None);
-    };
-    if proto::fleet::check_pi_name(origin).is_err()
-        || store.path().file_name() != Some(std::ffi::OsStr::new(&format!("{origin}.db")))
-    {
+    if origins.is_empty() {
         return Ok(None);
     }
     let Some(config) = serve_config()? else {
         return Ok(None);
     };
-    let Some(peer) = config.fleet.peers.iter().find(|p| &p.name == origin) else {
+    // This Pi's own database after `kura fleet restore` replicates itself: not a replica.
+    if origins
+        .iter()
+        .all(|o| config.fleet.name.as_deref() == Some(o))
+    {
         return Ok(None);
+    }
+    let peer = match &origins[..] {
+        [origin] => config.fleet.peers.iter().find(|p| &p.name == origin),
+        _ => None,
     };
+    let dir = store.path().parent().unwrap_or(Path::new("."));
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    let in_replicas = match &config.fleet.replicas_dir {
+        Some(d) => canonical(d).is_some_and(|d| canonical(dir) == Some(d)),
+        None => canonical(dir).is_some_and(|d| d.ends_with("replicas")),
+    };
+    let own = canonical(&config.common.db).is_some_and(|d| canonical(store.path()) == Some(d));
+    let Some(peer) = peer.filter(|p| {
+        proto::fleet::check_pi_name(&p.name).is_ok()
+            && store.path().file_name() == Some(std::ffi::OsStr::new(&format!("{}.db", p.name)))
+            && in_replicas
+            && !own
+    }) else {
+        // It says it replicates another Pi, but it is not the replica of a peer this Pi
+        // pins: nothing here may choose the keys it is held to.
+        bail!(
+            "{} replicates {} but is not a replica of a [[fleet.peers]] this Pi pins (in the replicas directory, named <pi>.db): pass --log-key and --checkpoint (and --keyring) to verify it",
+            store.path().display(),
+            origins.join(", ")
+        );
+    };
+    let origin = &peer.name;
     let keyring = match &peer.keyring {
         Some(k) => keyring(Some(k.clone()))?,
         None => None,
     };
-    let dir = store.path().parent().unwrap_or(Path::new("."));
     let trust = Trust {
         vkey: Some(peer.log_verifier.trim().to_owned()),
         files: vec![kura_fleet::receive::checkpoint_path(dir, origin)],
@@ -432,6 +456,24 @@ impl Trust {
             });
         }
         let Some(found) = found else {
+            // A replica is verified only against its origin's checkpoint: without it, nothing
+            // outside the file holds the replica's history, and that is a failure, not a note.
+            if let Some(origin) = &self.replica_of {
+                report.problems.push(Problem {
+                    kind: "checkpoint",
+                    id: String::new(),
+                    check: "checkpoint_missing",
+                    detail: format!(
+                        "no checkpoint of {origin} beside the replica ({}): kura serve keeps it \
+                         there after every verified batch; pass --checkpoint FILE and --log-key",
+                        self.files
+                            .iter()
+                            .map(|f| f.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
             return Ok(Some(self.nowhere()));
         };
         let cp = &found.checkpoint;

@@ -66,7 +66,7 @@ impl Verify {
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
         let scope = scope(&store, self.id, self.all)?;
-        // A replica is held to what its origin is (kept beside it), unless told otherwise.
+        // A replica is held to what this Pi pins for its origin, unless told otherwise.
         let told = self.log_key.is_some()
             || !self.checkpoints.is_empty()
             || !self.witnesses.is_empty()
