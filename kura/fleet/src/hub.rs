@@ -141,6 +141,9 @@ pub async fn setup(js: &jetstream::Context, pis: &[String], quota: Quota) -> Res
     Ok(())
 }
 
+/// How far back `reseat` looks for the Pi's own ledger (messages of every subject).
+const RESEAT_REACH: u64 = 100_000;
+
 /// The hub operator's remedy for a message at `pi`'s place that the Pi never published
 /// (stream sequence `forged`, named by the Pi's ALARM): the Pi's own ledger before it is
 /// published again on top, so the subject's last ledger is the Pi's and its publisher
@@ -168,10 +171,12 @@ pub async fn reseat(js: &jetstream::Context, pi: &str, forged: u64) -> Result<(u
     let mut seq = forged;
     let own = loop {
         seq -= 1;
-        if seq == 0 {
+        // Bounded: a forged index far from the Pi's own cannot send it through the stream.
+        if seq == 0 || forged - seq > RESEAT_REACH {
             return Err(FleetError::Config(format!(
-                "no ledger of {pi} precedes {forged} on {subject}: the Pi has nothing of its \
-                 own to resume after; make its stream again (a new stream name) or restore it"
+                "no ledger of {pi} just before {forged} on {subject} within {RESEAT_REACH} \
+                 messages: the Pi has nothing of its own to resume after there; make its stream \
+                 again (a new stream name) or restore it"
             )));
         }
         let Ok(m) = stream.get_raw_message(seq).await else {
@@ -183,7 +188,9 @@ pub async fn reseat(js: &jetstream::Context, pi: &str, forged: u64) -> Result<(u
         // Only a ledger, and the one just before the forged leaf: an earlier forgery, or a
         // message that is no ledger, is passed over (the Pi checks the hash again anyway).
         match crate::wire::decode(pi, &m.payload, &objects).await {
-            Ok(ReplMessage::Ledger(l)) if at.is_none_or(|i| l.index + 1 == i) => break m,
+            Ok(ReplMessage::Ledger(l)) if at.is_none_or(|i| l.index.checked_add(1) == Some(i)) => {
+                break m;
+            }
             _ => {}
         }
     };

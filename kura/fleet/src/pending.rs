@@ -37,16 +37,24 @@ pub(crate) struct Pending {
     pub bytes: u64,
     /// The last checkpoint (size, root) found consistent with what the replica holds.
     pub checked: Option<(u64, [u8; 32])>,
-    /// Ways of filling a batch already tried and refused (the stream sequences chosen,
-    /// leaf by leaf): never tried again while this is held.
-    pub refused: std::collections::HashSet<Vec<u64>>,
 }
 
 /// Most ledger combinations a batch is tried with at once when rivals share an index (the
 /// next ones are tried the next time, never one twice).
 pub(crate) const MAX_TRIES: usize = 16;
-/// Most refused combinations held; past it the receiver starts over from its cursor.
-pub(crate) const MAX_REFUSED: usize = 1024;
+/// Most refused combinations held (32 bytes each): past it the receiver stops trying rival
+/// ledgers for that batch and says so — the hub is then withholding the origin's own.
+pub(crate) const MAX_REFUSED: usize = 65_536;
+
+/// The digest a way of filling a batch is remembered by.
+pub(crate) fn digest(seqs: impl IntoIterator<Item = u64>) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for s in seqs {
+        h.update(s.to_be_bytes());
+    }
+    h.finalize().into()
+}
 
 impl Pending {
     /// Holds a ledger that came at stream sequence `seq`; returns the sequences of other
@@ -77,6 +85,7 @@ impl Pending {
         to: u64,
         stored: impl Fn(&str) -> bool,
         preferred: impl Fn(&ReplLedger) -> bool,
+        refused: &std::collections::HashSet<[u8; 32]>,
     ) -> Vec<Vec<&(u64, ReplLedger)>> {
         let mut choices: Vec<Vec<&(u64, ReplLedger)>> = Vec::new();
         for i in from..to {
@@ -98,11 +107,10 @@ impl Pending {
         let mut pick = vec![0usize; choices.len()];
         // Refused combinations are skipped, but the walk over them is bounded too.
         let mut walked = 0usize;
-        while out.len() < MAX_TRIES && walked < MAX_REFUSED + MAX_TRIES {
+        while out.len() < MAX_TRIES && walked < refused.len() + MAX_TRIES {
             walked += 1;
             let batch: Vec<_> = pick.iter().zip(&choices).map(|(&k, c)| c[k]).collect();
-            let seqs: Vec<u64> = batch.iter().map(|(s, _)| *s).collect();
-            if !self.refused.contains(&seqs) {
+            if !refused.contains(&digest(batch.iter().map(|(s, _)| *s))) {
                 out.push(batch);
             }
             // The next combination, the last index turning fastest.
@@ -167,7 +175,6 @@ impl Pending {
 
     /// Forgets what a write of the first `size` leaves used.
     pub fn applied(&mut self, size: u64) {
-        self.refused.clear();
         let done = self.ledgers.split_off(&size);
         let used: Vec<String> = std::mem::replace(&mut self.ledgers, done)
             .into_values()
@@ -275,22 +282,23 @@ mod tests {
             Some(2),
             "the forged ledger's missing record does not hold the batch back"
         );
+        let none = std::collections::HashSet::new();
         let tries: Vec<Vec<u64>> = p
-            .batches(0, 2, stored, |_| false)
+            .batches(0, 2, stored, |_| false, &none)
             .iter()
             .map(|b| b.iter().map(|(s, _)| *s).collect())
             .collect();
         assert_eq!(tries, vec![vec![10, 12], vec![10, 14]]);
         // Review: one the origin sealed is tried first, and one refused is not tried again.
         let sealed = |l: &ReplLedger| l.ledger_hash == "o";
-        let first: Vec<u64> = p.batches(0, 2, stored, sealed)[0]
+        let first: Vec<u64> = p.batches(0, 2, stored, sealed, &none)[0]
             .iter()
             .map(|(s, _)| *s)
             .collect();
         assert_eq!(first, vec![10, 14]);
-        p.refused.insert(vec![10, 14]);
+        let refused = std::collections::HashSet::from([digest([10, 14])]);
         let left: Vec<Vec<u64>> = p
-            .batches(0, 2, stored, sealed)
+            .batches(0, 2, stored, sealed, &refused)
             .iter()
             .map(|b| b.iter().map(|(s, _)| *s).collect())
             .collect();

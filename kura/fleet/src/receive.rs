@@ -36,6 +36,9 @@ pub struct Receiver {
     db: PathBuf,
     alarm: PathBuf,
     checkpoint: PathBuf,
+    /// Ways of filling a batch already tried and refused (digests of the stream sequences
+    /// chosen), never tried again — across a reconnect too — until the replica moves on.
+    refused: std::sync::Mutex<std::collections::HashSet<[u8; 32]>>,
     max_pending: u64,
     witness: Option<(String, Arc<Witness>)>,
     stream: Stream,
@@ -111,6 +114,7 @@ impl Receiver {
             db,
             alarm: alarm_path(dir, &peer.name),
             checkpoint,
+            refused: std::sync::Mutex::default(),
             max_pending,
             witness,
             stream,
@@ -375,6 +379,13 @@ impl Receiver {
         let ledger = matches!(message, ReplMessage::Ledger(_));
         match message {
             ReplMessage::Record(r) => {
+                // A body that does not hash to the hash it claims is nobody's record: dropped
+                // here, so it never takes the place of the origin's own (a redacted record's
+                // tombstone is checked against its kept leaf when its ledger is written).
+                if r.redacted.is_none() && !r.columns.as_columns().hash_matches() {
+                    tracing::warn!(origin = %self.origin, seq, hash = %r.columns.hash, "dropped a record that does not hash to the hash it claims");
+                    return Ok(false);
+                }
                 p.bytes += r.columns.content.len() as u64 + 200;
                 if let Some(kept) = r.redacted {
                     // The signed redaction is held too, and counted against the bound.
@@ -484,9 +495,18 @@ impl Receiver {
             }
             p.checked = Some((cp.size, cp.root.0));
         }
+        if let Some(note) = self.write_ready(store, p, size)? {
+            self.cosign(store, &note).await;
+        }
+        Ok(())
+    }
+
+    /// Writes the largest batch a held checkpoint covers, trying each way to fill it that
+    /// was not refused before; the checkpoint's note when one was written.
+    fn write_ready(&self, store: &mut Store, p: &mut Pending, size: u64) -> Result<Option<String>> {
         let stored = |h: &str| has_record(&*store, h).unwrap_or(false);
         let Some((note, cp)) = p.ready(size, stored).cloned() else {
-            return Ok(());
+            return Ok(None);
         };
         // Rivals at an index (someone else's ledger beside the origin's) make more than one
         // way to fill the batch: each is tried, and only one that rebuilds the signed root
@@ -500,13 +520,18 @@ impl Receiver {
                         .is_none_or(|k| k.contains_key(&seal.sealer))
             })
         };
+        // What was refused stays refused across a reconnect, until the replica moves on.
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let tries: Vec<Vec<(u64, ReplLedger)>> = p
-            .batches(size, cp.size, stored, preferred)
+            .batches(size, cp.size, stored, preferred, &refused)
             .into_iter()
             .map(|b| b.into_iter().cloned().collect())
             .collect();
         let t = std::time::Instant::now();
-        let mut refused = None;
+        let mut last_refusal = None;
         let mut written = None;
         for batch in &tries {
             match self.write_batch(store, p, batch, (&note, &cp)) {
@@ -514,33 +539,33 @@ impl Receiver {
                     written = Some(batch);
                     break;
                 }
-                Err(FleetError::Store(e)) if e.is_corruption() => refused = Some(e),
+                Err(FleetError::Store(e)) if e.is_corruption() => last_refusal = Some(e),
                 Err(e) => return Err(e),
             }
         }
         let Some(batch) = written else {
-            let Some(e) = refused else {
-                return Ok(());
+            let Some(e) = last_refusal else {
+                return Ok(None);
             };
             // Unsigned bodies that do not rebuild the signed root: nothing is written. The
             // ways tried are not tried again; reading goes on, so the origin's own ledgers,
             // arriving later, are tried next (the hub may delay or mangle; it cannot make us
-            // write). Past a bound, everything is read again from the replica's cursor.
-            for b in &tries {
-                p.refused.insert(b.iter().map(|(s, _)| *s).collect());
+            // write). Bounded, 32 bytes each: past the bound the hub is taken to withhold the
+            // origin's own ledgers, and what is tried may repeat.
+            if refused.len() < crate::pending::MAX_REFUSED {
+                for b in &tries {
+                    refused.insert(crate::pending::digest(b.iter().map(|(s, _)| *s)));
+                }
             }
             let at: Vec<Vec<u64>> = tries
                 .iter()
                 .map(|b| b.iter().map(|(s, _)| *s).collect())
                 .collect();
             tracing::error!(origin = %self.origin, error = %e, stream_seqs = ?at, "refused a batch of the origin's history; nothing written; reading on");
-            if p.refused.len() > crate::pending::MAX_REFUSED {
-                return Err(FleetError::Hub(format!(
-                    "{} ways to fill a batch refused: reading again from the replica's cursor",
-                    p.refused.len()
-                )));
+            if refused.len() >= crate::pending::MAX_REFUSED {
+                tracing::error!(origin = %self.origin, refused = refused.len(), "rival ledgers at too many leaves: pin the origin's keyring ([[fleet.peers]] keyring) so its own seals are tried first");
             }
-            return Ok(());
+            return Ok(None);
         };
         for i in size..cp.size {
             for (seq, l) in p.ledgers.get(&i).into_iter().flatten() {
@@ -558,9 +583,9 @@ impl Receiver {
         }
         tracing::info!(origin = %self.origin, size = cp.size, ledgers = batch.len(), write_us = t.elapsed().as_micros() as u64, "replica verified against the origin's checkpoint");
         p.applied(cp.size);
+        refused.clear();
         p.checked = Some((cp.size, cp.root.0));
-        self.cosign(store, &note).await;
-        Ok(())
+        Ok(Some(note))
     }
 
     /// Cosigns the checkpoint just verified, as a witness, and puts it beside the origin's.

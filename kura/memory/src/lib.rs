@@ -269,6 +269,13 @@ impl MemoryTx for Tx<'_> {
 const SEALED: &str = "SELECT 1 FROM ledger_records lr JOIN ledgers l ON l.ledger_id = lr.ledger_id
                        WHERE lr.record_id = kb.record_id AND l.state = 'sealed'";
 
+/// The search's own filters, in the candidates' query too (`?2` a type, `?3` a session, each
+/// NULL for any), so memory outside them never crowds the top hits out either.
+const SCOPED: &str = "(?2 IS NULL OR EXISTS (SELECT 1 FROM records r
+                         WHERE r.record_id = kb.record_id AND r.record_type = ?2))
+                      AND (?3 IS NULL OR EXISTS (SELECT 1 FROM memory_sessions ms
+                         WHERE ms.record_id = kb.record_id AND ms.session_id = ?3))";
+
 /// Searches memory: BM25 over the FTS index (and cosine similarity when a query vector is
 /// given), filtered by type and session; superseded decisions go last, ties go to the newest.
 pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
@@ -276,12 +283,18 @@ pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
     let limit = s.limit.clamp(1, 1000);
     // candidate id -> (bm25 goodness, cosine)
     let mut cand: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let (kind, session) = (
+        s.record_type.map(|t| t.as_str()),
+        s.session_id.map(|id| id.to_string()),
+    );
     if let Some(q) = fts_query(&s.query) {
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT record_id, -bm25(kb) FROM kb WHERE kb MATCH ?1 AND EXISTS ({SEALED})
-                  ORDER BY bm25(kb) LIMIT 200"
+                AND {SCOPED} ORDER BY bm25(kb) LIMIT 200"
         ))?;
-        let rows = stmt.query_map([q], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
+        let rows = stmt.query_map(params![q, kind, session], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
+        })?;
         for row in rows {
             let (id, g) = row?;
             cand.insert(id, (g, 0.0));
@@ -289,10 +302,12 @@ pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
     }
     if let Some(qv) = &s.query_vector {
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT record_id, vector FROM kb_vectors WHERE EXISTS ({})",
-            SEALED.replace("kb.record_id", "kb_vectors.record_id")
+            "SELECT record_id, vector FROM kb_vectors WHERE ?1 IS NULL AND EXISTS ({}) AND {}",
+            SEALED.replace("kb.record_id", "kb_vectors.record_id"),
+            SCOPED.replace("kb.record_id", "kb_vectors.record_id")
         ))?;
-        let rows = stmt.query_map([], |r| {
+        let none: Option<&str> = None;
+        let rows = stmt.query_map(params![none, kind, session], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
         })?;
         for row in rows {
@@ -316,21 +331,6 @@ pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
             }
             e => e,
         })?;
-        if s.record_type.is_some_and(|t| t != rec.record_type) {
-            continue;
-        }
-        if let Some(session) = s.session_id {
-            let found = conn
-                .query_row(
-                    "SELECT 1 FROM memory_sessions WHERE record_id = ?1 AND session_id = ?2",
-                    params![id, session.to_string()],
-                    |_| Ok(()),
-                )
-                .optional()?;
-            if found.is_none() {
-                continue;
-            }
-        }
         let superseded = conn
             .query_row(
                 "SELECT 1 FROM memory_graph WHERE dst_record_id = ?1 AND rel = 'supersedes'",

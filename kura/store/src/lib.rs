@@ -1,7 +1,7 @@
 //! Kura's store: the SQLite file every Kura process shares and the only source of truth —
 //! records, ledgers, sessions, the memory index (and the schema of the work tables
 //! `kura-work` keeps) — and the reports read from it
-//! (verify, diff, proofs). Synchronous by design: no async runtime, no NATS. Writes go
+//! (verify, proofs). Synchronous by design: no async runtime, no NATS. Writes go
 //! through [`Store::write`] and the named operations of its [`Tx`]; the transparency log
 //! (seal log, checkpoints, witnesses) is `kura_tlog`'s, run over [`SealLog`] (its
 //! `LogStorage` on these tables) and appended to inside the seal.
