@@ -386,6 +386,15 @@ impl Receiver {
                     tracing::warn!(origin = %self.origin, seq, hash = %r.columns.hash, "dropped a record that does not hash to the hash it claims");
                     return Ok(false);
                 }
+                // A body already held is never replaced: a copy someone altered where the
+                // content hash does not reach (metadata, id, time) and sent later would
+                // otherwise take the origin's place and fail its batch for good.
+                if let Some(held) = p.records.get(&r.columns.hash) {
+                    if *held != r.columns {
+                        tracing::warn!(origin = %self.origin, seq, hash = %r.columns.hash, "dropped another body for a record already held");
+                    }
+                    return Ok(false);
+                }
                 p.bytes += r.columns.content.len() as u64 + 200;
                 if let Some(kept) = r.redacted {
                     // The signed redaction is held too, and counted against the bound.

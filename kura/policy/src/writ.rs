@@ -448,7 +448,7 @@ pub fn check_scope(
         return Err(WritError::OutOfScope { id, why });
     }
     if !w.paths.iter().any(|g| g == "*") {
-        places(args, &mut paths).map_err(|key| WritError::OutOfScope {
+        places(tool, args, &mut paths).map_err(|key| WritError::OutOfScope {
             id,
             why: format!(
                 "argument {key:?} may name a place and is not a path or a list of paths these paths can bound"
@@ -488,11 +488,14 @@ const PLACE_NAMES: [&str; 4] = ["to", "from", "into", "out"];
 /// Arguments that carry free text, not places (their strings are not read as paths). A
 /// command's words (`command`, `argv`) are not bounded by paths at all: a tool that runs one
 /// is allowed under narrowed paths only when the writ names it.
-const FREE_TEXT: [&str; 12] = [
+const FREE_TEXT: [&str; 18] = [
     "content",
+    "pattern",
     "text",
     "new_string",
     "old_string",
+    "new_source",
+    "cell_source",
     "description",
     "prompt",
     "query",
@@ -500,8 +503,13 @@ const FREE_TEXT: [&str; 12] = [
     "body",
     "command",
     "argv",
+    "cmd",
+    "script",
+    "code",
     "reason",
 ];
+/// Arguments that run something (their reach no path argument bounds).
+const COMMANDS: [&str; 5] = ["command", "argv", "cmd", "script", "code"];
 /// Names that contain a place word but name a choice, not a place (NotebookEdit's
 /// `new_source`; any `…_mode`, like Grep's `output_mode`).
 const NOT_PLACES: [&str; 2] = ["new_source", "cell_source"];
@@ -517,7 +525,7 @@ fn place_name(key: &str) -> bool {
 
 /// Whether a call runs a command (its reach no path argument bounds).
 fn runs_a_command(args: &Map<String, Value>) -> bool {
-    args.contains_key("command") || args.contains_key("argv")
+    COMMANDS.iter().any(|k| args.contains_key(*k))
 }
 
 /// Adds to `paths` every other place the arguments name: each string under a name that says
@@ -525,10 +533,25 @@ fn runs_a_command(args: &Map<String, Value>) -> bool {
 /// as a path (`/…`, `~…`, `../…`, `file:…`) outside free-text arguments. `Err` names a path
 /// argument that is not a string, which no path glob can bound.
 fn places<'a>(
+    tool: &str,
     args: &'a Map<String, Value>,
     paths: &mut Vec<(&'a str, &'a str)>,
 ) -> Result<(), &'a str> {
     for (key, value) in args {
+        // A file glob (Grep's `glob`, a Glob tool's `pattern`) reaches where it says from a
+        // path already held to the writ: absolute it is one more path; climbing out (`..`) or
+        // braces (`{/etc/x,y}`) it cannot be bounded.
+        let file_glob =
+            key == "glob" || (key == "pattern" && tool.to_ascii_lowercase().contains("glob"));
+        if let (true, Value::String(g)) = (file_glob, value) {
+            if g.contains('{') || g.split('/').any(|part| part == "..") {
+                return Err(key);
+            }
+            if g.starts_with('/') || g.starts_with('~') {
+                paths.push((key, g));
+            }
+            continue;
+        }
         if crate::path::PATH_KEYS.contains(&key.as_str()) {
             // A string one is already held to the paths; anything else cannot be.
             if !value.is_string() {
@@ -552,14 +575,16 @@ fn walk<'a>(
     match value {
         Value::String(s) => {
             let free = FREE_TEXT.contains(&key.to_ascii_lowercase().as_str());
-            let looks = ["/", "~", "../", "file:"].iter().any(|p| s.starts_with(p));
+            // A URL scheme is case-blind (`FILE:///etc/passwd`).
+            let scheme = s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("file:"));
+            let looks = scheme || ["/", "~", "../"].iter().any(|p| s.starts_with(p));
             if place || (looks && !free) {
-                let path = match s.strip_prefix("file:") {
+                let path = match s.get(5..).filter(|_| scheme) {
                     Some(rest) => {
+                        let authority = rest.starts_with("//");
                         let rest = rest.strip_prefix("//").unwrap_or(rest);
                         // `file://host/…` or `%2e%2e`: not a path in its one spelling.
-                        let host = s.starts_with("file://") && !rest.starts_with('/');
-                        if host || rest.contains('%') {
+                        if authority && !rest.starts_with('/') || rest.contains('%') {
                             return Err(key);
                         }
                         rest

@@ -576,9 +576,13 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
         json!({"path": "notes/a", "uri": "file:///etc/passwd"}),
         json!({"path": "notes/a", "mode": "~/.ssh/authorized_keys"}),
         // Second review: an absolute Glob pattern, a file URL with escapes or a host.
-        json!({"path": "notes", "pattern": "/home/ana/.ssh/*"}),
+        json!({"path": "notes", "glob": "/home/ana/.ssh/*"}),
         json!({"path": "notes/a", "uri": "file:///notes/%2e%2e/%2e%2e/etc/passwd"}),
         json!({"path": "notes/a", "uri": "file://evil.example/share"}),
+        // Third review: climbing or braced file globs, a scheme in capitals.
+        json!({"path": "notes", "glob": "../../etc/*"}),
+        json!({"path": "notes", "glob": "{/etc/passwd,x}"}),
+        json!({"path": "notes/a", "uri": "FILE:///etc/passwd"}),
     ] {
         let r = call(escaping.clone());
         assert!(
@@ -593,9 +597,37 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
         // Second review: choices named like places are not places.
         json!({"path": "notes/a", "output_mode": "files_with_matches"}),
         json!({"path": "notes/a", "new_source": "print('hi')"}),
+        json!({"path": "notes/a", "new_source": "/ a cell that opens with a slash"}),
+        // A Grep regex is no place; a relative file glob is relative to a held path.
+        json!({"path": "notes/a", "pattern": "/api/v1", "glob": "*.rs"}),
     ] {
         assert_eq!(call(within.clone()), Ok(()), "{within}");
     }
+    // A Glob tool's pattern is a file glob: absolute, it is held to the paths too.
+    let glob = WritBody {
+        tools: vec!["Glob".into()],
+        ..w.clone()
+    };
+    let args = json!({"path": "notes", "pattern": "/home/ana/.ssh/*"});
+    let r = check_call(
+        &glob,
+        "Glob",
+        Effect::Write,
+        args.as_object().expect("object"),
+        Spent::default(),
+        NOON,
+    );
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
+    let args = json!({"path": "notes/sub", "pattern": "**/*.md"});
+    let r = check_call(
+        &glob,
+        "Glob",
+        Effect::Write,
+        args.as_object().expect("object"),
+        Spent::default(),
+        NOON,
+    );
+    assert_eq!(r, Ok(()));
     let open = WritBody {
         paths: vec!["*".into()],
         ..w.clone()

@@ -239,8 +239,13 @@ pub fn keyring(file: Option<PathBuf>) -> anyhow::Result<Option<kura_tlog::sealer
     let file = match file {
         Some(f) => Some(f),
         None => serve_config()?.and_then(|c| c.serve.keyring),
-    }
-    .map(|f| readable_keyring(&f));
+    };
+    keyring_file(file)
+}
+
+/// The keyring in `file` alone (no default from serve.toml), if one is given.
+pub fn keyring_file(file: Option<PathBuf>) -> anyhow::Result<Option<kura_tlog::sealer::Keyring>> {
+    let file = file.map(|f| readable_keyring(&f));
     let Some(file) = file else {
         return Ok(None);
     };
@@ -321,23 +326,8 @@ pub struct Trust {
 pub fn replica_trust(
     store: &Store,
 ) -> anyhow::Result<Option<(Trust, Option<kura_tlog::sealer::Keyring>)>> {
-    let origins = kura_store::replica::origins(store)?;
-    if origins.is_empty() {
-        return Ok(None);
-    }
     let Some(config) = serve_config()? else {
         return Ok(None);
-    };
-    // This Pi's own database after `kura fleet restore` replicates itself: not a replica.
-    if origins
-        .iter()
-        .all(|o| config.fleet.name.as_deref() == Some(o))
-    {
-        return Ok(None);
-    }
-    let peer = match &origins[..] {
-        [origin] => config.fleet.peers.iter().find(|p| &p.name == origin),
-        _ => None,
     };
     let dir = store.path().parent().unwrap_or(Path::new("."));
     let canonical = |p: &Path| std::fs::canonicalize(p).ok();
@@ -346,19 +336,27 @@ pub fn replica_trust(
         None => canonical(dir).is_some_and(|d| d.ends_with("replicas")),
     };
     let own = canonical(&config.common.db).is_some_and(|d| canonical(store.path()) == Some(d));
-    let Some(peer) = peer.filter(|p| {
+    // Decided first by where the file is — `<peer>.db` in the replicas directory is that
+    // peer's replica, whatever its own tables say — then by what it says it replicates.
+    let named = config.fleet.peers.iter().find(|p| {
         proto::fleet::check_pi_name(&p.name).is_ok()
             && store.path().file_name() == Some(std::ffi::OsStr::new(&format!("{}.db", p.name)))
-            && in_replicas
-            && !own
-    }) else {
-        // It says it replicates another Pi, but it is not the replica of a peer this Pi
-        // pins: nothing here may choose the keys it is held to.
-        bail!(
-            "{} replicates {} but is not a replica of a [[fleet.peers]] this Pi pins (in the replicas directory, named <pi>.db): pass --log-key and --checkpoint (and --keyring) to verify it",
-            store.path().display(),
-            origins.join(", ")
-        );
+    });
+    let peer = match named {
+        Some(p) if in_replicas && !own => p,
+        _ => {
+            let foreign = foreign_origins(store, &config)?;
+            if foreign.is_empty() {
+                return Ok(None);
+            }
+            // It says it replicates another Pi, but it is not the replica of a peer this Pi
+            // pins: nothing here may choose the keys it is held to.
+            bail!(
+                "{} replicates {} but is not a replica of a [[fleet.peers]] this Pi pins (in the replicas directory, named <pi>.db): pass --log-key, --checkpoint and --keyring (that Pi's) to verify it",
+                store.path().display(),
+                foreign.join(", ")
+            );
+        }
     };
     let origin = &peer.name;
     let keyring = match &peer.keyring {
@@ -372,6 +370,37 @@ pub fn replica_trust(
         ..Trust::default()
     };
     Ok(Some((trust, keyring)))
+}
+
+/// The Pis other than this one whose history `store` says it replicates (none for this Pi's
+/// own database, even restored from the hub).
+pub fn foreign_origins(store: &Store, config: &ServeConfig) -> anyhow::Result<Vec<String>> {
+    Ok(kura_store::replica::origins(store)?
+        .into_iter()
+        .filter(|o| config.fleet.name.as_deref() != Some(o.as_str()))
+        .collect())
+}
+
+/// What another Pi's history is held to when the person names it: only the flags, nothing
+/// from this Pi's `[serve]` (its witnesses keep this Pi's checkpoints, not that Pi's).
+pub fn told_for_foreign(
+    store: &Store,
+    vkey: Option<String>,
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+) -> anyhow::Result<Option<Trust>> {
+    let Some(config) = serve_config()? else {
+        return Ok(None);
+    };
+    if foreign_origins(store, &config)?.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Trust {
+        vkey,
+        files,
+        dirs,
+        ..Trust::default()
+    }))
 }
 
 impl Trust {
