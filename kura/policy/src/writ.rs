@@ -462,7 +462,7 @@ pub fn check_scope(
             );
             return Err(WritError::OutOfScope { id, why });
         };
-        if !w.paths.iter().any(|g| glob(g, &normal)) {
+        if !w.paths.iter().any(|g| covers(g, &normal, effect)) {
             let why = format!("argument {key:?}: path {normal:?}");
             return Err(WritError::OutOfScope { id, why });
         }
@@ -475,6 +475,13 @@ pub fn check_scope(
         });
     }
     Ok(())
+}
+
+/// Whether writ path glob `g` covers `path` for a call of `effect`: by the glob, or, for
+/// `dir/*` and a call that only reads, the directory itself (listing or searching the root
+/// a writ grants is within it; writing to that name is not).
+fn covers(g: &str, path: &str, effect: Effect) -> bool {
+    glob(g, path) || (effect == Effect::Read && g.strip_suffix("/*").is_some_and(|dir| dir == path))
 }
 
 /// Words in an argument's name that say it may name a place (besides the path keys):

@@ -618,16 +618,21 @@ fn under_narrowed_paths_every_argument_naming_a_place_is_held_to_them() {
         NOON,
     );
     assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
-    let args = json!({"path": "notes/sub", "pattern": "**/*.md"});
+    // The root a writ grants is within it: `notes/*` covers `notes` itself (third review:
+    // Glob, Grep or `fs.list` on the project root were refused).
+    let args = json!({"path": "notes", "pattern": "**/*.md"});
     let r = check_call(
         &glob,
         "Glob",
-        Effect::Write,
+        Effect::Read,
         args.as_object().expect("object"),
         Spent::default(),
         NOON,
     );
     assert_eq!(r, Ok(()));
+    // Writing to the root's own name is not within `notes/*`.
+    let r = call(json!({"path": "notes", "content": "x"}));
+    assert!(matches!(r, Err(WritError::OutOfScope { .. })), "{r:?}");
     let open = WritBody {
         paths: vec!["*".into()],
         ..w.clone()
