@@ -55,13 +55,15 @@ impl CommandProvider {
 }
 
 /// What the program reads on stdin: the turn, its instruction, the previous turn's output
-/// (`null` in the first turn) and the sealed context's records.
+/// (`null` in the first turn), the sealed context's records, and `prompt`: the context as
+/// every provider shows it to a model ([`crate::render::user_message`]).
 #[derive(Debug, serde::Serialize)]
 struct CommandInput<'a> {
     session_id: SessionId,
     turn: i64,
     instruction: String,
     previous_deliverable: Option<String>,
+    prompt: String,
     context: &'a [proto::record::Record],
 }
 
@@ -72,6 +74,7 @@ impl Provider for CommandProvider {
             turn: input.seq,
             instruction: input.instruction(),
             previous_deliverable: input.previous_deliverable(),
+            prompt: crate::render::user_message(input.context),
             context: input.context,
         })
         .map_err(|e| ProviderError::Fatal(format!("cannot write the turn's input: {e}")))?;

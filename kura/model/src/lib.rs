@@ -6,6 +6,7 @@ pub mod bounded;
 mod command;
 mod embed;
 mod openai;
+pub mod render;
 mod scripted;
 
 pub use embed::{EmbedError, embed};

@@ -134,11 +134,7 @@ fn wire_call(content: &Value) -> WireCall {
 
 /// The request body for this turn so far.
 pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
-    let mut user = input.instruction();
-    if let Some(prev) = input.previous_deliverable() {
-        user.push_str("\n\nYour output from the previous turn:\n");
-        user.push_str(&prev);
-    }
+    let user = crate::render::user_message(input.context);
     let mut messages = vec![
         Message::new("system", Some(system.to_owned())),
         Message::new("user", Some(user)),
@@ -398,6 +394,43 @@ mod tests {
             metadata: BTreeMap::new(),
             created_at: String::new(),
         }
+    }
+
+    /// Issue 36: the request a real model got held only the instruction and the last
+    /// deliverable: the memory in its context ledger and a join's other outputs never
+    /// reached it. The user message is the one renderer's.
+    #[test]
+    fn a_real_models_request_carries_the_memory_and_every_joined_output() {
+        let context = [
+            record(
+                RecordType::TaskInstruction,
+                json!({"text": "sum up x and y"}),
+            ),
+            record(RecordType::TaskDeliverable, json!({"text": "x: 3 errors"})),
+            record(RecordType::TaskDeliverable, json!({"text": "y: all clear"})),
+            record(RecordType::MemoryFact, json!({"text": "errors go to ana"})),
+        ];
+        let input = TurnInput {
+            session_id: SessionId::from(uuid::Uuid::nil()),
+            seq: 1,
+            context: &context,
+            history: &[],
+            tools: &[],
+        };
+        let body = request_body("m", "be brief", &input);
+        let user = body["messages"][1]["content"].as_str().unwrap_or_default();
+        for part in [
+            "sum up x and y",
+            "x: 3 errors",
+            "y: all clear",
+            "errors go to ana",
+        ] {
+            assert!(
+                user.contains(part),
+                "{part:?} not shown to the model:\n{user}"
+            );
+        }
+        assert_eq!(user, crate::render::user_message(&context));
     }
 
     /// The typed request is the JSON the hand-built one was.

@@ -120,17 +120,28 @@ fn run_turn_with(
     instruction: &str,
     files: &[(&str, String)],
 ) -> (Store, proto::SessionId) {
+    run_turn_seeded(dir, env, instruction, files, &|_| {}, 0)
+}
+
+/// [`run_turn_with`], after `seed` wrote to the fresh store, with `memory_hits` of memory
+/// packed into the turn's context (as minato does).
+fn run_turn_seeded(
+    dir: &Path,
+    env: &[(&str, String)],
+    instruction: &str,
+    files: &[(&str, String)],
+    seed: &dyn Fn(&mut Store),
+    memory_hits: usize,
+) -> (Store, proto::SessionId) {
     let db = dir.join("kura.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
+    seed(&mut store);
     let req = submit(&mut store, instruction, "user:test", None).expect("submit");
-    accept_next_request(&mut store, &kura_plan::RosterConfig::default(), 0)
-        .expect("accept")
-        .expect("turn");
-    let ws = dir.join("ws").join(
-        store.sessions().expect("sessions")[0]
-            .session_id
-            .to_string(),
-    );
+    let accepted =
+        accept_next_request(&mut store, &kura_plan::RosterConfig::default(), memory_hits)
+            .expect("accept")
+            .expect("turn");
+    let ws = dir.join("ws").join(accepted.session_id.to_string());
     for (name, text) in files {
         std::fs::create_dir_all(&ws).expect("ws");
         std::fs::write(ws.join(name), text).expect("plant");
@@ -171,8 +182,7 @@ fn run_turn_with(
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = request_status(store.conn(), req.request_seq).expect("status");
-    let session = store.sessions().expect("sessions")[0].session_id;
-    (store, session)
+    (store, accepted.session_id)
 }
 
 fn output_records(store: &Store) -> Vec<proto::Record> {
@@ -267,6 +277,67 @@ fn openai_provider_calls_tools_over_the_real_wire_format() {
             .contains("\"bytes\":20"),
         "{}",
         msgs[3]
+    );
+}
+
+/// Issue 36: memory found for the instruction was packed into the context ledger, but a real
+/// model never saw it — the request held only the instruction. The fake server, speaking the
+/// real wire format, is shown the fact (with its record id) in the first request.
+#[test]
+fn a_real_model_is_shown_the_memory_its_context_ledger_holds() {
+    use kura_memory::MemoryTx as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, captured) = fake_openai();
+    let fact = std::sync::Mutex::new(None);
+    let seed = |store: &mut Store| {
+        let session = store.create_session("earlier").expect("session").session_id;
+        let out = store.open_ledger(session, "turn-1-out", &[]).expect("open");
+        let said = proto::NewRecord::new(
+            RecordType::TaskDeliverable,
+            proto::record::Content::text("noted"),
+            "agent:hashi",
+        );
+        let said = store.append(out.ledger_id, &said).expect("append").record;
+        store.seal_ledger(out.ledger_id).expect("seal");
+        let item = kura_memory::Item {
+            kind: RecordType::MemoryFact,
+            text: "out.txt must start with the word ready".into(),
+            supersedes: None,
+        };
+        let id = store
+            .write(|tx| {
+                let m = tx.remember("agent:mikado", &said, session, &[item])?;
+                let id = m[0].record.record_id;
+                tx.seal_memory("agent:mikado", &[id], Some(out.ledger_id), None)?;
+                Ok(id)
+            })
+            .expect("remember");
+        *fact.lock().expect("lock") = Some(id);
+    };
+    run_turn_seeded(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "openai".into()),
+            (
+                "KURA_PROVIDER__BASE_URL",
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
+        ],
+        "Write out.txt the way it must start",
+        &[],
+        &seed,
+        5,
+    );
+    let first = captured.lock().expect("lock").bodies[0].clone();
+    let user = first["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let id = fact.lock().expect("lock").expect("seeded");
+    assert!(
+        user.contains("out.txt must start with the word ready") && user.contains(&id.to_string()),
+        "the model was not shown the memory:\n{user}"
     );
 }
 
