@@ -14,7 +14,7 @@ use crate::content_text;
 pub fn user_message(context: &[Record]) -> String {
     let of = |t: RecordType| context.iter().filter(move |r| r.record_type == t);
     let mut out = of(RecordType::TaskInstruction)
-        .last()
+        .next_back()
         .map(content_text)
         .unwrap_or_default();
     let notes: Vec<String> = of(RecordType::SysContext).map(note).collect();
