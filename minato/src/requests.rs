@@ -497,7 +497,18 @@ fn to_validator(
     };
     let mut decision = Decision::default();
     if is_final && !tree_over {
-        let members = [request_instruction(tx, t.request_seq)?, d.record_id];
+        // The validator is told it judges, and what (a model would otherwise read the
+        // deliverable as its own previous output).
+        let note = NewRecord::new(
+            RecordType::SysContext,
+            Content::Json(serde_json::json!({
+                "text": "You judge the deliverable below against the task above. Answer `pass` or `fail` first, then why.",
+                "validates": d.record_id,
+            })),
+            PLANNER,
+        );
+        let note = tx.write_record(&note)?.record_id;
+        let members = [request_instruction(tx, t.request_seq)?, note, d.record_id];
         let next = new_turn(
             tx,
             &NewTurn {

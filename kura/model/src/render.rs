@@ -22,8 +22,14 @@ pub fn user_message(context: &[Record]) -> String {
     let verdicts: Vec<String> = of(RecordType::TaskVerdict).map(verdict).collect();
     section(&mut out, "The verdict on your last deliverable:", &verdicts);
     let delivered: Vec<String> = of(RecordType::TaskDeliverable).map(content_text).collect();
+    // A validator's context names the deliverable it judges (minato's note).
+    let judging = of(RecordType::SysContext).any(|r| r.content.get("validates").is_some());
     match &delivered[..] {
         [] => {}
+        [one] if judging => {
+            out.push_str("\n\nThe deliverable you judge:\n");
+            out.push_str(one);
+        }
         // One: the previous turn's (the wording every provider has always used).
         [one] => {
             out.push_str("\n\nYour output from the previous turn:\n");
@@ -182,6 +188,32 @@ mod tests {
             "{shown}"
         );
         assert_eq!(user_message(&context), shown, "deterministic");
+    }
+
+    /// Issue 36: a validator was shown the deliverable as "Your output from the previous
+    /// turn", with no word that it judges it. Minato's note says so, and the deliverable is
+    /// labelled as the one judged.
+    #[test]
+    fn a_validator_is_told_it_judges_and_what() {
+        let d = rec(RecordType::TaskDeliverable, json!({"text": "the summary"}));
+        let context = [
+            rec(
+                RecordType::TaskInstruction,
+                json!({"text": "summarise the notes"}),
+            ),
+            rec(
+                RecordType::SysContext,
+                json!({"text": "You judge the deliverable below against the task above.", "validates": d.record_id}),
+            ),
+            d,
+        ];
+        let shown = user_message(&context);
+        assert!(shown.contains("You judge the deliverable"), "{shown}");
+        assert!(
+            shown.contains("The deliverable you judge:\nthe summary"),
+            "{shown}"
+        );
+        assert!(!shown.contains("previous turn"), "{shown}");
     }
 
     /// The simple cases read as they always did: the instruction alone, or with the

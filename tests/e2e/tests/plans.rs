@@ -371,6 +371,24 @@ fn a_validator_fails_the_first_deliverable_and_passes_the_second() {
             .read_record(kura_store::store::parse_id(&allowed).expect("id"))
             .expect("record");
         assert_eq!(rec.content["pass"], true);
+        // Each validation turn's context tells it that it judges, and which deliverable
+        // (issue 36: a validator saw the deliverable as its own previous output).
+        let notes: i64 = s
+            .store()
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM turns t JOIN ledger_records lr ON lr.ledger_id = t.context_ledger_id
+                   JOIN records r ON r.record_id = lr.record_id
+                  WHERE t.session_id = ?1 AND t.validates IS NOT NULL
+                    AND r.record_type = 'sys.context' AND json_extract(r.content, '$.validates') = t.validates",
+                [session.to_string()],
+                |r| r.get(0),
+            )
+            .expect("notes");
+        assert_eq!(
+            notes, 2,
+            "one note per validation turn, naming what it judges"
+        );
     }
     // A validator that never passes ends the work with its verdict after two tries.
     let done = s.wait_complete(never, MINUTE);
