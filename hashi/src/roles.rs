@@ -191,6 +191,7 @@ mod tests {
                 context: std::slice::from_ref(&record),
                 history: &[],
                 tools: &r.specs,
+                max_tokens: None,
             };
             match r.provider.next(&input).expect("steps").pop() {
                 Some(kura_model::Step::Deliver { text, .. }) => text,

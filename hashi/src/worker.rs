@@ -428,12 +428,14 @@ impl Worker {
                 self.fail(claim, &mut history, &why)?;
                 break;
             }
+            let max_tokens = self.tokens_left(claim)?;
             let input = TurnInput {
                 session_id: claim.session_id,
                 seq: claim.seq,
                 context: &context,
                 history: &history,
                 tools: &self.specs,
+                max_tokens,
             };
             if input.steps_taken() >= self.config.max_steps {
                 let msg = format!("step limit of {} reached", self.config.max_steps);
@@ -615,6 +617,31 @@ impl Worker {
             }
         }
         Ok(None)
+    }
+
+    /// What is left of the session's token budget (`[worker] session_tokens`) and of every
+    /// token budget of the writs the turn runs under, counting what is spent but not yet
+    /// committed: the most the next answer may take. `None` when no budget limits tokens.
+    fn tokens_left(&self, claim: &Claim) -> kura_store::Result<Option<u64>> {
+        let used =
+            kura_work::writs::session_usage(&self.store, claim.session_id)?.unwrap_or_default();
+        let pending: u64 = self.spent.iter().map(|u| u.tokens()).sum();
+        let spent = used.1.saturating_add(used.2).saturating_add(pending);
+        let t_max = self.config.session_tokens;
+        let mut left = (t_max > 0).then(|| t_max.saturating_sub(spent));
+        let staged = kura_policy::writ::Spent {
+            tokens: pending,
+            ..Default::default()
+        };
+        for writ in self.writs.ids() {
+            let w =
+                kura_work::writs::tokens_left(&self.store, *writ, &self.issuers, now_ms(), staged)?;
+            left = match (left, w) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(left)
     }
 
     /// Asks the provider, retrying transient failures with backoff.

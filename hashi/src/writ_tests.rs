@@ -450,3 +450,57 @@ fn with_approvals_off_a_path_that_climbs_is_refused_by_the_gate() {
         "{errors:?}"
     );
 }
+
+/// [`Spender`], remembering the `max_tokens` each ask carried.
+struct Bounded {
+    inner: Spender,
+    seen: std::sync::Mutex<Vec<Option<u64>>>,
+}
+
+impl Provider for Bounded {
+    fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
+        self.inner.next(input)
+    }
+
+    fn answer(&self, input: &TurnInput<'_>) -> Result<kura_model::Answer, ProviderError> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(input.max_tokens);
+        self.inner.answer(input)
+    }
+}
+
+/// Issue 36: nothing bounded an answer by what was left of the budget, so a run could
+/// overshoot it by a whole answer. Each ask now carries what is left of the writ's tokens
+/// (100, then 40 after an answer of 60) as `max_tokens`.
+#[test]
+fn each_ask_is_bounded_by_the_tokens_the_writ_has_left() {
+    let (dir, mut store) = fresh();
+    grant(&mut store, |w| w.budget.tokens = Some(100));
+    let turn_id = kura_testkit::pending_turn(&mut store, "spend");
+    let ws_root = dir.path().join("ws");
+    let model = Arc::new(Bounded {
+        inner: spend("fs.read", "a.txt", 10),
+        seen: std::sync::Mutex::default(),
+    });
+    let (rt, mut worker) = worker_on(
+        store.path(),
+        &ws_root,
+        "w",
+        model.clone(),
+        WorkerConfig::default(),
+    );
+    worker.tools = Arc::new(Toolbox::with_state(
+        ToolsConfig {
+            workspace_root: ws_root.display().to_string(),
+            ..ToolsConfig::default()
+        },
+        std::path::PathBuf::from("hashi"),
+        crate::sandbox::SandboxState::Off,
+    ));
+    let _guard = rt.enter();
+    assert!(worker.step().expect("step"));
+    let seen = model.seen.lock().expect("seen").clone();
+    assert_eq!(seen, vec![Some(100), Some(40)], "turn {turn_id}");
+}

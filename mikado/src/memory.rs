@@ -177,6 +177,7 @@ impl Extractor {
             context: &context,
             history: &[],
             tools: &[],
+            max_tokens: None,
         };
         match model.next(&input) {
             Ok(steps) => steps

@@ -64,6 +64,8 @@ struct CommandInput<'a> {
     instruction: String,
     previous_deliverable: Option<String>,
     prompt: String,
+    /// What is left of the token budgets (`null`: none).
+    max_tokens: Option<u64>,
     context: &'a [proto::record::Record],
 }
 
@@ -75,6 +77,7 @@ impl Provider for CommandProvider {
             instruction: input.instruction(),
             previous_deliverable: input.previous_deliverable(),
             prompt: crate::render::user_message(input.context),
+            max_tokens: input.max_tokens,
             context: input.context,
         })
         .map_err(|e| ProviderError::Fatal(format!("cannot write the turn's input: {e}")))?;
@@ -215,6 +218,7 @@ mod tests {
             context: ctx,
             history: &[],
             tools: &[],
+            max_tokens: None,
         })
     }
 

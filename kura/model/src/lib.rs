@@ -98,6 +98,9 @@ pub struct TurnInput<'a> {
     pub history: &'a [Record],
     /// The tools it may call.
     pub tools: &'a [ToolSpec],
+    /// Most tokens the answer may take: what is left of the session's and the writs' token
+    /// budgets (a provider passes it on as `max_tokens`); `None`: no budget bounds it.
+    pub max_tokens: Option<u64>,
 }
 
 impl TurnInput<'_> {

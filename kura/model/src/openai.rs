@@ -117,6 +117,9 @@ struct ChatRequest<'a> {
     messages: Vec<Message>,
     tools: Vec<WireTool<'a>>,
     tool_choice: &'static str,
+    /// What is left of the budgets: an answer cannot overshoot them by a whole reply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
 }
 
 /// The assistant message a `tool.call` record becomes part of.
@@ -194,6 +197,7 @@ pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
         messages,
         tools,
         tool_choice: "auto",
+        max_tokens: input.max_tokens,
     };
     // Strings, numbers and maps with string keys: serializing cannot fail.
     serde_json::to_value(&request).unwrap_or(Value::Null)
@@ -416,8 +420,15 @@ mod tests {
             context: &context,
             history: &[],
             tools: &[],
+            max_tokens: None,
         };
         let body = request_body("m", "be brief", &input);
+        assert!(body.get("max_tokens").is_none(), "no budget, no bound");
+        let bounded = TurnInput {
+            max_tokens: Some(40),
+            ..input
+        };
+        assert_eq!(request_body("m", "be brief", &bounded)["max_tokens"], 40);
         let user = body["messages"][1]["content"].as_str().unwrap_or_default();
         for part in [
             "sum up x and y",
@@ -470,6 +481,7 @@ mod tests {
             context: &context,
             history: &history,
             tools: &tools,
+            max_tokens: None,
         };
         let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
         let expected = json!({
@@ -514,6 +526,7 @@ mod tests {
             context: &context,
             history: &[],
             tools: &offered,
+            max_tokens: None,
         };
         match parse_response(&body, &input).expect("steps").as_slice() {
             [Step::Plan(p)] => {
@@ -524,6 +537,7 @@ mod tests {
         }
         let input = TurnInput {
             tools: &[],
+            max_tokens: None,
             ..input
         };
         match parse_response(&body, &input).expect("steps").as_slice() {

@@ -326,6 +326,29 @@ pub fn check_model_step_pending(
     }))
 }
 
+/// Tokens writ `id`'s chain leaves for the next answer (`pending` counted as spent): the
+/// least any of its writs with a token budget has left; `None` when none limits tokens or the
+/// chain does not verify (then [`check_model_step`] says why the model is not asked).
+pub fn tokens_left(
+    conn: &impl Db,
+    id: WritId,
+    issuers: &[Issuer],
+    now_ms: i64,
+    pending: Spent,
+) -> Result<Option<u64>> {
+    let Ok(chain) = verified_chain(conn, id, issuers)? else {
+        return Ok(None);
+    };
+    Ok(chain
+        .iter()
+        .filter_map(|w| {
+            let limit = w.writ.body.budget.tokens?;
+            let spent = w.spent(now_ms).tokens.saturating_add(pending.tokens);
+            Some(limit.saturating_sub(spent))
+        })
+        .min())
+}
+
 /// Records a model step's usage: on the session, and on every writ of each of `writs`'
 /// chains (the writs the turn runs under).
 pub fn debit_usage(tx: &Tx<'_>, session: SessionId, writs: &[WritId], usage: &Usage) -> Result<()> {
