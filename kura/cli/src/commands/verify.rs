@@ -71,37 +71,29 @@ impl Verify {
             || !self.checkpoints.is_empty()
             || !self.witnesses.is_empty()
             || self.keyring.is_some();
-        let (trust, keyring) = match told {
+        let special = match told {
             // Another Pi's history, keys named by the person: nothing from this Pi's [serve].
-            true => match kura_serve::anchor::told_for_foreign(
+            true => kura_serve::anchor::told_for_foreign(
                 &store,
                 self.log_key.clone(),
                 self.checkpoints.clone(),
                 self.witnesses.clone(),
-            )? {
-                Some(t) => (t, kura_serve::anchor::keyring_file(self.keyring.clone())?),
-                None => (
-                    kura_serve::anchor::Trust::resolve(
-                        self.log_key,
-                        self.checkpoints,
-                        self.witnesses,
-                        store.path(),
-                    )?,
-                    kura_serve::anchor::keyring(self.keyring)?,
-                ),
-            },
-            false => match kura_serve::anchor::replica_trust(&store)? {
-                Some(r) => r,
-                None => (
-                    kura_serve::anchor::Trust::resolve(
-                        self.log_key,
-                        self.checkpoints,
-                        self.witnesses,
-                        store.path(),
-                    )?,
-                    kura_serve::anchor::keyring(self.keyring)?,
-                ),
-            },
+            )?
+            .map(|t| anyhow::Ok((t, kura_serve::anchor::keyring_file(self.keyring.clone())?)))
+            .transpose()?,
+            false => kura_serve::anchor::replica_trust(&store)?,
+        };
+        let (trust, keyring) = match special {
+            Some(r) => r,
+            None => (
+                kura_serve::anchor::Trust::resolve(
+                    self.log_key,
+                    self.checkpoints,
+                    self.witnesses,
+                    store.path(),
+                )?,
+                kura_serve::anchor::keyring(self.keyring)?,
+            ),
         };
         let people = super::people()?;
         let mut report = kura_store::verify::verify_with(
