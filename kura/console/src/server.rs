@@ -222,10 +222,7 @@ async fn watch_changes(console: Shared) {
             Some(_) = doorbells.next() => {}
         }
         let version = console
-            .read(|s| {
-                Ok(s.conn()
-                    .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))?)
-            })
+            .read(|s| Ok(s.data_version()?))
             .await
             .ok();
         if version != last {

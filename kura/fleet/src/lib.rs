@@ -3,11 +3,19 @@
 //! the others that are written only after every hash, seal signature and the origin's
 //! signed checkpoint is checked ([`receive`]). The hub can delay or withhold, never forge.
 //!
+//! What to publish next, what the hub's answers mean and when to raise an ALARM are
+//! decided with no I/O ([`decide`], and `pending` for what a received batch must verify
+//! against); JetStream is an adapter beside them ([`port`]).
+//!
 //! Each Pi's stream and object store and the checkpoints bucket ([`hub`]) are made by the hub's operator; a Pi may only
 //! publish under its own name (the hub's leaf-node permissions, made by `kura fleet add-pi`).
 
+pub mod decide;
 pub mod hub;
+#[cfg(test)]
+mod memory;
 mod pending;
+pub mod port;
 pub mod publish;
 pub mod receive;
 pub mod status;

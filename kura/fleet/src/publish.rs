@@ -4,18 +4,14 @@
 //! linear order per Pi and refuses a different ledger at a taken place), then a signed
 //! checkpoint covering them. The cursor moves only after the hub acknowledged.
 
-use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::message::PublishMessage;
-use async_nats::jetstream::{self, kv, object_store::ObjectStore, stream::Stream};
 use kura_store::Store;
 use kura_store::replica::{logged_hash, outbox, outgoing};
 use proto::fleet::{self, ReplLedger, ReplMessage, ReplRecord};
 
+use crate::decide::{self, Held, Placed};
+pub use crate::decide::LEAVES_PER_CHECKPOINT;
+use crate::port::{Hub, JetStream, Sent};
 use crate::{FleetError, Result, wire};
-
-/// How a halted publisher resumes, said in its ALARM.
-const RESUME: &str = "on the hub: `kura fleet reseat <pi> --seq <sequence> --dir <hub dir>`; \
-     then on this Pi remove replicas/<pi>.publish.alarm and restart kura serve";
 
 /// Where this Pi's publisher keeps its ALARM (in the replicas directory `dir`): while the
 /// file is there, the publisher does not start.
@@ -23,20 +19,14 @@ pub fn alarm_path(dir: &std::path::Path, pi: &str) -> std::path::PathBuf {
     dir.join(format!("{pi}.publish.alarm"))
 }
 
-/// Leaves published before a checkpoint covers them (bounds what a receiver holds).
-pub const LEAVES_PER_CHECKPOINT: u64 = 256;
-
 /// Signs a checkpoint of this Pi's log at a size (the caller holds the log key and has
 /// checked that the log extends its last checkpoint).
 pub type SignAt<'a> = dyn FnMut(&Store, u64) -> Option<String> + 'a;
 
-/// This Pi's publisher.
-pub struct Publisher {
+/// This Pi's publisher, over its place on the hub (JetStream unless a test says otherwise).
+pub struct Publisher<H = JetStream> {
     pi: String,
-    js: jetstream::Context,
-    stream: Stream,
-    kv: kv::Store,
-    objects: ObjectStore,
+    hub: H,
 }
 
 /// What a round did.
@@ -53,15 +43,18 @@ impl Publisher {
     /// setup; a Pi may not create them).
     pub async fn connect(client: async_nats::Client, pi: &str) -> Result<Publisher> {
         proto::fleet::check_pi_name(pi).map_err(|e| FleetError::Config(e.to_string()))?;
-        let js = jetstream::with_domain(client, fleet::DOMAIN);
-        let (stream, kv, objects) = crate::hub::open(&js, pi).await?;
-        Ok(Publisher {
+        let js = async_nats::jetstream::with_domain(client, fleet::DOMAIN);
+        Ok(Publisher::over(JetStream::open(js, pi).await?, pi))
+    }
+}
+
+impl<H: Hub> Publisher<H> {
+    /// `pi`'s publisher over `hub`.
+    pub fn over(hub: H, pi: &str) -> Publisher<H> {
+        Publisher {
             pi: pi.to_owned(),
-            js,
-            stream,
-            kv,
-            objects,
-        })
+            hub,
+        }
     }
 
     /// Publishes every leaf after the cursor, with a checkpoint after each
@@ -90,7 +83,7 @@ impl Publisher {
                     (c, kept)
                 })
                 .collect();
-            let ends_batch = published + 1 == size || (published + 1) % LEAVES_PER_CHECKPOINT == 0;
+            let ends_batch = decide::ends_batch(published, size);
             let t = std::time::Instant::now();
             // The checkpoint rides with the batch's last ledger: receivers verify on arrival.
             let note = if ends_batch {
@@ -113,16 +106,8 @@ impl Publisher {
                     published += 1;
                 }
                 Placed::HubAhead { index, seq, hash } => {
-                    if logged_hash(store, index)?.as_deref() != Some(hash.as_str()) {
-                        return Err(FleetError::Diverged(format!(
-                            "the hub holds another ledger at leaf {index} (stream sequence {seq} \
-                             of {}) under {:?} than this Pi's seal log: the hub's operator or \
-                             another machine publishing under this Pi's name put it there; \
-                             nothing more is published until the hub's operator reseats this Pi ({RESUME})",
-                            fleet::stream(&self.pi),
-                            self.pi
-                        )));
-                    }
+                    let ours = logged_hash(store, index)?;
+                    decide::resume(&self.pi, index, seq, &hash, ours.as_deref())?;
                     tracing::info!(pi = %self.pi, index, "the hub already holds this Pi's ledgers up to here; resuming after them");
                     ledger_seq = seq;
                     published = index + 1;
@@ -154,143 +139,259 @@ impl Publisher {
 
     /// Puts a signed checkpoint where receivers watch for it.
     pub async fn put_checkpoint(&self, note: &str) -> Result<()> {
-        self.kv
-            .put(&self.pi, note.as_bytes().to_vec().into())
-            .await
-            .map_err(FleetError::hub)?;
-        Ok(())
+        self.hub.put_checkpoint(note).await
     }
 
+    /// Publishes a leaf's records and then its ledger, expected after `ledger_seq`. A
+    /// record the hub lost while it kept the ledger is published again by the next round;
+    /// receivers wait for it rather than refuse.
     async fn publish_leaf(
         &self,
         ledger: &ReplLedger,
         records: Vec<(proto::OwnedColumns, Option<proto::proof::RedactedLeaf>)>,
         ledger_seq: u64,
     ) -> Result<Placed> {
-        // Records and the ledger go out back to back (one connection keeps their order in
-        // the stream) and their acknowledgements are awaited together: one round trip, not two.
-        // A record the hub lost while it kept the ledger is published again by the next
-        // round; receivers wait for it rather than refuse.
-        let mut acks = Vec::with_capacity(records.len());
+        let mut bodies = Vec::with_capacity(records.len());
         for (columns, redacted) in records {
             let id = fleet::record_msg_id(&self.pi, &columns.hash);
             let body = ReplMessage::Record(ReplRecord { columns, redacted });
-            let payload = wire::encode(&self.pi, &body, &self.objects).await?;
-            let msg = PublishMessage::build().payload(payload).message_id(id);
-            acks.push(
-                self.js
-                    .send_publish(fleet::record_subject(&self.pi), msg)
-                    .await
-                    .map_err(FleetError::hub)?,
-            );
+            bodies.push((id, wire::encode(&self.pi, &body, &self.hub).await?));
         }
-        let payload = wire::encode(
-            &self.pi,
-            &ReplMessage::Ledger(ledger.clone()),
-            &self.objects,
-        )
-        .await?;
-        let msg = PublishMessage::build()
-            .payload(payload)
-            .message_id(fleet::ledger_msg_id(
-                &self.pi,
-                ledger.index,
-                &ledger.ledger_hash,
-            ))
-            .expected_last_subject_sequence(ledger_seq);
-        let sent = self
-            .js
-            .send_publish(fleet::ledger_subject(&self.pi), msg)
-            .await
-            .map_err(FleetError::hub)?;
-        let placed = sent.await;
-        for ack in acks {
-            ack.await.map_err(FleetError::hub)?;
-        }
-        match placed {
+        let body = wire::encode(&self.pi, &ReplMessage::Ledger(ledger.clone()), &self.hub).await?;
+        let id = fleet::ledger_msg_id(&self.pi, ledger.index, &ledger.ledger_hash);
+        match self.hub.publish_leaf(bodies, (id, body), ledger_seq).await? {
+            Sent::At(seq) => Ok(Placed::At(seq)),
             // A duplicate's sequence is the message that took this ledger's id first: ours
             // from a round that was cut short, or someone else's under our id.
-            Ok(ack) if ack.duplicate => self.duplicate_at(ledger, ack.sequence).await,
-            Ok(ack) => Ok(Placed::At(ack.sequence)),
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                self.hub_ahead(ledger).await
+            Sent::Duplicate(seq) => {
+                let held = self.held(&self.hub.message(seq).await?).await?;
+                decide::duplicate(&self.pi, ledger.index, &ledger.ledger_hash, seq, &held)
             }
-            Err(e) => Err(FleetError::hub(e)),
+            Sent::NotAfter => {
+                let (seq, body) = self.hub.last_ledger().await?;
+                decide::hub_ahead(&self.pi, ledger.index, seq, self.held(&body).await?)
+            }
         }
     }
 
-    /// The hub took this ledger's message id before, at stream sequence `seq`: placed if
-    /// that message is this ledger, else someone published under this Pi's id (an ALARM).
-    async fn duplicate_at(&self, ours: &ReplLedger, seq: u64) -> Result<Placed> {
-        let m = self
-            .stream
-            .get_raw_message(seq)
-            .await
-            .map_err(FleetError::hub)?;
-        match wire::decode(&self.pi, &m.payload, &self.objects).await {
-            Ok(ReplMessage::Ledger(l))
-                if l.index == ours.index && l.ledger_hash == ours.ledger_hash =>
-            {
-                Ok(Placed::At(seq))
-            }
-            Ok(_) | Err(FleetError::Refused { .. }) => Err(FleetError::Diverged(format!(
-                "the hub holds another message under this Pi's id for leaf {} (stream sequence \
-                 {seq} of {}): this Pi never published it; nothing more is published until \
-                 the hub's operator reseats this Pi ({RESUME})",
-                ours.index,
-                fleet::stream(&self.pi)
-            ))),
+    /// What a body on the hub is, to the rules (the hub's trouble reading it stays an error).
+    async fn held(&self, body: &[u8]) -> Result<Held> {
+        match wire::decode(&self.pi, body, &self.hub).await {
+            Ok(ReplMessage::Ledger(l)) => Ok(Held::Ledger {
+                index: l.index,
+                hash: l.ledger_hash,
+            }),
+            Ok(_) => Ok(Held::NotALedger),
+            Err(FleetError::Refused { why, .. }) => Ok(Held::Unreadable(why)),
             Err(e) => Err(e),
         }
     }
-
-    /// The hub's last ledger of this Pi is not where the cursor says (a publisher killed
-    /// after the hub acknowledged and before the cursor moved): resume after it if it is
-    /// this Pi's own ledger at that place, else this Pi's history and the hub's differ.
-    async fn hub_ahead(&self, ours: &ReplLedger) -> Result<Placed> {
-        let last = self
-            .stream
-            .get_last_raw_message_by_subject(&fleet::ledger_subject(&self.pi))
-            .await
-            .map_err(FleetError::hub)?;
-        // Whatever is there, this Pi did not publish it: the hub's word, named by its place.
-        let foreign = |what: String| {
-            FleetError::Diverged(format!(
-                "the hub's last message on {} (stream sequence {} of {}) {what}: this Pi never \
-                 published it; nothing more is published until the hub's operator reseats this Pi ({RESUME})",
-                fleet::ledger_subject(&self.pi),
-                last.sequence,
-                fleet::stream(&self.pi)
-            ))
-        };
-        let theirs = match wire::decode(&self.pi, &last.payload, &self.objects).await {
-            Ok(ReplMessage::Ledger(l)) => l,
-            Ok(_) => return Err(foreign("is not a ledger".into())),
-            Err(FleetError::Refused { why, .. }) => {
-                return Err(foreign(format!("does not read as a ledger ({why})")));
-            }
-            Err(e) => return Err(e),
-        };
-        if theirs.index + 1 < ours.index {
-            return Err(FleetError::Diverged(format!(
-                "the hub holds this Pi's ledgers only up to leaf {} but the cursor is at {}: \
-                 run `kura fleet status` and check the hub's stream",
-                theirs.index, ours.index
-            )));
-        }
-        Ok(Placed::HubAhead {
-            index: theirs.index,
-            seq: last.sequence,
-            hash: theirs.ledger_hash,
-        })
-    }
 }
 
-/// Where a leaf's ledger landed.
-enum Placed {
-    /// At this stream sequence.
-    At(u64),
-    /// The hub already holds this Pi's ledgers up to `index` (its last at `seq`, with
-    /// ledger hash `hash`).
-    HubAhead { index: u64, seq: u64, hash: String },
+#[cfg(test)]
+mod tests {
+    use kura_store::{Store, StoreOptions};
+    use proto::record::{NewRecord, RecordType};
+
+    use super::*;
+    use crate::memory::MemoryHub;
+
+    struct Pi {
+        _dir: tempfile::TempDir,
+        store: Store,
+        session: proto::SessionId,
+        publisher: Publisher<MemoryHub>,
+    }
+
+    fn pi() -> Pi {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut store =
+            Store::create(dir.path().join("k.db"), &StoreOptions::default()).expect("create");
+        let session = store.create_session("fleet").expect("session").session_id;
+        Pi {
+            _dir: dir,
+            store,
+            session,
+            publisher: Publisher::over(MemoryHub::default(), "pi-a"),
+        }
+    }
+
+    impl Pi {
+        fn seal(&mut self, text: &str) {
+            let l = self
+                .store
+                .open_ledger(self.session, text, &[])
+                .expect("open");
+            let r = NewRecord {
+                record_type: RecordType::AgentThought,
+                content: serde_json::json!({ "text": text }),
+                author_id: "agent:test".into(),
+                metadata: Default::default(),
+            };
+            self.store.append_batch(l.ledger_id, &[r]).expect("append");
+            self.store.seal_ledger(l.ledger_id).expect("seal");
+        }
+
+        fn round(&mut self) -> Result<Round> {
+            let mut sign = |_: &Store, size: u64| Some(format!("checkpoint at {size}"));
+            rt().block_on(self.publisher.round(&mut self.store, &mut sign))
+        }
+
+        /// The (leaf, ledger hash) of each ledger on the hub, in stream order.
+        fn on_hub(&self) -> Vec<(u64, String)> {
+            self.publisher
+                .hub
+                .ledgers()
+                .iter()
+                .map(|b| match serde_json::from_slice(b) {
+                    Ok(ReplMessage::Ledger(l)) => (l.index, l.ledger_hash),
+                    _ => (u64::MAX, String::new()),
+                })
+                .collect()
+        }
+
+        fn seal_log(&self) -> Vec<(u64, String)> {
+            let size = kura_tlog::seallog::size(&self.store.seal_log()).expect("size");
+            (0..size)
+                .map(|i| {
+                    let h = logged_hash(&self.store, i).expect("hash");
+                    (i, h.unwrap_or_default())
+                })
+                .collect()
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    fn forged(index: u64, hash: &str) -> ReplLedger {
+        ReplLedger {
+            index,
+            ledger_id: proto::LedgerId::new(),
+            session_id: proto::SessionId::new(),
+            session_label: String::new(),
+            label: "forged".into(),
+            parent_ids: Vec::new(),
+            members: Vec::new(),
+            root_hash: String::new(),
+            ledger_hash: hash.into(),
+            created_at: String::new(),
+            sealed_at: String::new(),
+            seal: None,
+            checkpoint: None,
+        }
+    }
+
+    fn ledger_body(index: u64, hash: &str) -> Vec<u8> {
+        serde_json::to_vec(&ReplMessage::Ledger(forged(index, hash))).expect("body")
+    }
+
+    #[test]
+    fn a_round_publishes_each_sealed_leaf_once_with_a_checkpoint_covering_them() {
+        let mut p = pi();
+        for t in ["one", "two", "three"] {
+            p.seal(t);
+        }
+        let size = p.seal_log().len() as u64;
+        let r = p.round().expect("round");
+        assert_eq!((r.published, r.new), (size, size));
+        assert_eq!(p.on_hub(), p.seal_log());
+        assert_eq!(p.publisher.hub.checkpoint(), Some(format!("checkpoint at {size}")));
+        assert_eq!(outbox(&p.store, "pi-a").expect("outbox").0, size);
+        let again = p.round().expect("again");
+        assert_eq!(again.new, 0, "nothing is published twice");
+        assert_eq!(p.on_hub().len() as u64, size);
+    }
+
+    #[test]
+    fn a_publisher_killed_before_its_cursor_moved_resumes_after_what_the_hub_holds() {
+        let mut p = pi();
+        p.seal("one");
+        p.seal("two");
+        p.round().expect("round");
+        // Killed after the hub acknowledged and before the cursor moved: the cursor is back
+        // at the start. Within the duplicate window the ids say where each ledger is...
+        p.store.write(|tx| tx.set_outbox("pi-a", 0, 0)).expect("cursor");
+        p.seal("three");
+        p.round().expect("resumed by message ids");
+        assert_eq!(p.on_hub(), p.seal_log());
+        // ...and past it, the hub's last ledger, checked against the seal log.
+        p.store.write(|tx| tx.set_outbox("pi-a", 0, 0)).expect("cursor");
+        p.publisher.hub.forget_ids();
+        p.seal("four");
+        let r = p.round().expect("resumed after the hub's last ledger");
+        assert_eq!(r.published, p.seal_log().len() as u64);
+        assert_eq!(p.on_hub(), p.seal_log(), "no ledger twice, none missing");
+    }
+
+    #[test]
+    fn a_forged_ledger_at_this_pis_place_halts_the_publisher_with_an_alarm() {
+        let mut p = pi();
+        p.seal("one");
+        p.round().expect("round");
+        let size = p.seal_log().len() as u64;
+        let seq = p.publisher.hub.forge(true, None, &ledger_body(size, "ff"));
+        p.seal("two");
+        let e = p.round().err().map(|e| e.to_string()).unwrap_or_default();
+        // The forged ledger sits past the cursor at the next leaf: the hub is "ahead" with a
+        // ledger that is not this Pi's at that leaf.
+        assert!(
+            e.contains(&format!("stream sequence {seq}")) && e.contains("reseat"),
+            "{e}"
+        );
+        assert_eq!(outbox(&p.store, "pi-a").expect("outbox").0, size, "the cursor stays");
+    }
+
+    #[test]
+    fn a_message_under_this_pis_ledger_id_that_is_not_its_ledger_is_an_alarm() {
+        let mut p = pi();
+        p.seal("one");
+        let (index, hash) = p.seal_log()[0].clone();
+        let id = fleet::ledger_msg_id("pi-a", index, &hash);
+        let seq = p.publisher.hub.forge(false, Some(&id), b"junk");
+        let e = p.round().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(&format!("stream sequence {seq}")) && e.contains("under this Pi's id"), "{e}");
+        assert!(p.on_hub().is_empty());
+    }
+
+    #[test]
+    fn junk_at_the_end_of_this_pis_ledger_subject_is_an_alarm_not_a_retry() {
+        let mut p = pi();
+        p.seal("one");
+        let seq = p.publisher.hub.forge(true, None, b"\x00 not json");
+        let e = p.round().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("does not read as a ledger") && e.contains(&format!("stream sequence {seq}")), "{e}");
+    }
+
+    #[test]
+    fn a_body_too_large_for_a_message_goes_as_an_object_and_an_altered_object_is_the_hubs_fault() {
+        let hub = MemoryHub::default();
+        let mut l = forged(0, &"a".repeat(64));
+        l.label = "x".repeat(fleet::INLINE_MAX + 1);
+        let big = ReplMessage::Ledger(l);
+        let rt = rt();
+        let sent = rt.block_on(wire::encode("pi-a", &big, &hub)).expect("encode");
+        assert!(sent.len() < fleet::INLINE_MAX, "a pointer goes on the stream");
+        let back = rt.block_on(wire::decode("pi-a", &sent, &hub)).expect("decode");
+        assert_eq!(serde_json::to_value(&back).ok(), serde_json::to_value(&big).ok());
+        let Ok(ReplMessage::Object { name, .. }) = serde_json::from_slice(&sent) else {
+            panic!("not a pointer");
+        };
+        hub.alter_object(&name, b"{}");
+        // Any Pi may write the object store: an altered body is retried, never an ALARM
+        // against the origin.
+        assert!(matches!(
+            rt.block_on(wire::decode("pi-a", &sent, &hub)),
+            Err(FleetError::Hub(_))
+        ));
+        // Under another Pi's name it is refused outright.
+        assert!(matches!(
+            rt.block_on(wire::decode("pi-b", &sent, &hub)),
+            Err(FleetError::Refused { .. })
+        ));
+    }
 }

@@ -496,11 +496,8 @@ impl Receiver {
             let root = kura_tlog::seallog::root(&store.seal_log(), cp.size)
                 .map_err(StoreError::from)?
                 .0;
-            if root != cp.root.0 {
-                return Err(self.refused(format!(
-                    "its signed checkpoint at size {} has another root than the {} leaves the replica verified: its history was rewritten",
-                    cp.size, cp.size
-                )));
+            if let Some(why) = crate::decide::rewritten(cp.size, root, cp.root.0) {
+                return Err(self.refused(why));
             }
             p.checked = Some((cp.size, cp.root.0));
         }

@@ -2,12 +2,11 @@
 //! pointed at) when it is too large for one message, and read back with its size bounded
 //! and its SHA-256 checked before it is parsed.
 
-use async_nats::jetstream::object_store::{ObjectMetadata, ObjectStore};
 use bytes::Bytes;
-use proto::fleet::{INLINE_MAX, OBJECT_CHUNK, OBJECT_MAX, ReplMessage};
+use proto::fleet::{INLINE_MAX, OBJECT_MAX, ReplMessage};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
 
+use crate::port::Objects;
 use crate::{FleetError, Result};
 
 /// Longest wait for one object (at most [`OBJECT_MAX`] bytes on a LAN).
@@ -17,7 +16,7 @@ const OBJECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 pub(crate) async fn encode(
     pi: &str,
     message: &ReplMessage,
-    objects: &ObjectStore,
+    objects: &impl Objects,
 ) -> Result<Bytes> {
     let body = serde_json::to_vec(message).map_err(|e| FleetError::Config(e.to_string()))?;
     if body.len() <= INLINE_MAX {
@@ -25,23 +24,11 @@ pub(crate) async fn encode(
     }
     let sha256 = hex::encode(Sha256::digest(&body));
     let name = format!("{pi}/{sha256}");
-    let meta = ObjectMetadata {
-        name: name.clone(),
-        chunk_size: Some(OBJECT_CHUNK),
-        ..Default::default()
-    };
     let size = body.len() as u64;
     // Content-addressed: an object of that name is this body (a Pi's store is its own), and
     // putting it again would need the purge a Pi may not do.
-    let exists = objects
-        .info(&name)
-        .await
-        .is_ok_and(|i| i.size as u64 == size && !i.deleted);
-    if !exists {
-        objects
-            .put(meta, &mut body.as_slice())
-            .await
-            .map_err(FleetError::hub)?;
+    if !objects.holds(&name, size).await {
+        objects.put(&name, &body).await?;
     }
     let pointer = ReplMessage::Object { name, sha256, size };
     serde_json::to_vec(&pointer)
@@ -54,7 +41,7 @@ pub(crate) async fn encode(
 pub(crate) async fn decode(
     origin: &str,
     payload: &[u8],
-    objects: &ObjectStore,
+    objects: &impl Objects,
 ) -> Result<ReplMessage> {
     let refused = |why: String| FleetError::Refused {
         origin: origin.to_owned(),
@@ -71,16 +58,7 @@ pub(crate) async fn decode(
         )));
     }
     // Bounded in time as in bytes: a store that never finishes an object is the hub's delay.
-    let body = tokio::time::timeout(OBJECT_TIMEOUT, async {
-        let object = objects.get(&name).await.map_err(FleetError::hub)?;
-        let mut body = Vec::new();
-        object
-            .take(size + 1)
-            .read_to_end(&mut body)
-            .await
-            .map_err(FleetError::hub)?;
-        Ok::<_, FleetError>(body)
-    })
+    let body = tokio::time::timeout(OBJECT_TIMEOUT, objects.get(&name, size))
     .await
     .map_err(|_| {
         FleetError::Hub(format!(

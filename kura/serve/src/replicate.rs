@@ -151,10 +151,7 @@ fn publish_loop(
         if stop.sleep(poll.max(backoff)) {
             return None;
         }
-        let version: Option<i64> = store
-            .conn()
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
-            .ok();
+        let version = store.data_version().ok();
         if version.is_some() && version == seen && backoff.is_zero() {
             continue;
         }
