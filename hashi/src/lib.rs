@@ -170,6 +170,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             writs: Default::default(),
             spent: Vec::new(),
             usage_note: None,
+        prompt_note: None,
             secrets: secrets.clone(),
         };
         wakers.push(daemon.consumer(&owner, config.common.poll_interval(), move || worker.step())?);

@@ -203,6 +203,7 @@ fn worker_on(
         writs: Default::default(),
         spent: Vec::new(),
         usage_note: None,
+        prompt_note: None,
         secrets: Arc::default(),
     };
     (rt, worker)

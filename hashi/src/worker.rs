@@ -73,6 +73,8 @@ pub struct Worker {
     pub spent: Vec<proto::writ::Usage>,
     /// The last answer's usage, put on the first record it produces.
     pub usage_note: Option<proto::writ::Usage>,
+    /// The last answer's request hash and frame, put on the first record it produces.
+    pub prompt_note: Option<proto::prompt::Sent>,
     /// Replaced by markers in every record and log line.
     pub secrets: Arc<crate::secrets::Secrets>,
 }
@@ -272,6 +274,14 @@ impl Worker {
                 rec.metadata.insert(k.into(), v);
             }
         }
+        // ...and the request it was shown: its hash, and the frame to build it again from.
+        if let Some(p) = self.prompt_note.take() {
+            rec.metadata
+                .insert(proto::prompt::SHA256_KEY.into(), p.sha256);
+            if let Ok(frame) = serde_json::to_string(&p.frame) {
+                rec.metadata.insert(proto::prompt::FRAME_KEY.into(), frame);
+            }
+        }
         // No secret reaches a record: the model's words, a tool's output, an error.
         self.secrets.scrub_value(&mut rec.content);
         for v in rec.metadata.values_mut() {
@@ -379,6 +389,7 @@ impl Worker {
         self.staged.clear();
         self.spent.clear();
         self.usage_note = None;
+        self.prompt_note = None;
         // The writs the turn runs under: its session's, its planner's or its submitter's,
         // narrowed by its role's.
         self.writs = kura_work::gate::writs_of_turn(&self.store, claim.turn_id)?;
@@ -452,6 +463,7 @@ impl Worker {
                     Ok(answer) => {
                         self.spent.extend(answer.usage.clone());
                         self.usage_note = answer.usage;
+                        self.prompt_note = answer.prompt;
                         Ok(answer.steps)
                     }
                     Err(e) => Err(format!("model provider failed: {e}")),

@@ -66,6 +66,7 @@ impl Provider for Spender {
                 tokens_out: 30,
                 money_micros: 9,
             }),
+            prompt: None,
         })
     }
 }

@@ -13,6 +13,7 @@ pub mod ids;
 pub mod ledger;
 pub mod merkle;
 pub mod plan;
+pub mod prompt;
 pub mod proof;
 pub mod record;
 pub mod states;

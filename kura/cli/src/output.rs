@@ -32,6 +32,12 @@ impl Out {
         self.w.flush()
     }
 
+    /// A request body exactly as a model was sent it (compact JSON: every control
+    /// character in it is escaped), with nothing added, so its SHA-256 is the recorded one.
+    pub fn body(&mut self, json: &[u8]) -> io::Result<()> {
+        self.w.write_all(json)
+    }
+
     /// One line of text, with control characters escaped: much of what `kura` prints was
     /// written by a model, and must not move the cursor, retitle the terminal or hide text.
     pub fn line(&mut self, text: impl AsRef<str>) -> io::Result<()> {

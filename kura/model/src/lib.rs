@@ -6,6 +6,7 @@ pub mod bounded;
 mod command;
 mod embed;
 mod openai;
+pub mod prompt;
 pub mod render;
 mod scripted;
 
@@ -170,6 +171,8 @@ pub struct Answer {
     pub steps: Vec<Step>,
     /// The provider, model and tokens of this answer (and their price), when reported.
     pub usage: Option<proto::writ::Usage>,
+    /// The hash of the request body sent and its frame, when the provider sent one.
+    pub prompt: Option<proto::prompt::Sent>,
 }
 
 /// A model provider.
@@ -182,6 +185,7 @@ pub trait Provider: Send + Sync {
         Ok(Answer {
             steps: self.next(input)?,
             usage: None,
+            prompt: None,
         })
     }
 }

@@ -203,6 +203,13 @@ pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
     serde_json::to_value(&request).unwrap_or(Value::Null)
 }
 
+/// The bytes sent for this turn so far: [`request_body`] as compact JSON. Its SHA-256 is
+/// recorded, and `kura show --prompt` rebuilds it with this same function.
+pub fn body_bytes(model: &str, system: &str, input: &TurnInput<'_>) -> Vec<u8> {
+    // A `Value` always serializes.
+    serde_json::to_vec(&request_body(model, system, input)).unwrap_or_default()
+}
+
 /// Reads a chat-completions response into steps.
 pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
     let message = body.pointer("/choices/0/message").ok_or_else(|| {
@@ -329,9 +336,22 @@ impl Provider for OpenAi {
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<super::Answer, ProviderError> {
-        let body = request_body(&self.model, &self.system, input);
+        let body = body_bytes(&self.model, &self.system, input);
+        let sent = proto::prompt::Sent {
+            sha256: proto::prompt::sha256_hex(&body),
+            frame: crate::prompt::frame(
+                proto::prompt::OPENAI_CHAT_V1,
+                &self.model,
+                &self.system,
+                input,
+            ),
+        };
         let response: Value = self.handle.block_on(async {
-            let mut req = self.http.post(&self.url).json(&body);
+            let mut req = self
+                .http
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key);
             }
@@ -375,6 +395,7 @@ impl Provider for OpenAi {
         Ok(super::Answer {
             steps: parse_response(&response, input)?,
             usage: Some(usage_of(&response, &self.model, &self.prices)),
+            prompt: Some(sent),
         })
     }
 }

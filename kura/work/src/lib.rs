@@ -44,7 +44,7 @@ pub use turn_kind::{
 };
 pub use turns::{
     Claim, Replay, Turn, TurnState, claim_next, complete_turn, fenced, next_done_turn_after,
-    next_turn_seq, release, release_failed, renew, turn,
+    next_turn_seq, release, release_failed, renew, turn, turn_of_output,
 };
 
 /// Milliseconds since the Unix epoch, the clock leases are measured on.

@@ -124,6 +124,17 @@ pub fn turn(conn: &impl Db, turn_id: TurnId) -> Result<Turn> {
         })?
 }
 
+/// The turn that wrote `output` as its output ledger, if one did.
+pub fn turn_of_output(conn: &impl Db, output: LedgerId) -> Result<Option<Turn>> {
+    let conn = conn.sql();
+    let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE output_ledger_id = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([output.to_string()], turn_from_row)
+        .optional()?
+        .transpose()?)
+}
+
 /// Claims the oldest claimable turn — pending, or running with an expired lease — for
 /// `owner` until `now_ms + lease_ms`, opening its output ledger on the first claim.
 pub fn claim_next(

@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 
 struct Captured {
     bodies: Vec<Value>,
+    /// Each request body as the bytes received.
+    raw: Vec<Vec<u8>>,
     auth: Vec<String>,
 }
 
@@ -25,6 +27,7 @@ fn fake_openai() -> (u16, Arc<Mutex<Captured>>) {
     let port = listener.local_addr().expect("addr").port();
     let captured = Arc::new(Mutex::new(Captured {
         bodies: vec![],
+        raw: vec![],
         auth: vec![],
     }));
     let cap = captured.clone();
@@ -53,6 +56,7 @@ fn fake_openai() -> (u16, Arc<Mutex<Captured>>) {
             }
             let mut body = vec![0; len];
             reader.read_exact(&mut body).expect("body");
+            let raw = body.clone();
             let body: Value = serde_json::from_slice(&body).expect("request JSON");
             assert!(
                 request_line.starts_with("POST /v1/chat/completions "),
@@ -85,6 +89,7 @@ fn fake_openai() -> (u16, Arc<Mutex<Captured>>) {
             {
                 let mut c = cap.lock().expect("lock");
                 c.bodies.push(body);
+                c.raw.push(raw);
                 c.auth.push(auth);
             }
             let _ = write!(
@@ -338,6 +343,75 @@ fn a_real_model_is_shown_the_memory_its_context_ledger_holds() {
     assert!(
         user.contains("out.txt must start with the word ready") && user.contains(&id.to_string()),
         "the model was not shown the memory:\n{user}"
+    );
+}
+
+/// Issue 36: nothing recorded which bytes a model was sent, so "what was it shown when it
+/// did this?" had no answer. Each answer's first record carries the SHA-256 of the body the
+/// server received; `kura show --prompt` rebuilds that body from the store byte for byte,
+/// and one changed byte in the turn's context ledger makes it fail.
+#[test]
+fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_rebuilds_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, captured) = fake_openai();
+    let (store, _) = run_one_turn(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "openai".into()),
+            (
+                "KURA_PROVIDER__BASE_URL",
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
+            ("KURA_WORKER__SESSION_TOKENS", "5000".into()),
+        ],
+    );
+    let raw = captured.lock().expect("lock").raw.clone();
+    assert_eq!(raw.len(), 2, "a tool call, then the final answer");
+    let firsts: Vec<proto::Record> = output_records(&store)
+        .into_iter()
+        .filter(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
+        .collect();
+    assert_eq!(firsts.len(), 2, "each answer's first record carries its prompt's hash");
+    let db = dir.path().join("kura.db");
+    for (r, sent) in firsts.iter().zip(&raw) {
+        assert_eq!(
+            r.metadata[proto::prompt::SHA256_KEY],
+            proto::prompt::sha256_hex(sent),
+            "the hash is of the bytes the server received"
+        );
+        let shown = Command::new(bin("kura"))
+            .args(["show", "--prompt", &r.record_id.to_string()])
+            .env("KURA_DB", &db)
+            .output()
+            .expect("kura show --prompt");
+        assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+        assert_eq!(&shown.stdout, sent, "the rebuilt body is the one sent, byte for byte");
+    }
+    // One byte of the context ledger changed behind Kura's back (its guard dropped first).
+    let turns = kura_work::turn_of_output(
+        &store,
+        store.ledgers_containing(firsts[0].record_id).expect("ledgers")[0],
+    )
+    .expect("turn")
+    .expect("a turn wrote it");
+    let instruction = store.hydrate(turns.context_ledger_id).expect("context")[0].record_id;
+    store
+        .conn()
+        .execute_batch(&format!(
+            "DROP TRIGGER records_no_update; UPDATE records SET content = replace(content, 'out.txt', 'out.txu') WHERE record_id = '{instruction}'"
+        ))
+        .expect("tamper");
+    let shown = Command::new(bin("kura"))
+        .args(["show", "--prompt", &firsts[0].record_id.to_string()])
+        .env("KURA_DB", &db)
+        .output()
+        .expect("kura show --prompt");
+    assert_eq!(shown.status.code(), Some(1), "a changed context fails the rebuild");
+    assert!(
+        String::from_utf8_lossy(&shown.stderr).contains("FAIL prompt"),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
     );
 }
 

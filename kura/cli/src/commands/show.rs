@@ -17,6 +17,12 @@ use crate::output::{self, Out};
 pub struct Show {
     /// A record, ledger or session id.
     id: String,
+    /// For the first record of a model's answer: print the request body the model was sent,
+    /// rebuilt from the store (the turn's context ledger, the records before it, the frame
+    /// on the record), and check its SHA-256 against the hash the record carries (exit 1
+    /// when they differ: the record or its context was changed).
+    #[arg(long)]
+    prompt: bool,
 }
 
 /// `kura show RECORD --json`.
@@ -54,6 +60,9 @@ impl Show {
     /// Prints what the id names.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         let store = ctx.open_store()?;
+        if self.prompt {
+            return prompt(&store, &mut ctx.out, id::<RecordId>(&self.id)?);
+        }
         // A record, ledger or session id: parsed as a bare `Uuid`, typed once `kind_of` says.
         show(&store, &mut ctx.out, ctx.json, id(&self.id)?)?;
         Ok(Outcome::Ok)
@@ -122,4 +131,49 @@ fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyho
         }
     }
     Ok(())
+}
+
+/// `kura show --prompt RECORD`: the request body rebuilt, checked against the record's hash.
+fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome> {
+    use proto::prompt::{FRAME_KEY, Frame, SHA256_KEY, sha256_hex};
+    if store.kind_of(rid.uuid())? != Some("record") {
+        anyhow::bail!("{rid} is not a record; give the id of a model answer's first record (`kura log` shows them)");
+    }
+    let r = store.read_record(rid)?;
+    let (Some(sha), Some(frame)) = (r.metadata.get(SHA256_KEY), r.metadata.get(FRAME_KEY)) else {
+        anyhow::bail!(
+            "record {rid} carries no prompt hash: only the first record of a model's answer does, from a provider that sends a request (openai)"
+        );
+    };
+    let frame: Frame = serde_json::from_str(frame)
+        .map_err(|e| anyhow::anyhow!("record {rid}'s {FRAME_KEY} is not a frame: {e}"))?;
+    // The output ledger is the one a turn wrote; its context ledger is what the model saw.
+    let mut found = None;
+    for l in store.ledgers_containing(rid)? {
+        if let Some(t) = kura_work::turn_of_output(store, l)? {
+            found = Some((t.context_ledger_id, l));
+            break;
+        }
+    }
+    let Some((context, output)) = found else {
+        anyhow::bail!("record {rid} is in no turn's output ledger, so there is no context to rebuild its prompt from");
+    };
+    let context = store.hydrate(context)?;
+    let records = store.hydrate(output)?;
+    let before = records
+        .iter()
+        .position(|x| x.record_id == rid)
+        .unwrap_or(records.len());
+    let body = kura_model::prompt::rebuild(&frame, &context, &records[..before])?;
+    out.body(&body)?;
+    let rebuilt = sha256_hex(&body);
+    if &rebuilt == sha {
+        eprintln!("prompt ok: the rebuilt request's SHA-256 {rebuilt} is the one record {rid} carries");
+        Ok(Outcome::Ok)
+    } else {
+        eprintln!(
+            "FAIL prompt: the request rebuilt from the store hashes to {rebuilt}, but record {rid} says the model was sent {sha}: the record, its turn's context ledger or the records before it were changed (run `kura verify --all`)"
+        );
+        Ok(Outcome::VerifyFailed)
+    }
 }

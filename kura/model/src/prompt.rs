@@ -1,0 +1,62 @@
+//! Building a request body again from what the store holds (the frame on the answer's first
+//! record, the sealed context ledger, the records before it in the turn), for `kura show
+//! --prompt`: the same function the provider sent it with, so the bytes agree or the record
+//! was changed.
+
+use proto::prompt::{Frame, OPENAI_CHAT_V1};
+use proto::record::Record;
+
+use crate::{ToolSpec, TurnInput};
+
+/// Why a body cannot be built again.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RebuildError {
+    /// The frame names a rule this build does not know.
+    #[error("rendering rule {0:?} is not one this kura knows (it knows {OPENAI_CHAT_V1:?}); use the kura release that recorded it")]
+    UnknownRule(String),
+}
+
+/// The request body `frame` with `context` and `history` makes, byte for byte.
+pub fn rebuild(frame: &Frame, context: &[Record], history: &[Record]) -> Result<Vec<u8>, RebuildError> {
+    if frame.rule != OPENAI_CHAT_V1 {
+        return Err(RebuildError::UnknownRule(frame.rule.clone()));
+    }
+    let tools: Vec<ToolSpec> = frame
+        .tools
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.parameters.clone(),
+        })
+        .collect();
+    let input = TurnInput {
+        session_id: proto::SessionId::from(uuid::Uuid::nil()),
+        seq: 0,
+        context,
+        history,
+        tools: &tools,
+        max_tokens: frame.max_tokens,
+    };
+    Ok(crate::openai::body_bytes(&frame.model, &frame.system, &input))
+}
+
+/// The frame a request for `input` is built in.
+pub(crate) fn frame(rule: &str, model: &str, system: &str, input: &TurnInput<'_>) -> Frame {
+    Frame {
+        rule: rule.into(),
+        model: model.into(),
+        system: system.into(),
+        tools: input
+            .tools
+            .iter()
+            .map(|t| proto::prompt::FrameTool {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
+            .collect(),
+        max_tokens: input.max_tokens,
+    }
+}

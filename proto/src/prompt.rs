@@ -1,0 +1,61 @@
+//! Prompt provenance on the record: the first record of a model's answer carries the SHA-256
+//! of the exact request body the provider sent ([`SHA256_KEY`]) and the frame it was built
+//! in ([`FRAME_KEY`]: the rendering rule, model, system prompt, tools, `max_tokens`). With
+//! the turn's sealed context ledger and the records before it in the output ledger, the body
+//! can be rebuilt byte for byte and checked against the hash (`kura show --prompt`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Metadata key: lowercase hex SHA-256 of the request body sent.
+pub const SHA256_KEY: &str = "prompt_sha256";
+/// Metadata key: the [`Frame`] as JSON.
+pub const FRAME_KEY: &str = "prompt_frame";
+
+/// The rendering rule of the OpenAI-compatible chat-completions request (PROTOCOL.md,
+/// "What a model is shown"). A change to the request's bytes gets a new rule.
+pub const OPENAI_CHAT_V1: &str = "openai-chat/1";
+
+/// What a request was built from besides the records: enough to build it again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frame {
+    /// The rendering rule (e.g. [`OPENAI_CHAT_V1`]).
+    pub rule: String,
+    /// The model asked.
+    pub model: String,
+    /// The system prompt.
+    pub system: String,
+    /// The tools offered, in the order sent, with Kura's names (`fs.write`).
+    pub tools: Vec<FrameTool>,
+    /// The `max_tokens` sent (what was left of the budgets), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+/// A tool as it was offered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrameTool {
+    /// Its name, e.g. `fs.write`.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: Value,
+}
+
+/// What a provider sent: the body's hash and its frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent {
+    /// Lowercase hex SHA-256 of the body.
+    pub sha256: String,
+    /// What it was built from besides the records.
+    pub frame: Frame,
+}
+
+/// Lowercase hex SHA-256 of `body`.
+pub fn sha256_hex(body: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(body))
+}
