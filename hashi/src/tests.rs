@@ -204,6 +204,8 @@ fn worker_on(
         spent: Vec::new(),
         usage_note: None,
         prompt_note: None,
+        retries_note: 0,
+        mistakes: 0,
         secrets: Arc::default(),
     };
     (rt, worker)

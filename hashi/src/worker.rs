@@ -75,9 +75,19 @@ pub struct Worker {
     pub usage_note: Option<proto::writ::Usage>,
     /// The last answer's request hash and frame, put on the first record it produces.
     pub prompt_note: Option<proto::prompt::Sent>,
+    /// How often the last answer was retried (busy or unreachable server), said on its
+    /// first record.
+    pub retries_note: u32,
+    /// The model's mistakes in a row (a malformed call, a tool it is not offered): the
+    /// first is told to it, the second ends the turn as its error.
+    pub mistakes: u32,
     /// Replaced by markers in every record and log line.
     pub secrets: Arc<crate::secrets::Secrets>,
 }
+
+/// The longest `Retry-After` a worker waits out within a step (a server asking for more
+/// ends the step: the turn's lease and the people waiting should not hang on it).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 
 /// How a turn ended for this worker.
 enum End {
@@ -282,6 +292,10 @@ impl Worker {
                 rec.metadata.insert(proto::prompt::FRAME_KEY.into(), frame);
             }
         }
+        if self.retries_note > 0 {
+            let n = std::mem::take(&mut self.retries_note);
+            rec.metadata.insert("model_retries".into(), n.to_string());
+        }
         // No secret reaches a record: the model's words, a tool's output, an error.
         self.secrets.scrub_value(&mut rec.content);
         for v in rec.metadata.values_mut() {
@@ -390,6 +404,7 @@ impl Worker {
         self.spent.clear();
         self.usage_note = None;
         self.prompt_note = None;
+        self.mistakes = 0;
         // The writs the turn runs under: its session's, its planner's or its submitter's,
         // narrowed by its role's.
         self.writs = kura_work::gate::writs_of_turn(&self.store, claim.turn_id)?;
@@ -454,16 +469,18 @@ impl Worker {
                 break;
             }
             // A replay that is not live takes every step from the record.
+            let mut retries = 0;
             let asked = match recorded.as_ref().filter(|r| !r.replay.live) {
                 Some(r) => r
                     .step(input.steps_taken())
                     .map(|s| vec![s])
                     .map_err(|e| e.to_string()),
-                None => match self.ask(&input) {
+                None => match self.ask(&input, &mut retries) {
                     Ok(answer) => {
                         self.spent.extend(answer.usage.clone());
                         self.usage_note = answer.usage;
                         self.prompt_note = answer.prompt;
+                        self.retries_note = retries;
                         Ok(answer.steps)
                     }
                     Err(e) => Err(format!("model provider failed: {e}")),
@@ -556,11 +573,49 @@ impl Worker {
                         self.fail(claim, history, &msg)?;
                         return Ok(Steps::Delivered);
                     }
+                    // A tool it is not offered is refused with a result it reads (in
+                    // `call_tool`); a second mistake in a row is the model's error.
+                    let offered = self.tools.get(&name).is_some() && self.role.allows(&name);
+                    if !offered
+                        && self.mistaken(
+                            claim,
+                            history,
+                            &format!("called {:?}, a tool it is not offered", excerpt(&name, 256)),
+                        )?
+                    {
+                        return Ok(Steps::Delivered);
+                    }
+                    if offered {
+                        self.mistakes = 0;
+                    }
                     if let CallEnd::Parked(request) =
                         self.call_tool(claim, history, &name, arguments, recorded.as_deref_mut())?
                     {
                         return Ok(Steps::Parked(request));
                     }
+                }
+                Step::Malformed { name, why } => {
+                    if self.mistaken(
+                        claim,
+                        history,
+                        &format!("wrote a tool call that cannot run: {why}"),
+                    )? {
+                        return Ok(Steps::Delivered);
+                    }
+                    // Recorded and answered like any refused call, so the model reads why.
+                    let call_id = proto::new_id().to_string();
+                    let call = ToolCallContent::new(excerpt(&name, 256), Map::new(), &call_id);
+                    let r = self.record(
+                        claim,
+                        RecordType::ToolCall,
+                        call.to_value(),
+                        &[("effect", "unknown".to_owned())],
+                    );
+                    self.append(claim, history, r)?;
+                    let told = format!(
+                        "not run: {why}; call a tool you are offered, with its arguments as one JSON object"
+                    );
+                    self.record_result(claim, history, &call_id, Err(ToolError::Refused(told)))?;
                 }
                 Step::Plan(plan) => {
                     // Recorded as given; minato checks it (roles, cycle, bounds) when the
@@ -582,6 +637,24 @@ impl Worker {
             }
         }
         Ok(Steps::Continue)
+    }
+
+    /// Counts one model mistake (`what` it did); the second in a row ends the turn with it
+    /// recorded as the model's error (true), the first is only counted (the refusal the model
+    /// reads is its one chance to correct itself).
+    fn mistaken(
+        &mut self,
+        claim: &Claim,
+        history: &mut Vec<Record>,
+        what: &str,
+    ) -> kura_store::Result<bool> {
+        self.mistakes += 1;
+        if self.mistakes < 2 {
+            return Ok(false);
+        }
+        let msg = format!("the model's error: it {what}, again after being told");
+        self.fail(claim, history, &msg)?;
+        Ok(true)
     }
 
     /// Which budget, if any, forbids asking the model again: the session's (`[worker]
@@ -656,23 +729,40 @@ impl Worker {
         Ok(left)
     }
 
-    /// Asks the provider, retrying transient failures with backoff.
-    fn ask(&self, input: &TurnInput<'_>) -> Result<kura_model::Answer, ProviderError> {
-        let mut attempt = 0u32;
+    /// Asks the provider, retrying a busy or unreachable server with backoff (doubling from
+    /// 500 ms) and never sooner than its `Retry-After`; a server asking for more than
+    /// [`MAX_RETRY_AFTER`] ends the step instead of holding the worker. The retries are
+    /// counted on the answer's first record.
+    fn ask(
+        &self,
+        input: &TurnInput<'_>,
+        attempt: &mut u32,
+    ) -> Result<kura_model::Answer, ProviderError> {
         loop {
-            match self.provider.answer(input) {
-                Err(ProviderError::Transient(e)) if attempt < self.retries => {
-                    attempt += 1;
-                    tracing::warn!(error = %excerpt(&self.secrets.scrub(&e.to_string()), MAX_QUOTE_BYTES), attempt, "model provider failed; retrying");
-                    // A stop during the backoff ends it at once; the turn is then released.
-                    if self
-                        .stop
-                        .sleep(Duration::from_millis(200 * u64::from(attempt)))
-                    {
-                        return Err(ProviderError::Transient(e));
-                    }
-                }
+            let (e, asked) = match self.provider.answer(input) {
+                Err(ProviderError::Transient(e)) => (e, None),
+                Err(ProviderError::Busy { why, retry_after }) => (why, retry_after),
                 other => return other,
+            };
+            if *attempt >= self.retries {
+                return Err(ProviderError::Transient(format!(
+                    "{e} (after {attempt} retries)"
+                )));
+            }
+            if let Some(wait) = asked.filter(|w| *w > MAX_RETRY_AFTER) {
+                return Err(ProviderError::Fatal(format!(
+                    "{e}; the server asks to wait {} s (Retry-After), more than hashi holds a turn for ({} s)",
+                    wait.as_secs(),
+                    MAX_RETRY_AFTER.as_secs()
+                )));
+            }
+            *attempt += 1;
+            let backoff = Duration::from_millis(500u64 << (*attempt - 1).min(6));
+            let wait = asked.map_or(backoff, |a| a.max(backoff));
+            tracing::warn!(error = %excerpt(&self.secrets.scrub(&e), MAX_QUOTE_BYTES), attempt, wait_ms = wait.as_millis() as u64, "model provider failed; retrying");
+            // A stop during the backoff ends it at once; the turn is then released.
+            if self.stop.sleep(wait) {
+                return Err(ProviderError::Transient(e));
             }
         }
     }

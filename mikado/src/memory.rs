@@ -184,7 +184,7 @@ impl Extractor {
                 .into_iter()
                 .filter_map(|s| match s {
                     Step::Deliver { text, .. } | Step::Thought(text) => Some(marked_lines(&text)),
-                    Step::ToolCall { .. } | Step::Plan(_) => None,
+                    Step::ToolCall { .. } | Step::Malformed { .. } | Step::Plan(_) => None,
                 })
                 .flatten()
                 .collect(),

@@ -221,10 +221,7 @@ async fn watch_changes(console: Shared) {
             _ = tick.tick() => {}
             Some(_) = doorbells.next() => {}
         }
-        let version = console
-            .read(|s| Ok(s.data_version()?))
-            .await
-            .ok();
+        let version = console.read(|s| Ok(s.data_version()?)).await.ok();
         if version != last {
             last = version;
             console.changes.send_modify(|n| *n += 1);

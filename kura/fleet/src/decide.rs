@@ -57,7 +57,13 @@ pub enum Placed {
 
 /// The hub took the ledger's message id before, at `seq`, and holds `held` there: placed
 /// if that is this very ledger, else someone published under this Pi's id (an ALARM).
-pub fn duplicate(pi: &str, index: u64, hash: &str, seq: u64, held: &Held) -> Result<Placed, FleetError> {
+pub fn duplicate(
+    pi: &str,
+    index: u64,
+    hash: &str,
+    seq: u64,
+    held: &Held,
+) -> Result<Placed, FleetError> {
     match held {
         Held::Ledger { index: i, hash: h } if *i == index && h == hash => Ok(Placed::At(seq)),
         _ => Err(FleetError::Diverged(format!(
@@ -98,7 +104,13 @@ pub fn hub_ahead(pi: &str, index: u64, seq: u64, held: Held) -> Result<Placed, F
 /// this Pi's seal log has `ours` there. The same: resume after it. Another (or none): the
 /// hub's operator or another machine publishing under this Pi's name put it there (an
 /// ALARM).
-pub fn resume(pi: &str, index: u64, seq: u64, hub_hash: &str, ours: Option<&str>) -> Result<(), FleetError> {
+pub fn resume(
+    pi: &str,
+    index: u64,
+    seq: u64,
+    hub_hash: &str,
+    ours: Option<&str>,
+) -> Result<(), FleetError> {
     if ours == Some(hub_hash) {
         return Ok(());
     }
@@ -142,15 +154,28 @@ mod tests {
 
     #[test]
     fn a_duplicate_id_holding_this_ledger_is_where_it_was_placed() {
-        assert_eq!(duplicate("pi-a", 4, "aa", 17, &ledger(4, "aa")).ok(), Some(Placed::At(17)));
+        assert_eq!(
+            duplicate("pi-a", 4, "aa", 17, &ledger(4, "aa")).ok(),
+            Some(Placed::At(17))
+        );
     }
 
     #[test]
     fn a_duplicate_id_holding_anything_else_is_an_alarm_naming_its_sequence() {
-        for held in [ledger(4, "bb"), ledger(5, "aa"), Held::NotALedger, Held::Unreadable("x".into())] {
-            let e = duplicate("pi-a", 4, "aa", 17, &held).err().map(|e| e.to_string());
+        for held in [
+            ledger(4, "bb"),
+            ledger(5, "aa"),
+            Held::NotALedger,
+            Held::Unreadable("x".into()),
+        ] {
+            let e = duplicate("pi-a", 4, "aa", 17, &held)
+                .err()
+                .map(|e| e.to_string());
             let e = e.unwrap_or_default();
-            assert!(e.contains("stream sequence 17") && e.contains("reseat"), "{held:?}: {e}");
+            assert!(
+                e.contains("stream sequence 17") && e.contains("reseat"),
+                "{held:?}: {e}"
+            );
         }
     }
 
@@ -158,21 +183,37 @@ mod tests {
     fn a_hub_ahead_with_a_ledger_resumes_and_with_anything_else_halts() {
         assert_eq!(
             hub_ahead("pi-a", 3, 40, ledger(7, "cc")).ok(),
-            Some(Placed::HubAhead { index: 7, seq: 40, hash: "cc".into() })
+            Some(Placed::HubAhead {
+                index: 7,
+                seq: 40,
+                hash: "cc".into()
+            })
         );
-        let not = hub_ahead("pi-a", 3, 40, Held::NotALedger).err().map(|e| e.to_string());
+        let not = hub_ahead("pi-a", 3, 40, Held::NotALedger)
+            .err()
+            .map(|e| e.to_string());
         assert!(not.is_some_and(|e| e.contains("is not a ledger") && e.contains("sequence 40")));
-        let junk = hub_ahead("pi-a", 3, 40, Held::Unreadable("eof".into())).err().map(|e| e.to_string());
+        let junk = hub_ahead("pi-a", 3, 40, Held::Unreadable("eof".into()))
+            .err()
+            .map(|e| e.to_string());
         assert!(junk.is_some_and(|e| e.contains("does not read as a ledger (eof)")));
-        let behind = hub_ahead("pi-a", 9, 40, ledger(2, "cc")).err().map(|e| e.to_string());
+        let behind = hub_ahead("pi-a", 9, 40, ledger(2, "cc"))
+            .err()
+            .map(|e| e.to_string());
         assert!(behind.is_some_and(|e| e.contains("only up to leaf 2")));
     }
 
     #[test]
     fn resuming_needs_the_seal_logs_own_ledger_at_the_hubs_place() {
         assert!(resume("pi-a", 7, 40, "cc", Some("cc")).is_ok());
-        assert!(matches!(resume("pi-a", 7, 40, "cc", Some("dd")), Err(FleetError::Diverged(_))));
-        assert!(matches!(resume("pi-a", 7, 40, "cc", None), Err(FleetError::Diverged(_))));
+        assert!(matches!(
+            resume("pi-a", 7, 40, "cc", Some("dd")),
+            Err(FleetError::Diverged(_))
+        ));
+        assert!(matches!(
+            resume("pi-a", 7, 40, "cc", None),
+            Err(FleetError::Diverged(_))
+        ));
     }
 
     #[test]

@@ -36,7 +36,8 @@ impl MemoryHub {
     /// stream sequence.
     pub fn forge(&self, ledger_subject: bool, id: Option<&str>, body: &[u8]) -> u64 {
         let mut h = self.lock();
-        h.messages.push((ledger_subject, Bytes::copy_from_slice(body)));
+        h.messages
+            .push((ledger_subject, Bytes::copy_from_slice(body)));
         let seq = h.messages.len() as u64;
         if let Some(id) = id {
             h.ids.insert(id.to_owned(), seq);

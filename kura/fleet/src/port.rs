@@ -76,7 +76,9 @@ impl Objects for ObjectStore {
     }
 
     async fn get(&self, name: &str, max: u64) -> Result<Vec<u8>> {
-        let object = ObjectStore::get(self, name).await.map_err(FleetError::hub)?;
+        let object = ObjectStore::get(self, name)
+            .await
+            .map_err(FleetError::hub)?;
         let mut body = Vec::new();
         object
             .take(max + 1)

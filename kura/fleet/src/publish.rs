@@ -8,8 +8,8 @@ use kura_store::Store;
 use kura_store::replica::{logged_hash, outbox, outgoing};
 use proto::fleet::{self, ReplLedger, ReplMessage, ReplRecord};
 
-use crate::decide::{self, Held, Placed};
 pub use crate::decide::LEAVES_PER_CHECKPOINT;
+use crate::decide::{self, Held, Placed};
 use crate::port::{Hub, JetStream, Sent};
 use crate::{FleetError, Result, wire};
 
@@ -159,7 +159,11 @@ impl<H: Hub> Publisher<H> {
         }
         let body = wire::encode(&self.pi, &ReplMessage::Ledger(ledger.clone()), &self.hub).await?;
         let id = fleet::ledger_msg_id(&self.pi, ledger.index, &ledger.ledger_hash);
-        match self.hub.publish_leaf(bodies, (id, body), ledger_seq).await? {
+        match self
+            .hub
+            .publish_leaf(bodies, (id, body), ledger_seq)
+            .await?
+        {
             Sent::At(seq) => Ok(Placed::At(seq)),
             // A duplicate's sequence is the message that took this ledger's id first: ours
             // from a round that was cut short, or someone else's under our id.
@@ -300,7 +304,10 @@ mod tests {
         let r = p.round().expect("round");
         assert_eq!((r.published, r.new), (size, size));
         assert_eq!(p.on_hub(), p.seal_log());
-        assert_eq!(p.publisher.hub.checkpoint(), Some(format!("checkpoint at {size}")));
+        assert_eq!(
+            p.publisher.hub.checkpoint(),
+            Some(format!("checkpoint at {size}"))
+        );
         assert_eq!(outbox(&p.store, "pi-a").expect("outbox").0, size);
         let again = p.round().expect("again");
         assert_eq!(again.new, 0, "nothing is published twice");
@@ -315,12 +322,16 @@ mod tests {
         p.round().expect("round");
         // Killed after the hub acknowledged and before the cursor moved: the cursor is back
         // at the start. Within the duplicate window the ids say where each ledger is...
-        p.store.write(|tx| tx.set_outbox("pi-a", 0, 0)).expect("cursor");
+        p.store
+            .write(|tx| tx.set_outbox("pi-a", 0, 0))
+            .expect("cursor");
         p.seal("three");
         p.round().expect("resumed by message ids");
         assert_eq!(p.on_hub(), p.seal_log());
         // ...and past it, the hub's last ledger, checked against the seal log.
-        p.store.write(|tx| tx.set_outbox("pi-a", 0, 0)).expect("cursor");
+        p.store
+            .write(|tx| tx.set_outbox("pi-a", 0, 0))
+            .expect("cursor");
         p.publisher.hub.forget_ids();
         p.seal("four");
         let r = p.round().expect("resumed after the hub's last ledger");
@@ -343,7 +354,11 @@ mod tests {
             e.contains(&format!("stream sequence {seq}")) && e.contains("reseat"),
             "{e}"
         );
-        assert_eq!(outbox(&p.store, "pi-a").expect("outbox").0, size, "the cursor stays");
+        assert_eq!(
+            outbox(&p.store, "pi-a").expect("outbox").0,
+            size,
+            "the cursor stays"
+        );
     }
 
     #[test]
@@ -354,7 +369,10 @@ mod tests {
         let id = fleet::ledger_msg_id("pi-a", index, &hash);
         let seq = p.publisher.hub.forge(false, Some(&id), b"junk");
         let e = p.round().err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains(&format!("stream sequence {seq}")) && e.contains("under this Pi's id"), "{e}");
+        assert!(
+            e.contains(&format!("stream sequence {seq}")) && e.contains("under this Pi's id"),
+            "{e}"
+        );
         assert!(p.on_hub().is_empty());
     }
 
@@ -364,7 +382,11 @@ mod tests {
         p.seal("one");
         let seq = p.publisher.hub.forge(true, None, b"\x00 not json");
         let e = p.round().err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("does not read as a ledger") && e.contains(&format!("stream sequence {seq}")), "{e}");
+        assert!(
+            e.contains("does not read as a ledger")
+                && e.contains(&format!("stream sequence {seq}")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -374,10 +396,20 @@ mod tests {
         l.label = "x".repeat(fleet::INLINE_MAX + 1);
         let big = ReplMessage::Ledger(l);
         let rt = rt();
-        let sent = rt.block_on(wire::encode("pi-a", &big, &hub)).expect("encode");
-        assert!(sent.len() < fleet::INLINE_MAX, "a pointer goes on the stream");
-        let back = rt.block_on(wire::decode("pi-a", &sent, &hub)).expect("decode");
-        assert_eq!(serde_json::to_value(&back).ok(), serde_json::to_value(&big).ok());
+        let sent = rt
+            .block_on(wire::encode("pi-a", &big, &hub))
+            .expect("encode");
+        assert!(
+            sent.len() < fleet::INLINE_MAX,
+            "a pointer goes on the stream"
+        );
+        let back = rt
+            .block_on(wire::decode("pi-a", &sent, &hub))
+            .expect("decode");
+        assert_eq!(
+            serde_json::to_value(&back).ok(),
+            serde_json::to_value(&big).ok()
+        );
         let Ok(ReplMessage::Object { name, .. }) = serde_json::from_slice(&sent) else {
             panic!("not a pointer");
         };

@@ -59,13 +59,13 @@ pub(crate) async fn decode(
     }
     // Bounded in time as in bytes: a store that never finishes an object is the hub's delay.
     let body = tokio::time::timeout(OBJECT_TIMEOUT, objects.get(&name, size))
-    .await
-    .map_err(|_| {
-        FleetError::Hub(format!(
-            "object {name} took longer than {} s",
-            OBJECT_TIMEOUT.as_secs()
-        ))
-    })??;
+        .await
+        .map_err(|_| {
+            FleetError::Hub(format!(
+                "object {name} took longer than {} s",
+                OBJECT_TIMEOUT.as_secs()
+            ))
+        })??;
     // Every Pi may write the object store, so a body that is not what the origin's pointer
     // names is the hub's or another Pi's doing, not the origin's: retried, never an ALARM
     // against the origin (the hub can delay, not forge).

@@ -40,6 +40,15 @@ pub enum Step {
         /// Its arguments.
         arguments: Map<String, Value>,
     },
+    /// A tool call that cannot be run as the model wrote it (no name, arguments that are
+    /// not a JSON object): recorded with why, and the model is told so once before a second
+    /// one in a row ends the turn as its error.
+    Malformed {
+        /// The tool name as the model wrote it (perhaps empty).
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A plan (an `agent.plan` record): minato runs its steps as sub-sessions once the
     /// turn is done, then gives the session its next turn with their outputs.
     Plan(proto::plan::PlanContent),
@@ -159,6 +168,15 @@ pub enum ProviderError {
     /// A problem that may go away (server down, timeout): worth retrying.
     #[error("{0}")]
     Transient(String),
+    /// The server is busy (HTTP 429 or 5xx): worth retrying, not before `retry_after` when
+    /// it said so (`Retry-After`).
+    #[error("{why}")]
+    Busy {
+        /// What the server said.
+        why: String,
+        /// How long it asked to be left alone.
+        retry_after: Option<std::time::Duration>,
+    },
     /// A problem that will not (bad script, bad response): the turn fails.
     #[error("{0}")]
     Fatal(String),

@@ -257,12 +257,37 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
             .pointer("/function/arguments")
             .cloned()
             .unwrap_or_else(|| Value::Object(Default::default()));
+        // Arguments that do not read as one JSON object are the model's mistake, told to it:
+        // never run as `{}`.
         let arguments = match raw {
-            Value::String(s) => serde_json::from_str::<Value>(&s).ok(),
-            other => Some(other),
+            Value::String(s) if s.trim().is_empty() => Ok(Value::Object(Map::new())),
+            Value::String(s) => serde_json::from_str::<Value>(&s).map_err(|e| e.to_string()),
+            other => Ok(other),
         }
-        .and_then(|v| v.as_object().cloned())
-        .unwrap_or_default();
+        .and_then(|v| match v {
+            Value::Object(m) => Ok(m),
+            other => Err(format!(
+                "a JSON {} where an object belongs",
+                json_kind(&other)
+            )),
+        });
+        let arguments = match (wire.is_empty(), arguments) {
+            (true, _) => {
+                steps.push(Step::Malformed {
+                    name: String::new(),
+                    why: "a tool call with no function name".into(),
+                });
+                continue;
+            }
+            (false, Err(e)) => {
+                steps.push(Step::Malformed {
+                    name,
+                    why: format!("its arguments are not a JSON object ({})", excerpt(&e, 200)),
+                });
+                continue;
+            }
+            (false, Ok(m)) => m,
+        };
         if name == crate::PLAN_TOOL {
             // A plan is recorded for minato to check, never run; one that does not parse is
             // said as a thought, so the model sees why.
@@ -277,12 +302,42 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
     Ok(steps)
 }
 
+/// The JSON type of `v`, in words.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 /// Largest response body read.
 const MAX_BODY: usize = 8 * 1024 * 1024;
 /// Most of an error body read (only a quote of it is kept).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Most of a body quoted in an error.
 const MAX_QUOTE: usize = 2048;
+
+/// How long a `Retry-After` header asks to wait (delta-seconds or an HTTP date, RFC 9110
+/// §10.2.3), seen at `now`; `None` when there is none or it does not read.
+pub fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
 
 /// Reads at most `limit` + 1 bytes of the body, as text.
 async fn read_body(mut resp: reqwest::Response, limit: usize) -> Result<String, ProviderError> {
@@ -360,6 +415,7 @@ impl Provider for OpenAi {
                 .await
                 .map_err(|e| ProviderError::Transient(format!("{}: {e}", self.url)))?;
             let status = resp.status();
+            let retry_after = retry_after(resp.headers(), std::time::SystemTime::now());
             // An error body is only quoted, so little of it is read; a success body is
             // bounded too (a server streaming gigabytes must not exhaust a Pi's memory).
             let limit = if status.is_success() {
@@ -370,11 +426,10 @@ impl Provider for OpenAi {
             let text = read_body(resp, limit).await?;
             let quote = || excerpt(&text, MAX_QUOTE);
             if status.is_server_error() || status.as_u16() == 429 {
-                return Err(ProviderError::Transient(format!(
-                    "{}: HTTP {status}: {}",
-                    self.url,
-                    quote()
-                )));
+                return Err(ProviderError::Busy {
+                    why: format!("{}: HTTP {status}: {}", self.url, quote()),
+                    retry_after,
+                });
             }
             if !status.is_success() {
                 return Err(ProviderError::Fatal(format!(
@@ -408,6 +463,26 @@ mod tests {
     use proto::{RecordId, SessionId};
     use serde_json::json;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates_and_ignores_junk() {
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(RETRY_AFTER, HeaderValue::from_static(v));
+            retry_after(&h, now)
+        };
+        assert_eq!(with("7"), Some(Duration::from_secs(7)));
+        // RFC 9110's example date, 120 s after `now`.
+        assert_eq!(
+            with("Wed, 21 Oct 2015 07:30:00 GMT"),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(with("Wed, 21 Oct 2015 07:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(with("soon"), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
 
     fn record(record_type: RecordType, content: Value) -> Record {
         Record {

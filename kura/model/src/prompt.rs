@@ -13,12 +13,18 @@ use crate::{ToolSpec, TurnInput};
 #[non_exhaustive]
 pub enum RebuildError {
     /// The frame names a rule this build does not know.
-    #[error("rendering rule {0:?} is not one this kura knows (it knows {OPENAI_CHAT_V1:?}); use the kura release that recorded it")]
+    #[error(
+        "rendering rule {0:?} is not one this kura knows (it knows {OPENAI_CHAT_V1:?}); use the kura release that recorded it"
+    )]
     UnknownRule(String),
 }
 
 /// The request body `frame` with `context` and `history` makes, byte for byte.
-pub fn rebuild(frame: &Frame, context: &[Record], history: &[Record]) -> Result<Vec<u8>, RebuildError> {
+pub fn rebuild(
+    frame: &Frame,
+    context: &[Record],
+    history: &[Record],
+) -> Result<Vec<u8>, RebuildError> {
     if frame.rule != OPENAI_CHAT_V1 {
         return Err(RebuildError::UnknownRule(frame.rule.clone()));
     }
@@ -39,7 +45,11 @@ pub fn rebuild(frame: &Frame, context: &[Record], history: &[Record]) -> Result<
         tools: &tools,
         max_tokens: frame.max_tokens,
     };
-    Ok(crate::openai::body_bytes(&frame.model, &frame.system, &input))
+    Ok(crate::openai::body_bytes(
+        &frame.model,
+        &frame.system,
+        &input,
+    ))
 }
 
 /// The frame a request for `input` is built in.

@@ -372,7 +372,11 @@ fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_reb
         .into_iter()
         .filter(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
         .collect();
-    assert_eq!(firsts.len(), 2, "each answer's first record carries its prompt's hash");
+    assert_eq!(
+        firsts.len(),
+        2,
+        "each answer's first record carries its prompt's hash"
+    );
     let db = dir.path().join("kura.db");
     for (r, sent) in firsts.iter().zip(&raw) {
         assert_eq!(
@@ -385,13 +389,22 @@ fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_reb
             .env("KURA_DB", &db)
             .output()
             .expect("kura show --prompt");
-        assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
-        assert_eq!(&shown.stdout, sent, "the rebuilt body is the one sent, byte for byte");
+        assert!(
+            shown.status.success(),
+            "{}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+        assert_eq!(
+            &shown.stdout, sent,
+            "the rebuilt body is the one sent, byte for byte"
+        );
     }
     // One byte of the context ledger changed behind Kura's back (its guard dropped first).
     let turns = kura_work::turn_of_output(
         &store,
-        store.ledgers_containing(firsts[0].record_id).expect("ledgers")[0],
+        store
+            .ledgers_containing(firsts[0].record_id)
+            .expect("ledgers")[0],
     )
     .expect("turn")
     .expect("a turn wrote it");
@@ -407,7 +420,11 @@ fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_reb
         .env("KURA_DB", &db)
         .output()
         .expect("kura show --prompt");
-    assert_eq!(shown.status.code(), Some(1), "a changed context fails the rebuild");
+    assert_eq!(
+        shown.status.code(),
+        Some(1),
+        "a changed context fails the rebuild"
+    );
     assert!(
         String::from_utf8_lossy(&shown.stderr).contains("FAIL prompt"),
         "{}",
@@ -572,4 +589,210 @@ fn a_canary_secret_echoed_by_a_tool_or_a_model_never_reaches_a_record_or_a_log()
             );
         }
     }
+}
+
+/// One canned answer of [`fake_script`]: HTTP status, extra headers, JSON body.
+type Canned = (u16, Vec<(&'static str, String)>, Value);
+
+/// A chat-completions server answering each request with the next of `answers` (the last
+/// again once they run out); it keeps each request's body and when it came.
+fn fake_script(answers: Vec<Canned>) -> (u16, Arc<Mutex<Vec<(Instant, Value)>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("header");
+                let l = line.trim_end().to_ascii_lowercase();
+                if line.trim_end().is_empty() {
+                    break;
+                }
+                if let Some(v) = l.strip_prefix("content-length:") {
+                    len = v.trim().parse().expect("length");
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).expect("body");
+            let body: Value = serde_json::from_slice(&body).expect("request JSON");
+            kept.lock().expect("lock").push((Instant::now(), body));
+            let (status, headers, answer) = answers[n.min(answers.len() - 1)].clone();
+            let text = answer.to_string();
+            let mut head = format!(
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+                text.len()
+            );
+            for (k, v) in headers {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            let _ = write!(stream, "{head}\r\n{text}");
+        }
+    });
+    (port, seen)
+}
+
+/// A chat completion whose message is `message`.
+fn completion(message: Value) -> Value {
+    json!({
+        "id": "chatcmpl-2", "object": "chat.completion", "created": 1_700_000_000, "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+fn says(text: &str) -> Canned {
+    (
+        200,
+        vec![],
+        completion(json!({"role": "assistant", "content": text})),
+    )
+}
+
+fn calls(name: &str, arguments: &str) -> Canned {
+    (
+        200,
+        vec![],
+        completion(
+            json!({"role": "assistant", "content": null, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": name, "arguments": arguments}
+            }]}),
+        ),
+    )
+}
+
+fn openai_env(port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("KURA_PROVIDER__KIND", "openai".into()),
+        (
+            "KURA_PROVIDER__BASE_URL",
+            format!("http://127.0.0.1:{port}/v1"),
+        ),
+        ("KURA_PROVIDER__MODEL", "m".into()),
+        ("KURA_PROVIDER__RETRIES", "3".into()),
+    ]
+}
+
+/// Issue 36: a 429 or 5xx was retried at once (200 ms later), whatever the server asked,
+/// and nothing on the record said the step was retried.
+#[test]
+fn a_busy_model_server_is_retried_after_its_retry_after_and_each_retry_is_counted_on_the_step() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let busy = json!({"error": {"message": "slow down", "type": "rate_limit"}});
+    let (port, seen) = fake_script(vec![
+        (429, vec![("Retry-After", "2".into())], busy.clone()),
+        (503, vec![], busy),
+        says("done after the wait"),
+    ]);
+    let (store, _) = run_one_turn(dir.path(), &openai_env(port));
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 3, "two retries, then the answer");
+    assert!(
+        seen[1].0 - seen[0].0 >= Duration::from_secs(2),
+        "the second request came {:?} after the first, before Retry-After's 2 s",
+        seen[1].0 - seen[0].0
+    );
+    let recs = output_records(&store);
+    let d = recs
+        .iter()
+        .find(|r| r.record_type == RecordType::TaskDeliverable)
+        .expect("deliverable");
+    assert_eq!(d.content["text"], "done after the wait");
+    assert_eq!(
+        d.metadata.get("model_retries").map(String::as_str),
+        Some("2")
+    );
+}
+
+/// Issue 36: a server asking to be left alone for an hour would hold the turn; the step
+/// ends at once, saying why.
+#[test]
+fn a_server_asking_to_wait_longer_than_a_turn_holds_ends_the_step_saying_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![(
+        429,
+        vec![("Retry-After", "3600".into())],
+        json!({"error": {"message": "come back later"}}),
+    )]);
+    let (store, _) = run_one_turn(dir.path(), &openai_env(port));
+    assert_eq!(seen.lock().expect("lock").len(), 1, "not asked again");
+    let recs = output_records(&store);
+    let error = recs
+        .iter()
+        .find(|r| r.record_type == RecordType::SysError)
+        .map(|r| r.content["text"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    assert!(error.contains("3600 s (Retry-After)"), "{error}");
+}
+
+/// Issue 36: arguments that are not JSON were run as `{}`. Now the model is told, once.
+#[test]
+fn a_malformed_tool_call_is_told_to_the_model_which_then_corrects_itself() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![
+        calls("fs_write", "{\"path\": \"out.txt\", \"content\": "),
+        says("sorry, done without the file"),
+    ]);
+    let (store, _) = run_one_turn(dir.path(), &openai_env(port));
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2);
+    let told: Vec<&Value> = seen[1].1["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", seen[1].1);
+    let text = told[0]["content"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("not run") && text.contains("not a JSON object"),
+        "{text}"
+    );
+    let recs = output_records(&store);
+    assert!(
+        !recs.iter().any(|r| r.record_type == RecordType::SysError),
+        "corrected in time, the turn is not an error"
+    );
+    assert!(
+        !dir.path()
+            .join("ws")
+            .read_dir()
+            .map_or(false, |mut d| d.any(|e| e
+                .map(|e| e.path().join("out.txt").exists())
+                .unwrap_or(false))),
+        "nothing was written with arguments the model never gave"
+    );
+}
+
+/// Issue 36: a second mistake in a row — here a tool it is not offered after a malformed
+/// call — ends the turn as the model's error, without asking it a third time.
+#[test]
+fn a_second_bad_tool_call_in_a_row_is_recorded_as_the_models_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![
+        calls("fs_write", "[1, 2]"),
+        calls("rm_everything", "{}"),
+        says("never asked"),
+    ]);
+    let (store, _) = run_one_turn(dir.path(), &openai_env(port));
+    assert_eq!(
+        seen.lock().expect("lock").len(),
+        2,
+        "not asked a third time"
+    );
+    let recs = output_records(&store);
+    let error = recs
+        .iter()
+        .find(|r| r.record_type == RecordType::SysError)
+        .map(|r| r.content["text"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    assert!(
+        error.contains("the model's error") && error.contains("rm_everything"),
+        "{error}"
+    );
 }

@@ -137,7 +137,9 @@ fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyho
 fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome> {
     use proto::prompt::{FRAME_KEY, Frame, SHA256_KEY, sha256_hex};
     if store.kind_of(rid.uuid())? != Some("record") {
-        anyhow::bail!("{rid} is not a record; give the id of a model answer's first record (`kura log` shows them)");
+        anyhow::bail!(
+            "{rid} is not a record; give the id of a model answer's first record (`kura log` shows them)"
+        );
     }
     let r = store.read_record(rid)?;
     let (Some(sha), Some(frame)) = (r.metadata.get(SHA256_KEY), r.metadata.get(FRAME_KEY)) else {
@@ -156,7 +158,9 @@ fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome
         }
     }
     let Some((context, output)) = found else {
-        anyhow::bail!("record {rid} is in no turn's output ledger, so there is no context to rebuild its prompt from");
+        anyhow::bail!(
+            "record {rid} is in no turn's output ledger, so there is no context to rebuild its prompt from"
+        );
     };
     let context = store.hydrate(context)?;
     let records = store.hydrate(output)?;
@@ -168,7 +172,9 @@ fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome
     out.body(&body)?;
     let rebuilt = sha256_hex(&body);
     if &rebuilt == sha {
-        eprintln!("prompt ok: the rebuilt request's SHA-256 {rebuilt} is the one record {rid} carries");
+        eprintln!(
+            "prompt ok: the rebuilt request's SHA-256 {rebuilt} is the one record {rid} carries"
+        );
         Ok(Outcome::Ok)
     } else {
         eprintln!(

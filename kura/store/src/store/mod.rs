@@ -284,7 +284,9 @@ impl Store {
     /// another connection — another process — commits. A read of shared memory (about a
     /// microsecond), so watchers (the console, the fleet publisher) can ask it often.
     pub fn data_version(&self) -> Result<i64> {
-        Ok(self.conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
     }
 
     /// The transparency log's rows, for reading (size, roots, proofs, checks, witnesses).
