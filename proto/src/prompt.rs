@@ -15,6 +15,8 @@ pub const FRAME_KEY: &str = "prompt_frame";
 /// The rendering rule of the OpenAI-compatible chat-completions request (PROTOCOL.md,
 /// "What a model is shown"). A change to the request's bytes gets a new rule.
 pub const OPENAI_CHAT_V1: &str = "openai-chat/1";
+/// The rendering rule of the Anthropic Messages request.
+pub const ANTHROPIC_MESSAGES_V1: &str = "anthropic-messages/1";
 
 /// What a request was built from besides the records: enough to build it again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

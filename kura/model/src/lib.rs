@@ -2,9 +2,11 @@
 //! offline default), `openai` (any OpenAI-compatible chat-completions server with tool
 //! calling) and `command` (a program that reads the context on stdin); plus embeddings.
 
+mod anthropic;
 pub mod bounded;
 mod command;
 mod embed;
+mod http;
 mod openai;
 pub mod prompt;
 pub mod render;
@@ -208,6 +210,28 @@ pub trait Provider: Send + Sync {
     }
 }
 
+/// A model's usage: the model the server named (else the one asked for; a bounded quote),
+/// the tokens in and out, and their price — the price of the model asked for when the
+/// server names it otherwise (an alias), so a server cannot make its answers free by
+/// renaming the model.
+pub(crate) fn priced(
+    provider: &str,
+    named: Option<&str>,
+    asked: &str,
+    (tokens_in, tokens_out): (u64, u64),
+    prices: &std::collections::BTreeMap<String, Price>,
+) -> proto::writ::Usage {
+    let model = named.filter(|m| !m.is_empty()).unwrap_or(asked);
+    let price = prices.get(model).or_else(|| prices.get(asked));
+    proto::writ::Usage {
+        provider: provider.into(),
+        model: bounded::excerpt(model, 128),
+        tokens_in,
+        tokens_out,
+        money_micros: price.map_or(0, |p| p.cost(tokens_in, tokens_out)),
+    }
+}
+
 /// What a model costs, in millionths of a currency per million tokens (`0.15` dollars per
 /// million input tokens is `input = 150000`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,6 +260,8 @@ pub enum ProviderKind {
     Scripted,
     /// An OpenAI-compatible chat-completions server.
     Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
     /// A program: context JSON on stdin, deliverable on stdout.
     Command,
 }
@@ -245,6 +271,7 @@ impl std::fmt::Display for ProviderKind {
         f.write_str(match self {
             ProviderKind::Scripted => "scripted",
             ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
             ProviderKind::Command => "command",
         })
     }
@@ -258,16 +285,21 @@ pub struct ProviderConfig {
     pub kind: ProviderKind,
     /// `scripted`: the JSON script file.
     pub script: String,
-    /// `openai`: the server's base URL (up to `/v1`).
+    /// `openai` and `anthropic`: the server's base URL, up to `/v1`
+    /// (`https://api.anthropic.com/v1` for Anthropic's API).
     pub base_url: String,
-    /// `openai`: the model name.
+    /// `openai` and `anthropic`: the model name.
     pub model: String,
-    /// `openai`: the environment variable holding the API key (unset: no key sent).
+    /// `openai` and `anthropic`: the environment variable holding the API key (unset: no
+    /// key sent; `ANTHROPIC_API_KEY` is the usual one for Anthropic).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-    /// `openai`: system prompt.
+    /// `openai` and `anthropic`: system prompt.
     pub system_prompt: String,
-    /// `openai` and `command`: give up on one call after this long.
+    /// `anthropic`: the most tokens one answer may take (the API requires a bound); a
+    /// session's or writ's budget lowers it to what is left.
+    pub max_tokens: u64,
+    /// `openai`, `anthropic` and `command`: give up on one call after this long.
     pub timeout_ms: u64,
     /// `command`: argv of the program (context JSON on stdin, deliverable on stdout).
     pub command: Vec<String>,
@@ -293,6 +325,7 @@ impl Default for ProviderConfig {
             api_key_env: Some("OPENAI_API_KEY".into()),
             system_prompt: "You are a careful agent. Use the tools to do the task, then answer."
                 .into(),
+            max_tokens: 4096,
             timeout_ms: 120_000,
             command: vec![],
             command_env: std::collections::BTreeMap::new(),
@@ -313,6 +346,7 @@ pub fn build(
             &config.script,
         ))?),
         ProviderKind::Openai => Box::new(openai::OpenAi::new(config, handle)?),
+        ProviderKind::Anthropic => Box::new(anthropic::Anthropic::new(config, handle)?),
         ProviderKind::Command => Box::new(command::CommandProvider::new(config)?),
     })
 }

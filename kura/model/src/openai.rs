@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::bounded::excerpt;
 use super::{Provider, ProviderConfig, ProviderError, Step, TurnInput, content_text};
+use crate::http::MAX_QUOTE;
 
 /// A chat-completions client.
 pub struct OpenAi {
@@ -52,7 +53,7 @@ impl OpenAi {
     }
 }
 
-fn wire_name(tool: &str) -> String {
+pub(crate) fn wire_name(tool: &str) -> String {
     tool.replace('.', "_")
 }
 
@@ -303,7 +304,7 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
 }
 
 /// The JSON type of `v`, in words.
-fn json_kind(v: &Value) -> &'static str {
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
@@ -314,47 +315,6 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Largest response body read.
-const MAX_BODY: usize = 8 * 1024 * 1024;
-/// Most of an error body read (only a quote of it is kept).
-const MAX_ERROR_BODY: usize = 64 * 1024;
-/// Most of a body quoted in an error.
-const MAX_QUOTE: usize = 2048;
-
-/// How long a `Retry-After` header asks to wait (delta-seconds or an HTTP date, RFC 9110
-/// §10.2.3), seen at `now`; `None` when there is none or it does not read.
-pub fn retry_after(
-    headers: &reqwest::header::HeaderMap,
-    now: std::time::SystemTime,
-) -> Option<Duration> {
-    let v = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// Reads at most `limit` + 1 bytes of the body, as text.
-async fn read_body(mut resp: reqwest::Response, limit: usize) -> Result<String, ProviderError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| ProviderError::Transient(e.to_string()))?
-    {
-        body.extend_from_slice(&chunk[..chunk.len().min(limit + 1 - body.len())]);
-        if body.len() > limit {
-            break;
-        }
-    }
-    Ok(String::from_utf8_lossy(&body).into_owned())
-}
-
 /// What a response says it cost: the model it names (else the one asked for, a bounded
 /// quote of either) and `usage.prompt_tokens` / `completion_tokens` (absent counts 0).
 pub fn usage_of(
@@ -362,27 +322,19 @@ pub fn usage_of(
     asked: &str,
     prices: &std::collections::BTreeMap<String, super::Price>,
 ) -> proto::writ::Usage {
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .unwrap_or(asked);
     let tokens = |k: &str| {
         body.pointer(&format!("/usage/{k}"))
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    let (tokens_in, tokens_out) = (tokens("prompt_tokens"), tokens("completion_tokens"));
-    // The price of the model asked for when the server names it otherwise (an alias): a
-    // server cannot make its answers free by renaming the model.
-    let price = prices.get(model).or_else(|| prices.get(asked));
-    proto::writ::Usage {
-        provider: "openai".into(),
-        model: excerpt(model, 128),
-        tokens_in,
-        tokens_out,
-        money_micros: price.map_or(0, |p| p.cost(tokens_in, tokens_out)),
-    }
+    let named = body.get("model").and_then(Value::as_str);
+    crate::priced(
+        "openai",
+        named,
+        asked,
+        (tokens("prompt_tokens"), tokens("completion_tokens")),
+        prices,
+    )
 }
 
 impl Provider for OpenAi {
@@ -401,52 +353,15 @@ impl Provider for OpenAi {
                 input,
             ),
         };
-        let response: Value = self.handle.block_on(async {
-            let mut req = self
-                .http
-                .post(&self.url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body);
-            if let Some(key) = &self.api_key {
-                req = req.bearer_auth(key);
-            }
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| ProviderError::Transient(format!("{}: {e}", self.url)))?;
-            let status = resp.status();
-            let retry_after = retry_after(resp.headers(), std::time::SystemTime::now());
-            // An error body is only quoted, so little of it is read; a success body is
-            // bounded too (a server streaming gigabytes must not exhaust a Pi's memory).
-            let limit = if status.is_success() {
-                MAX_BODY
-            } else {
-                MAX_ERROR_BODY
-            };
-            let text = read_body(resp, limit).await?;
-            let quote = || excerpt(&text, MAX_QUOTE);
-            if status.is_server_error() || status.as_u16() == 429 {
-                return Err(ProviderError::Busy {
-                    why: format!("{}: HTTP {status}: {}", self.url, quote()),
-                    retry_after,
-                });
-            }
-            if !status.is_success() {
-                return Err(ProviderError::Fatal(format!(
-                    "{}: HTTP {status}: {}",
-                    self.url,
-                    quote()
-                )));
-            }
-            if text.len() > MAX_BODY {
-                return Err(ProviderError::Fatal(format!(
-                    "{}: response larger than {MAX_BODY} bytes",
-                    self.url
-                )));
-            }
-            serde_json::from_str(&text)
-                .map_err(|e| ProviderError::Fatal(format!("response is not JSON: {e}")))
-        })?;
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let response = self.handle.block_on(crate::http::post(req, &self.url))?;
         Ok(super::Answer {
             steps: parse_response(&response, input)?,
             usage: Some(usage_of(&response, &self.model, &self.prices)),
@@ -471,7 +386,7 @@ mod tests {
         let with = |v: &'static str| {
             let mut h = HeaderMap::new();
             h.insert(RETRY_AFTER, HeaderValue::from_static(v));
-            retry_after(&h, now)
+            crate::http::retry_after(&h, now)
         };
         assert_eq!(with("7"), Some(Duration::from_secs(7)));
         // RFC 9110's example date, 120 s after `now`.
@@ -481,7 +396,7 @@ mod tests {
         );
         assert_eq!(with("Wed, 21 Oct 2015 07:00:00 GMT"), Some(Duration::ZERO));
         assert_eq!(with("soon"), None);
-        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+        assert_eq!(crate::http::retry_after(&HeaderMap::new(), now), None);
     }
 
     fn record(record_type: RecordType, content: Value) -> Record {

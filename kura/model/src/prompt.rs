@@ -3,7 +3,7 @@
 //! --prompt`: the same function the provider sent it with, so the bytes agree or the record
 //! was changed.
 
-use proto::prompt::{Frame, OPENAI_CHAT_V1};
+use proto::prompt::{ANTHROPIC_MESSAGES_V1, Frame, OPENAI_CHAT_V1};
 use proto::record::Record;
 
 use crate::{ToolSpec, TurnInput};
@@ -25,9 +25,6 @@ pub fn rebuild(
     context: &[Record],
     history: &[Record],
 ) -> Result<Vec<u8>, RebuildError> {
-    if frame.rule != OPENAI_CHAT_V1 {
-        return Err(RebuildError::UnknownRule(frame.rule.clone()));
-    }
     let tools: Vec<ToolSpec> = frame
         .tools
         .iter()
@@ -45,11 +42,21 @@ pub fn rebuild(
         tools: &tools,
         max_tokens: frame.max_tokens,
     };
-    Ok(crate::openai::body_bytes(
-        &frame.model,
-        &frame.system,
-        &input,
-    ))
+    match frame.rule.as_str() {
+        OPENAI_CHAT_V1 => Ok(crate::openai::body_bytes(
+            &frame.model,
+            &frame.system,
+            &input,
+        )),
+        // The frame holds the `max_tokens` sent (the API requires one).
+        ANTHROPIC_MESSAGES_V1 => Ok(crate::anthropic::body_bytes(
+            &frame.model,
+            &frame.system,
+            frame.max_tokens.unwrap_or(0),
+            &input,
+        )),
+        other => Err(RebuildError::UnknownRule(other.to_owned())),
+    }
 }
 
 /// The frame a request for `input` is built in.

@@ -594,9 +594,30 @@ fn a_canary_secret_echoed_by_a_tool_or_a_model_never_reaches_a_record_or_a_log()
 /// One canned answer of [`fake_script`]: HTTP status, extra headers, JSON body.
 type Canned = (u16, Vec<(&'static str, String)>, Value);
 
-/// A chat-completions server answering each request with the next of `answers` (the last
-/// again once they run out); it keeps each request's body and when it came.
-fn fake_script(answers: Vec<Canned>) -> (u16, Arc<Mutex<Vec<(Instant, Value)>>>) {
+/// A request [`fake_script`] received.
+#[derive(Clone)]
+struct Seen {
+    at: Instant,
+    /// The request line.
+    line: String,
+    /// Headers, names lowercased.
+    headers: Vec<(String, String)>,
+    raw: Vec<u8>,
+    body: Value,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A model server answering each request with the next of `answers` (the last again once
+/// they run out); it keeps each request as it came.
+fn fake_script(answers: Vec<Canned>) -> (u16, Arc<Mutex<Vec<Seen>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -606,21 +627,31 @@ fn fake_script(answers: Vec<Canned>) -> (u16, Arc<Mutex<Vec<(Instant, Value)>>>)
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().expect("clone"));
             let mut len = 0usize;
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("request line");
+            let mut headers = Vec::new();
             loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).expect("header");
-                let l = line.trim_end().to_ascii_lowercase();
-                if line.trim_end().is_empty() {
+                let mut h = String::new();
+                reader.read_line(&mut h).expect("header");
+                let Some((k, v)) = h.trim_end().split_once(':') else {
                     break;
+                };
+                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_owned());
+                if k == "content-length" {
+                    len = v.parse().expect("length");
                 }
-                if let Some(v) = l.strip_prefix("content-length:") {
-                    len = v.trim().parse().expect("length");
-                }
+                headers.push((k, v));
             }
-            let mut body = vec![0; len];
-            reader.read_exact(&mut body).expect("body");
-            let body: Value = serde_json::from_slice(&body).expect("request JSON");
-            kept.lock().expect("lock").push((Instant::now(), body));
+            let mut raw = vec![0; len];
+            reader.read_exact(&mut raw).expect("body");
+            let body: Value = serde_json::from_slice(&raw).expect("request JSON");
+            kept.lock().expect("lock").push(Seen {
+                at: Instant::now(),
+                line: line.trim_end().to_owned(),
+                headers,
+                raw,
+                body,
+            });
             let (status, headers, answer) = answers[n.min(answers.len() - 1)].clone();
             let text = answer.to_string();
             let mut head = format!(
@@ -693,9 +724,9 @@ fn a_busy_model_server_is_retried_after_its_retry_after_and_each_retry_is_counte
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 3, "two retries, then the answer");
     assert!(
-        seen[1].0 - seen[0].0 >= Duration::from_secs(2),
+        seen[1].at - seen[0].at >= Duration::from_secs(2),
         "the second request came {:?} after the first, before Retry-After's 2 s",
-        seen[1].0 - seen[0].0
+        seen[1].at - seen[0].at
     );
     let recs = output_records(&store);
     let d = recs
@@ -741,13 +772,13 @@ fn a_malformed_tool_call_is_told_to_the_model_which_then_corrects_itself() {
     let (store, _) = run_one_turn(dir.path(), &openai_env(port));
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 2);
-    let told: Vec<&Value> = seen[1].1["messages"]
+    let told: Vec<&Value> = seen[1].body["messages"]
         .as_array()
         .expect("messages")
         .iter()
         .filter(|m| m["role"] == "tool")
         .collect();
-    assert_eq!(told.len(), 1, "{:?}", seen[1].1);
+    assert_eq!(told.len(), 1, "{:?}", seen[1].body);
     let text = told[0]["content"].as_str().unwrap_or_default();
     assert!(
         text.contains("not run") && text.contains("not a JSON object"),
@@ -795,4 +826,153 @@ fn a_second_bad_tool_call_in_a_row_is_recorded_as_the_models_error() {
         error.contains("the model's error") && error.contains("rm_everything"),
         "{error}"
     );
+}
+
+/// A Messages API response (Anthropic's wire format) with `content` blocks.
+fn message(content: Value, stop_reason: &str) -> Canned {
+    (
+        200,
+        vec![],
+        json!({
+            "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": content, "stop_reason": stop_reason, "stop_sequence": null,
+            "usage": {"input_tokens": 100, "output_tokens": 20,
+                      "cache_creation_input_tokens": 10, "cache_read_input_tokens": 50}
+        }),
+    )
+}
+
+/// Issue 36: a native Anthropic Messages provider on the one renderer. The fake server
+/// speaks the Messages wire format and checks what it is shown: the version and key
+/// headers, a bounded `max_tokens`, the context as the first user message, tools with
+/// `input_schema`, and — on the second request — the tool use answered by a `tool_result`
+/// with its id, roles alternating. Usage counts the cache's tokens; the prompt's hash is
+/// the received body's, and `kura show --prompt` rebuilds it.
+#[test]
+fn the_anthropic_provider_speaks_the_messages_api_and_records_what_it_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![
+        message(
+            json!([
+                {"type": "text", "text": "I'll write the file."},
+                {"type": "tool_use", "id": "toolu_01", "name": "fs_write",
+                 "input": {"path": "out.txt", "content": "written by claude"}}
+            ]),
+            "tool_use",
+        ),
+        message(
+            json!([{"type": "text", "text": "Done: wrote out.txt"}]),
+            "end_turn",
+        ),
+    ]);
+    let (store, _) = run_one_turn(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "anthropic".into()),
+            (
+                "KURA_PROVIDER__BASE_URL",
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("KURA_PROVIDER__MODEL", "claude-test".into()),
+            (
+                "KURA_PROVIDER__API_KEY_ENV",
+                "KURA_TEST_ANTHROPIC_KEY".into(),
+            ),
+            ("KURA_TEST_ANTHROPIC_KEY", "sk-ant-test-key".into()),
+            ("KURA_PROVIDER__MAX_TOKENS", "1000".into()),
+            ("KURA_WORKER__SESSION_TOKENS", "600".into()),
+        ],
+    );
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2, "a tool use, then the answer");
+    for s in &seen {
+        assert!(s.line.starts_with("POST /v1/messages "), "{}", s.line);
+        assert_eq!(s.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(s.header("x-api-key"), Some("sk-ant-test-key"));
+        assert!(
+            s.header("authorization").is_none(),
+            "the key goes in x-api-key only"
+        );
+        let roles: Vec<&str> = s.body["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| m["role"].as_str().unwrap_or(""))
+            .collect();
+        assert!(
+            roles.first() == Some(&"user") && roles.windows(2).all(|w| w[0] != w[1]),
+            "roles must start with the user and alternate: {roles:?}"
+        );
+    }
+    let first = &seen[0].body;
+    assert_eq!(first["model"], "claude-test");
+    assert_eq!(
+        first["max_tokens"], 600,
+        "what is left of the session's budget"
+    );
+    assert!(
+        first["messages"][0]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Write out.txt, then say so.")),
+        "{first}"
+    );
+    assert!(
+        first["tools"].as_array().is_some_and(|t| t
+            .iter()
+            .any(|t| t["name"] == "fs_write" && t["input_schema"].is_object())),
+        "{first}"
+    );
+    let messages = seen[1].body["messages"].as_array().expect("messages");
+    let used = &messages[1]["content"];
+    let call_id = used
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["type"] == "tool_use"))
+        .map(|b| b["id"].clone())
+        .expect("the tool use is shown back");
+    let result = &messages[2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["tool_use_id"], call_id);
+    let recs = output_records(&store);
+    let first_record = recs.first().expect("records");
+    assert_eq!(
+        first_record.metadata.get("provider").map(String::as_str),
+        Some("anthropic")
+    );
+    assert_eq!(
+        first_record.metadata.get("tokens_in").map(String::as_str),
+        Some("160"),
+        "input tokens with the cache's written and read"
+    );
+    let db = dir.path().join("kura.db");
+    let firsts: Vec<&proto::Record> = recs
+        .iter()
+        .filter(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
+        .collect();
+    assert_eq!(firsts.len(), 2);
+    for (r, s) in firsts.iter().zip(&seen) {
+        assert_eq!(
+            r.metadata[proto::prompt::SHA256_KEY],
+            proto::prompt::sha256_hex(&s.raw)
+        );
+        let shown = Command::new(bin("kura"))
+            .args(["show", "--prompt", &r.record_id.to_string()])
+            .env("KURA_DB", &db)
+            .output()
+            .expect("kura show --prompt");
+        assert!(
+            shown.status.success(),
+            "{}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+        assert_eq!(shown.stdout, s.raw, "rebuilt byte for byte");
+    }
+    let ws = dir.path().join("ws");
+    let written = std::fs::read_dir(&ws)
+        .expect("workspaces")
+        .filter_map(Result::ok)
+        .any(|e| {
+            std::fs::read_to_string(e.path().join("out.txt"))
+                .is_ok_and(|t| t == "written by claude")
+        });
+    assert!(written, "the tool use ran");
 }

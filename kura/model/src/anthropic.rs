@@ -1,0 +1,365 @@
+//! The `anthropic` provider: Anthropic's Messages API (`POST <base_url>/messages`) with
+//! tool use, on the one renderer (the context as the first user message). Tool names are
+//! sent with `_` for `.`, as the API allows only letters, digits, `_` and `-`.
+
+use std::time::Duration;
+
+use proto::content::{ToolCallContent, call_id_of};
+use proto::record::RecordType;
+use serde_json::{Map, Value, json};
+
+use crate::bounded::excerpt;
+use crate::http::MAX_QUOTE;
+use crate::openai::{json_kind, wire_name};
+use crate::{Provider, ProviderConfig, ProviderError, Step, TurnInput, content_text};
+
+/// The API version this provider speaks (the `anthropic-version` header).
+const API_VERSION: &str = "2023-06-01";
+
+/// A Messages API client.
+pub struct Anthropic {
+    http: reqwest::Client,
+    /// `<base_url>/messages`.
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    system: String,
+    /// The most tokens an answer may take when no budget says less.
+    max_tokens: u64,
+    handle: tokio::runtime::Handle,
+    prices: std::collections::BTreeMap<String, crate::Price>,
+}
+
+impl Anthropic {
+    /// A client for `config`.
+    pub fn new(
+        config: &ProviderConfig,
+        handle: tokio::runtime::Handle,
+    ) -> anyhow::Result<Anthropic> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms.max(1)))
+            .build()?;
+        Ok(Anthropic {
+            http,
+            url: format!("{}/messages", config.base_url.trim_end_matches('/')),
+            model: config.model.clone(),
+            api_key: config
+                .api_key_env
+                .as_deref()
+                .and_then(|name| std::env::var(name).ok())
+                .filter(|k| !k.is_empty()),
+            system: config.system_prompt.clone(),
+            max_tokens: config.max_tokens.max(1),
+            handle,
+            prices: config.prices.clone(),
+        })
+    }
+}
+
+/// Appends a content block to the last message when it has `role`, else opens a message:
+/// the API wants user and assistant to alternate, with a turn's tool results in one user
+/// message.
+fn push(messages: &mut Vec<Value>, role: &str, block: Value) {
+    if let Some(last) = messages.last_mut()
+        && last["role"] == role
+        && let Some(blocks) = last["content"].as_array_mut()
+    {
+        blocks.push(block);
+        return;
+    }
+    messages.push(json!({"role": role, "content": [block]}));
+}
+
+/// The request body for this turn so far (rendering rule `anthropic-messages/1`), asking
+/// for at most `max_tokens`.
+pub fn request_body(model: &str, system: &str, max_tokens: u64, input: &TurnInput<'_>) -> Value {
+    let user = crate::render::user_message(input.context);
+    let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": user}]})];
+    for r in input.history {
+        match r.record_type {
+            RecordType::AgentThought => {
+                push(
+                    &mut messages,
+                    "assistant",
+                    json!({"type": "text", "text": content_text(r)}),
+                );
+            }
+            RecordType::AgentPlan => {
+                let text = format!("planned: {}", r.content);
+                push(
+                    &mut messages,
+                    "assistant",
+                    json!({"type": "text", "text": text}),
+                );
+            }
+            RecordType::ToolCall => {
+                let call = ToolCallContent::read(&r.content);
+                let block = json!({
+                    "type": "tool_use",
+                    "id": call_id_of(&r.content).unwrap_or(""),
+                    "name": wire_name(call.as_ref().map_or("", |c| c.tool_name.as_str())),
+                    "input": call.map_or_else(|| Value::Object(Map::new()), |c| Value::Object(c.arguments)),
+                });
+                push(&mut messages, "assistant", block);
+            }
+            RecordType::ToolResult => {
+                let mut content = r.content.clone();
+                if let Some(o) = content.as_object_mut() {
+                    o.remove("call_id");
+                }
+                let block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": call_id_of(&r.content).unwrap_or(""),
+                    "content": content.to_string(),
+                });
+                push(&mut messages, "user", block);
+            }
+            _ => {}
+        }
+    }
+    let mut body = json!({
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": system,
+        "messages": messages,
+    });
+    if !input.tools.is_empty() {
+        body["tools"] = input
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": wire_name(&t.name),
+                    "description": t.description,
+                    "input_schema": t.parameters,
+                })
+            })
+            .collect();
+    }
+    body
+}
+
+/// The bytes sent: [`request_body`] as compact JSON (its SHA-256 is recorded).
+pub fn body_bytes(model: &str, system: &str, max_tokens: u64, input: &TurnInput<'_>) -> Vec<u8> {
+    serde_json::to_vec(&request_body(model, system, max_tokens, input)).unwrap_or_default()
+}
+
+/// Reads a Messages API response into steps: its text, then its tool uses.
+pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
+    let blocks = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            ProviderError::Fatal(format!(
+                "response has no content blocks: {}",
+                excerpt(&body.to_string(), MAX_QUOTE)
+            ))
+        })?;
+    let text: Vec<&str> = blocks
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str())
+        .collect();
+    let text = text.join("\n").trim().to_owned();
+    let uses: Vec<&Value> = blocks.iter().filter(|b| b["type"] == "tool_use").collect();
+    if uses.is_empty() {
+        return Ok(vec![Step::Deliver {
+            text,
+            is_final: true,
+            extra: Map::new(),
+        }]);
+    }
+    let mut steps = Vec::new();
+    if !text.is_empty() {
+        steps.push(Step::Thought(text));
+    }
+    for u in uses {
+        let wire = u["name"].as_str().unwrap_or("");
+        let name = input
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .find(|n| wire_name(n) == wire)
+            .map_or_else(|| wire.to_owned(), str::to_owned);
+        let arguments = match &u["input"] {
+            Value::Object(m) => m.clone(),
+            other => {
+                steps.push(Step::Malformed {
+                    name,
+                    why: format!(
+                        "its input is a JSON {} where an object belongs",
+                        json_kind(other)
+                    ),
+                });
+                continue;
+            }
+        };
+        if wire.is_empty() {
+            steps.push(Step::Malformed {
+                name,
+                why: "a tool use with no name".into(),
+            });
+            continue;
+        }
+        if name == crate::PLAN_TOOL {
+            match serde_json::from_value(Value::Object(arguments)) {
+                Ok(plan) => steps.push(Step::Plan(plan)),
+                Err(e) => steps.push(Step::Thought(format!("an unreadable plan: {e}"))),
+            }
+            continue;
+        }
+        steps.push(Step::ToolCall { name, arguments });
+    }
+    Ok(steps)
+}
+
+/// What a response says it cost: its input tokens with the cache's (written and read, so a
+/// budget counts every token the model took in) and its output tokens.
+pub fn usage_of(
+    body: &Value,
+    asked: &str,
+    prices: &std::collections::BTreeMap<String, crate::Price>,
+) -> proto::writ::Usage {
+    let tokens = |k: &str| {
+        body.pointer(&format!("/usage/{k}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let tokens_in = tokens("input_tokens")
+        .saturating_add(tokens("cache_creation_input_tokens"))
+        .saturating_add(tokens("cache_read_input_tokens"));
+    crate::priced(
+        "anthropic",
+        body.get("model").and_then(Value::as_str),
+        asked,
+        (tokens_in, tokens("output_tokens")),
+        prices,
+    )
+}
+
+impl Provider for Anthropic {
+    fn next(&self, input: &TurnInput<'_>) -> Result<Vec<Step>, ProviderError> {
+        self.answer(input).map(|a| a.steps)
+    }
+
+    fn answer(&self, input: &TurnInput<'_>) -> Result<crate::Answer, ProviderError> {
+        // What is left of the budgets, never more than the configured bound.
+        let max_tokens = input
+            .max_tokens
+            .map_or(self.max_tokens, |m| m.min(self.max_tokens));
+        let body = body_bytes(&self.model, &self.system, max_tokens, input);
+        let mut frame = crate::prompt::frame(
+            proto::prompt::ANTHROPIC_MESSAGES_V1,
+            &self.model,
+            &self.system,
+            input,
+        );
+        frame.max_tokens = Some(max_tokens);
+        let sent = proto::prompt::Sent {
+            sha256: proto::prompt::sha256_hex(&body),
+            frame,
+        };
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("anthropic-version", API_VERSION)
+            .body(body);
+        if let Some(key) = &self.api_key {
+            req = req.header("x-api-key", key);
+        }
+        let response = self.handle.block_on(crate::http::post(req, &self.url))?;
+        Ok(crate::Answer {
+            steps: parse_response(&response, input)?,
+            usage: Some(usage_of(&response, &self.model, &self.prices)),
+            prompt: Some(sent),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proto::record::Record;
+    use proto::{RecordId, SessionId};
+
+    use super::*;
+
+    fn record(record_type: RecordType, content: Value) -> Record {
+        Record {
+            record_id: RecordId::from(uuid::Uuid::nil()),
+            hash: String::new(),
+            record_type,
+            content,
+            author_id: "agent:hashi".into(),
+            metadata: BTreeMap::new(),
+            created_at: String::new(),
+        }
+    }
+
+    fn input<'a>(context: &'a [Record], history: &'a [Record]) -> TurnInput<'a> {
+        TurnInput {
+            session_id: SessionId::from(uuid::Uuid::nil()),
+            seq: 1,
+            context,
+            history,
+            tools: &[],
+            max_tokens: None,
+        }
+    }
+
+    #[test]
+    fn two_calls_and_their_results_make_one_assistant_and_one_user_message() {
+        let context = [record(
+            RecordType::TaskInstruction,
+            json!({"text": "read a and b"}),
+        )];
+        let call = |id: &str, path: &str| {
+            record(
+                RecordType::ToolCall,
+                ToolCallContent::new(
+                    "fs.read".to_owned(),
+                    Map::from_iter([("path".to_owned(), json!(path))]),
+                    id,
+                )
+                .to_value(),
+            )
+        };
+        let result = |id: &str| {
+            record(
+                RecordType::ToolResult,
+                json!({"call_id": id, "status": "ok"}),
+            )
+        };
+        let history = [
+            record(RecordType::AgentThought, json!({"text": "both"})),
+            call("c1", "a"),
+            call("c2", "b"),
+            result("c1"),
+            result("c2"),
+        ];
+        let body = request_body("m", "sys", 50, &input(&context, &history));
+        let roles: Vec<&str> = body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter_map(|m| m["role"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(roles, ["user", "assistant", "user"]);
+        assert_eq!(body["messages"][1]["content"][1]["name"], "fs_read");
+        assert_eq!(body["messages"][2]["content"][1]["tool_use_id"], "c2");
+        assert_eq!(body["max_tokens"], 50);
+        assert!(body.get("tools").is_none(), "no tools, no empty list");
+    }
+
+    #[test]
+    fn a_tool_use_whose_input_is_not_an_object_is_malformed_not_run() {
+        let context = [record(RecordType::TaskInstruction, json!({"text": "x"}))];
+        let body = json!({"content": [{"type": "tool_use", "id": "t", "name": "fs_write", "input": "rm -rf /"}]});
+        let steps = parse_response(&body, &input(&context, &[])).unwrap_or_default();
+        assert!(
+            matches!(&steps[..], [Step::Malformed { why, .. }] if why.contains("string")),
+            "{steps:?}"
+        );
+        assert!(parse_response(&json!({"error": "x"}), &input(&context, &[])).is_err());
+    }
+}
