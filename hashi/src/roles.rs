@@ -84,6 +84,9 @@ impl Roles {
             if let Some(s) = &r.script {
                 c.script = s.clone();
             }
+            if let Some(t) = r.prompt_tokens {
+                c.prompt_tokens = t;
+            }
             let provider: Arc<dyn Provider> = Arc::from(
                 provider::build(&c, handle.clone())
                     .map_err(|e| anyhow::anyhow!("[roster] role {}: {e:#}", r.name))?,

@@ -291,6 +291,11 @@ impl Worker {
             if let Ok(frame) = serde_json::to_string(&p.frame) {
                 rec.metadata.insert(proto::prompt::FRAME_KEY.into(), frame);
             }
+            if !p.cut.is_empty() {
+                let cut: Vec<String> = p.cut.iter().map(ToString::to_string).collect();
+                rec.metadata
+                    .insert(proto::prompt::CUT_KEY.into(), cut.join(","));
+            }
         }
         if self.retries_note > 0 {
             let n = std::mem::take(&mut self.retries_note);

@@ -11,6 +11,9 @@ use serde_json::Value;
 pub const SHA256_KEY: &str = "prompt_sha256";
 /// Metadata key: the [`Frame`] as JSON.
 pub const FRAME_KEY: &str = "prompt_frame";
+/// Metadata key: the record ids cut to fit the prompt budget, comma-separated, first cut
+/// first (absent when nothing was cut).
+pub const CUT_KEY: &str = "prompt_cut";
 
 /// The rendering rule of the OpenAI-compatible chat-completions request (PROTOCOL.md,
 /// "What a model is shown"). A change to the request's bytes gets a new rule.
@@ -33,6 +36,9 @@ pub struct Frame {
     /// The `max_tokens` sent (what was left of the budgets), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// The prompt budget the context was rendered within (tokens), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
 }
 
 /// A tool as it was offered.
@@ -54,6 +60,9 @@ pub struct Sent {
     pub sha256: String,
     /// What it was built from besides the records.
     pub frame: Frame,
+    /// The context records the renderer left out or cut to fit the prompt budget, first
+    /// cut first (recorded as [`CUT_KEY`]).
+    pub cut: Vec<crate::RecordId>,
 }
 
 /// Lowercase hex SHA-256 of `body`.

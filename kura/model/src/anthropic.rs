@@ -24,6 +24,8 @@ pub struct Anthropic {
     model: String,
     api_key: Option<String>,
     system: String,
+    /// The prompt budget the context is rendered within.
+    prompt_tokens: Option<u64>,
     /// The most tokens an answer may take when no budget says less.
     max_tokens: u64,
     handle: tokio::runtime::Handle,
@@ -49,6 +51,7 @@ impl Anthropic {
                 .and_then(|name| std::env::var(name).ok())
                 .filter(|k| !k.is_empty()),
             system: config.system_prompt.clone(),
+            prompt_tokens: config.prompt_budget(),
             max_tokens: config.max_tokens.max(1),
             handle,
             prices: config.prices.clone(),
@@ -71,9 +74,14 @@ fn push(messages: &mut Vec<Value>, role: &str, block: Value) {
 }
 
 /// The request body for this turn so far (rendering rule `anthropic-messages/1`), asking
-/// for at most `max_tokens`.
-pub fn request_body(model: &str, system: &str, max_tokens: u64, input: &TurnInput<'_>) -> Value {
-    let user = crate::render::user_message(input.context);
+/// for at most `max_tokens`, the context rendered within `prompt_tokens`.
+pub fn request_body(
+    model: &str,
+    system: &str,
+    (max_tokens, prompt_tokens): (u64, Option<u64>),
+    input: &TurnInput<'_>,
+) -> Value {
+    let user = crate::render::render(input.context, prompt_tokens).text;
     let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": user}]})];
     for r in input.history {
         match r.record_type {
@@ -140,8 +148,13 @@ pub fn request_body(model: &str, system: &str, max_tokens: u64, input: &TurnInpu
 }
 
 /// The bytes sent: [`request_body`] as compact JSON (its SHA-256 is recorded).
-pub fn body_bytes(model: &str, system: &str, max_tokens: u64, input: &TurnInput<'_>) -> Vec<u8> {
-    serde_json::to_vec(&request_body(model, system, max_tokens, input)).unwrap_or_default()
+pub fn body_bytes(
+    model: &str,
+    system: &str,
+    bounds: (u64, Option<u64>),
+    input: &TurnInput<'_>,
+) -> Vec<u8> {
+    serde_json::to_vec(&request_body(model, system, bounds, input)).unwrap_or_default()
 }
 
 /// Reads a Messages API response into steps: its text, then its tool uses.
@@ -247,18 +260,22 @@ impl Provider for Anthropic {
         let max_tokens = input
             .max_tokens
             .map_or(self.max_tokens, |m| m.min(self.max_tokens));
-        let body = body_bytes(&self.model, &self.system, max_tokens, input);
-        let mut frame = crate::prompt::frame(
-            proto::prompt::ANTHROPIC_MESSAGES_V1,
+        let body = body_bytes(
             &self.model,
             &self.system,
+            (max_tokens, self.prompt_tokens),
             input,
         );
-        frame.max_tokens = Some(max_tokens);
-        let sent = proto::prompt::Sent {
-            sha256: proto::prompt::sha256_hex(&body),
-            frame,
-        };
+        let sent = crate::prompt::sent(
+            (
+                proto::prompt::ANTHROPIC_MESSAGES_V1,
+                &self.model,
+                &self.system,
+            ),
+            (Some(max_tokens), self.prompt_tokens),
+            input,
+            &body,
+        );
         let mut req = self
             .http
             .post(&self.url)
@@ -339,7 +356,7 @@ mod tests {
             result("c1"),
             result("c2"),
         ];
-        let body = request_body("m", "sys", 50, &input(&context, &history));
+        let body = request_body("m", "sys", (50, None), &input(&context, &history));
         let roles: Vec<&str> = body["messages"]
             .as_array()
             .map(|m| m.iter().filter_map(|m| m["role"].as_str()).collect())

@@ -296,6 +296,11 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     /// `openai` and `anthropic`: system prompt.
     pub system_prompt: String,
+    /// `openai` and `anthropic`: the most tokens the rendered context may take (estimated at
+    /// 4 bytes a token); past it, memory and then a join's outputs are cut, in the order
+    /// PROTOCOL.md gives, and the cut records named on the step. 0: the kind's default,
+    /// 6,000 for `openai` (small local models have small windows), 60,000 for `anthropic`.
+    pub prompt_tokens: u64,
     /// `anthropic`: the most tokens one answer may take (the API requires a bound); a
     /// session's or writ's budget lowers it to what is left.
     pub max_tokens: u64,
@@ -326,6 +331,7 @@ impl Default for ProviderConfig {
             system_prompt: "You are a careful agent. Use the tools to do the task, then answer."
                 .into(),
             max_tokens: 4096,
+            prompt_tokens: 0,
             timeout_ms: 120_000,
             command: vec![],
             command_env: std::collections::BTreeMap::new(),
@@ -333,6 +339,19 @@ impl Default for ProviderConfig {
             retries: 3,
             prices: std::collections::BTreeMap::new(),
         }
+    }
+}
+
+impl ProviderConfig {
+    /// The prompt budget: `prompt_tokens`, else the kind's default.
+    pub fn prompt_budget(&self) -> Option<u64> {
+        (self.prompt_tokens > 0)
+            .then_some(self.prompt_tokens)
+            .or(match self.kind {
+                ProviderKind::Openai => Some(6_000),
+                ProviderKind::Anthropic => Some(60_000),
+                ProviderKind::Scripted | ProviderKind::Command => None,
+            })
     }
 }
 

@@ -25,6 +25,8 @@ pub struct OpenAi {
     api_key: Option<String>,
     /// System prompt.
     system: String,
+    /// The prompt budget the context is rendered within.
+    prompt_tokens: Option<u64>,
     /// The runtime the worker thread blocks on for HTTP.
     handle: tokio::runtime::Handle,
     /// Prices by model name.
@@ -47,6 +49,7 @@ impl OpenAi {
                 .and_then(|name| std::env::var(name).ok())
                 .filter(|k| !k.is_empty()),
             system: config.system_prompt.clone(),
+            prompt_tokens: config.prompt_budget(),
             handle,
             prices: config.prices.clone(),
         })
@@ -137,8 +140,13 @@ fn wire_call(content: &Value) -> WireCall {
 }
 
 /// The request body for this turn so far.
-pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
-    let user = crate::render::user_message(input.context);
+pub fn request_body(
+    model: &str,
+    system: &str,
+    prompt_tokens: Option<u64>,
+    input: &TurnInput<'_>,
+) -> Value {
+    let user = crate::render::render(input.context, prompt_tokens).text;
     let mut messages = vec![
         Message::new("system", Some(system.to_owned())),
         Message::new("user", Some(user)),
@@ -206,9 +214,14 @@ pub fn request_body(model: &str, system: &str, input: &TurnInput<'_>) -> Value {
 
 /// The bytes sent for this turn so far: [`request_body`] as compact JSON. Its SHA-256 is
 /// recorded, and `kura show --prompt` rebuilds it with this same function.
-pub fn body_bytes(model: &str, system: &str, input: &TurnInput<'_>) -> Vec<u8> {
+pub fn body_bytes(
+    model: &str,
+    system: &str,
+    prompt_tokens: Option<u64>,
+    input: &TurnInput<'_>,
+) -> Vec<u8> {
     // A `Value` always serializes.
-    serde_json::to_vec(&request_body(model, system, input)).unwrap_or_default()
+    serde_json::to_vec(&request_body(model, system, prompt_tokens, input)).unwrap_or_default()
 }
 
 /// Reads a chat-completions response into steps.
@@ -343,16 +356,13 @@ impl Provider for OpenAi {
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<super::Answer, ProviderError> {
-        let body = body_bytes(&self.model, &self.system, input);
-        let sent = proto::prompt::Sent {
-            sha256: proto::prompt::sha256_hex(&body),
-            frame: crate::prompt::frame(
-                proto::prompt::OPENAI_CHAT_V1,
-                &self.model,
-                &self.system,
-                input,
-            ),
-        };
+        let body = body_bytes(&self.model, &self.system, self.prompt_tokens, input);
+        let sent = crate::prompt::sent(
+            (proto::prompt::OPENAI_CHAT_V1, &self.model, &self.system),
+            (input.max_tokens, self.prompt_tokens),
+            input,
+            &body,
+        );
         let mut req = self
             .http
             .post(&self.url)
@@ -433,13 +443,16 @@ mod tests {
             tools: &[],
             max_tokens: None,
         };
-        let body = request_body("m", "be brief", &input);
+        let body = request_body("m", "be brief", None, &input);
         assert!(body.get("max_tokens").is_none(), "no budget, no bound");
         let bounded = TurnInput {
             max_tokens: Some(40),
             ..input
         };
-        assert_eq!(request_body("m", "be brief", &bounded)["max_tokens"], 40);
+        assert_eq!(
+            request_body("m", "be brief", None, &bounded)["max_tokens"],
+            40
+        );
         let user = body["messages"][1]["content"].as_str().unwrap_or_default();
         for part in [
             "sum up x and y",
@@ -515,7 +528,7 @@ mod tests {
             }}],
             "tool_choice": "auto",
         });
-        assert_eq!(request_body("m", "be brief", &input), expected);
+        assert_eq!(request_body("m", "be brief", None, &input), expected);
     }
 
     /// A role offered the plan tool plans with a call to it: recorded as a plan, never run;

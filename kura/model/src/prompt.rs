@@ -46,34 +46,47 @@ pub fn rebuild(
         OPENAI_CHAT_V1 => Ok(crate::openai::body_bytes(
             &frame.model,
             &frame.system,
+            frame.prompt_tokens,
             &input,
         )),
         // The frame holds the `max_tokens` sent (the API requires one).
         ANTHROPIC_MESSAGES_V1 => Ok(crate::anthropic::body_bytes(
             &frame.model,
             &frame.system,
-            frame.max_tokens.unwrap_or(0),
+            (frame.max_tokens.unwrap_or(0), frame.prompt_tokens),
             &input,
         )),
         other => Err(RebuildError::UnknownRule(other.to_owned())),
     }
 }
 
-/// The frame a request for `input` is built in.
-pub(crate) fn frame(rule: &str, model: &str, system: &str, input: &TurnInput<'_>) -> Frame {
-    Frame {
-        rule: rule.into(),
-        model: model.into(),
-        system: system.into(),
-        tools: input
-            .tools
-            .iter()
-            .map(|t| proto::prompt::FrameTool {
-                name: t.name.clone(),
-                description: t.description.clone(),
-                parameters: t.parameters.clone(),
-            })
-            .collect(),
-        max_tokens: input.max_tokens,
+/// What a provider records of a request it sends: the SHA-256 of `body`, the frame it was
+/// built in (rule, model, system prompt, tools, the `max_tokens` sent, the prompt budget)
+/// and the context records cut to fit that budget.
+pub(crate) fn sent(
+    (rule, model, system): (&str, &str, &str),
+    (max_tokens, prompt_tokens): (Option<u64>, Option<u64>),
+    input: &TurnInput<'_>,
+    body: &[u8],
+) -> proto::prompt::Sent {
+    proto::prompt::Sent {
+        sha256: proto::prompt::sha256_hex(body),
+        frame: Frame {
+            rule: rule.into(),
+            model: model.into(),
+            system: system.into(),
+            tools: input
+                .tools
+                .iter()
+                .map(|t| proto::prompt::FrameTool {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect(),
+            max_tokens,
+            prompt_tokens,
+        },
+        cut: crate::render::render(input.context, prompt_tokens).cut,
     }
 }

@@ -6,32 +6,131 @@
 //! found for it with each record's id. Before this, a real model was shown only the
 //! instruction and the last deliverable.
 
+use proto::RecordId;
 use proto::record::{Record, RecordType};
 
 use crate::content_text;
 
-/// The text of `context` a model is shown.
+/// What the renderer made of a context: the text, and the records it left out to fit the
+/// prompt budget, in the order they were cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The text the model is shown.
+    pub text: String,
+    /// Records left out (memory) or cut to a line (a joined output), first cut first.
+    pub cut: Vec<RecordId>,
+}
+
+/// Tokens a text is taken to cost when fitting a budget: one per 4 bytes, rounded up — a
+/// bound, not a tokenizer (English runs near 4 characters a token; other scripts more bytes
+/// per token, so the estimate errs on the long side for them).
+pub fn tokens(text: &str) -> u64 {
+    text.len().div_ceil(4) as u64
+}
+
+/// The text of `context` a model is shown, whole.
 pub fn user_message(context: &[Record]) -> String {
+    render(context, None).text
+}
+
+/// The parts of a context, in the order they are shown.
+struct Parts {
+    head: String,
+    notes: Vec<String>,
+    verdicts: Vec<String>,
+    delivered: Vec<(RecordId, String)>,
+    judging: bool,
+    memory: Vec<(RecordId, String)>,
+}
+
+/// The text of `context` a model is shown, within `budget` tokens when one is given.
+///
+/// What is cut to fit, in this fixed order (PROTOCOL.md, "What a model is shown"): memory
+/// from the last hit (the least relevant) to the first, then a join's outputs from the first
+/// to the last, each down to one line naming its record. The instruction, the notes (a
+/// router's roster, a validator's task), the verdicts and a single previous or judged
+/// deliverable are never cut: without them the turn is not the one asked for, so a context
+/// that does not fit even then is sent whole but for what could be cut.
+pub fn render(context: &[Record], budget: Option<u64>) -> Rendered {
+    let parts = parts(context);
+    let (mut keep_memory, mut cut_outputs) = (parts.memory.len(), 0);
+    let joined = if parts.delivered.len() > 1 {
+        parts.delivered.len()
+    } else {
+        0
+    };
+    let mut text = compose(&parts, keep_memory, cut_outputs);
+    if let Some(budget) = budget {
+        while tokens(&text) > budget && (keep_memory > 0 || cut_outputs < joined) {
+            if keep_memory > 0 {
+                keep_memory -= 1;
+            } else {
+                cut_outputs += 1;
+            }
+            text = compose(&parts, keep_memory, cut_outputs);
+        }
+    }
+    let cut = parts.memory[keep_memory..]
+        .iter()
+        .rev()
+        .chain(parts.delivered[..cut_outputs].iter())
+        .map(|(id, _)| *id)
+        .collect();
+    Rendered { text, cut }
+}
+
+fn parts(context: &[Record]) -> Parts {
     let of = |t: RecordType| context.iter().filter(move |r| r.record_type == t);
-    let mut out = of(RecordType::TaskInstruction)
-        .next_back()
-        .map(content_text)
-        .unwrap_or_default();
-    let notes: Vec<String> = of(RecordType::SysContext).map(note).collect();
-    section(&mut out, "Notes for this task:", &notes);
-    let verdicts: Vec<String> = of(RecordType::TaskVerdict).map(verdict).collect();
-    section(&mut out, "The verdict on your last deliverable:", &verdicts);
-    let delivered: Vec<String> = of(RecordType::TaskDeliverable).map(content_text).collect();
-    // A validator's context names the deliverable it judges (minato's note).
-    let judging = of(RecordType::SysContext).any(|r| r.content.get("validates").is_some());
-    match &delivered[..] {
+    Parts {
+        head: of(RecordType::TaskInstruction)
+            .next_back()
+            .map(content_text)
+            .unwrap_or_default(),
+        notes: of(RecordType::SysContext).map(note).collect(),
+        verdicts: of(RecordType::TaskVerdict).map(verdict).collect(),
+        delivered: of(RecordType::TaskDeliverable)
+            .map(|r| (r.record_id, content_text(r)))
+            .collect(),
+        // A validator's context names the deliverable it judges (minato's note).
+        judging: of(RecordType::SysContext).any(|r| r.content.get("validates").is_some()),
+        memory: context
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.record_type,
+                    RecordType::MemoryFact | RecordType::MemoryDecision
+                )
+            })
+            .map(|r| {
+                let kind = match r.record_type {
+                    RecordType::MemoryDecision => "decision",
+                    _ => "fact",
+                };
+                let line = format!("- {kind}: {} (record {})", content_text(r), r.record_id);
+                (r.record_id, line)
+            })
+            .collect(),
+    }
+}
+
+/// The text with the first `keep_memory` memory hits and the first `cut_outputs` joined
+/// outputs cut to a line.
+fn compose(p: &Parts, keep_memory: usize, cut_outputs: usize) -> String {
+    let mut out = p.head.clone();
+    section(&mut out, "Notes for this task:", &p.notes);
+    section(
+        &mut out,
+        "The verdict on your last deliverable:",
+        &p.verdicts,
+    );
+    match &p.delivered[..] {
         [] => {}
-        [one] if judging => {
+        [(_, one)] if p.judging => {
             out.push_str("\n\nThe deliverable you judge:\n");
             out.push_str(one);
         }
         // One: the previous turn's (the wording every provider has always used).
-        [one] => {
+        [(_, one)] => {
             out.push_str("\n\nYour output from the previous turn:\n");
             out.push_str(one);
         }
@@ -39,26 +138,24 @@ pub fn user_message(context: &[Record]) -> String {
             let labelled: Vec<String> = many
                 .iter()
                 .enumerate()
-                .map(|(i, d)| format!("[{}] {d}", i + 1))
+                .map(|(i, (id, d))| {
+                    if i < cut_outputs {
+                        format!(
+                            "[{}] (cut to fit the prompt budget: record {id}, {} bytes)",
+                            i + 1,
+                            d.len()
+                        )
+                    } else {
+                        format!("[{}] {d}", i + 1)
+                    }
+                })
                 .collect();
             section(&mut out, "The outputs this step builds on:", &labelled);
         }
     }
-    let memory: Vec<String> = context
+    let memory: Vec<String> = p.memory[..keep_memory]
         .iter()
-        .filter(|r| {
-            matches!(
-                r.record_type,
-                RecordType::MemoryFact | RecordType::MemoryDecision
-            )
-        })
-        .map(|r| {
-            let kind = match r.record_type {
-                RecordType::MemoryDecision => "decision",
-                _ => "fact",
-            };
-            format!("- {kind}: {} (record {})", content_text(r), r.record_id)
-        })
+        .map(|(_, l)| l.clone())
         .collect();
     section(&mut out, "What Kura remembers that may help:", &memory);
     out
@@ -214,6 +311,65 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains("previous turn"), "{shown}");
+    }
+
+    /// Issue 36: nothing bounded the prompt, so a long memory or a wide join overflowed a
+    /// small model's window with no word of what was lost. Cut in the documented order —
+    /// memory from the least relevant, then a join's outputs from the first — and each cut
+    /// named; the instruction never.
+    #[test]
+    fn a_prompt_over_its_budget_is_cut_in_the_documented_order_and_says_what_was_cut() {
+        let instruction = rec(
+            RecordType::TaskInstruction,
+            json!({"text": "join the three reports"}),
+        );
+        let outputs: Vec<Record> = (0..3)
+            .map(|i| {
+                rec(
+                    RecordType::TaskDeliverable,
+                    json!({"text": format!("report {i}: {}", "x".repeat(400))}),
+                )
+            })
+            .collect();
+        let memory: Vec<Record> = (0..4)
+            .map(|i| {
+                rec(
+                    RecordType::MemoryFact,
+                    json!({"text": format!("fact {i}: {}", "y".repeat(200))}),
+                )
+            })
+            .collect();
+        let mut context = vec![instruction];
+        context.extend(outputs.iter().cloned());
+        context.extend(memory.iter().cloned());
+        let whole = render(&context, None);
+        assert!(whole.cut.is_empty());
+        assert_eq!(
+            render(&context, Some(tokens(&whole.text))),
+            whole,
+            "a budget it fits cuts nothing"
+        );
+        // A fact line is about 65 tokens: 80 too many cuts two, the last first.
+        let two_fewer = render(&context, Some(tokens(&whole.text) - 80));
+        assert_eq!(
+            two_fewer.cut,
+            vec![memory[3].record_id, memory[2].record_id]
+        );
+        assert!(two_fewer.text.contains("fact 1") && !two_fewer.text.contains("fact 2"));
+        // A tiny budget: all memory, then the outputs from the first, each left as a line.
+        let tiny = render(&context, Some(10));
+        let mut order: Vec<RecordId> = memory.iter().rev().map(|r| r.record_id).collect();
+        order.extend(outputs.iter().map(|r| r.record_id));
+        assert_eq!(tiny.cut, order);
+        assert!(
+            tiny.text.starts_with("join the three reports"),
+            "the instruction stays"
+        );
+        assert!(tiny.text.contains(&format!(
+            "[2] (cut to fit the prompt budget: record {}",
+            outputs[1].record_id
+        )));
+        assert_eq!(render(&context, Some(10)), tiny, "deterministic");
     }
 
     /// The simple cases read as they always did: the instruction alone, or with the

@@ -57,6 +57,9 @@ pub struct Role {
     /// Its script (the scripted provider's), instead of `[provider] script`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// Its prompt budget in tokens, instead of `[provider] prompt_tokens`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
     /// Tool-name globs it may call (`*` any run); empty: every tool the worker has.
     pub tools: Vec<String>,
     /// Words that route a request to it (whole words, any case).

@@ -976,3 +976,92 @@ fn the_anthropic_provider_speaks_the_messages_api_and_records_what_it_sent() {
         });
     assert!(written, "the tool use ran");
 }
+
+/// Issue 36: nothing bounded what the context took of a model's window, and nothing said
+/// what was left out. With `prompt_tokens` set low, memory is cut (the least relevant first),
+/// the cut records are named on the step, the rest is shown, and `kura show --prompt`
+/// still rebuilds the body (the budget is in the frame).
+#[test]
+fn a_context_over_the_prompt_budget_is_cut_and_the_cut_records_are_named_on_the_step() {
+    use kura_memory::MemoryTx as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![says("ready.")]);
+    let seed = |store: &mut Store| {
+        let session = store.create_session("earlier").expect("session").session_id;
+        let out = store.open_ledger(session, "turn-1-out", &[]).expect("open");
+        let said = proto::NewRecord::new(
+            RecordType::TaskDeliverable,
+            proto::record::Content::text("noted"),
+            "agent:hashi",
+        );
+        let said = store.append(out.ledger_id, &said).expect("append").record;
+        store.seal_ledger(out.ledger_id).expect("seal");
+        let items: Vec<kura_memory::Item> = [
+            "out.txt must start with the word ready",
+            "out.txt must end with a full stop after the word",
+            "out.txt must be written in plain English words",
+        ]
+        .into_iter()
+        .map(|t| kura_memory::Item {
+            kind: RecordType::MemoryFact,
+            text: t.into(),
+            supersedes: None,
+        })
+        .collect();
+        store
+            .write(|tx| {
+                let m = tx.remember("agent:mikado", &said, session, &items)?;
+                let ids: Vec<_> = m.iter().map(|m| m.record.record_id).collect();
+                tx.seal_memory("agent:mikado", &ids, Some(out.ledger_id), None)
+            })
+            .expect("remember");
+    };
+    let mut env = openai_env(port);
+    env.push(("KURA_PROVIDER__PROMPT_TOKENS", "45".into()));
+    let (store, _) = run_turn_seeded(
+        dir.path(),
+        &env,
+        "Write out.txt the way it must start",
+        &[],
+        &seed,
+        5,
+    );
+    let seen = seen.lock().expect("lock").clone();
+    let user = seen[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let recs = output_records(&store);
+    let first = recs.first().expect("answer");
+    let cut: Vec<&str> = first
+        .metadata
+        .get(proto::prompt::CUT_KEY)
+        .map(|c| c.split(',').collect())
+        .unwrap_or_default();
+    assert!(!cut.is_empty(), "the context was over 45 tokens: {user}");
+    for id in &cut {
+        assert!(
+            !user.contains(id),
+            "cut record {id} was shown anyway:\n{user}"
+        );
+    }
+    assert!(
+        user.starts_with("Write out.txt the way it must start"),
+        "the instruction is never cut:\n{user}"
+    );
+    assert!(
+        kura_model::render::tokens(&user) <= 45 || !user.contains("(record "),
+        "over budget with memory still in it:\n{user}"
+    );
+    let shown = Command::new(bin("kura"))
+        .args(["show", "--prompt", &first.record_id.to_string()])
+        .env("KURA_DB", dir.path().join("kura.db"))
+        .output()
+        .expect("kura show --prompt");
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert_eq!(shown.stdout, seen[0].raw);
+}
