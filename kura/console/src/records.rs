@@ -29,6 +29,8 @@ pub struct RecordView {
     pub content: String,
     /// The whole content's length in bytes.
     pub bytes: u64,
+    /// The SHA-256 of the request a model was sent, on the first record of its answer.
+    pub prompt: Option<String>,
 }
 
 impl RecordView {
@@ -54,6 +56,7 @@ impl RecordView {
             hash: r.hash.clone(),
             content,
             bytes: text.len() as u64,
+            prompt: r.metadata.get(proto::prompt::SHA256_KEY).cloned(),
         }
     }
 }
@@ -62,7 +65,8 @@ impl RecordView {
 /// cut by SQLite, and the content's whole length.
 const VIEW: &str = "m.position, r.record_id, r.record_type, r.author_id, r.created_at,
     CASE typeof(r.hash) WHEN 'blob' THEN lower(hex(r.hash)) ELSE r.hash END,
-    substr(CAST(r.content AS BLOB), :start, :len), length(CAST(r.content AS BLOB))";
+    substr(CAST(r.content AS BLOB), :start, :len), length(CAST(r.content AS BLOB)),
+    CASE WHEN json_valid(r.metadata) THEN json_extract(r.metadata, '$.prompt_sha256') END";
 
 /// A row of [`VIEW`], with the content bytes as read (not yet text).
 fn view_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<(RecordView, Vec<u8>)> {
@@ -75,6 +79,7 @@ fn view_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<(RecordView, Vec<u8>)> 
         hash: row.get(5)?,
         content: String::new(),
         bytes: row.get::<_, i64>(7)?.try_into().unwrap_or_default(),
+        prompt: row.get::<_, Option<String>>(8).ok().flatten(),
     };
     Ok((v, row.get(6)?))
 }

@@ -235,6 +235,7 @@ fn router(console: Shared) -> Router {
         .route("/s/{id}", get(history))
         .route("/diff", get(diff))
         .route("/r/{id}", get(whole_record))
+        .route("/prompt/{id}", get(prompt))
         .route("/approvals", get(approvals))
         .route("/verify", get(verification))
         .route("/status", get(status))
@@ -426,6 +427,26 @@ async fn whole_record(
         .read(move |s| records::record_chunk(s, data::id(&id)?, from))
         .await;
     page(&c, &headers, "record", |_| Ok(views::chunk(&r?, ""))).await
+}
+
+/// What a model was shown for an answer: rebuilt from the store and checked against the hash.
+async fn prompt(State(c): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    if c.auth.get(&headers).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    let shown = c
+        .read(move |s| {
+            let rid = data::id(&id)?;
+            let p = kura_work::prompt::prompt_of(s, rid)?;
+            let proven = kura_model::prompt::prove(&p.frame, &p.sha256, &p.context, &p.history)?;
+            Ok((rid.to_string(), p.sha256, proven))
+        })
+        .await;
+    page(&c, &headers, "prompt", |_| {
+        let (rid, sha, proven) = shown?;
+        Ok(views::prompt(&rid, &sha, &proven))
+    })
+    .await
 }
 
 async fn fleet(State(c): State<Shared>, headers: HeaderMap) -> Response {

@@ -27,6 +27,14 @@ pub fn record(r: &RecordView, base: &str) -> Markup {
             }
             (flag(&text))
             pre.content { (t(&text)) }
+            // A model's answer: what it was shown, rebuilt and checked (local history only:
+            // a replica holds no turns to rebuild from).
+            @if let (Some(sha), "") = (&r.prompt, base) {
+                p.prompt {
+                    a href={ "/prompt/" (r.record_id) } { "what the model was shown" }
+                    " · request SHA-256 " code title=(sha) { (short(sha)) }
+                }
+            }
             @if !r.complete() {
                 p.cut {
                     (r.bytes) " bytes, shown first " (r.content.len()) " · "
@@ -85,6 +93,34 @@ pub fn diff(d: &DiffView) -> Markup {
         nav.pager {
             @if d.page > 0 { a href={ "/diff?a=" (a) "&b=" (b) "&page=" (d.page - 1) } { "← previous" } }
             @if more { a href={ "/diff?a=" (a) "&b=" (b) "&page=" (d.page + 1) } { "more →" } }
+        }
+    }
+}
+
+/// What a model was shown for the answer `record` begins: the request rebuilt from the
+/// store, and whether it hashes to what the record says was sent.
+pub fn prompt(record: &str, recorded: &str, proven: &kura_model::prompt::Proven) -> Markup {
+    // Bounded like a record chunk: a long turn's request can be large.
+    const SHOWN: usize = 256 * 1024;
+    let text = serde_json::from_slice::<serde_json::Value>(&proven.body)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| String::from_utf8_lossy(&proven.body).into_owned());
+    let cut = text.len() > SHOWN;
+    let mut end = text.len().min(SHOWN);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    html! {
+        h1 { "What the model was shown" }
+        p.sub { "for the answer beginning with record " code { (short(record)) } " · rebuilt from its turn's sealed context ledger and the records before it" }
+        @if proven.matches {
+            p.ok { "verified: the rebuilt request hashes to " code { (proven.sha256) } ", the SHA-256 the record says was sent" }
+        } @else {
+            p.fail { "FAIL: the rebuilt request hashes to " code { (proven.sha256) } " but the record says " code { (recorded) } " was sent: the record, its context or the records before it were changed" }
+        }
+        pre.content { (t(&text[..end])) }
+        @if cut {
+            p.cut { (text.len()) " bytes; shown first " (end) " (`kura show --prompt` prints it all)" }
         }
     }
 }

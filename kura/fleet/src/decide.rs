@@ -18,7 +18,7 @@ pub(crate) const RESUME: &str = "on the hub: `kura fleet reseat <pi> --seq <sequ
 /// Whether the leaf at `index` of a log of `size` leaves ends a batch: its ledger carries
 /// a signed checkpoint and the cursor moves after it.
 pub fn ends_batch(index: u64, size: u64) -> bool {
-    index + 1 == size || (index + 1) % LEAVES_PER_CHECKPOINT == 0
+    index + 1 == size || (index + 1).is_multiple_of(LEAVES_PER_CHECKPOINT)
 }
 
 /// What the hub holds at a stream sequence, as the publisher read it.

@@ -17,6 +17,9 @@ pub enum RebuildError {
         "rendering rule {0:?} is not one this kura knows (it knows {OPENAI_CHAT_V1:?}); use the kura release that recorded it"
     )]
     UnknownRule(String),
+    /// The recorded frame does not read as one.
+    #[error("the recorded prompt frame is not a frame: {0}")]
+    Frame(String),
 }
 
 /// The request body `frame` with `context` and `history` makes, byte for byte.
@@ -58,6 +61,36 @@ pub fn rebuild(
         )),
         other => Err(RebuildError::UnknownRule(other.to_owned())),
     }
+}
+
+/// A recorded prompt built again and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proven {
+    /// The body rebuilt from the store, byte for byte as it would have been sent.
+    pub body: Vec<u8>,
+    /// Its SHA-256 (hex).
+    pub sha256: String,
+    /// Whether that is the hash the record carries.
+    pub matches: bool,
+}
+
+/// Builds the body again from `frame` (as recorded, JSON), `context` and `history`, and
+/// checks it against `recorded` (the SHA-256 the answer's first record carries).
+pub fn prove(
+    frame: &str,
+    recorded: &str,
+    context: &[Record],
+    history: &[Record],
+) -> Result<Proven, RebuildError> {
+    let frame: Frame =
+        serde_json::from_str(frame).map_err(|e| RebuildError::Frame(e.to_string()))?;
+    let body = rebuild(&frame, context, history)?;
+    let sha256 = proto::prompt::sha256_hex(&body);
+    Ok(Proven {
+        matches: sha256 == recorded,
+        body,
+        sha256,
+    })
 }
 
 /// What a provider records of a request it sends: the SHA-256 of `body`, the frame it was

@@ -128,11 +128,10 @@ pub fn turn(conn: &impl Db, turn_id: TurnId) -> Result<Turn> {
 pub fn turn_of_output(conn: &impl Db, output: LedgerId) -> Result<Option<Turn>> {
     let conn = conn.sql();
     let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE output_ledger_id = ?1");
-    Ok(conn
-        .prepare_cached(&sql)?
+    conn.prepare_cached(&sql)?
         .query_row([output.to_string()], turn_from_row)
         .optional()?
-        .transpose()?)
+        .transpose()
 }
 
 /// Claims the oldest claimable turn — pending, or running with an expired lease — for

@@ -557,3 +557,69 @@ fn beyond_loopback_the_console_is_tls_only() {
     );
     s.shutdown_cleanly();
 }
+
+/// Issue 36: the console showed a model's answer but not what the model was shown. Beside
+/// an answer of a real provider (the fake OpenAI-compatible server) the history links to the
+/// request, rebuilt from the store and checked against the hash the record carries.
+#[test]
+fn the_console_shows_what_the_model_was_shown_beside_its_answer() {
+    let mut s = Stack::new(SCRIPT);
+    let url = kura_testkit::openai::start(
+        (10, 5),
+        |_| json!({"role": "assistant", "content": "three items: rice, miso, nori"}),
+    );
+    s.extra_env.extend([
+        ("KURA_PROVIDER__KIND".into(), "openai".into()),
+        ("KURA_PROVIDER__BASE_URL".into(), url),
+        ("KURA_PROVIDER__MODEL".into(), "tiny".into()),
+    ]);
+    let port = free_port();
+    let key = SigningKey::from_bytes(&[5u8; 32]);
+    let users = format!(
+        "[{{ name = \"alice\", public_key = \"{}\" }}]",
+        hex::encode(key.verifying_key().as_bytes())
+    );
+    console_env(&mut s, port, &users);
+    for (b, i) in [
+        ("mikado", "mikado"),
+        ("minato", "minato"),
+        ("hashi", "hashi"),
+        ("aegis", "aegis"),
+    ] {
+        s.spawn(b, i);
+    }
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let st = s.wait_complete(s.submit("List what we need for dinner"), MINUTE);
+    let session = st.session_id.expect("session");
+    let answer = session_records(&s.store(), session)
+        .into_iter()
+        .find(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
+        .expect("the answer carries its prompt's hash");
+    let cookie = login(port, &key);
+    let (status, _, history) = http(
+        port,
+        "GET",
+        &format!("/s/{session}"),
+        &[("Cookie", &cookie)],
+        "",
+    );
+    assert_eq!(status, 200, "{history}");
+    let link = format!("/prompt/{}", answer.record_id);
+    assert!(
+        history.contains(&link) && history.contains("what the model was shown"),
+        "no link to the prompt beside the answer:\n{history}"
+    );
+    let (status, _, shown) = http(port, "GET", &link, &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200, "{shown}");
+    assert!(shown.contains("verified:"), "{shown}");
+    assert!(
+        shown.contains(&answer.metadata[proto::prompt::SHA256_KEY]),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("List what we need for dinner"),
+        "the instruction it was shown:\n{shown}"
+    );
+    s.shutdown_cleanly();
+}

@@ -793,7 +793,7 @@ fn a_malformed_tool_call_is_told_to_the_model_which_then_corrects_itself() {
         !dir.path()
             .join("ws")
             .read_dir()
-            .map_or(false, |mut d| d.any(|e| e
+            .is_ok_and(|mut d| d.any(|e| e
                 .map(|e| e.path().join("out.txt").exists())
                 .unwrap_or(false))),
         "nothing was written with arguments the model never gave"

@@ -135,50 +135,24 @@ fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyho
 
 /// `kura show --prompt RECORD`: the request body rebuilt, checked against the record's hash.
 fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome> {
-    use proto::prompt::{FRAME_KEY, Frame, SHA256_KEY, sha256_hex};
     if store.kind_of(rid.uuid())? != Some("record") {
         anyhow::bail!(
             "{rid} is not a record; give the id of a model answer's first record (`kura log` shows them)"
         );
     }
-    let r = store.read_record(rid)?;
-    let (Some(sha), Some(frame)) = (r.metadata.get(SHA256_KEY), r.metadata.get(FRAME_KEY)) else {
-        anyhow::bail!(
-            "record {rid} carries no prompt hash: only the first record of a model's answer does, from a provider that sends a request (openai)"
-        );
-    };
-    let frame: Frame = serde_json::from_str(frame)
-        .map_err(|e| anyhow::anyhow!("record {rid}'s {FRAME_KEY} is not a frame: {e}"))?;
-    // The output ledger is the one a turn wrote; its context ledger is what the model saw.
-    let mut found = None;
-    for l in store.ledgers_containing(rid)? {
-        if let Some(t) = kura_work::turn_of_output(store, l)? {
-            found = Some((t.context_ledger_id, l));
-            break;
-        }
-    }
-    let Some((context, output)) = found else {
-        anyhow::bail!(
-            "record {rid} is in no turn's output ledger, so there is no context to rebuild its prompt from"
-        );
-    };
-    let context = store.hydrate(context)?;
-    let records = store.hydrate(output)?;
-    let before = records
-        .iter()
-        .position(|x| x.record_id == rid)
-        .unwrap_or(records.len());
-    let body = kura_model::prompt::rebuild(&frame, &context, &records[..before])?;
-    out.body(&body)?;
-    let rebuilt = sha256_hex(&body);
-    if &rebuilt == sha {
+    let p = kura_work::prompt::prompt_of(store, rid)?;
+    let proven = kura_model::prompt::prove(&p.frame, &p.sha256, &p.context, &p.history)?;
+    out.body(&proven.body)?;
+    if proven.matches {
         eprintln!(
-            "prompt ok: the rebuilt request's SHA-256 {rebuilt} is the one record {rid} carries"
+            "prompt ok: the rebuilt request's SHA-256 {} is the one record {rid} carries",
+            proven.sha256
         );
         Ok(Outcome::Ok)
     } else {
         eprintln!(
-            "FAIL prompt: the request rebuilt from the store hashes to {rebuilt}, but record {rid} says the model was sent {sha}: the record, its turn's context ledger or the records before it were changed (run `kura verify --all`)"
+            "FAIL prompt: the request rebuilt from the store hashes to {}, but record {rid} says the model was sent {}: the record, its turn's context ledger or the records before it were changed (run `kura verify --all`)",
+            proven.sha256, p.sha256
         );
         Ok(Outcome::VerifyFailed)
     }
