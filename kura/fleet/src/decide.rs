@@ -2,7 +2,7 @@
 //! answer to a published ledger means (placed, already there, or someone else's at this
 //! Pi's place — the publisher's ALARM), and when a received checkpoint is the receiver's
 //! ALARM. The publisher and the receivers carry them out against a hub ([`crate::port`]).
-//! What a received batch must verify against is [`crate::pending`]'s, also I/O-free.
+//! What a received batch must verify against is `pending`'s, also I/O-free.
 
 use proto::fleet;
 
