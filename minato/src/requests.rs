@@ -63,22 +63,16 @@ fn label_from(text: &str) -> String {
     }
 }
 
-/// The top memory hits for an instruction (superseded decisions left out).
-fn memory_for(tx: &Tx<'_>, instruction: RecordId, hits: usize) -> Result<Vec<RecordId>> {
-    if hits == 0 {
-        return Ok(vec![]);
-    }
-    let found = memory::search(
-        tx,
-        &memory::Search {
-            query: instruction_text(tx, instruction)?,
-            limit: hits,
-            ..Default::default()
-        },
-    )?;
-    Ok(found
+/// The memory a turn's context carries for its instruction (`kura_memory::for_context`).
+fn memory_for(
+    tx: &Tx<'_>,
+    instruction: RecordId,
+    session: SessionId,
+    hits: usize,
+) -> Result<Vec<RecordId>> {
+    let query = instruction_text(tx, instruction)?;
+    Ok(memory::for_context(tx, &query, Some(session), hits)?
         .into_iter()
-        .filter(|h| !h.superseded)
         .map(|h| h.record.record_id)
         .collect())
 }
@@ -107,7 +101,7 @@ fn new_turn(
     let ctx = tx.open_ledger(session_id, &format!("turn-{seq}-ctx"), parents)?;
     let mut all = members.to_vec();
     if let Some(instruction) = members.first() {
-        all.extend(memory_for(tx, *instruction, memory_hits)?);
+        all.extend(memory_for(tx, *instruction, session_id, memory_hits)?);
     }
     for m in &all {
         tx.append_existing(ctx.ledger_id, *m)?;

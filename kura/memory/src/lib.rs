@@ -365,6 +365,72 @@ pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
     Ok(hits)
 }
 
+/// How much a hit from the asking session's own memory is raised (scores run 0..1): what
+/// this session learned earlier is preferred, unless another's matches far better.
+pub const OWN_SESSION_BOOST: f64 = 0.5;
+
+/// The memory a turn's context carries for `query`, at most `limit` hits: ranked by
+/// [`search`], the asking `session`'s own memory raised by [`OWN_SESSION_BOOST`],
+/// superseded decisions dropped, and one hit per text (case and spacing aside) — the best.
+pub fn for_context(
+    db: &impl Db,
+    query: &str,
+    session: Option<SessionId>,
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    // More candidates than asked for: duplicates and superseded ones fall out below.
+    let wide = (limit * 4).min(200);
+    let mut hits = search(
+        db,
+        &Search {
+            query: query.to_owned(),
+            limit: wide,
+            ..Default::default()
+        },
+    )?;
+    if let Some(session) = session {
+        let own: std::collections::HashSet<RecordId> = search(
+            db,
+            &Search {
+                query: query.to_owned(),
+                session_id: Some(session),
+                limit: wide,
+                ..Default::default()
+            },
+        )?
+        .into_iter()
+        .map(|h| h.record.record_id)
+        .collect();
+        for h in &mut hits {
+            if own.contains(&h.record.record_id) {
+                h.score += OWN_SESSION_BOOST;
+            }
+        }
+    }
+    hits.retain(|h| !h.superseded);
+    // Stable: equal scores keep search's order (newest first).
+    hits.sort_by(|a, b| {
+        b.score
+            .partial_cmp(&a.score)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let mut seen = std::collections::HashSet::new();
+    hits.retain(|h| {
+        let text = proto::content::text_of(&h.record.content).unwrap_or_default();
+        seen.insert(
+            text.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_lowercase(),
+        )
+    });
+    hits.truncate(limit);
+    Ok(hits)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,6 +717,65 @@ mod tests {
         assert_eq!(
             hits[0].record.record_id, ids[1],
             "cosine picks the closer vector"
+        );
+    }
+
+    /// Issue 36: a context's memory was search's top hits as they came — the same fact
+    /// remembered twice took two places, and what this session learned earlier ranked no
+    /// higher than any other session's.
+    #[test]
+    fn a_contexts_memory_prefers_its_own_sessions_facts_and_holds_each_text_once() {
+        let (_dir, s) = store_with(&[
+            (
+                "others",
+                &[
+                    fact("the backup disk is the blue usb disk backup backup"),
+                    fact("The backup  disk is the blue USB disk backup backup"),
+                ],
+            ),
+            ("mine", &[fact("our backup disk is in the drawer")]),
+        ]);
+        let mine = s
+            .conn()
+            .query_row(
+                "SELECT session_id FROM sessions WHERE label = 'mine'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .expect("session");
+        let mine = kura_store::store::parse_id(&mine).expect("id");
+        let plain = for_context(&s, "backup disk", None, 5).expect("search");
+        let texts = |h: &[Hit]| -> Vec<String> {
+            h.iter()
+                .map(|h| {
+                    proto::content::text_of(&h.record.content)
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        };
+        assert_eq!(
+            texts(&plain).len(),
+            2,
+            "one place per text: {:?}",
+            texts(&plain)
+        );
+        assert!(
+            texts(&plain)[0].to_lowercase().contains("blue usb"),
+            "{:?}",
+            texts(&plain)
+        );
+        let own = for_context(&s, "backup disk", Some(mine), 5).expect("search");
+        assert_eq!(
+            texts(&own)[0],
+            "our backup disk is in the drawer",
+            "{:?}",
+            texts(&own)
+        );
+        assert!(
+            for_context(&s, "backup disk", Some(mine), 0)
+                .expect("none")
+                .is_empty()
         );
     }
 }
