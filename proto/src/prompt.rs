@@ -32,7 +32,7 @@ pub struct Frame {
     /// The system prompt.
     pub system: String,
     /// The tools offered, in the order sent, with Kura's names (`fs.write`).
-    pub tools: Vec<FrameTool>,
+    pub tools: Vec<ToolSpec>,
     /// The `max_tokens` sent (what was left of the budgets), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
@@ -41,10 +41,11 @@ pub struct Frame {
     pub prompt_tokens: Option<u64>,
 }
 
-/// A tool as it was offered.
+/// A tool as a model is offered it: plain data, so a provider needs no tool implementation,
+/// and recorded in the [`Frame`] as it was offered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FrameTool {
+pub struct ToolSpec {
     /// Its name, e.g. `fs.write`.
     pub name: String,
     /// Its description.

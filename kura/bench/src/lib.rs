@@ -3,6 +3,7 @@
 //! the answer does not depend on how fast (or how busy) the machine is.
 
 mod doorbell;
+mod prompt;
 mod seal;
 mod storage;
 
@@ -175,7 +176,7 @@ fn run_in(
 ) -> anyhow::Result<Vec<Figure>> {
     let s = &args.sizes;
     type Run = fn(&Path, &Sizes, Option<&str>) -> anyhow::Result<Vec<Figure>>;
-    let all: [(&str, Run); 7] = [
+    let all: [(&str, Run); 8] = [
         ("durable", |d, s, _| {
             Ok(vec![storage::durable_append(d, s)?])
         }),
@@ -184,6 +185,7 @@ fn run_in(
         ("verify", |d, s, _| Ok(vec![storage::verify_rate(d, s)?])),
         ("device-writes", |d, s, _| storage::device_writes(d, s)),
         ("seal-log", |d, s, _| seal::figures(d, s)),
+        ("prompt", |d, s, _| prompt::figures(d, s)),
         ("doorbell", |d, s, n| Ok(vec![doorbell::latency(d, s, n)?])),
     ];
     let mut figures = Vec::new();

@@ -58,7 +58,11 @@ fn rows(records: &[NewRecord]) -> Vec<Row> {
 }
 
 /// A scratch Kura database at `dir/name` with one session and one open ledger.
-fn kura_db(dir: &Path, name: &str, sync: Synchronous) -> anyhow::Result<(Store, LedgerId)> {
+pub(crate) fn kura_db(
+    dir: &Path,
+    name: &str,
+    sync: Synchronous,
+) -> anyhow::Result<(Store, LedgerId)> {
     let path = dir.join(name);
     remove_db(&path);
     let mut store = Store::create(
@@ -117,12 +121,12 @@ fn bare_insert(tx: &Connection, r: &Row) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn rate(n: usize, d: Duration) -> f64 {
+pub(crate) fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64().max(1e-9)
 }
 
 /// The median of a few rounds, so one hiccup of a shared machine does not decide a figure.
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

@@ -74,14 +74,14 @@ fn push(messages: &mut Vec<Value>, role: &str, block: Value) {
 }
 
 /// The request body for this turn so far (rendering rule `anthropic-messages/1`), asking
-/// for at most `max_tokens`, the context rendered within `prompt_tokens`.
+/// for at most `max_tokens`; `user` is the context as the renderer made it.
 pub fn request_body(
     model: &str,
     system: &str,
-    (max_tokens, prompt_tokens): (u64, Option<u64>),
+    max_tokens: u64,
+    user: &str,
     input: &TurnInput<'_>,
 ) -> Value {
-    let user = crate::render::render(input.context, prompt_tokens).text;
     let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": user}]})];
     for r in input.history {
         match r.record_type {
@@ -147,14 +147,21 @@ pub fn request_body(
     body
 }
 
-/// The bytes sent: [`request_body`] as compact JSON (its SHA-256 is recorded).
-pub fn body_bytes(
-    model: &str,
-    system: &str,
-    bounds: (u64, Option<u64>),
+/// The bytes sent in `frame` (rule `anthropic-messages/1`, whose `max_tokens` the frame
+/// always holds: the API requires one): [`request_body`] as compact JSON.
+pub(crate) fn body_bytes(
+    frame: &proto::prompt::Frame,
+    user: &str,
     input: &TurnInput<'_>,
 ) -> Vec<u8> {
-    serde_json::to_vec(&request_body(model, system, bounds, input)).unwrap_or_default()
+    let body = request_body(
+        &frame.model,
+        &frame.system,
+        frame.max_tokens.unwrap_or(0),
+        user,
+        input,
+    );
+    serde_json::to_vec(&body).unwrap_or_default()
 }
 
 /// Reads a Messages API response into steps: its text, then its tool uses.
@@ -260,22 +267,15 @@ impl Provider for Anthropic {
         let max_tokens = input
             .max_tokens
             .map_or(self.max_tokens, |m| m.min(self.max_tokens));
-        let body = body_bytes(
-            &self.model,
-            &self.system,
-            (max_tokens, self.prompt_tokens),
-            input,
-        );
-        let sent = crate::prompt::sent(
-            (
-                proto::prompt::ANTHROPIC_MESSAGES_V1,
-                &self.model,
-                &self.system,
-            ),
-            (Some(max_tokens), self.prompt_tokens),
-            input,
-            &body,
-        );
+        let frame = proto::prompt::Frame {
+            rule: proto::prompt::ANTHROPIC_MESSAGES_V1.into(),
+            model: self.model.clone(),
+            system: self.system.clone(),
+            tools: input.tools.to_vec(),
+            max_tokens: Some(max_tokens),
+            prompt_tokens: self.prompt_tokens,
+        };
+        let (body, sent) = crate::prompt::prepare(frame, input)?;
         let mut req = self
             .http
             .post(&self.url)
@@ -356,7 +356,7 @@ mod tests {
             result("c1"),
             result("c2"),
         ];
-        let body = request_body("m", "sys", (50, None), &input(&context, &history));
+        let body = request_body("m", "sys", 50, "read a and b", &input(&context, &history));
         let roles: Vec<&str> = body["messages"]
             .as_array()
             .map(|m| m.iter().filter_map(|m| m["role"].as_str()).collect())

@@ -19,16 +19,7 @@ use proto::record::{Record, RecordType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// A tool as a model sees it: plain data, so a provider needs no tool implementation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    /// Its name, e.g. `fs.write`.
-    pub name: String,
-    /// One line for the model.
-    pub description: String,
-    /// JSON schema of its arguments.
-    pub parameters: Value,
-}
+pub use proto::prompt::ToolSpec;
 
 /// One thing the agent does next.
 #[derive(Debug, Clone, PartialEq)]

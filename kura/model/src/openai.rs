@@ -140,16 +140,11 @@ fn wire_call(content: &Value) -> WireCall {
 }
 
 /// The request body for this turn so far.
-pub fn request_body(
-    model: &str,
-    system: &str,
-    prompt_tokens: Option<u64>,
-    input: &TurnInput<'_>,
-) -> Value {
-    let user = crate::render::render(input.context, prompt_tokens).text;
+/// `user` is the context as the renderer made it.
+pub fn request_body(model: &str, system: &str, user: &str, input: &TurnInput<'_>) -> Value {
     let mut messages = vec![
         Message::new("system", Some(system.to_owned())),
-        Message::new("user", Some(user)),
+        Message::new("user", Some(user.to_owned())),
     ];
     // Group thoughts and calls into assistant messages; each result follows as a tool message.
     let mut pending: Option<Message> = None;
@@ -212,16 +207,14 @@ pub fn request_body(
     serde_json::to_value(&request).unwrap_or(Value::Null)
 }
 
-/// The bytes sent for this turn so far: [`request_body`] as compact JSON. Its SHA-256 is
-/// recorded, and `kura show --prompt` rebuilds it with this same function.
-pub fn body_bytes(
-    model: &str,
-    system: &str,
-    prompt_tokens: Option<u64>,
+/// The bytes sent in `frame` (rule `openai-chat/1`): [`request_body`] as compact JSON.
+pub(crate) fn body_bytes(
+    frame: &proto::prompt::Frame,
+    user: &str,
     input: &TurnInput<'_>,
 ) -> Vec<u8> {
     // A `Value` always serializes.
-    serde_json::to_vec(&request_body(model, system, prompt_tokens, input)).unwrap_or_default()
+    serde_json::to_vec(&request_body(&frame.model, &frame.system, user, input)).unwrap_or_default()
 }
 
 /// Reads a chat-completions response into steps.
@@ -356,13 +349,15 @@ impl Provider for OpenAi {
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<super::Answer, ProviderError> {
-        let body = body_bytes(&self.model, &self.system, self.prompt_tokens, input);
-        let sent = crate::prompt::sent(
-            (proto::prompt::OPENAI_CHAT_V1, &self.model, &self.system),
-            (input.max_tokens, self.prompt_tokens),
-            input,
-            &body,
-        );
+        let frame = proto::prompt::Frame {
+            rule: proto::prompt::OPENAI_CHAT_V1.into(),
+            model: self.model.clone(),
+            system: self.system.clone(),
+            tools: input.tools.to_vec(),
+            max_tokens: input.max_tokens,
+            prompt_tokens: self.prompt_tokens,
+        };
+        let (body, sent) = crate::prompt::prepare(frame, input)?;
         let mut req = self
             .http
             .post(&self.url)
@@ -388,6 +383,22 @@ mod tests {
     use proto::{RecordId, SessionId};
     use serde_json::json;
     use std::collections::BTreeMap;
+
+    /// The body the provider sends for `input` (model `m`, system `be brief`), as JSON: the
+    /// one build path, the renderer's text included.
+    fn sent_body(input: &TurnInput<'_>) -> Value {
+        let frame = proto::prompt::Frame {
+            rule: proto::prompt::OPENAI_CHAT_V1.into(),
+            model: "m".into(),
+            system: "be brief".into(),
+            tools: input.tools.to_vec(),
+            max_tokens: input.max_tokens,
+            prompt_tokens: None,
+        };
+        let (body, _) = crate::prompt::build(&frame, input.context, input.history)
+            .unwrap_or_else(|e| panic!("build: {e}"));
+        serde_json::from_slice(&body).unwrap_or_default()
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_http_dates_and_ignores_junk() {
@@ -443,16 +454,13 @@ mod tests {
             tools: &[],
             max_tokens: None,
         };
-        let body = request_body("m", "be brief", None, &input);
+        let body = sent_body(&input);
         assert!(body.get("max_tokens").is_none(), "no budget, no bound");
         let bounded = TurnInput {
             max_tokens: Some(40),
             ..input
         };
-        assert_eq!(
-            request_body("m", "be brief", None, &bounded)["max_tokens"],
-            40
-        );
+        assert_eq!(sent_body(&bounded)["max_tokens"], 40);
         let user = body["messages"][1]["content"].as_str().unwrap_or_default();
         for part in [
             "sum up x and y",
@@ -528,7 +536,7 @@ mod tests {
             }}],
             "tool_choice": "auto",
         });
-        assert_eq!(request_body("m", "be brief", None, &input), expected);
+        assert_eq!(sent_body(&input), expected);
     }
 
     /// A role offered the plan tool plans with a call to it: recorded as a plan, never run;

@@ -1,25 +1,51 @@
-//! Building a request body again from what the store holds (the frame on the answer's first
-//! record, the sealed context ledger, the records before it in the turn), for `kura show
-//! --prompt`: the same function the provider sent it with, so the bytes agree or the record
-//! was changed.
+//! A request body built from a frame and records — the one path a provider sends by and
+//! `kura show --prompt` rebuilds by: the frame on the answer's first record (rule, model,
+//! system prompt, tools, `max_tokens`, prompt budget), the turn's sealed context ledger and
+//! the records before it in the turn. The same function both times, so the bytes agree or
+//! the record was changed.
 
-use proto::prompt::{ANTHROPIC_MESSAGES_V1, Frame, OPENAI_CHAT_V1};
+use proto::RecordId;
+use proto::prompt::{ANTHROPIC_MESSAGES_V1, Frame, OPENAI_CHAT_V1, Sent};
 use proto::record::Record;
 
-use crate::{ToolSpec, TurnInput};
+use crate::TurnInput;
 
-/// Why a body cannot be built again.
+/// Why a body cannot be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RebuildError {
     /// The frame names a rule this build does not know.
     #[error(
-        "rendering rule {0:?} is not one this kura knows (it knows {OPENAI_CHAT_V1:?}); use the kura release that recorded it"
+        "rendering rule {0:?} is not one this kura knows ({OPENAI_CHAT_V1:?}, {ANTHROPIC_MESSAGES_V1:?}); use the kura release that recorded it"
     )]
     UnknownRule(String),
     /// The recorded frame does not read as one.
     #[error("the recorded prompt frame is not a frame: {0}")]
     Frame(String),
+}
+
+/// The request body `frame` with `context` and `history` makes, byte for byte, and the
+/// context records cut to fit its prompt budget (first cut first).
+pub fn build(
+    frame: &Frame,
+    context: &[Record],
+    history: &[Record],
+) -> Result<(Vec<u8>, Vec<RecordId>), RebuildError> {
+    let rendered = crate::render::render(context, frame.prompt_tokens);
+    let input = TurnInput {
+        session_id: proto::SessionId::from(uuid::Uuid::nil()),
+        seq: 0,
+        context,
+        history,
+        tools: &frame.tools,
+        max_tokens: frame.max_tokens,
+    };
+    let body = match frame.rule.as_str() {
+        OPENAI_CHAT_V1 => crate::openai::body_bytes(frame, &rendered.text, &input),
+        ANTHROPIC_MESSAGES_V1 => crate::anthropic::body_bytes(frame, &rendered.text, &input),
+        other => return Err(RebuildError::UnknownRule(other.to_owned())),
+    };
+    Ok((body, rendered.cut))
 }
 
 /// The request body `frame` with `context` and `history` makes, byte for byte.
@@ -28,39 +54,7 @@ pub fn rebuild(
     context: &[Record],
     history: &[Record],
 ) -> Result<Vec<u8>, RebuildError> {
-    let tools: Vec<ToolSpec> = frame
-        .tools
-        .iter()
-        .map(|t| ToolSpec {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.clone(),
-        })
-        .collect();
-    let input = TurnInput {
-        session_id: proto::SessionId::from(uuid::Uuid::nil()),
-        seq: 0,
-        context,
-        history,
-        tools: &tools,
-        max_tokens: frame.max_tokens,
-    };
-    match frame.rule.as_str() {
-        OPENAI_CHAT_V1 => Ok(crate::openai::body_bytes(
-            &frame.model,
-            &frame.system,
-            frame.prompt_tokens,
-            &input,
-        )),
-        // The frame holds the `max_tokens` sent (the API requires one).
-        ANTHROPIC_MESSAGES_V1 => Ok(crate::anthropic::body_bytes(
-            &frame.model,
-            &frame.system,
-            (frame.max_tokens.unwrap_or(0), frame.prompt_tokens),
-            &input,
-        )),
-        other => Err(RebuildError::UnknownRule(other.to_owned())),
-    }
+    build(frame, context, history).map(|(body, _)| body)
 }
 
 /// A recorded prompt built again and checked.
@@ -93,33 +87,18 @@ pub fn prove(
     })
 }
 
-/// What a provider records of a request it sends: the SHA-256 of `body`, the frame it was
-/// built in (rule, model, system prompt, tools, the `max_tokens` sent, the prompt budget)
-/// and the context records cut to fit that budget.
-pub(crate) fn sent(
-    (rule, model, system): (&str, &str, &str),
-    (max_tokens, prompt_tokens): (Option<u64>, Option<u64>),
+/// What a provider sends for `input` in `frame`, and what it records of it: the body's
+/// SHA-256, the frame and the records cut.
+pub(crate) fn prepare(
+    frame: Frame,
     input: &TurnInput<'_>,
-    body: &[u8],
-) -> proto::prompt::Sent {
-    proto::prompt::Sent {
-        sha256: proto::prompt::sha256_hex(body),
-        frame: Frame {
-            rule: rule.into(),
-            model: model.into(),
-            system: system.into(),
-            tools: input
-                .tools
-                .iter()
-                .map(|t| proto::prompt::FrameTool {
-                    name: t.name.clone(),
-                    description: t.description.clone(),
-                    parameters: t.parameters.clone(),
-                })
-                .collect(),
-            max_tokens,
-            prompt_tokens,
-        },
-        cut: crate::render::render(input.context, prompt_tokens).cut,
-    }
+) -> Result<(Vec<u8>, Sent), crate::ProviderError> {
+    let (body, cut) = build(&frame, input.context, input.history)
+        .map_err(|e| crate::ProviderError::Fatal(e.to_string()))?;
+    let sent = Sent {
+        sha256: proto::prompt::sha256_hex(&body),
+        frame,
+        cut,
+    };
+    Ok((body, sent))
 }
