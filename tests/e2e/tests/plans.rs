@@ -1028,3 +1028,97 @@ fn a_plan_step_parks_for_a_person_and_its_plan_goes_on() {
     );
     s.verify_all();
 }
+
+/// Issue 36: with a real model, the router was never shown the roster it chooses from and a
+/// join after three steps was sent one of their deliverables. Here the router and the join
+/// run on the OpenAI-compatible provider (a fake server speaking the wire format, which
+/// records what it is shown): the router's request lists every role, and the join's holds
+/// all three steps' deliverables, numbered.
+#[test]
+fn real_models_are_shown_the_roster_they_route_by_and_every_output_they_join() {
+    let mut s = Stack::new(WRITER);
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
+    let kept = shown.clone();
+    let url = kura_testkit::openai::start((10, 5), move |body| {
+        kept.lock().expect("lock").push(body.clone());
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+        let says = if system.starts_with("ROUTER") {
+            "planner"
+        } else {
+            "summed up three looks"
+        };
+        serde_json::json!({"role": "assistant", "content": says})
+    });
+    let mut roles = Vec::new();
+    // The scripted provider plays a session's turns by number: the router's was the first.
+    let planner = PLANNER.replacen(
+        "{\"turns\": [",
+        "{\"turns\": [[{\"deliver\": \"(the router's turn)\"}],",
+        1,
+    );
+    for (name, script) in [("looker", LOOKER), ("planner", planner.as_str())] {
+        let path = s.path(&format!("{name}.json"));
+        std::fs::write(&path, script).expect("script");
+        roles.push(format!(
+            "{{name = \"{name}\", script = \"{}\", system_prompt = \"You {name}.\"}}",
+            path.display()
+        ));
+    }
+    roles.push(
+        "{name = \"writer\", provider = \"openai\", system_prompt = \"WRITER: you sum up.\"}"
+            .into(),
+    );
+    roles.push(
+        "{name = \"router\", provider = \"openai\", system_prompt = \"ROUTER: pick one role.\"}"
+            .into(),
+    );
+    s.extra_env.extend([
+        (
+            "KURA_ROSTER__ROLES".into(),
+            format!("[{}]", roles.join(", ")),
+        ),
+        ("KURA_ROSTER__ROUTER_ROLE".into(), "router".into()),
+        ("KURA_PROVIDER__BASE_URL".into(), url),
+        ("KURA_PROVIDER__MODEL".into(), "tiny".into()),
+    ]);
+    start(&mut s);
+    let done = s.wait_complete(s.submit("plan the looks"), MINUTE);
+    assert!(done.deliverable.is_some(), "{done:?}");
+    let shown = shown.lock().expect("lock").clone();
+    let user = |b: &serde_json::Value| {
+        b["messages"][1]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let router = shown
+        .iter()
+        .find(|b| {
+            b["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("ROUTER"))
+        })
+        .map(user)
+        .expect("the router was asked");
+    for role in [
+        "- looker: You looker.",
+        "- planner: You planner.",
+        "- writer: WRITER: you sum up.",
+    ] {
+        assert!(
+            router.contains(role),
+            "the router was not shown {role:?}:\n{router}"
+        );
+    }
+    let join = shown
+        .iter()
+        .map(user)
+        .find(|u| u.starts_with("sum up"))
+        .unwrap_or_else(|| panic!("the join was not asked; steps {:?}", steps(&s)));
+    for (i, step) in ["a", "b", "c"].iter().enumerate() {
+        assert!(
+            join.contains(&format!("[{}] looked: look at {step}", i + 1)),
+            "the join was not shown step {step}'s output:\n{join}"
+        );
+    }
+}
