@@ -170,7 +170,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             writs: Default::default(),
             spent: Vec::new(),
             usage_note: None,
-            prompt_note: None,
             retries_note: 0,
             mistakes: 0,
             secrets: secrets.clone(),

@@ -203,7 +203,6 @@ fn worker_on(
         writs: Default::default(),
         spent: Vec::new(),
         usage_note: None,
-        prompt_note: None,
         retries_note: 0,
         mistakes: 0,
         secrets: Arc::default(),

@@ -73,8 +73,6 @@ pub struct Worker {
     pub spent: Vec<proto::writ::Usage>,
     /// The last answer's usage, put on the first record it produces.
     pub usage_note: Option<proto::writ::Usage>,
-    /// The last answer's request hash and frame, put on the first record it produces.
-    pub prompt_note: Option<proto::prompt::Sent>,
     /// How often the last answer was retried (busy or unreachable server), said on its
     /// first record.
     pub retries_note: u32,
@@ -284,19 +282,6 @@ impl Worker {
                 rec.metadata.insert(k.into(), v);
             }
         }
-        // ...and the request it was shown: its hash, and the frame to build it again from.
-        if let Some(p) = self.prompt_note.take() {
-            rec.metadata
-                .insert(proto::prompt::SHA256_KEY.into(), p.sha256);
-            if let Ok(frame) = serde_json::to_string(&p.frame) {
-                rec.metadata.insert(proto::prompt::FRAME_KEY.into(), frame);
-            }
-            if !p.cut.is_empty() {
-                let cut: Vec<String> = p.cut.iter().map(ToString::to_string).collect();
-                rec.metadata
-                    .insert(proto::prompt::CUT_KEY.into(), cut.join(","));
-            }
-        }
         if self.retries_note > 0 {
             let n = std::mem::take(&mut self.retries_note);
             rec.metadata.insert("model_retries".into(), n.to_string());
@@ -408,7 +393,6 @@ impl Worker {
         self.staged.clear();
         self.spent.clear();
         self.usage_note = None;
-        self.prompt_note = None;
         self.mistakes = 0;
         // The writs the turn runs under: its session's, its planner's or its submitter's,
         // narrowed by its role's.
@@ -482,9 +466,15 @@ impl Worker {
                     .map_err(|e| e.to_string()),
                 None => match self.ask(&input, &mut retries) {
                     Ok(answer) => {
+                        // What the model was sent stands before what it answered (and the
+                        // answer's cost and retries go on the answer's first record, after it).
+                        if let Some(sent) = &answer.prompt {
+                            let content = proto::prompt::PromptContent::of(sent).to_value();
+                            let r = self.record(claim, RecordType::ModelPrompt, content, &[]);
+                            self.append(claim, &mut history, r)?;
+                        }
                         self.spent.extend(answer.usage.clone());
                         self.usage_note = answer.usage;
-                        self.prompt_note = answer.prompt;
                         self.retries_note = retries;
                         Ok(answer.steps)
                     }

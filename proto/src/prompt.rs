@@ -1,19 +1,13 @@
-//! Prompt provenance on the record: the first record of a model's answer carries the SHA-256
-//! of the exact request body the provider sent ([`SHA256_KEY`]) and the frame it was built
-//! in ([`FRAME_KEY`]: the rendering rule, model, system prompt, tools, `max_tokens`). With
-//! the turn's sealed context ledger and the records before it in the output ledger, the body
-//! can be rebuilt byte for byte and checked against the hash (`kura show --prompt`).
+//! Prompt provenance on the record: before a model's answer, its turn's output ledger holds a
+//! `model.prompt` record ([`PromptContent`]): the SHA-256 of the exact request body the
+//! provider sent, the frame it was built in (the rendering rule, model, system prompt,
+//! tools, `max_tokens`, the prompt budget) and what was cut to fit. In the content, so the
+//! record hash and the sealed ledger cover all of it. With the turn's sealed context ledger
+//! and the records before it in the output ledger, the body can be rebuilt byte for byte
+//! and checked against the hash (`kura show --prompt`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// Metadata key: lowercase hex SHA-256 of the request body sent.
-pub const SHA256_KEY: &str = "prompt_sha256";
-/// Metadata key: the [`Frame`] as JSON.
-pub const FRAME_KEY: &str = "prompt_frame";
-/// Metadata key: the record ids cut to fit the prompt budget, comma-separated, first cut
-/// first (absent when nothing was cut).
-pub const CUT_KEY: &str = "prompt_cut";
 
 /// The rendering rule of the OpenAI-compatible chat-completions request (PROTOCOL.md,
 /// "What a model is shown"). A change to the request's bytes gets a new rule.
@@ -62,8 +56,42 @@ pub struct Sent {
     /// What it was built from besides the records.
     pub frame: Frame,
     /// The context records the renderer left out or cut to fit the prompt budget, first
-    /// cut first (recorded as [`CUT_KEY`]).
+    /// cut first.
     pub cut: Vec<crate::RecordId>,
+}
+
+/// A `model.prompt` record's content: a [`Sent`] as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptContent {
+    /// Lowercase hex SHA-256 of the request body sent.
+    pub sha256: String,
+    /// What it was built from besides the records.
+    pub frame: Frame,
+    /// The context records left out or cut to fit the prompt budget, first cut first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<crate::RecordId>,
+}
+
+impl PromptContent {
+    /// The content of the record for `sent`.
+    pub fn of(sent: &Sent) -> PromptContent {
+        PromptContent {
+            sha256: sent.sha256.clone(),
+            frame: sent.frame.clone(),
+            cut: sent.cut.clone(),
+        }
+    }
+
+    /// As a record's content.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// Reads a `model.prompt` record's content.
+    pub fn read(content: &Value) -> Result<PromptContent, serde_json::Error> {
+        serde_json::from_value(content.clone())
+    }
 }
 
 /// Lowercase hex SHA-256 of `body`.

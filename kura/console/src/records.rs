@@ -29,7 +29,7 @@ pub struct RecordView {
     pub content: String,
     /// The whole content's length in bytes.
     pub bytes: u64,
-    /// The SHA-256 of the request a model was sent, on the first record of its answer.
+    /// On a `model.prompt` record: the SHA-256 of the request the model was sent.
     pub prompt: Option<String>,
 }
 
@@ -56,7 +56,9 @@ impl RecordView {
             hash: r.hash.clone(),
             content,
             bytes: text.len() as u64,
-            prompt: r.metadata.get(proto::prompt::SHA256_KEY).cloned(),
+            prompt: (r.record_type == proto::record::RecordType::ModelPrompt)
+                .then(|| r.content["sha256"].as_str().map(str::to_owned))
+                .flatten(),
         }
     }
 }
@@ -66,7 +68,8 @@ impl RecordView {
 const VIEW: &str = "m.position, r.record_id, r.record_type, r.author_id, r.created_at,
     CASE typeof(r.hash) WHEN 'blob' THEN lower(hex(r.hash)) ELSE r.hash END,
     substr(CAST(r.content AS BLOB), :start, :len), length(CAST(r.content AS BLOB)),
-    CASE WHEN json_valid(r.metadata) THEN json_extract(r.metadata, '$.prompt_sha256') END";
+    CASE WHEN r.record_type = 'model.prompt' AND json_valid(r.content)
+        THEN json_extract(r.content, '$.sha256') END";
 
 /// A row of [`VIEW`], with the content bytes as read (not yet text).
 fn view_raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<(RecordView, Vec<u8>)> {

@@ -438,8 +438,23 @@ async fn prompt(State(c): State<Shared>, headers: HeaderMap, Path(id): Path<Stri
         .read(move |s| {
             let rid = data::id(&id)?;
             let p = kura_work::prompt::prompt_of(s, rid)?;
-            let proven = kura_model::prompt::prove(&p.frame, &p.sha256, &p.context, &p.history)?;
-            Ok((rid.to_string(), p.sha256, proven))
+            // The first place it stands is shown; each is checked.
+            let mut proofs = Vec::new();
+            for at in &p.at {
+                proofs.push(kura_model::prompt::prove(
+                    &p.frame_json,
+                    &p.content.sha256,
+                    &at.context,
+                    &at.history,
+                )?);
+            }
+            let all = proofs.iter().all(|x| x.matches);
+            let mut first = proofs
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("no turn"))?;
+            first.matches = all;
+            Ok((rid.to_string(), p.content.sha256, first))
         })
         .await;
     page(&c, &headers, "prompt", |_| {

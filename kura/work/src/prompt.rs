@@ -1,37 +1,50 @@
-//! What a model answer's prompt was built from, read back from the store: the hash and frame
-//! on the answer's first record, the sealed context ledger of the turn whose output ledger
-//! holds it, and the records before it there. `kura_model::prompt::prove` builds the body
-//! again from these; `kura show --prompt` and the console both read them here.
+//! What a model answer's prompt was built from, read back from the store: a `model.prompt`
+//! record (the hash and frame), and for each turn output ledger holding it the turn's sealed
+//! context ledger and the records before it there. `kura_model::prompt::prove` builds the
+//! body again from these; `kura show --prompt` and the console both read them here.
 
 use kura_store::{Store, StoreError};
-use proto::RecordId;
-use proto::prompt::{FRAME_KEY, SHA256_KEY};
-use proto::record::Record;
+use proto::prompt::PromptContent;
+use proto::record::{Record, RecordType};
+use proto::{LedgerId, RecordId};
 
 use crate::turns::turn_of_output;
 
-/// The inputs of a recorded prompt.
+/// One place a prompt record stands: an output ledger, and what the body is built from there.
 #[derive(Debug, Clone)]
-pub struct PromptOf {
-    /// The SHA-256 the record carries (hex).
-    pub sha256: String,
-    /// The frame it carries, as recorded (JSON).
-    pub frame: String,
+pub struct PromptAt {
+    /// The turn's output ledger holding the record.
+    pub ledger: LedgerId,
     /// The turn's sealed context ledger's records.
     pub context: Vec<Record>,
-    /// The records before it in the turn's output ledger.
+    /// The records before the prompt record in the output ledger.
     pub history: Vec<Record>,
+}
+
+/// A recorded prompt and every place it stands (identical prompts are one record, by content
+/// address, so one record can stand in several turns).
+#[derive(Debug, Clone)]
+pub struct PromptOf {
+    /// What the record says was sent.
+    pub content: PromptContent,
+    /// The record's content as stored (the frame is rebuilt from it).
+    pub frame_json: String,
+    /// Each turn whose output ledger holds it.
+    pub at: Vec<PromptAt>,
 }
 
 /// Why there is no prompt to rebuild for a record.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PromptError {
-    /// The record carries no prompt hash.
+    /// The record is not a `model.prompt` record.
     #[error(
-        "record {0} carries no prompt hash: only the first record of a model's answer does, from a provider that sends a request (openai, anthropic)"
+        "record {0} is not a model.prompt record: give the id of the model.prompt record before an answer (`kura log <session> --records` lists them)"
     )]
-    NotAnAnswer(RecordId),
+    NotAPrompt(RecordId),
+    /// Its content does not read as a prompt.
+    #[error("record {0} does not read as a model.prompt: {1}")]
+    Unreadable(RecordId, String),
     /// The record is in no turn's output ledger.
     #[error(
         "record {0} is in no turn's output ledger, so there is no context to rebuild its prompt from"
@@ -42,32 +55,39 @@ pub enum PromptError {
     Store(#[from] StoreError),
 }
 
-/// The inputs of the prompt record `rid` begins the answer to.
+/// The prompt record `rid` and every place it stands.
 pub fn prompt_of(store: &Store, rid: RecordId) -> Result<PromptOf, PromptError> {
     let r = store.read_record(rid)?;
-    let (Some(sha256), Some(frame)) = (r.metadata.get(SHA256_KEY), r.metadata.get(FRAME_KEY))
-    else {
-        return Err(PromptError::NotAnAnswer(rid));
-    };
-    // The output ledger is the one a turn wrote; its context ledger is what the model saw.
-    let mut found = None;
-    for l in store.ledgers_containing(rid)? {
-        if let Some(t) = turn_of_output(store, l)? {
-            found = Some((t.context_ledger_id, l));
-            break;
-        }
+    if r.record_type != RecordType::ModelPrompt {
+        return Err(PromptError::NotAPrompt(rid));
     }
-    let (context, output) = found.ok_or(PromptError::NoTurn(rid))?;
-    let mut history = store.hydrate(output)?;
-    let before = history
-        .iter()
-        .position(|x| x.record_id == rid)
-        .unwrap_or(history.len());
-    history.truncate(before);
+    let content =
+        PromptContent::read(&r.content).map_err(|e| PromptError::Unreadable(rid, e.to_string()))?;
+    let frame_json = serde_json::to_string(&content.frame)
+        .map_err(|e| PromptError::Unreadable(rid, e.to_string()))?;
+    let mut at = Vec::new();
+    for ledger in store.ledgers_containing(rid)? {
+        let Some(turn) = turn_of_output(store, ledger)? else {
+            continue;
+        };
+        let mut history = store.hydrate(ledger)?;
+        let before = history
+            .iter()
+            .position(|x| x.record_id == rid)
+            .unwrap_or(history.len());
+        history.truncate(before);
+        at.push(PromptAt {
+            ledger,
+            context: store.hydrate(turn.context_ledger_id)?,
+            history,
+        });
+    }
+    if at.is_empty() {
+        return Err(PromptError::NoTurn(rid));
+    }
     Ok(PromptOf {
-        sha256: sha256.clone(),
-        frame: frame.clone(),
-        context: store.hydrate(context)?,
-        history,
+        content,
+        frame_json,
+        at,
     })
 }

@@ -594,8 +594,8 @@ fn the_console_shows_what_the_model_was_shown_beside_its_answer() {
     let session = st.session_id.expect("session");
     let answer = session_records(&s.store(), session)
         .into_iter()
-        .find(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
-        .expect("the answer carries its prompt's hash");
+        .find(|r| r.record_type == RecordType::ModelPrompt)
+        .expect("the answer is preceded by what it was sent");
     let cookie = login(port, &key);
     let (status, _, history) = http(
         port,
@@ -614,7 +614,7 @@ fn the_console_shows_what_the_model_was_shown_beside_its_answer() {
     assert_eq!(status, 200, "{shown}");
     assert!(shown.contains("verified:"), "{shown}");
     assert!(
-        shown.contains(&answer.metadata[proto::prompt::SHA256_KEY]),
+        shown.contains(answer.content["sha256"].as_str().unwrap_or("none")),
         "{shown}"
     );
     assert!(

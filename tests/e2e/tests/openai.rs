@@ -138,18 +138,38 @@ fn run_turn_seeded(
     seed: &dyn Fn(&mut Store),
     memory_hits: usize,
 ) -> (Store, proto::SessionId) {
+    let (store, sessions) = run_turns_seeded(dir, env, &[instruction], files, seed, memory_hits);
+    (store, sessions[0])
+}
+
+/// Queues one turn per instruction (each its own session, `files` planted in each
+/// workspace) after `seed`, and runs hashi until all are done.
+fn run_turns_seeded(
+    dir: &Path,
+    env: &[(&str, String)],
+    instructions: &[&str],
+    files: &[(&str, String)],
+    seed: &dyn Fn(&mut Store),
+    memory_hits: usize,
+) -> (Store, Vec<proto::SessionId>) {
     let db = dir.join("kura.db");
     let mut store = Store::create(&db, &StoreOptions::default()).expect("db");
     seed(&mut store);
-    let req = submit(&mut store, instruction, "user:test", None).expect("submit");
-    let accepted =
-        accept_next_request(&mut store, &kura_plan::RosterConfig::default(), memory_hits)
-            .expect("accept")
-            .expect("turn");
-    let ws = dir.join("ws").join(accepted.session_id.to_string());
-    for (name, text) in files {
-        std::fs::create_dir_all(&ws).expect("ws");
-        std::fs::write(ws.join(name), text).expect("plant");
+    let mut sessions = Vec::new();
+    let mut requests = Vec::new();
+    for instruction in instructions {
+        let req = submit(&mut store, instruction, "user:test", None).expect("submit");
+        let accepted =
+            accept_next_request(&mut store, &kura_plan::RosterConfig::default(), memory_hits)
+                .expect("accept")
+                .expect("turn");
+        let ws = dir.join("ws").join(accepted.session_id.to_string());
+        for (name, text) in files {
+            std::fs::create_dir_all(&ws).expect("ws");
+            std::fs::write(ws.join(name), text).expect("plant");
+        }
+        sessions.push(accepted.session_id);
+        requests.push(req.request_seq);
     }
     let mut cmd = Command::new(bin("hashi"));
     cmd.arg("run")
@@ -169,25 +189,47 @@ fn run_turn_seeded(
     let _hashi = Killed(cmd.spawn().expect("spawn hashi"));
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        // The turn is done when its output ledger is sealed; the session decision is minato's.
+        // A turn is done when its output ledger is sealed; the session decision is minato's.
         let done: i64 = store
             .conn()
             .query_row("SELECT count(*) FROM turns WHERE state = 'done'", [], |r| {
                 r.get(0)
             })
             .expect("count");
-        if done == 1 {
+        if done == instructions.len() as i64 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "turn not done:\n{}",
+            "turns not done:\n{}",
             std::fs::read_to_string(dir.join("hashi.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = request_status(store.conn(), req.request_seq).expect("status");
-    (store, accepted.session_id)
+    for r in requests {
+        let _ = request_status(store.conn(), r).expect("status");
+    }
+    (store, sessions)
+}
+
+/// The `model.prompt` records of a turn's output, in order, with their content.
+fn prompts(recs: &[proto::Record]) -> Vec<(proto::Record, proto::prompt::PromptContent)> {
+    recs.iter()
+        .filter(|r| r.record_type == RecordType::ModelPrompt)
+        .map(|r| {
+            let c = proto::prompt::PromptContent::read(&r.content).expect("a prompt");
+            (r.clone(), c)
+        })
+        .collect()
+}
+
+/// `kura show --prompt <id>` on `db`.
+fn show_prompt(db: &Path, id: proto::RecordId) -> std::process::Output {
+    Command::new(bin("kura"))
+        .args(["show", "--prompt", &id.to_string()])
+        .env("KURA_DB", db)
+        .output()
+        .expect("kura show --prompt")
 }
 
 fn output_records(store: &Store) -> Vec<proto::Record> {
@@ -222,12 +264,19 @@ fn openai_provider_calls_tools_over_the_real_wire_format() {
     assert_eq!(
         types,
         [
+            "model.prompt",
             "agent.thought",
             "tool.call",
             "tool.result",
+            "model.prompt",
             "task.deliverable"
-        ]
+        ],
+        "each answer stands after what the model was sent"
     );
+    let recs: Vec<&proto::Record> = recs
+        .iter()
+        .filter(|r| r.record_type != RecordType::ModelPrompt)
+        .collect();
     assert_eq!(recs[0].content["text"], "I'll write the file.");
     assert_eq!(
         recs[1].content["tool_name"], "fs.write",
@@ -368,27 +417,20 @@ fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_reb
     );
     let raw = captured.lock().expect("lock").raw.clone();
     assert_eq!(raw.len(), 2, "a tool call, then the final answer");
-    let firsts: Vec<proto::Record> = output_records(&store)
-        .into_iter()
-        .filter(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
-        .collect();
+    let firsts = prompts(&output_records(&store));
     assert_eq!(
         firsts.len(),
         2,
-        "each answer's first record carries its prompt's hash"
+        "each answer is preceded by what it was sent"
     );
     let db = dir.path().join("kura.db");
-    for (r, sent) in firsts.iter().zip(&raw) {
+    for ((r, content), sent) in firsts.iter().zip(&raw) {
         assert_eq!(
-            r.metadata[proto::prompt::SHA256_KEY],
+            content.sha256,
             proto::prompt::sha256_hex(sent),
             "the hash is of the bytes the server received"
         );
-        let shown = Command::new(bin("kura"))
-            .args(["show", "--prompt", &r.record_id.to_string()])
-            .env("KURA_DB", &db)
-            .output()
-            .expect("kura show --prompt");
+        let shown = show_prompt(&db, r.record_id);
         assert!(
             shown.status.success(),
             "{}",
@@ -403,7 +445,7 @@ fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_reb
     let turns = kura_work::turn_of_output(
         &store,
         store
-            .ledgers_containing(firsts[0].record_id)
+            .ledgers_containing(firsts[0].0.record_id)
             .expect("ledgers")[0],
     )
     .expect("turn")
@@ -416,7 +458,7 @@ fn each_model_step_records_the_hash_of_what_it_was_sent_and_kura_show_prompt_reb
         ))
         .expect("tamper");
     let shown = Command::new(bin("kura"))
-        .args(["show", "--prompt", &firsts[0].record_id.to_string()])
+        .args(["show", "--prompt", &firsts[0].0.record_id.to_string()])
         .env("KURA_DB", &db)
         .output()
         .expect("kura show --prompt");
@@ -933,7 +975,10 @@ fn the_anthropic_provider_speaks_the_messages_api_and_records_what_it_sent() {
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["tool_use_id"], call_id);
     let recs = output_records(&store);
-    let first_record = recs.first().expect("records");
+    let first_record = recs
+        .iter()
+        .find(|r| r.record_type != RecordType::ModelPrompt)
+        .expect("records");
     assert_eq!(
         first_record.metadata.get("provider").map(String::as_str),
         Some("anthropic")
@@ -944,21 +989,12 @@ fn the_anthropic_provider_speaks_the_messages_api_and_records_what_it_sent() {
         "input tokens with the cache's written and read"
     );
     let db = dir.path().join("kura.db");
-    let firsts: Vec<&proto::Record> = recs
-        .iter()
-        .filter(|r| r.metadata.contains_key(proto::prompt::SHA256_KEY))
-        .collect();
+    let firsts = prompts(&recs);
     assert_eq!(firsts.len(), 2);
-    for (r, s) in firsts.iter().zip(&seen) {
-        assert_eq!(
-            r.metadata[proto::prompt::SHA256_KEY],
-            proto::prompt::sha256_hex(&s.raw)
-        );
-        let shown = Command::new(bin("kura"))
-            .args(["show", "--prompt", &r.record_id.to_string()])
-            .env("KURA_DB", &db)
-            .output()
-            .expect("kura show --prompt");
+    for ((r, content), s) in firsts.iter().zip(&seen) {
+        assert_eq!(content.sha256, proto::prompt::sha256_hex(&s.raw));
+        assert_eq!(content.frame.rule, proto::prompt::ANTHROPIC_MESSAGES_V1);
+        let shown = show_prompt(&db, r.record_id);
         assert!(
             shown.status.success(),
             "{}",
@@ -1032,12 +1068,8 @@ fn a_context_over_the_prompt_budget_is_cut_and_the_cut_records_are_named_on_the_
         .unwrap_or_default()
         .to_owned();
     let recs = output_records(&store);
-    let first = recs.first().expect("answer");
-    let cut: Vec<&str> = first
-        .metadata
-        .get(proto::prompt::CUT_KEY)
-        .map(|c| c.split(',').collect())
-        .unwrap_or_default();
+    let (first, content) = prompts(&recs).into_iter().next().expect("a prompt record");
+    let cut: Vec<String> = content.cut.iter().map(ToString::to_string).collect();
     assert!(!cut.is_empty(), "the context was over 45 tokens: {user}");
     for id in &cut {
         assert!(
@@ -1064,4 +1096,63 @@ fn a_context_over_the_prompt_budget_is_cut_and_the_cut_records_are_named_on_the_
         String::from_utf8_lossy(&shown.stderr)
     );
     assert_eq!(shown.stdout, seen[0].raw);
+}
+
+/// Found by the fault suite on the wire: the proof of what a model was sent rode in the
+/// metadata of its answer's first record, and records are content-addressed — so a second
+/// session answered alike got the first session's record, and its own proof was gone (81 of
+/// 120 answers kept one). Now each prompt is its own `model.prompt` record in the output
+/// ledger, its hash and frame in the content: two sessions answered alike each keep theirs.
+#[test]
+fn two_sessions_answered_alike_each_keep_the_proof_of_what_they_were_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![says("the same answer")]);
+    let (store, sessions) = run_turns_seeded(
+        dir.path(),
+        &openai_env(port),
+        &["Count the apples", "Count the pears"],
+        &[],
+        &|_| {},
+        0,
+    );
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2);
+    let db = dir.path().join("kura.db");
+    let mut hashes = Vec::new();
+    let mut answers = Vec::new();
+    for session in &sessions {
+        let out: String = store
+            .conn()
+            .query_row(
+                "SELECT output_ledger_id FROM turns WHERE session_id = ?1",
+                [session.to_string()],
+                |r| r.get(0),
+            )
+            .expect("output");
+        let recs = store
+            .hydrate(kura_store::store::parse_id(&out).expect("id"))
+            .expect("hydrate");
+        let mine = prompts(&recs);
+        assert_eq!(mine.len(), 1, "session {session} keeps what it was sent");
+        let shown = show_prompt(&db, mine[0].0.record_id);
+        assert!(
+            shown.status.success(),
+            "{}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+        assert!(
+            seen.iter().any(|s| s.raw == shown.stdout),
+            "the rebuilt body is one the server received"
+        );
+        hashes.push(mine[0].1.sha256.clone());
+        answers.extend(
+            recs.into_iter()
+                .filter(|r| r.record_type == RecordType::TaskDeliverable),
+        );
+    }
+    assert_ne!(hashes[0], hashes[1], "two prompts, two proofs");
+    assert_eq!(
+        answers[0].record_id, answers[1].record_id,
+        "the answers are one record by content address: the case that lost a proof"
+    );
 }

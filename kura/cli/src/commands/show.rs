@@ -133,27 +133,36 @@ fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyho
     Ok(())
 }
 
-/// `kura show --prompt RECORD`: the request body rebuilt, checked against the record's hash.
+/// `kura show --prompt RECORD`: the request body rebuilt at every turn the prompt record
+/// stands in, each checked against the hash it carries; the body printed once.
 fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome> {
     if store.kind_of(rid.uuid())? != Some("record") {
         anyhow::bail!(
-            "{rid} is not a record; give the id of a model answer's first record (`kura log` shows them)"
+            "{rid} is not a record; give the id of a model.prompt record (`kura log <session> --records` lists them)"
         );
     }
     let p = kura_work::prompt::prompt_of(store, rid)?;
-    let proven = kura_model::prompt::prove(&p.frame, &p.sha256, &p.context, &p.history)?;
-    out.body(&proven.body)?;
-    if proven.matches {
-        eprintln!(
-            "prompt ok: the rebuilt request's SHA-256 {} is the one record {rid} carries",
-            proven.sha256
-        );
-        Ok(Outcome::Ok)
-    } else {
-        eprintln!(
-            "FAIL prompt: the request rebuilt from the store hashes to {}, but record {rid} says the model was sent {}: the record, its turn's context ledger or the records before it were changed (run `kura verify --all`)",
-            proven.sha256, p.sha256
-        );
-        Ok(Outcome::VerifyFailed)
+    let mut outcome = Outcome::Ok;
+    let mut printed = false;
+    for at in &p.at {
+        let proven =
+            kura_model::prompt::prove(&p.frame_json, &p.content.sha256, &at.context, &at.history)?;
+        if !printed {
+            out.body(&proven.body)?;
+            printed = true;
+        }
+        if proven.matches {
+            eprintln!(
+                "prompt ok: in ledger {}, the rebuilt request's SHA-256 {} is the one record {rid} carries",
+                at.ledger, proven.sha256
+            );
+        } else {
+            eprintln!(
+                "FAIL prompt: in ledger {}, the request rebuilt from the store hashes to {}, but record {rid} says the model was sent {}: the turn's context ledger or the records before it were changed (run `kura verify --all`)",
+                at.ledger, proven.sha256, p.content.sha256
+            );
+            outcome = Outcome::VerifyFailed;
+        }
     }
+    Ok(outcome)
 }

@@ -10,7 +10,8 @@
 //! `KURA_CHAOS_KILLS` (SIGKILLs in the kill scenario, default 50), `KURA_CHAOS_OUTAGES`
 //! (NATS outages, default 10), `KURA_CHAOS_SEED` (to replay a run), `KURA_CHAOS_REPORT`
 //! (write the Markdown table there), `KURA_CHAOS_ONLY` (run the scenarios whose name
-//! contains it).
+//! contains it), `KURA_CHAOS_PROVIDER=openai` (the sessions' model is the OpenAI-compatible
+//! provider on a fake chat-completions server, not the scripted one).
 
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -84,7 +85,37 @@ fn script(sidefx: &Path) -> String {
     )
 }
 
-/// A stack wired for the suite: the scripted session above, the side-effect program on the
+/// The session above as a model on the wire answers it (`KURA_CHAOS_PROVIDER=openai`): the
+/// effect, then the write, then the deliverable, by how many tool results the request
+/// holds. One turn: the OpenAI-compatible provider's answer is always final.
+fn wire_model(body: &serde_json::Value, sidefx: &str) -> serde_json::Value {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let results = messages.iter().filter(|m| m["role"] == "tool").count();
+    let call = |name: &str, args: serde_json::Value| {
+        serde_json::json!([{"id": format!("call_{results}"), "type": "function",
+            "function": {"name": name, "arguments": args.to_string()}}])
+    };
+    match results {
+        0 => {
+            serde_json::json!({"role": "assistant", "content": "record the effect, then write a note",
+            "tool_calls": call("shell_run", serde_json::json!({"argv": [sidefx]}))})
+        }
+        1 => serde_json::json!({"role": "assistant", "content": null,
+            "tool_calls": call("fs_write", serde_json::json!({"path": "note.txt", "content": "written once"}))}),
+        _ => {
+            let user = messages
+                .get(1)
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            let instruction = user.lines().next().unwrap_or_default();
+            serde_json::json!({"role": "assistant",
+                "content": format!("done: {instruction}\nFACT: chaos sessions write a note")})
+        }
+    }
+}
+
+/// A stack wired for the suite: the scripted session above (or, with
+/// `KURA_CHAOS_PROVIDER=openai`, the same on the wire), the side-effect program on the
 /// shell allowlist, mikado using the harness's nats-server.
 fn stack() -> (Stack, PathBuf) {
     let mut s = Stack::new("{\"turns\": []}");
@@ -119,6 +150,15 @@ fn stack() -> (Stack, PathBuf) {
             format!("[\"{}\"]", effects.display()),
         ),
     ];
+    if std::env::var("KURA_CHAOS_PROVIDER").as_deref() == Ok("openai") {
+        let argv = sidefx.display().to_string();
+        let url = kura_testkit::openai::start((40, 10), move |body| wire_model(body, &argv));
+        s.extra_env.extend([
+            ("KURA_PROVIDER__KIND".into(), "openai".into()),
+            ("KURA_PROVIDER__BASE_URL".into(), url),
+            ("KURA_PROVIDER__MODEL".into(), "chaos".into()),
+        ]);
+    }
     (s, effects)
 }
 
@@ -217,11 +257,28 @@ fn check(
         .filter(|(id, st)| st == "success" && !seen.contains_key(id.as_str()))
         .count();
     let unknown = results.iter().filter(|(_, st)| st == "unknown").count();
-    let effects_ok = repeated == 0 && missing == 0 && !ran.is_empty();
-    let effects_text = format!(
+    let mut effects_ok = repeated == 0 && missing == 0 && !ran.is_empty();
+    let mut effects_text = format!(
         "{} ran, {repeated} repeated, {unknown} unknown, {missing} missing",
         seen.len()
     );
+    // On the wire, every session's answers came from the server, each with its prompt's hash.
+    if std::env::var("KURA_CHAOS_PROVIDER").as_deref() == Ok("openai") {
+        let answers: i64 = store
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM ledger_records lr JOIN records r ON r.record_id = lr.record_id
+                 WHERE r.record_type = 'model.prompt'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap_or(0);
+        // Each session asks three times (the effect, the write, the deliverable) at least.
+        effects_ok &= answers >= 3 * completed as i64;
+        effects_text.push_str(&format!(
+            "; {answers} model answers over the wire, each after its model.prompt"
+        ));
+    }
     let exits = if unexpected.is_empty() {
         "none".to_owned()
     } else {
@@ -735,7 +792,9 @@ fn chaos_nothing_is_lost() {
     );
     let text = table(&rows, seed);
     println!("{text}");
-    if let Ok(path) = std::env::var("KURA_CHAOS_REPORT") {
+    if let Ok(path) = std::env::var("KURA_CHAOS_REPORT")
+        && !path.is_empty()
+    {
         std::fs::write(&path, &text).expect("write report");
     }
     let failed: Vec<&str> = rows
