@@ -101,7 +101,15 @@ fn new_turn(
     let ctx = tx.open_ledger(session_id, &format!("turn-{seq}-ctx"), parents)?;
     let mut all = members.to_vec();
     if let Some(instruction) = members.first() {
-        all.extend(memory_for(tx, *instruction, session_id, memory_hits)?);
+        let memory = memory_for(tx, *instruction, session_id, memory_hits)?;
+        // Where each fact was learned, shown beside it (a note in the sealed context).
+        let sources = memory::sources(tx, &memory)?;
+        if !sources.is_empty() {
+            let note = proto::prompt::MemorySources::new(sources).to_value();
+            let rec = NewRecord::new(RecordType::SysContext, Content::Json(note), PLANNER);
+            all.push(tx.write_record(&rec)?.record_id);
+        }
+        all.extend(memory);
     }
     for m in &all {
         tx.append_existing(ctx.ledger_id, *m)?;

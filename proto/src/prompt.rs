@@ -99,3 +99,35 @@ pub fn sha256_hex(body: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(body))
 }
+
+/// A `sys.context` note in a turn's context: where each packed memory record came from (the
+/// label of the session it was learned in), so the model sees it beside each fact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySources {
+    /// What the note is.
+    pub text: String,
+    /// Memory record id → the label of the session it was learned in.
+    pub memory_sources: std::collections::BTreeMap<crate::RecordId, String>,
+}
+
+impl MemorySources {
+    /// The note for `sources`.
+    pub fn new(sources: impl IntoIterator<Item = (crate::RecordId, String)>) -> MemorySources {
+        MemorySources {
+            text: "Where the remembered facts come from.".into(),
+            memory_sources: sources.into_iter().collect(),
+        }
+    }
+
+    /// As a record's content.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// A `sys.context` record's content, if it is this note.
+    pub fn read(content: &Value) -> Option<MemorySources> {
+        content.get("memory_sources")?;
+        serde_json::from_value(content.clone()).ok()
+    }
+}

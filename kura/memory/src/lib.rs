@@ -365,6 +365,27 @@ pub fn search(db: &impl Db, s: &Search) -> Result<Vec<Hit>> {
     Ok(hits)
 }
 
+/// Where each memory record came from: the label of the earliest session it was learned in
+/// (a fact learned again elsewhere is one record, by content address), for the records that
+/// have one.
+pub fn sources(db: &impl Db, ids: &[RecordId]) -> Result<Vec<(RecordId, String)>> {
+    let conn = db.sql();
+    let mut stmt = conn.prepare_cached(
+        "SELECT s.label FROM memory_sessions ms JOIN sessions s ON s.session_id = ms.session_id
+         WHERE ms.record_id = ?1 ORDER BY s.created_at, s.session_id LIMIT 1",
+    )?;
+    let mut out = Vec::new();
+    for id in ids {
+        if let Some(label) = stmt
+            .query_row([id.to_string()], |r| r.get::<_, String>(0))
+            .optional()?
+        {
+            out.push((*id, label));
+        }
+    }
+    Ok(out)
+}
+
 /// How much a hit from the asking session's own memory is raised (scores run 0..1): what
 /// this session learned earlier is preferred, unless another's matches far better.
 pub const OWN_SESSION_BOOST: f64 = 0.5;

@@ -86,30 +86,46 @@ fn parts(context: &[Record]) -> Parts {
             .next_back()
             .map(content_text)
             .unwrap_or_default(),
-        notes: of(RecordType::SysContext).map(note).collect(),
+        notes: of(RecordType::SysContext)
+            .filter(|r| proto::prompt::MemorySources::read(&r.content).is_none())
+            .map(note)
+            .collect(),
         verdicts: of(RecordType::TaskVerdict).map(verdict).collect(),
         delivered: of(RecordType::TaskDeliverable)
             .map(|r| (r.record_id, content_text(r)))
             .collect(),
         // A validator's context names the deliverable it judges (minato's note).
         judging: of(RecordType::SysContext).any(|r| r.content.get("validates").is_some()),
-        memory: context
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r.record_type,
-                    RecordType::MemoryFact | RecordType::MemoryDecision
-                )
-            })
-            .map(|r| {
-                let kind = match r.record_type {
-                    RecordType::MemoryDecision => "decision",
-                    _ => "fact",
-                };
-                let line = format!("- {kind}: {} (record {})", content_text(r), r.record_id);
-                (r.record_id, line)
-            })
-            .collect(),
+        memory: {
+            let sources: std::collections::BTreeMap<RecordId, String> = of(RecordType::SysContext)
+                .filter_map(|r| proto::prompt::MemorySources::read(&r.content))
+                .flat_map(|n| n.memory_sources)
+                .collect();
+            context
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r.record_type,
+                        RecordType::MemoryFact | RecordType::MemoryDecision
+                    )
+                })
+                .map(|r| {
+                    let kind = match r.record_type {
+                        RecordType::MemoryDecision => "decision",
+                        _ => "fact",
+                    };
+                    let line = match sources.get(&r.record_id) {
+                        Some(label) => format!(
+                            "- {kind}: {} (record {}, learned in session {label:?})",
+                            content_text(r),
+                            r.record_id
+                        ),
+                        None => format!("- {kind}: {} (record {})", content_text(r), r.record_id),
+                    };
+                    (r.record_id, line)
+                })
+                .collect()
+        },
     }
 }
 
@@ -370,6 +386,36 @@ mod tests {
             outputs[1].record_id
         )));
         assert_eq!(render(&context, Some(10)), tiny, "deterministic");
+    }
+
+    /// Issue 36: memory hits were shown with their record id but not where they came from.
+    /// Minato's note names each fact's session; the fact's line says it, and the note itself
+    /// is not shown as a note.
+    #[test]
+    fn each_memory_hit_says_which_session_it_was_learned_in() {
+        let fact = rec(
+            RecordType::MemoryFact,
+            json!({"text": "ana takes the errors"}),
+        );
+        let note =
+            proto::prompt::MemorySources::new([(fact.record_id, "triage on monday".to_owned())]);
+        let context = [
+            rec(
+                RecordType::TaskInstruction,
+                json!({"text": "who takes the errors?"}),
+            ),
+            rec(RecordType::SysContext, note.to_value()),
+            fact.clone(),
+        ];
+        let shown = user_message(&context);
+        assert!(
+            shown.contains(&format!(
+                "- fact: ana takes the errors (record {}, learned in session \"triage on monday\")",
+                fact.record_id
+            )),
+            "{shown}"
+        );
+        assert!(!shown.contains("Notes for this task"), "{shown}");
     }
 
     /// The simple cases read as they always did: the instruction alone, or with the

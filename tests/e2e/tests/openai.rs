@@ -393,6 +393,10 @@ fn a_real_model_is_shown_the_memory_its_context_ledger_holds() {
         user.contains("out.txt must start with the word ready") && user.contains(&id.to_string()),
         "the model was not shown the memory:\n{user}"
     );
+    assert!(
+        user.contains(&format!("(record {id}, learned in session \"earlier\")")),
+        "the model was not told where the fact was learned:\n{user}"
+    );
 }
 
 /// Issue 36: nothing recorded which bytes a model was sent, so "what was it shown when it
