@@ -443,51 +443,9 @@ impl Worker {
                 self.fail(claim, &mut history, &why)?;
                 break;
             }
-            let max_tokens = self.tokens_left(claim)?;
-            let input = TurnInput {
-                session_id: claim.session_id,
-                seq: claim.seq,
-                context: &context,
-                history: &history,
-                tools: &self.specs,
-                max_tokens,
-            };
-            if input.steps_taken() >= self.config.max_steps {
-                let msg = format!("step limit of {} reached", self.config.max_steps);
-                self.fail(claim, &mut history, &msg)?;
+            let Some(steps) = self.next_steps(claim, &context, &mut history, recorded.as_ref())?
+            else {
                 break;
-            }
-            // A replay that is not live takes every step from the record.
-            let mut retries = 0;
-            let asked = match recorded.as_ref().filter(|r| !r.replay.live) {
-                Some(r) => r
-                    .step(input.steps_taken())
-                    .map(|s| vec![s])
-                    .map_err(|e| e.to_string()),
-                None => match self.ask(&input, &mut retries) {
-                    Ok(answer) => {
-                        // What the model was sent stands before what it answered (and the
-                        // answer's cost and retries go on the answer's first record, after it).
-                        if let Some(sent) = &answer.prompt {
-                            let content = proto::prompt::PromptContent::of(sent).to_value();
-                            let r = self.record(claim, RecordType::ModelPrompt, content, &[]);
-                            self.append(claim, &mut history, r)?;
-                        }
-                        self.spent.extend(answer.usage.clone());
-                        self.usage_note = answer.usage;
-                        self.retries_note = retries;
-                        Ok(answer.steps)
-                    }
-                    Err(e) => Err(format!("model provider failed: {e}")),
-                },
-            };
-            let steps = match asked {
-                Ok(s) => s,
-                Err(e) => {
-                    let msg = excerpt(&e, MAX_QUOTE_BYTES);
-                    self.fail(claim, &mut history, &msg)?;
-                    break;
-                }
             };
             match self.take_steps(claim, &mut history, steps, recorded.as_mut())? {
                 Steps::Continue => {}
@@ -722,6 +680,60 @@ impl Worker {
             };
         }
         Ok(left)
+    }
+
+    /// The model's next steps (or, in a replay that is not live, the recorded one); `None`
+    /// when the turn ended instead (the step limit, the model's failure: recorded). What the
+    /// model was sent stands before what it answered (a `model.prompt`); the answer's cost
+    /// and retries go on the answer's own first record.
+    fn next_steps(
+        &mut self,
+        claim: &Claim,
+        context: &[Record],
+        history: &mut Vec<Record>,
+        recorded: Option<&Recorded>,
+    ) -> kura_store::Result<Option<Vec<Step>>> {
+        let input = TurnInput {
+            session_id: claim.session_id,
+            seq: claim.seq,
+            context,
+            history,
+            tools: &self.specs,
+            max_tokens: self.tokens_left(claim)?,
+        };
+        let taken = input.steps_taken();
+        if taken >= self.config.max_steps {
+            let msg = format!("step limit of {} reached", self.config.max_steps);
+            self.fail(claim, history, &msg)?;
+            return Ok(None);
+        }
+        let mut retries = 0;
+        let asked = match recorded.filter(|r| !r.replay.live) {
+            Some(r) => r
+                .step(taken)
+                .map(|s| (vec![s], None, None))
+                .map_err(|e| e.to_string()),
+            None => self
+                .ask(&input, &mut retries)
+                .map(|a| (a.steps, a.usage, a.prompt))
+                .map_err(|e| format!("model provider failed: {e}")),
+        };
+        let (steps, usage, prompt) = match asked {
+            Ok(a) => a,
+            Err(e) => {
+                self.fail(claim, history, &excerpt(&e, MAX_QUOTE_BYTES))?;
+                return Ok(None);
+            }
+        };
+        if let Some(sent) = &prompt {
+            let content = proto::prompt::PromptContent::of(sent).to_value();
+            let r = self.record(claim, RecordType::ModelPrompt, content, &[]);
+            self.append(claim, history, r)?;
+        }
+        self.spent.extend(usage.clone());
+        self.usage_note = usage;
+        self.retries_note = retries;
+        Ok(Some(steps))
     }
 
     /// Asks the provider, retrying a busy or unreachable server with backoff (doubling from
