@@ -293,11 +293,18 @@ impl Worker {
                 *v = clean;
             }
         }
+        // The model is shown this record later as the store will keep it (RFC 8785 JSON, where
+        // `1.0` is `1`), so a prompt rebuilt from the store is byte for byte the one sent.
+        let as_stored = rec
+            .validate()
+            .ok()
+            .and_then(|p| serde_json::from_str(&p.content).ok())
+            .unwrap_or_else(|| rec.content.clone());
         history.push(Record {
             record_id: RecordId::from(uuid::Uuid::nil()),
             hash: String::new(),
             record_type: rec.record_type,
-            content: rec.content.clone(),
+            content: as_stored,
             author_id: rec.author_id.clone(),
             metadata: rec.metadata.clone(),
             created_at: String::new(),

@@ -1160,3 +1160,32 @@ fn two_sessions_answered_alike_each_keep_the_proof_of_what_they_were_sent() {
         "the answers are one record by content address: the case that lost a proof"
     );
 }
+
+/// Attack (found in review): a model writes a number as `1.0`. The request after it showed
+/// the call as the worker held it (`1.0`); the store keeps RFC 8785 JSON (`1`), so the body
+/// rebuilt from the store differed by those bytes and `kura show --prompt` called an honest
+/// record altered. What the model is shown is what the store holds.
+#[test]
+fn a_number_the_store_writes_differently_still_rebuilds_the_prompt_it_was_shown_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![
+        calls(
+            "fs_write",
+            r#"{"path": "n.txt", "content": "x", "weight": 1.0, "big": 1e21}"#,
+        ),
+        says("done"),
+    ]);
+    let (store, _) = run_one_turn(dir.path(), &openai_env(port));
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2);
+    let db = dir.path().join("kura.db");
+    for ((r, content), s) in prompts(&output_records(&store)).iter().zip(&seen) {
+        assert_eq!(content.sha256, proto::prompt::sha256_hex(&s.raw));
+        let shown = show_prompt(&db, r.record_id);
+        assert!(
+            shown.status.success(),
+            "an honest record was called altered: {}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+    }
+}

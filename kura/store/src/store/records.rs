@@ -105,12 +105,15 @@ pub(crate) fn insert_record(conn: &Connection, new: &NewRecord) -> Result<Stored
     // Memory is found by search whoever wrote it: mikado's extraction, a person's `kura record
     // add`, an outside agent.
     index_new_in(conn, &record_id, new)?;
+    // The content as it reads back from the store (RFC 8785: `1.0` is `1`), not as given: a
+    // caller that shows this record on (a model's next request) shows what a reader sees.
+    let content = serde_json::from_str(&columns.content).unwrap_or_else(|_| new.content.clone());
     Ok(Stored {
         record: Record {
             record_id,
             hash: columns.hash.clone(),
             record_type: new.record_type,
-            content: new.content.clone(),
+            content,
             author_id: new.author_id.clone(),
             metadata: new.metadata.clone(),
             created_at: columns.created_at.clone(),
