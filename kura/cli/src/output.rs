@@ -32,9 +32,17 @@ impl Out {
         self.w.flush()
     }
 
-    /// A request body exactly as a model was sent it (compact JSON: every control
-    /// character in it is escaped), with nothing added, so its SHA-256 is the recorded one.
+    /// A request body exactly as a model was sent it, with nothing added, so its SHA-256
+    /// is the recorded one — to a pipe or a file. To a terminal, characters that move the
+    /// cursor or hide text (which JSON does not escape: C1 controls, bidi overrides) are
+    /// escaped like every other line `kura` prints.
     pub fn body(&mut self, json: &[u8]) -> io::Result<()> {
+        use std::io::IsTerminal as _;
+        if io::stdout().is_terminal() {
+            let text = String::from_utf8_lossy(json);
+            self.w.write_all(escape_controls(&text).as_bytes())?;
+            return self.w.write_all(b"\n");
+        }
         self.w.write_all(json)
     }
 

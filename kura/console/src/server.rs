@@ -438,23 +438,21 @@ async fn prompt(State(c): State<Shared>, headers: HeaderMap, Path(id): Path<Stri
         .read(move |s| {
             let rid = data::id(&id)?;
             let p = kura_work::prompt::prompt_of(s, rid)?;
-            // The first place it stands is shown; each is checked.
-            let mut proofs = Vec::new();
+            // Each place it stands is checked; the first is shown, with the first failure.
+            let mut shown: Option<kura_model::prompt::Proven> = None;
             for at in &p.at {
-                proofs.push(kura_model::prompt::prove(
-                    &p.frame_json,
-                    &p.content.sha256,
-                    &at.context,
-                    &at.history,
-                )?);
+                let proven =
+                    kura_model::prompt::prove(&p.content, &at.context, &at.history, &at.problems)?;
+                match &mut shown {
+                    None => shown = Some(proven),
+                    Some(first) if first.verdict == kura_model::prompt::Verdict::Ok => {
+                        first.verdict = proven.verdict;
+                    }
+                    Some(_) => {}
+                }
             }
-            let all = proofs.iter().all(|x| x.matches);
-            let mut first = proofs
-                .into_iter()
-                .next()
-                .ok_or_else(|| anyhow::anyhow!("no turn"))?;
-            first.matches = all;
-            Ok((rid.to_string(), p.content.sha256, first))
+            let shown = shown.ok_or_else(|| anyhow::anyhow!("no turn holds {rid}"))?;
+            Ok((rid.to_string(), p.content.sha256, shown))
         })
         .await;
     page(&c, &headers, "prompt", |_| {

@@ -100,27 +100,33 @@ pub fn diff(d: &DiffView) -> Markup {
 /// What a model was shown for the answer `record` begins: the request rebuilt from the
 /// store, and whether it hashes to what the record says was sent.
 pub fn prompt(record: &str, recorded: &str, proven: &kura_model::prompt::Proven) -> Markup {
-    // Bounded like a record chunk: a long turn's request can be large.
+    // Bounded like a record chunk: a long turn's request can be large. A small body is
+    // pretty-printed; a large one is shown as sent, cut (pretty-printing megabytes to show
+    // a quarter of one would cost the page more than it shows).
     const SHOWN: usize = 256 * 1024;
-    let text = serde_json::from_slice::<serde_json::Value>(&proven.body)
-        .and_then(|v| serde_json::to_string_pretty(&v))
-        .unwrap_or_else(|_| String::from_utf8_lossy(&proven.body).into_owned());
-    let cut = text.len() > SHOWN;
+    let text = if proven.body.len() <= SHOWN {
+        serde_json::from_slice::<serde_json::Value>(&proven.body)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .unwrap_or_else(|_| String::from_utf8_lossy(&proven.body).into_owned())
+    } else {
+        String::from_utf8_lossy(&proven.body[..SHOWN]).into_owned()
+    };
     let mut end = text.len().min(SHOWN);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
+    let ok = proven.verdict == kura_model::prompt::Verdict::Ok;
     html! {
         h1 { "What the model was shown" }
-        p.sub { "for the answer beginning with record " code { (short(record)) } " · rebuilt from its turn's sealed context ledger and the records before it" }
-        @if proven.matches {
-            p.ok { "verified: the rebuilt request hashes to " code { (proven.sha256) } ", the SHA-256 the record says was sent" }
+        p.sub { "model.prompt record " code { (short(record)) } " · rebuilt from its turn's sealed context ledger and the records before it" }
+        @if ok {
+            p.ok { "verified: the rebuilt request hashes to " code { (proven.sha256) } ", the SHA-256 the record says was sent, and its ledgers verify" }
         } @else {
-            p.fail { "FAIL: the rebuilt request hashes to " code { (proven.sha256) } " but the record says " code { (recorded) } " was sent: the record, its context or the records before it were changed" }
+            p.fail { "FAIL: " (proven.verdict) " (rebuilt " code { (short(&proven.sha256)) } ", recorded " code { (short(recorded)) } ")" }
         }
         pre.content { (t(&text[..end])) }
-        @if cut {
-            p.cut { (text.len()) " bytes; shown first " (end) " (`kura show --prompt` prints it all)" }
+        @if proven.body.len() > SHOWN {
+            p.cut { (proven.body.len()) " bytes; shown first " (SHOWN) " (`kura show --prompt` prints it all)" }
         }
     }
 }

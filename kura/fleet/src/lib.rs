@@ -41,9 +41,9 @@ pub struct FleetConfig {
     pub replicas_dir: Option<PathBuf>,
     /// The other Pis this one keeps verified replicas of.
     pub peers: Vec<FleetPeer>,
-    /// How often the publisher looks for newly sealed ledgers: it reads SQLite's change
-    /// counter (`PRAGMA data_version`, a read of shared memory), so 2 ms costs little and
-    /// is most of the replication lag's floor.
+    /// The publisher wakes on the database's commits (inotify on its directory: a seal in
+    /// any process is a commit); this is how often it looks anyway, in case a wake was
+    /// missed or inotify is unavailable (then this is its only timer).
     pub poll_ms: u64,
     /// Most bytes a receiver holds of an origin's history not yet covered by a checkpoint.
     pub max_pending_bytes: u64,
@@ -56,7 +56,7 @@ impl Default for FleetConfig {
             publish: true,
             replicas_dir: None,
             peers: Vec::new(),
-            poll_ms: 2,
+            poll_ms: 250,
             max_pending_bytes: 64 * 1024 * 1024,
         }
     }

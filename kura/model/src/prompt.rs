@@ -1,11 +1,11 @@
 //! A request body built from a frame and records — the one path a provider sends by and
-//! `kura show --prompt` rebuilds by: the frame on the answer's first record (rule, model,
+//! `kura show --prompt` rebuilds by: the frame in the `model.prompt` record (rule, model,
 //! system prompt, tools, `max_tokens`, prompt budget), the turn's sealed context ledger and
-//! the records before it in the turn. The same function both times, so the bytes agree or
+//! the records before the prompt in the turn. The same function both times, so the bytes agree or
 //! the record was changed.
 
 use proto::RecordId;
-use proto::prompt::{ANTHROPIC_MESSAGES_V1, Frame, OPENAI_CHAT_V1, Sent};
+use proto::prompt::{ANTHROPIC_MESSAGES_V1, Frame, OPENAI_CHAT_V1, PromptContent, Sent};
 use proto::record::Record;
 
 use crate::TurnInput;
@@ -19,9 +19,6 @@ pub enum RebuildError {
         "rendering rule {0:?} is not one this kura knows ({OPENAI_CHAT_V1:?}, {ANTHROPIC_MESSAGES_V1:?}); use the kura release that recorded it"
     )]
     UnknownRule(String),
-    /// The recorded frame does not read as one.
-    #[error("the recorded prompt frame is not a frame: {0}")]
-    Frame(String),
 }
 
 /// The request body `frame` with `context` and `history` makes, byte for byte, and the
@@ -57,6 +54,38 @@ pub fn rebuild(
     build(frame, context, history).map(|(body, _)| body)
 }
 
+/// What checking a recorded prompt found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The rebuilt body hashes to the recorded hash, the same records were cut, and the
+    /// ledgers verify.
+    Ok,
+    /// The rebuilt body hashes to something else.
+    Mismatch,
+    /// The renderer cuts other records than the record says were cut.
+    CutDiffers,
+    /// The ledgers it is rebuilt from do not verify (the first problem).
+    Unverified(String),
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Ok => f.write_str("the rebuilt request hashes to the recorded SHA-256"),
+            Verdict::Mismatch => f.write_str(
+                "the request rebuilt from the store hashes to another SHA-256 than the record says was sent: the turn's context or the records before the prompt were changed",
+            ),
+            Verdict::CutDiffers => f.write_str(
+                "the renderer cuts other records than the prompt record says were cut",
+            ),
+            Verdict::Unverified(p) => write!(
+                f,
+                "the ledgers it is rebuilt from do not verify ({p}); run `kura verify --all`"
+            ),
+        }
+    }
+}
+
 /// A recorded prompt built again and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proven {
@@ -64,26 +93,34 @@ pub struct Proven {
     pub body: Vec<u8>,
     /// Its SHA-256 (hex).
     pub sha256: String,
-    /// Whether that is the hash the record carries.
-    pub matches: bool,
+    /// What the check found.
+    pub verdict: Verdict,
 }
 
-/// Builds the body again from `frame` (as recorded, JSON), `context` and `history`, and
-/// checks it against `recorded` (the SHA-256 the answer's first record carries).
+/// Builds the body again from the recorded `prompt`, the turn's `context` and the records
+/// before the prompt (`history`), and checks it: its hash, the records cut, and that the
+/// ledgers verified (`problems`, what `kura verify` found in them).
 pub fn prove(
-    frame: &str,
-    recorded: &str,
+    prompt: &PromptContent,
     context: &[Record],
     history: &[Record],
+    problems: &[String],
 ) -> Result<Proven, RebuildError> {
-    let frame: Frame =
-        serde_json::from_str(frame).map_err(|e| RebuildError::Frame(e.to_string()))?;
-    let body = rebuild(&frame, context, history)?;
+    let (body, cut) = build(&prompt.frame, context, history)?;
     let sha256 = proto::prompt::sha256_hex(&body);
+    let verdict = if let Some(p) = problems.first() {
+        Verdict::Unverified(p.clone())
+    } else if sha256 != prompt.sha256 {
+        Verdict::Mismatch
+    } else if cut != prompt.cut {
+        Verdict::CutDiffers
+    } else {
+        Verdict::Ok
+    };
     Ok(Proven {
-        matches: sha256 == recorded,
         body,
         sha256,
+        verdict,
     })
 }
 

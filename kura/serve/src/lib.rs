@@ -7,6 +7,7 @@
 //! [`anchor`].
 
 pub mod anchor;
+mod commits;
 pub mod config;
 mod duties;
 pub mod hub;

@@ -45,6 +45,7 @@ pub(crate) fn start(
         let options = config.common.store_options()?;
         let client = bus.client.clone();
         let poll = Duration::from_millis(fleet.poll_ms.max(1));
+        let commits = crate::commits::Commits::watch(&config.common.db);
         let detail = daemon.detail_setter();
         let rt = tokio::runtime::Handle::current();
         let alarm = kura_fleet::publish::alarm_path(&fleet.replicas_dir(&config.common.db), &name);
@@ -64,7 +65,7 @@ pub(crate) fn start(
                     return tracing::error!(error = %e, "fleet publisher cannot open the store");
                 }
             };
-            let halted = publish_loop(&rt, client, &name, store, &*signer, poll, &stop);
+            let halted = publish_loop(&rt, client, &name, store, &*signer, (&commits, poll), &stop);
             if let Some(e) = halted {
                 tracing::error!(error = %e, "ALARM: fleet publisher stopped");
                 detail(format!("ALARM: fleet: {e}"));
@@ -132,23 +133,29 @@ pub(crate) fn start(
     Ok(())
 }
 
-/// Publishes whenever the database changed (one cheap `PRAGMA data_version` read per
-/// poll), reconnecting to the hub's stream as needed; a divergence stops it and is
-/// returned (the ALARM), a stop returns `None`.
+/// Publishes whenever the database changed — woken by its commits (every seal is one), with
+/// `poll` the fallback timer; `PRAGMA data_version` says whether anything changed —
+/// reconnecting to the hub's stream as needed; a divergence stops it and is returned (the
+/// ALARM), a stop returns `None`.
 fn publish_loop(
     rt: &tokio::runtime::Handle,
     client: async_nats::Client,
     name: &str,
     mut store: Store,
     signer: &dyn SignAt,
-    poll: Duration,
+    (commits, poll): (&crate::commits::Commits, Duration),
     stop: &Stop,
 ) -> Option<FleetError> {
     let mut publisher: Option<Publisher> = None;
     let mut seen: Option<i64> = None;
     let mut backoff = Duration::ZERO;
     loop {
-        if stop.sleep(poll.max(backoff)) {
+        let stopped = if backoff.is_zero() {
+            commits.wait(poll, stop)
+        } else {
+            stop.sleep(backoff)
+        };
+        if stopped {
             return None;
         }
         let version = store.data_version().ok();

@@ -6,6 +6,7 @@
 use kura_store::{Store, StoreError};
 use proto::prompt::PromptContent;
 use proto::record::{Record, RecordType};
+use proto::verify::Scope;
 use proto::{LedgerId, RecordId};
 
 use crate::turns::turn_of_output;
@@ -19,6 +20,9 @@ pub struct PromptAt {
     pub context: Vec<Record>,
     /// The records before the prompt record in the output ledger.
     pub history: Vec<Record>,
+    /// What `kura verify` finds wrong with the two ledgers (and their ancestors): the
+    /// rebuild proves nothing about records that no longer hash to what they were.
+    pub problems: Vec<String>,
 }
 
 /// A recorded prompt and every place it stands (identical prompts are one record, by content
@@ -27,8 +31,6 @@ pub struct PromptAt {
 pub struct PromptOf {
     /// What the record says was sent.
     pub content: PromptContent,
-    /// The record's content as stored (the frame is rebuilt from it).
-    pub frame_json: String,
     /// Each turn whose output ledger holds it.
     pub at: Vec<PromptAt>,
 }
@@ -63,8 +65,6 @@ pub fn prompt_of(store: &Store, rid: RecordId) -> Result<PromptOf, PromptError> 
     }
     let content =
         PromptContent::read(&r.content).map_err(|e| PromptError::Unreadable(rid, e.to_string()))?;
-    let frame_json = serde_json::to_string(&content.frame)
-        .map_err(|e| PromptError::Unreadable(rid, e.to_string()))?;
     let mut at = Vec::new();
     for ledger in store.ledgers_containing(rid)? {
         let Some(turn) = turn_of_output(store, ledger)? else {
@@ -76,18 +76,21 @@ pub fn prompt_of(store: &Store, rid: RecordId) -> Result<PromptOf, PromptError> 
             .position(|x| x.record_id == rid)
             .unwrap_or(history.len());
         history.truncate(before);
+        let mut problems = Vec::new();
+        for l in [turn.context_ledger_id, ledger] {
+            let report = kura_store::verify::verify(store, &Scope::Ledger(l), None, None)?;
+            problems.extend(report.problems.iter().map(ToString::to_string));
+        }
+        problems.dedup();
         at.push(PromptAt {
             ledger,
             context: store.hydrate(turn.context_ledger_id)?,
             history,
+            problems,
         });
     }
     if at.is_empty() {
         return Err(PromptError::NoTurn(rid));
     }
-    Ok(PromptOf {
-        content,
-        frame_json,
-        at,
-    })
+    Ok(PromptOf { content, at })
 }

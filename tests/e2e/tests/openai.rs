@@ -394,7 +394,9 @@ fn a_real_model_is_shown_the_memory_its_context_ledger_holds() {
         "the model was not shown the memory:\n{user}"
     );
     assert!(
-        user.contains(&format!("(record {id}, learned in session \"earlier\")")),
+        user.contains(&format!(
+            "(record {id}, by agent:mikado, learned in session \"earlier\")"
+        )),
         "the model was not told where the fact was learned:\n{user}"
     );
 }
@@ -1089,17 +1091,35 @@ fn a_context_over_the_prompt_budget_is_cut_and_the_cut_records_are_named_on_the_
         kura_model::render::tokens(&user) <= 45 || !user.contains("(record "),
         "over budget with memory still in it:\n{user}"
     );
-    let shown = Command::new(bin("kura"))
-        .args(["show", "--prompt", &first.record_id.to_string()])
-        .env("KURA_DB", dir.path().join("kura.db"))
-        .output()
-        .expect("kura show --prompt");
+    let shown = show_prompt(&dir.path().join("kura.db"), first.record_id);
     assert!(
         shown.status.success(),
         "{}",
         String::from_utf8_lossy(&shown.stderr)
     );
     assert_eq!(shown.stdout, seen[0].raw);
+    // Attack (found in review): a record the model was not shown (cut) changed behind
+    // Kura's back leaves the body as it was — the rebuild alone said "ok". The ledgers it is
+    // rebuilt from must verify too.
+    store
+        .conn()
+        .execute_batch(&format!(
+            "DROP TRIGGER records_no_update; UPDATE records SET content = replace(content, 'out.txt', 'evil.sh') WHERE record_id = '{}'",
+            cut[0]
+        ))
+        .expect("tamper");
+    let shown = show_prompt(&dir.path().join("kura.db"), first.record_id);
+    assert_eq!(
+        shown.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&shown.stderr).contains("do not verify"),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
 }
 
 /// Found by the fault suite on the wire: the proof of what a model was sent rode in the

@@ -17,10 +17,10 @@ use crate::output::{self, Out};
 pub struct Show {
     /// A record, ledger or session id.
     id: String,
-    /// For the first record of a model's answer: print the request body the model was sent,
-    /// rebuilt from the store (the turn's context ledger, the records before it, the frame
-    /// on the record), and check its SHA-256 against the hash the record carries (exit 1
-    /// when they differ: the record or its context was changed).
+    /// For a `model.prompt` record: print the request body the model was sent, rebuilt from
+    /// the store (the turn's context ledger, the records before it, the frame in it), and
+    /// check it — its SHA-256 against the recorded one, the records cut, the ledgers
+    /// verified (exit 1 when anything differs).
     #[arg(long)]
     prompt: bool,
 }
@@ -134,7 +134,8 @@ fn show_ledger(store: &Store, out: &mut Out, json: bool, uid: LedgerId) -> anyho
 }
 
 /// `kura show --prompt RECORD`: the request body rebuilt at every turn the prompt record
-/// stands in, each checked against the hash it carries; the body printed once.
+/// stands in, each checked (its hash, the records cut, the ledgers verified); the body
+/// printed once — exactly to a pipe or file, with hidden characters escaped to a terminal.
 fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome> {
     if store.kind_of(rid.uuid())? != Some("record") {
         anyhow::bail!(
@@ -143,23 +144,20 @@ fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome
     }
     let p = kura_work::prompt::prompt_of(store, rid)?;
     let mut outcome = Outcome::Ok;
-    let mut printed = false;
-    for at in &p.at {
-        let proven =
-            kura_model::prompt::prove(&p.frame_json, &p.content.sha256, &at.context, &at.history)?;
-        if !printed {
+    for (i, at) in p.at.iter().enumerate() {
+        let proven = kura_model::prompt::prove(&p.content, &at.context, &at.history, &at.problems)?;
+        if i == 0 {
             out.body(&proven.body)?;
-            printed = true;
         }
-        if proven.matches {
+        if proven.verdict == kura_model::prompt::Verdict::Ok {
             eprintln!(
                 "prompt ok: in ledger {}, the rebuilt request's SHA-256 {} is the one record {rid} carries",
                 at.ledger, proven.sha256
             );
         } else {
             eprintln!(
-                "FAIL prompt: in ledger {}, the request rebuilt from the store hashes to {}, but record {rid} says the model was sent {}: the turn's context ledger or the records before it were changed (run `kura verify --all`)",
-                at.ledger, proven.sha256, p.content.sha256
+                "FAIL prompt: in ledger {}: {} (rebuilt {}, recorded {})",
+                at.ledger, proven.verdict, proven.sha256, p.content.sha256
             );
             outcome = Outcome::VerifyFailed;
         }
