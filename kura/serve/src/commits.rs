@@ -72,10 +72,10 @@ impl Commits {
                 tv_nsec: i64::from(slice.subsec_nanos()),
             };
             let mut fds = [PollFd::new(fd, PollFlags::IN)];
-            if let Err(e) = poll(&mut fds, Some(&timeout)) {
-                if e != rustix::io::Errno::INTR {
-                    return stop.sleep(left);
-                }
+            if let Err(e) = poll(&mut fds, Some(&timeout))
+                && e != rustix::io::Errno::INTR
+            {
+                return stop.sleep(left);
             }
         }
     }
