@@ -67,13 +67,20 @@ impl Roles {
                 c.kind = serde_json::from_value(serde_json::Value::String(kind.clone()))
                     .map_err(|_| {
                         anyhow::anyhow!(
-                            "[roster] role {}: provider {kind:?} is not scripted, openai or command",
+                            "[roster] role {}: provider {kind:?} is not scripted, openai, anthropic or command",
                             r.name
                         )
                     })?;
             }
             if let Some(u) = &r.base_url {
                 c.base_url = u.clone();
+            }
+            // A role on another server sends its own key, never the worker's.
+            if r.provider.is_some() || r.base_url.is_some() {
+                c.api_key_env = r.api_key_env.clone();
+            }
+            if let Some(k) = &r.api_key_env {
+                c.api_key_env = Some(k.clone());
             }
             if let Some(p) = &r.system_prompt {
                 c.system_prompt = p.clone();

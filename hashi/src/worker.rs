@@ -517,6 +517,9 @@ impl Worker {
         steps: Vec<Step>,
         mut recorded: Option<&mut Recorded>,
     ) -> kura_store::Result<Steps> {
+        // An answer's mistakes count once: the model is told of each, and it is the next
+        // answer that gets one chance to correct them.
+        let mut counted = false;
         for step in steps {
             match step {
                 Step::Thought(t) => {
@@ -537,6 +540,7 @@ impl Worker {
                     // `call_tool`); a second mistake in a row is the model's error.
                     let offered = self.tools.get(&name).is_some() && self.role.allows(&name);
                     if !offered
+                        && !std::mem::replace(&mut counted, true)
                         && self.mistaken(
                             claim,
                             history,
@@ -555,11 +559,13 @@ impl Worker {
                     }
                 }
                 Step::Malformed { name, why } => {
-                    if self.mistaken(
-                        claim,
-                        history,
-                        &format!("wrote a tool call that cannot run: {why}"),
-                    )? {
+                    if !std::mem::replace(&mut counted, true)
+                        && self.mistaken(
+                            claim,
+                            history,
+                            &format!("wrote a tool call that cannot run: {why}"),
+                        )?
+                    {
                         return Ok(Steps::Delivered);
                     }
                     // Recorded and answered like any refused call, so the model reads why.
@@ -733,7 +739,7 @@ impl Worker {
             }
         };
         if let Some(sent) = &prompt {
-            let content = proto::prompt::PromptContent::of(sent).to_value();
+            let content = proto::prompt::PromptContent::of(sent, usage.clone(), retries).to_value();
             let r = self.record(claim, RecordType::ModelPrompt, content, &[]);
             self.append(claim, history, r)?;
         }

@@ -1,7 +1,7 @@
 //! Prompt provenance on the record: before a model's answer, its turn's output ledger holds a
 //! `model.prompt` record ([`PromptContent`]): the SHA-256 of the exact request body the
 //! provider sent, the frame it was built in (the rendering rule, model, system prompt,
-//! tools, `max_tokens`, the prompt budget) and what was cut to fit. In the content, so the
+//! tools, `max_tokens`, the prompt budget), what was cut to fit, and what the answer cost. In the content, so the
 //! record hash and the sealed ledger cover all of it. With the turn's sealed context ledger
 //! and the records before it in the output ledger, the body can be rebuilt byte for byte
 //! and checked against the hash (`kura show --prompt`).
@@ -71,15 +71,28 @@ pub struct PromptContent {
     /// The context records left out or cut to fit the prompt budget, first cut first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cut: Vec<crate::RecordId>,
+    /// What the answer cost, when the provider said (here as well as on the answer's first
+    /// record: records are content-addressed, and two alike answers are one record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::writ::Usage>,
+    /// How often the request was retried before it was answered.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl PromptContent {
-    /// The content of the record for `sent`.
-    pub fn of(sent: &Sent) -> PromptContent {
+    /// The content of the record for `sent`, answered at `usage` after `retries`.
+    pub fn of(sent: &Sent, usage: Option<crate::writ::Usage>, retries: u32) -> PromptContent {
         PromptContent {
             sha256: sent.sha256.clone(),
             frame: sent.frame.clone(),
             cut: sent.cut.clone(),
+            usage,
+            retries,
         }
     }
 

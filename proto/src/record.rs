@@ -101,7 +101,7 @@ record_types! {
     SysRedaction => "sys.redaction", "A signed redaction: a record's content erased, its leaf kept.";
     TaskRoute => "task.route", "Which role a request or plan step went to, and why.";
     TaskVerdict => "task.verdict", "A validator's verdict on a deliverable: pass or fail, and why.";
-    ModelPrompt => "model.prompt", "What a model was sent for the answer that follows: the request's SHA-256, the frame it was built in, what was cut.";
+    ModelPrompt => "model.prompt", "What a model was sent for the answer that follows: the request's SHA-256, the frame it was built in, what was cut, what the answer cost.";
 }
 
 impl RecordType {

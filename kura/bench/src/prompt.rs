@@ -106,7 +106,7 @@ pub fn figures(dir: &std::path::Path, s: &Sizes) -> anyhow::Result<Vec<Figure>> 
             })
             .collect(),
         max_tokens: Some(2_000),
-        prompt_tokens: Some(6_000),
+        prompt_tokens: Some(3_000),
     };
     let (mut with, mut without) = (Vec::new(), Vec::new());
     // Alternate rounds so both see the same disk weather.
@@ -134,8 +134,8 @@ pub fn figures(dir: &std::path::Path, s: &Sizes) -> anyhow::Result<Vec<Figure>> 
             tokens,
             "its context text alone",
             rendered.len().div_ceil(4) as f64,
-            "<= the openai prompt budget (6 000) plus tools",
-            |v, _| v <= 8_000.0,
+            "<= the openai prompt budget (3 000) plus tools",
+            |v, _| v <= 4_096.0,
         ),
     ])
 }

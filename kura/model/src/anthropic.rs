@@ -183,10 +183,15 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
     let text = text.join("\n").trim().to_owned();
     let uses: Vec<&Value> = blocks.iter().filter(|b| b["type"] == "tool_use").collect();
     if uses.is_empty() {
+        // An answer cut at `max_tokens` is delivered as what it is, marked, never as whole.
+        let mut extra = Map::new();
+        if body["stop_reason"] == "max_tokens" {
+            extra.insert("cut_off".into(), Value::String(crate::CUT_OFF.into()));
+        }
         return Ok(vec![Step::Deliver {
             text,
             is_final: true,
-            extra: Map::new(),
+            extra,
         }]);
     }
     let mut steps = Vec::new();
@@ -263,19 +268,16 @@ impl Provider for Anthropic {
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<crate::Answer, ProviderError> {
-        // What is left of the budgets, never more than the configured bound.
-        let max_tokens = input
-            .max_tokens
-            .map_or(self.max_tokens, |m| m.min(self.max_tokens));
         let frame = proto::prompt::Frame {
             rule: proto::prompt::ANTHROPIC_MESSAGES_V1.into(),
             model: self.model.clone(),
             system: self.system.clone(),
             tools: input.tools.to_vec(),
-            max_tokens: Some(max_tokens),
+            // The configured bound; what is left of the budgets lowers it.
+            max_tokens: Some(self.max_tokens),
             prompt_tokens: self.prompt_tokens,
         };
-        let (body, sent) = crate::prompt::prepare(frame, input)?;
+        let (body, sent) = crate::prompt::prepare(frame, input, input.max_tokens)?;
         let mut req = self
             .http
             .post(&self.url)

@@ -57,6 +57,10 @@ pub enum Step {
     },
 }
 
+/// Said in a deliverable's `cut_off` when the model's answer ended at `max_tokens` (what was
+/// left of the budgets, or the configured bound): the text is what it wrote, not whole.
+pub const CUT_OFF: &str = "the answer reached max_tokens and was cut off";
+
 /// The pseudo-tool a role that may plan is offered (`[[roster.roles]] plans = true`): a call
 /// to it is the model's plan, recorded as an `agent.plan`, never run.
 pub const PLAN_TOOL: &str = "kura.plan";
@@ -290,7 +294,8 @@ pub struct ProviderConfig {
     /// `openai` and `anthropic`: the most tokens the rendered context may take (estimated at
     /// 4 bytes a token); past it, memory and then a join's outputs are cut, in the order
     /// PROTOCOL.md gives, and the cut records named on the step. 0: the kind's default,
-    /// 6,000 for `openai` (small local models have small windows), 60,000 for `anthropic`.
+    /// 3,000 for `openai` (Ollama's default window is 2,048–4,096 tokens, and it drops the
+    /// start of a longer request without a word), 60,000 for `anthropic`.
     pub prompt_tokens: u64,
     /// `anthropic`: the most tokens one answer may take (the API requires a bound); a
     /// session's or writ's budget lowers it to what is left.
@@ -339,7 +344,7 @@ impl ProviderConfig {
         (self.prompt_tokens > 0)
             .then_some(self.prompt_tokens)
             .or(match self.kind {
-                ProviderKind::Openai => Some(6_000),
+                ProviderKind::Openai => Some(3_000),
                 ProviderKind::Anthropic => Some(60_000),
                 ProviderKind::Scripted | ProviderKind::Command => None,
             })

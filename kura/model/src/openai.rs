@@ -119,8 +119,11 @@ struct WireToolFunction<'a> {
 struct ChatRequest<'a> {
     model: &'a str,
     messages: Vec<Message>,
+    /// Absent when no tool is offered (OpenAI refuses an empty list).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
-    tool_choice: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     /// What is left of the budgets: an answer cannot overshoot them by a whole reply.
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u64>,
@@ -184,7 +187,7 @@ pub fn request_body(model: &str, system: &str, user: &str, input: &TurnInput<'_>
         }
     }
     flush(&mut pending, &mut messages);
-    let tools = input
+    let tools: Vec<WireTool<'_>> = input
         .tools
         .iter()
         .map(|t| WireTool {
@@ -196,11 +199,12 @@ pub fn request_body(model: &str, system: &str, user: &str, input: &TurnInput<'_>
             },
         })
         .collect();
+    let tool_choice = (!tools.is_empty()).then_some("auto");
     let request = ChatRequest {
         model,
         messages,
         tools,
-        tool_choice: "auto",
+        tool_choice,
         max_tokens: input.max_tokens,
     };
     // Strings, numbers and maps with string keys: serializing cannot fail.
@@ -238,10 +242,19 @@ pub fn parse_response(body: &Value, input: &TurnInput<'_>) -> Result<Vec<Step>, 
         .unwrap_or_default();
     let mut steps = Vec::new();
     if calls.is_empty() {
+        // An answer cut at `max_tokens` is delivered as what it is, marked, never as whole.
+        let mut extra = Map::new();
+        if body
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            == Some("length")
+        {
+            extra.insert("cut_off".into(), Value::String(crate::CUT_OFF.into()));
+        }
         steps.push(Step::Deliver {
             text: content,
             is_final: true,
-            extra: Map::new(),
+            extra,
         });
         return Ok(steps);
     }
@@ -354,10 +367,10 @@ impl Provider for OpenAi {
             model: self.model.clone(),
             system: self.system.clone(),
             tools: input.tools.to_vec(),
-            max_tokens: input.max_tokens,
+            max_tokens: None,
             prompt_tokens: self.prompt_tokens,
         };
-        let (body, sent) = crate::prompt::prepare(frame, input)?;
+        let (body, sent) = crate::prompt::prepare(frame, input, input.max_tokens)?;
         let mut req = self
             .http
             .post(&self.url)
@@ -398,6 +411,35 @@ mod tests {
         let (body, _) = crate::prompt::build(&frame, input.context, input.history)
             .unwrap_or_else(|e| panic!("build: {e}"));
         serde_json::from_slice(&body).unwrap_or_default()
+    }
+
+    /// Found in review: an answer cut at `max_tokens` was recorded as whole, and a request
+    /// with no tools sent `tools: []`, which OpenAI refuses.
+    #[test]
+    fn a_cut_off_answer_is_marked_and_no_tools_means_no_tools_key() {
+        let context = [record(RecordType::TaskInstruction, json!({"text": "x"}))];
+        let input = TurnInput {
+            session_id: SessionId::from(uuid::Uuid::nil()),
+            seq: 1,
+            context: &context,
+            history: &[],
+            tools: &[],
+            max_tokens: None,
+        };
+        let body = sent_body(&input);
+        assert!(
+            body.get("tools").is_none() && body.get("tool_choice").is_none(),
+            "{body}"
+        );
+        let cut = json!({"choices": [{"message": {"content": "half an ans"}, "finish_reason": "length"}]});
+        let steps = parse_response(&cut, &input).unwrap_or_default();
+        assert!(
+            matches!(&steps[..], [Step::Deliver { extra, .. }] if extra.contains_key("cut_off")),
+            "{steps:?}"
+        );
+        let whole = json!({"choices": [{"message": {"content": "all"}, "finish_reason": "stop"}]});
+        let steps = parse_response(&whole, &input).unwrap_or_default();
+        assert!(matches!(&steps[..], [Step::Deliver { extra, .. }] if extra.is_empty()));
     }
 
     #[test]

@@ -125,13 +125,27 @@ pub fn prove(
 }
 
 /// What a provider sends for `input` in `frame`, and what it records of it: the body's
-/// SHA-256, the frame and the records cut.
+/// SHA-256, the frame and the records cut. With a token `budget` left (the session's and the
+/// writs'), the request's own size counts against it: `max_tokens` is what is left after the
+/// prompt (estimated at 4 bytes a token), and a prompt that leaves nothing is not sent.
 pub(crate) fn prepare(
-    frame: Frame,
+    mut frame: Frame,
     input: &TurnInput<'_>,
+    budget: Option<u64>,
 ) -> Result<(Vec<u8>, Sent), crate::ProviderError> {
-    let (body, cut) = build(&frame, input.context, input.history)
-        .map_err(|e| crate::ProviderError::Fatal(e.to_string()))?;
+    let fatal = |e: RebuildError| crate::ProviderError::Fatal(e.to_string());
+    if let Some(left) = budget {
+        let (probe, _) = build(&frame, input.context, input.history).map_err(fatal)?;
+        let prompt = probe.len().div_ceil(4) as u64;
+        if prompt >= left {
+            return Err(crate::ProviderError::Fatal(format!(
+                "its token budget ended: {left} tokens are left, and the request alone is about {prompt}"
+            )));
+        }
+        let answer = left - prompt;
+        frame.max_tokens = Some(frame.max_tokens.map_or(answer, |m| m.min(answer)));
+    }
+    let (body, cut) = build(&frame, input.context, input.history).map_err(fatal)?;
     let sent = Sent {
         sha256: proto::prompt::sha256_hex(&body),
         frame,

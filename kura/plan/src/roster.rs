@@ -42,12 +42,17 @@ impl Default for RosterConfig {
 pub struct Role {
     /// Its name: 1–64 of `A-Z a-z 0-9 _ -`.
     pub name: String,
-    /// Its provider (`scripted`, `openai` or `command`), instead of `[provider] kind`.
+    /// Its provider (`scripted`, `openai`, `anthropic` or `command`), instead of
+    /// `[provider] kind`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    /// Its server (the openai provider's), instead of `[provider] base_url`.
+    /// Its server (the openai or anthropic provider's), instead of `[provider] base_url`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// The environment variable holding its server's API key. A role that names its own
+    /// provider or server sends this key or none — never the worker's `[provider]` key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
     /// Its system prompt (the openai provider's), instead of `[provider] system_prompt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,

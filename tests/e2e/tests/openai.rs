@@ -954,9 +954,12 @@ fn the_anthropic_provider_speaks_the_messages_api_and_records_what_it_sent() {
     }
     let first = &seen[0].body;
     assert_eq!(first["model"], "claude-test");
-    assert_eq!(
-        first["max_tokens"], 600,
-        "what is left of the session's budget"
+    // What is left of the session's 600 tokens after the request's own size (bytes / 4).
+    let answer = first["max_tokens"].as_u64().unwrap_or(0);
+    let prompt = seen[0].raw.len().div_ceil(4) as u64;
+    assert!(
+        (599..=601).contains(&(answer + prompt)),
+        "max_tokens {answer} with a request of about {prompt} tokens overshoots or wastes the 600 left"
     );
     assert!(
         first["messages"][0]["content"][0]["text"]
@@ -1208,4 +1211,81 @@ fn a_number_the_store_writes_differently_still_rebuilds_the_prompt_it_was_shown_
             String::from_utf8_lossy(&shown.stderr)
         );
     }
+}
+
+/// Found in review: `max_tokens` was what the budget left for the answer alone, so a step
+/// could pass the budget by its whole request. A request bigger than what is left is not
+/// sent at all, and the turn ends saying so.
+#[test]
+fn a_request_bigger_than_the_budget_left_is_not_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![says("never asked")]);
+    let mut env = openai_env(port);
+    env.push(("KURA_WORKER__SESSION_TOKENS", "40".into()));
+    let (store, _) = run_one_turn(dir.path(), &env);
+    assert!(seen.lock().expect("lock").is_empty(), "nothing was sent");
+    let error = output_records(&store)
+        .iter()
+        .find(|r| r.record_type == RecordType::SysError)
+        .map(|r| r.content["text"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    assert!(error.contains("token budget ended"), "{error}");
+}
+
+/// Found in review: two malformed calls in one answer ended the turn before the model was
+/// ever told. An answer's mistakes count once; the next answer is its chance.
+#[test]
+fn two_bad_calls_in_one_answer_are_one_mistake_the_model_may_correct() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let two_bad = (
+        200,
+        vec![],
+        completion(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "fs_write", "arguments": "[1]"}},
+            {"id": "b", "type": "function", "function": {"name": "rm_everything", "arguments": "{}"}}
+        ]})),
+    );
+    let (port, seen) = fake_script(vec![two_bad, says("corrected")]);
+    let (store, _) = run_one_turn(dir.path(), &openai_env(port));
+    assert_eq!(
+        seen.lock().expect("lock").len(),
+        2,
+        "told once, then asked again"
+    );
+    let recs = output_records(&store);
+    assert!(
+        !recs.iter().any(|r| r.record_type == RecordType::SysError),
+        "{recs:?}"
+    );
+    assert!(recs.iter().any(|r| r.content["text"] == "corrected"));
+}
+
+/// Attack (found in review): a role on another server (its own `provider`/`base_url`) sent
+/// the worker's API key there — an OpenAI key to a LAN box, say. It sends its own key or
+/// none.
+#[test]
+fn a_role_on_another_server_never_sends_the_workers_api_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, seen) = fake_script(vec![says("done elsewhere")]);
+    let env = vec![
+        ("KURA_PROVIDER__KIND", "openai".into()),
+        ("KURA_PROVIDER__BASE_URL", "http://127.0.0.1:9/v1".into()),
+        ("KURA_PROVIDER__API_KEY_ENV", "KURA_TEST_WORKER_KEY".into()),
+        ("KURA_TEST_WORKER_KEY", "sk-the-workers-own".into()),
+        ("KURA_ROSTER__DEFAULT_ROLE", "elsewhere".into()),
+        (
+            "KURA_ROSTER__ROLES",
+            format!(
+                "[{{name = \"elsewhere\", provider = \"openai\", base_url = \"http://127.0.0.1:{port}/v1\"}}]"
+            ),
+        ),
+    ];
+    let (store, _) = run_one_turn(dir.path(), &env);
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1, "{:?}", output_records(&store));
+    assert_eq!(
+        seen[0].header("authorization"),
+        None,
+        "the worker's key went to another server"
+    );
 }
