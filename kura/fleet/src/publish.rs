@@ -158,6 +158,7 @@ impl<H: Hub> Publisher<H> {
             bodies.push((id, wire::encode(&self.pi, &body, &self.hub).await?));
         }
         let body = wire::encode(&self.pi, &ReplMessage::Ledger(ledger.clone()), &self.hub).await?;
+        let ours = body.clone();
         let id = fleet::ledger_msg_id(&self.pi, ledger.index, &ledger.ledger_hash);
         match self
             .hub
@@ -168,7 +169,17 @@ impl<H: Hub> Publisher<H> {
             // A duplicate's sequence is the message that took this ledger's id first: ours
             // from a round that was cut short, or someone else's under our id.
             Sent::Duplicate(seq) => {
-                let held = self.held(&self.hub.message(seq).await?).await?;
+                let theirs = self.hub.message(seq).await?;
+                // Our very bytes: ours, placed by a round that was cut short.
+                if theirs == ours {
+                    return Ok(Placed::At(seq));
+                }
+                // Other bytes under our id: an object they point at that cannot be read is
+                // no reason to wait for ever (found in review) — they are not this Pi's.
+                let held = match self.held(&theirs).await {
+                    Err(FleetError::Hub(why)) => Held::Unreadable(why),
+                    other => other?,
+                };
                 decide::duplicate(&self.pi, ledger.index, &ledger.ledger_hash, seq, &held)
             }
             Sent::NotAfter => {
@@ -374,6 +385,28 @@ mod tests {
             "{e}"
         );
         assert!(p.on_hub().is_empty());
+    }
+
+    /// Found in review: a pointer under this Pi's id to an object that is not there was the
+    /// hub's trouble, retried every second for ever; it is not this Pi's message: an ALARM.
+    #[test]
+    fn a_pointer_under_this_pis_id_to_a_missing_object_is_an_alarm_not_a_stall() {
+        let mut p = pi();
+        p.seal("one");
+        let (index, hash) = p.seal_log()[0].clone();
+        let id = fleet::ledger_msg_id("pi-a", index, &hash);
+        let pointer = serde_json::to_vec(&ReplMessage::Object {
+            name: format!("pi-a/{}", "0".repeat(64)),
+            sha256: "0".repeat(64),
+            size: 10,
+        })
+        .expect("pointer");
+        let seq = p.publisher.hub.forge(true, Some(&id), &pointer);
+        let e = p.round().err();
+        assert!(
+            matches!(&e, Some(FleetError::Diverged(w)) if w.contains(&format!("stream sequence {seq}"))),
+            "{e:?}"
+        );
     }
 
     #[test]

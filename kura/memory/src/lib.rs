@@ -440,7 +440,12 @@ pub fn for_context(
     });
     let mut seen = std::collections::HashSet::new();
     hits.retain(|h| {
-        let text = proto::content::text_of(&h.record.content).unwrap_or_default();
+        // A record with no text is its own (its content is what it says).
+        let Some(text) =
+            proto::content::text_of(&h.record.content).filter(|t| !t.trim().is_empty())
+        else {
+            return true;
+        };
         seen.insert(
             text.split_whitespace()
                 .collect::<Vec<_>>()
