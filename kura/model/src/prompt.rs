@@ -124,10 +124,17 @@ pub fn prove(
     })
 }
 
+/// The fewest tokens an answer is allowed when a budget is nearly spent: the request's size
+/// is only estimated (4 bytes a token; servers count their own way, and a fake one in the
+/// tests counts 40 for a 1 KB request), so the answer keeps this much room rather than the
+/// request being refused on an estimate.
+pub const MIN_ANSWER_TOKENS: u64 = 64;
+
 /// What a provider sends for `input` in `frame`, and what it records of it: the body's
 /// SHA-256, the frame and the records cut. With a token `budget` left (the session's and the
 /// writs'), the request's own size counts against it: `max_tokens` is what is left after the
-/// prompt (estimated at 4 bytes a token), and a prompt that leaves nothing is not sent.
+/// prompt (estimated at 4 bytes a token), never less than [`MIN_ANSWER_TOKENS`] (or what is
+/// left, when that is less).
 pub(crate) fn prepare(
     mut frame: Frame,
     input: &TurnInput<'_>,
@@ -137,12 +144,7 @@ pub(crate) fn prepare(
     if let Some(left) = budget {
         let (probe, _) = build(&frame, input.context, input.history).map_err(fatal)?;
         let prompt = probe.len().div_ceil(4) as u64;
-        if prompt >= left {
-            return Err(crate::ProviderError::Fatal(format!(
-                "its token budget ended: {left} tokens are left, and the request alone is about {prompt}"
-            )));
-        }
-        let answer = left - prompt;
+        let answer = left.saturating_sub(prompt).max(left.min(MIN_ANSWER_TOKENS));
         frame.max_tokens = Some(frame.max_tokens.map_or(answer, |m| m.min(answer)));
     }
     let (body, cut) = build(&frame, input.context, input.history).map_err(fatal)?;
