@@ -51,6 +51,12 @@ impl Recorded {
                 RecordType::AgentThought => steps.push(Step::Thought(text())),
                 RecordType::ToolCall => {
                     let call = ToolCallContent::read(&r.content);
+                    // A call that could not run is replayed as the mistake it was, never run.
+                    if let Some(why) = call.as_ref().and_then(|c| c.malformed.clone()) {
+                        let name = call.map(|c| c.tool_name).unwrap_or_default();
+                        steps.push(Step::Malformed { name, why });
+                        continue;
+                    }
                     let name = call
                         .as_ref()
                         .map(|c| c.tool_name.clone())

@@ -570,7 +570,8 @@ impl Worker {
                     }
                     // Recorded and answered like any refused call, so the model reads why.
                     let call_id = proto::new_id().to_string();
-                    let call = ToolCallContent::new(excerpt(&name, 256), Map::new(), &call_id);
+                    let mut call = ToolCallContent::new(excerpt(&name, 256), Map::new(), &call_id);
+                    call.malformed = Some(excerpt(&why, 512));
                     let r = self.record(
                         claim,
                         RecordType::ToolCall,

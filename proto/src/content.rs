@@ -71,6 +71,11 @@ pub struct ToolCallContent {
     /// The writ the call runs under (its id), when its session or submitter holds one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writ: Option<String>,
+    /// Why the call could not run as the model wrote it (no name, arguments that were not
+    /// a JSON object): recorded so the model is told, and so a replay tells it the same
+    /// rather than running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub malformed: Option<String>,
 }
 
 impl ToolCallContent {
@@ -83,6 +88,7 @@ impl ToolCallContent {
             arguments_as_given: None,
             arguments_omitted: None,
             writ: None,
+            malformed: None,
         }
     }
 

@@ -99,6 +99,12 @@ pub fn request_body(
                     "assistant",
                     json!({"type": "text", "text": text}),
                 );
+                // A last assistant message is a prefill the model would continue.
+                push(
+                    &mut messages,
+                    "user",
+                    json!({"type": "text", "text": crate::AFTER_PLAN}),
+                );
             }
             RecordType::ToolCall => {
                 let call = ToolCallContent::read(&r.content);
@@ -368,6 +374,25 @@ mod tests {
         assert_eq!(body["messages"][2]["content"][1]["tool_use_id"], "c2");
         assert_eq!(body["max_tokens"], 50);
         assert!(body.get("tools").is_none(), "no tools, no empty list");
+    }
+
+    /// Found in review: after a plan the request ended with the assistant's own "planned:"
+    /// text, which the Messages API takes as a prefill to continue.
+    #[test]
+    fn a_request_after_a_plan_ends_with_the_user_not_a_prefill() {
+        let context = [record(
+            RecordType::TaskInstruction,
+            json!({"text": "plan it"}),
+        )];
+        let history = [record(RecordType::AgentPlan, json!({"steps": []}))];
+        let body = request_body("m", "sys", 50, "plan it", &input(&context, &history));
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(last["role"], "user", "{body}");
+        assert_eq!(last["content"][0]["text"], crate::AFTER_PLAN);
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub enum Step {
 /// left of the budgets, or the configured bound): the text is what it wrote, not whole.
 pub const CUT_OFF: &str = "the answer reached max_tokens and was cut off";
 
+/// What the model is told after a plan of its own (as the user): the plan is recorded and
+/// runs when the turn ends, so the turn's answer is what it delivers now.
+pub const AFTER_PLAN: &str = "The plan is recorded: its steps run when this turn ends, and their outputs come in your next turn. Deliver now.";
+
 /// The pseudo-tool a role that may plan is offered (`[[roster.roles]] plans = true`): a call
 /// to it is the model's plan, recorded as an `agent.plan`, never run.
 pub const PLAN_TOOL: &str = "kura.plan";

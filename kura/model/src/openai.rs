@@ -171,6 +171,9 @@ pub fn request_body(model: &str, system: &str, user: &str, input: &TurnInput<'_>
                 flush(&mut pending, &mut messages);
                 let text = format!("planned: {}", r.content);
                 messages.push(Message::new("assistant", Some(text)));
+                // Not left as the last word: a request ending with the assistant's own words
+                // asks the model to go on with them.
+                messages.push(Message::new("user", Some(crate::AFTER_PLAN.into())));
             }
             RecordType::ToolResult => {
                 flush(&mut pending, &mut messages);
