@@ -386,13 +386,23 @@ pub fn sources(db: &impl Db, ids: &[RecordId]) -> Result<Vec<(RecordId, String)>
     Ok(out)
 }
 
+/// Whose memory a turn's context may carry: what mikado learned from Kura's own work, and
+/// what people wrote. An outside agent's `remember` is found by search (its own and a
+/// person's) but never packed into another session's prompt: a fact is shown to a model
+/// as knowledge, so only authors the install trusts may put one there (found in review:
+/// a keyword-stuffed fact from any agent ranked into unrelated sessions' prompts).
+pub fn may_inform_a_context(author: &str) -> bool {
+    author == "agent:mikado" || author.starts_with("user:")
+}
+
 /// How much a hit from the asking session's own memory is raised (scores run 0..1): what
 /// this session learned earlier is preferred, unless another's matches far better.
 pub const OWN_SESSION_BOOST: f64 = 0.5;
 
 /// The memory a turn's context carries for `query`, at most `limit` hits: ranked by
 /// [`search`], the asking `session`'s own memory raised by [`OWN_SESSION_BOOST`],
-/// superseded decisions dropped, and one hit per text (case and spacing aside) — the best.
+/// superseded decisions and authors not [`may_inform_a_context`] dropped, and one hit per
+/// text (case and spacing aside) — the best.
 pub fn for_context(
     db: &impl Db,
     query: &str,
@@ -431,7 +441,7 @@ pub fn for_context(
             }
         }
     }
-    hits.retain(|h| !h.superseded);
+    hits.retain(|h| !h.superseded && may_inform_a_context(&h.record.author_id));
     // Stable: equal scores keep search's order (newest first).
     hits.sort_by(|a, b| {
         b.score
@@ -803,5 +813,42 @@ mod tests {
                 .expect("none")
                 .is_empty()
         );
+    }
+
+    /// Found in review: an outside agent's remembered fact (keyword-stuffed) ranked into
+    /// unrelated sessions' prompts. Search still finds it; a context does not carry it.
+    #[test]
+    fn an_outside_agents_fact_is_found_but_never_packed_into_a_context() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Store::create(dir.path().join("m.db"), &StoreOptions::default()).expect("db");
+        let session = s.create_session("work").expect("session").session_id;
+        let src = NewRecord::new(
+            RecordType::TaskDeliverable,
+            Content::text("done"),
+            "agent:hashi",
+        );
+        let (src, _) = s.write_record(&src).expect("source");
+        for author in ["agent:outsider", "agent:mikado"] {
+            s.write(|tx| {
+                let text = format!("backup backup backup disk from {author}");
+                let m = tx.remember(author, &src, session, &[fact(&text)])?;
+                let ids: Vec<RecordId> = m.iter().map(|m| m.record.record_id).collect();
+                tx.seal_memory(author, &ids, None, None)
+            })
+            .expect("remember");
+        }
+        let found = search(
+            &s,
+            &Search {
+                query: "backup disk".into(),
+                limit: 5,
+                ..Default::default()
+            },
+        )
+        .expect("search");
+        assert_eq!(found.len(), 2, "search finds both");
+        let packed = for_context(&s, "backup disk", None, 5).expect("context");
+        let authors: Vec<&str> = packed.iter().map(|h| h.record.author_id.as_str()).collect();
+        assert_eq!(authors, ["agent:mikado"]);
     }
 }
