@@ -28,6 +28,9 @@ impl Commits {
     /// Watches the directory of `db` (a directory watch survives the WAL being removed and
     /// made again). Without inotify, [`Commits::wait`] is the fallback timer alone.
     pub(crate) fn watch(db: &Path) -> Commits {
+        // Where the files really are (a symlinked database keeps its WAL beside its target).
+        let real = std::fs::canonicalize(db).unwrap_or_else(|_| db.to_path_buf());
+        let db = real.as_path();
         let name = db.file_name().map(OsString::from).unwrap_or_default();
         let mut wal = name.clone();
         wal.push("-wal");
