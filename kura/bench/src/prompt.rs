@@ -22,7 +22,7 @@ fn record(t: RecordType, text: String) -> Record {
         record_id: proto::RecordId::new(),
         hash: String::new(),
         record_type: t,
-        content: serde_json::json!({ "text": text }),
+        content: proto::content::TextContent::new(text).to_value(),
         author_id: "agent:bench".into(),
         metadata: Default::default(),
         created_at: String::new(),
@@ -102,7 +102,11 @@ pub fn figures(dir: &std::path::Path, s: &Sizes) -> anyhow::Result<Vec<Figure>> 
             .map(|n| ToolSpec {
                 name: (*n).into(),
                 description: format!("{n}: one line for the model"),
-                parameters: serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                // A tool's schema, as the model sees a small one.
+                parameters: serde_json::Value::Object(serde_json::Map::from_iter([(
+                    "type".to_owned(),
+                    serde_json::Value::String("object".into()),
+                )])),
             })
             .collect(),
         max_tokens: Some(2_000),

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use proto::content::{ToolCallContent, call_id_of};
 use proto::record::RecordType;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::bounded::excerpt;
 use crate::http::MAX_QUOTE;
@@ -59,18 +60,62 @@ impl Anthropic {
     }
 }
 
-/// Appends a content block to the last message when it has `role`, else opens a message:
-/// the API wants user and assistant to alternate, with a turn's tool results in one user
-/// message.
-fn push(messages: &mut Vec<Value>, role: &str, block: Value) {
-    if let Some(last) = messages.last_mut()
-        && last["role"] == role
-        && let Some(blocks) = last["content"].as_array_mut()
-    {
-        blocks.push(block);
-        return;
+/// A content block of a message.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    /// Text.
+    Text { text: String },
+    /// A tool the model called (`input`: its arguments).
+    ToolUse {
+        id: String,
+        name: String,
+        input: Map<String, Value>,
+    },
+    /// What a tool returned, as JSON text.
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+    },
+}
+
+/// A message: its role and blocks.
+#[derive(Debug, Serialize)]
+struct Message {
+    role: &'static str,
+    content: Vec<Block>,
+}
+
+/// A tool as the model is offered it.
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    name: String,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+/// A Messages API request.
+#[derive(Debug, Serialize)]
+struct MessagesRequest<'a> {
+    model: &'a str,
+    max_tokens: u64,
+    system: &'a str,
+    messages: Vec<Message>,
+    /// Absent when no tool is offered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+}
+
+/// Appends a block to the last message when it has `role`, else opens a message: the API
+/// wants user and assistant to alternate, with a turn's tool results in one user message.
+fn push(messages: &mut Vec<Message>, role: &'static str, block: Block) {
+    match messages.last_mut() {
+        Some(last) if last.role == role => last.content.push(block),
+        _ => messages.push(Message {
+            role,
+            content: vec![block],
+        }),
     }
-    messages.push(json!({"role": role, "content": [block]}));
 }
 
 /// The request body for this turn so far (rendering rule `anthropic-messages/1`), asking
@@ -82,38 +127,30 @@ pub fn request_body(
     user: &str,
     input: &TurnInput<'_>,
 ) -> Value {
-    let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": user}]})];
+    let text = |t: String| Block::Text { text: t };
+    let mut messages = vec![Message {
+        role: "user",
+        content: vec![text(user.to_owned())],
+    }];
     for r in input.history {
         match r.record_type {
-            RecordType::AgentThought => {
-                push(
-                    &mut messages,
-                    "assistant",
-                    json!({"type": "text", "text": content_text(r)}),
-                );
-            }
+            RecordType::AgentThought => push(&mut messages, "assistant", text(content_text(r))),
             RecordType::AgentPlan => {
-                let text = format!("planned: {}", r.content);
                 push(
                     &mut messages,
                     "assistant",
-                    json!({"type": "text", "text": text}),
+                    text(format!("planned: {}", r.content)),
                 );
                 // A last assistant message is a prefill the model would continue.
-                push(
-                    &mut messages,
-                    "user",
-                    json!({"type": "text", "text": crate::AFTER_PLAN}),
-                );
+                push(&mut messages, "user", text(crate::AFTER_PLAN.to_owned()));
             }
             RecordType::ToolCall => {
                 let call = ToolCallContent::read(&r.content);
-                let block = json!({
-                    "type": "tool_use",
-                    "id": call_id_of(&r.content).unwrap_or(""),
-                    "name": wire_name(call.as_ref().map_or("", |c| c.tool_name.as_str())),
-                    "input": call.map_or_else(|| Value::Object(Map::new()), |c| Value::Object(c.arguments)),
-                });
+                let block = Block::ToolUse {
+                    id: call_id_of(&r.content).unwrap_or("").to_owned(),
+                    name: wire_name(call.as_ref().map_or("", |c| c.tool_name.as_str())),
+                    input: call.map(|c| c.arguments).unwrap_or_default(),
+                };
                 push(&mut messages, "assistant", block);
             }
             RecordType::ToolResult => {
@@ -121,36 +158,33 @@ pub fn request_body(
                 if let Some(o) = content.as_object_mut() {
                     o.remove("call_id");
                 }
-                let block = json!({
-                    "type": "tool_result",
-                    "tool_use_id": call_id_of(&r.content).unwrap_or(""),
-                    "content": content.to_string(),
-                });
+                let block = Block::ToolResult {
+                    tool_use_id: call_id_of(&r.content).unwrap_or("").to_owned(),
+                    content: content.to_string(),
+                };
                 push(&mut messages, "user", block);
             }
             _ => {}
         }
     }
-    let mut body = json!({
-        "model": model,
-        "max_tokens": max_tokens,
-        "system": system,
-        "messages": messages,
-    });
-    if !input.tools.is_empty() {
-        body["tools"] = input
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": wire_name(&t.name),
-                    "description": t.description,
-                    "input_schema": t.parameters,
-                })
-            })
-            .collect();
-    }
-    body
+    let tools = input
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            name: wire_name(&t.name),
+            description: &t.description,
+            input_schema: &t.parameters,
+        })
+        .collect();
+    let request = MessagesRequest {
+        model,
+        max_tokens,
+        system,
+        messages,
+        tools,
+    };
+    // Strings, numbers and maps with string keys: serializing cannot fail.
+    serde_json::to_value(&request).unwrap_or(Value::Null)
 }
 
 /// The bytes sent in `frame` (rule `anthropic-messages/1`, whose `max_tokens` the frame
@@ -308,6 +342,8 @@ mod tests {
 
     use proto::record::Record;
     use proto::{RecordId, SessionId};
+
+    use serde_json::json;
 
     use super::*;
 
