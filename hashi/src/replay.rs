@@ -54,7 +54,19 @@ impl Recorded {
                     // A call that could not run is replayed as the mistake it was, never run.
                     if let Some(why) = call.as_ref().and_then(|c| c.malformed.clone()) {
                         let name = call.map(|c| c.tool_name).unwrap_or_default();
-                        steps.push(Step::Malformed { name, why });
+                        steps.push(Step::Malformed {
+                            name: name.clone(),
+                            why,
+                        });
+                        // It stands among the calls (the replay counts it as one), matched by
+                        // nothing.
+                        calls.push(RecordedCall {
+                            call_id: String::new(),
+                            name,
+                            arguments: Map::new(),
+                            result: None,
+                            used: true,
+                        });
                         continue;
                     }
                     let name = call

@@ -518,8 +518,9 @@ impl Worker {
         mut recorded: Option<&mut Recorded>,
     ) -> kura_store::Result<Steps> {
         // An answer's mistakes count once: the model is told of each, and it is the next
-        // answer that gets one chance to correct them.
-        let mut counted = false;
+        // answer that gets one chance to correct them. A replay from the record counts none:
+        // it repeats what happened, one step at a time.
+        let mut counted = recorded.as_ref().is_some_and(|r| !r.replay.live);
         for step in steps {
             match step {
                 Step::Thought(t) => {
@@ -570,7 +571,12 @@ impl Worker {
                     }
                     // Recorded and answered like any refused call, so the model reads why.
                     let call_id = proto::new_id().to_string();
-                    let mut call = ToolCallContent::new(excerpt(&name, 256), Map::new(), &call_id);
+                    // A record needs a tool name: a call that had none says so.
+                    let shown = match name.trim() {
+                        "" => "(no name)".to_owned(),
+                        _ => excerpt(&name, 256),
+                    };
+                    let mut call = ToolCallContent::new(shown, Map::new(), &call_id);
                     call.malformed = Some(excerpt(&why, 512));
                     let r = self.record(
                         claim,

@@ -125,8 +125,8 @@ pub fn prompt(record: &str, recorded: &str, proven: &kura_model::prompt::Proven)
             p.fail { "FAIL: " (proven.verdict) " (rebuilt " code { (short(&proven.sha256)) } ", recorded " code { (short(recorded)) } ")" }
         }
         pre.content { (t(&text[..end])) }
-        @if proven.body.len() > SHOWN {
-            p.cut { (proven.body.len()) " bytes; shown first " (SHOWN) " (`kura show --prompt` prints it all)" }
+        @if proven.body.len() > SHOWN || text.len() > end {
+            p.cut { (proven.body.len()) " bytes sent; shown cut (`kura show --prompt` prints it all)" }
         }
     }
 }

@@ -131,6 +131,9 @@ pub enum FleetError {
     /// The hub has no room for what was asked (JetStream reserves each quota up front).
     #[error("hub full: {0}")]
     HubFull(String),
+    /// An object a message points at is not on the hub (not a delay: it is not there).
+    #[error("hub: {0}")]
+    Missing(String),
     /// What an origin sent does not verify: nothing of it is written (an ALARM).
     #[error("refused {origin}'s history: {why}")]
     Refused {

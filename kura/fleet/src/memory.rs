@@ -96,7 +96,7 @@ impl Objects for MemoryHub {
         let body = h
             .objects
             .get(name)
-            .ok_or_else(|| FleetError::Hub(format!("no object {name}")))?;
+            .ok_or_else(|| FleetError::Missing(format!("no object {name}")))?;
         Ok(body.iter().take(max as usize + 1).copied().collect())
     }
 }

@@ -76,9 +76,14 @@ impl Objects for ObjectStore {
     }
 
     async fn get(&self, name: &str, max: u64) -> Result<Vec<u8>> {
+        use async_nats::jetstream::object_store::GetErrorKind;
         let object = ObjectStore::get(self, name)
             .await
-            .map_err(FleetError::hub)?;
+            .map_err(|e| match e.kind() {
+                // Known by its kind, never its words: the object is not there.
+                GetErrorKind::NotFound => FleetError::Missing(format!("no object {name}")),
+                _ => FleetError::hub(e),
+            })?;
         let mut body = Vec::new();
         object
             .take(max + 1)

@@ -174,10 +174,11 @@ impl<H: Hub> Publisher<H> {
                 if theirs == ours {
                     return Ok(Placed::At(seq));
                 }
-                // Other bytes under our id: an object they point at that cannot be read is
-                // no reason to wait for ever (found in review) — they are not this Pi's.
+                // Other bytes under our id (ours re-encoded can differ: its checkpoint). An
+                // object they point at that is not on the hub is no reason to wait for ever
+                // (found in review); a slow or busy hub still is a reason to retry.
                 let held = match self.held(&theirs).await {
-                    Err(FleetError::Hub(why)) => Held::Unreadable(why),
+                    Err(FleetError::Missing(why)) => Held::Unreadable(why),
                     other => other?,
                 };
                 decide::duplicate(&self.pi, ledger.index, &ledger.ledger_hash, seq, &held)
@@ -407,6 +408,30 @@ mod tests {
             matches!(&e, Some(FleetError::Diverged(w)) if w.contains(&format!("stream sequence {seq}"))),
             "{e:?}"
         );
+    }
+
+    /// Found in the second review: mapping every hub error to "not ours" turned a slow or
+    /// disturbed object store into an ALARM. Only an object that is not there is definite;
+    /// one that reads wrong is the hub's trouble, retried.
+    #[test]
+    fn a_pointer_under_this_pis_id_to_an_object_that_reads_wrong_is_retried_not_an_alarm() {
+        let mut p = pi();
+        p.seal("one");
+        let (index, hash) = p.seal_log()[0].clone();
+        let id = fleet::ledger_msg_id("pi-a", index, &hash);
+        let name = format!("pi-a/{}", "1".repeat(64));
+        p.publisher
+            .hub
+            .alter_object(&name, b"not what the pointer names");
+        let pointer = serde_json::to_vec(&ReplMessage::Object {
+            name,
+            sha256: "1".repeat(64),
+            size: 26,
+        })
+        .expect("pointer");
+        p.publisher.hub.forge(true, Some(&id), &pointer);
+        let e = p.round().err();
+        assert!(matches!(&e, Some(FleetError::Hub(_))), "{e:?}");
     }
 
     #[test]

@@ -386,13 +386,32 @@ pub fn sources(db: &impl Db, ids: &[RecordId]) -> Result<Vec<(RecordId, String)>
     Ok(out)
 }
 
-/// Whose memory a turn's context may carry: what mikado learned from Kura's own work, and
-/// what people wrote. An outside agent's `remember` is found by search (its own and a
-/// person's) but never packed into another session's prompt: a fact is shown to a model
-/// as knowledge, so only authors the install trusts may put one there (found in review:
-/// a keyword-stuffed fact from any agent ranked into unrelated sessions' prompts).
-pub fn may_inform_a_context(author: &str) -> bool {
-    author == "agent:mikado" || author.starts_with("user:")
+/// Whose memory a turn's context may carry: what a person wrote, and what mikado learned
+/// from the deliverables of Kura's own workers or of people. An outside agent's `remember`,
+/// and what mikado learned from an outside agent's deliverable, are found by search but never
+/// packed into another session's prompt: a fact is shown to a model as knowledge, so only
+/// sources the install runs or trusts may put one there (found in review: a keyword-stuffed
+/// fact from any agent ranked into unrelated sessions' prompts).
+fn may_inform_a_context(db: &impl Db, memory: &Record) -> Result<bool> {
+    let trusted = |author: &str| author == "agent:hashi" || author.starts_with("user:");
+    if memory.author_id.starts_with("user:") {
+        return Ok(true);
+    }
+    if memory.author_id != "agent:mikado" {
+        return Ok(false);
+    }
+    // Learned from several deliverables (by content address): one trusted source is enough.
+    let mut stmt = db.sql().prepare_cached(
+        "SELECT r.author_id FROM memory_graph g JOIN records r ON r.record_id = g.dst_record_id
+         WHERE g.src_record_id = ?1 AND g.rel = 'extracted_from'",
+    )?;
+    let authors = stmt.query_map([memory.record_id.to_string()], |r| r.get::<_, String>(0))?;
+    for a in authors {
+        if trusted(&a?) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// How much a hit from the asking session's own memory is raised (scores run 0..1): what
@@ -401,8 +420,9 @@ pub const OWN_SESSION_BOOST: f64 = 0.5;
 
 /// The memory a turn's context carries for `query`, at most `limit` hits: ranked by
 /// [`search`], the asking `session`'s own memory raised by [`OWN_SESSION_BOOST`],
-/// superseded decisions and authors not [`may_inform_a_context`] dropped, and one hit per
-/// text (case and spacing aside) — the best.
+/// superseded decisions and sources a context may not trust dropped (only a person's
+/// memory, and mikado's learned from Kura's own workers or people), and one hit per text
+/// (case and spacing aside) — the best.
 pub fn for_context(
     db: &impl Db,
     query: &str,
@@ -441,7 +461,13 @@ pub fn for_context(
             }
         }
     }
-    hits.retain(|h| !h.superseded && may_inform_a_context(&h.record.author_id));
+    let mut kept = Vec::with_capacity(hits.len());
+    for h in hits {
+        if !h.superseded && may_inform_a_context(db, &h.record)? {
+            kept.push(h);
+        }
+    }
+    let mut hits = kept;
     // Stable: equal scores keep search's order (newest first).
     hits.sort_by(|a, b| {
         b.score
@@ -816,21 +842,26 @@ mod tests {
     }
 
     /// Found in review: an outside agent's remembered fact (keyword-stuffed) ranked into
-    /// unrelated sessions' prompts. Search still finds it; a context does not carry it.
+    /// unrelated sessions' prompts — directly, or as mikado's fact learned from its
+    /// deliverable. Search still finds both; a context carries neither.
     #[test]
     fn an_outside_agents_fact_is_found_but_never_packed_into_a_context() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut s = Store::create(dir.path().join("m.db"), &StoreOptions::default()).expect("db");
         let session = s.create_session("work").expect("session").session_id;
-        let src = NewRecord::new(
-            RecordType::TaskDeliverable,
-            Content::text("done"),
-            "agent:hashi",
-        );
-        let (src, _) = s.write_record(&src).expect("source");
-        for author in ["agent:outsider", "agent:mikado"] {
+        for (source_author, author, what) in [
+            ("agent:outsider", "agent:outsider", "remembered"),
+            ("agent:outsider", "agent:mikado", "learned from it"),
+            ("agent:hashi", "agent:mikado", "learned from hashi"),
+        ] {
+            let src = NewRecord::new(
+                RecordType::TaskDeliverable,
+                Content::text(format!("done: {what}")),
+                source_author,
+            );
+            let (src, _) = s.write_record(&src).expect("source");
             s.write(|tx| {
-                let text = format!("backup backup backup disk from {author}");
+                let text = format!("backup backup backup disk {what}");
                 let m = tx.remember(author, &src, session, &[fact(&text)])?;
                 let ids: Vec<RecordId> = m.iter().map(|m| m.record.record_id).collect();
                 tx.seal_memory(author, &ids, None, None)
@@ -846,9 +877,16 @@ mod tests {
             },
         )
         .expect("search");
-        assert_eq!(found.len(), 2, "search finds both");
+        assert_eq!(found.len(), 3, "search finds all");
         let packed = for_context(&s, "backup disk", None, 5).expect("context");
-        let authors: Vec<&str> = packed.iter().map(|h| h.record.author_id.as_str()).collect();
-        assert_eq!(authors, ["agent:mikado"]);
+        let texts: Vec<String> = packed
+            .iter()
+            .map(|h| {
+                proto::content::text_of(&h.record.content)
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(texts, ["backup backup backup disk learned from hashi"]);
     }
 }

@@ -57,8 +57,13 @@ pub enum PromptError {
     Store(#[from] StoreError),
 }
 
-/// The prompt record `rid` and every place it stands.
-pub fn prompt_of(store: &Store, rid: RecordId) -> Result<PromptOf, PromptError> {
+/// The prompt record `rid` and every place it stands, its ledgers verified as `kura verify`
+/// checks them with `people`'s redactions (`[writs] issuers`) honoured.
+pub fn prompt_of(
+    store: &Store,
+    rid: RecordId,
+    people: &[kura_policy::writ::Issuer],
+) -> Result<PromptOf, PromptError> {
     let r = store.read_record(rid)?;
     if r.record_type != RecordType::ModelPrompt {
         return Err(PromptError::NotAPrompt(rid));
@@ -76,15 +81,35 @@ pub fn prompt_of(store: &Store, rid: RecordId) -> Result<PromptOf, PromptError> 
             .position(|x| x.record_id == rid)
             .unwrap_or(history.len());
         history.truncate(before);
+        let context = store.hydrate(turn.context_ledger_id)?;
+        // What verify finds about these two ledgers, their records and the schema that
+        // guards them — not a redaction or a record elsewhere in the store.
+        let ours: std::collections::HashSet<String> = context
+            .iter()
+            .chain(&history)
+            .map(|r| r.record_id.to_string())
+            .chain([
+                rid.to_string(),
+                ledger.to_string(),
+                turn.context_ledger_id.to_string(),
+            ])
+            .collect();
         let mut problems = Vec::new();
         for l in [turn.context_ledger_id, ledger] {
-            let report = kura_store::verify::verify(store, &Scope::Ledger(l), None, None)?;
-            problems.extend(report.problems.iter().map(ToString::to_string));
+            let report =
+                kura_store::verify::verify_with(store, &Scope::Ledger(l), None, None, people)?;
+            problems.extend(
+                report
+                    .problems
+                    .iter()
+                    .filter(|p| p.kind == "schema" || ours.contains(&p.id))
+                    .map(ToString::to_string),
+            );
         }
         problems.dedup();
         at.push(PromptAt {
             ledger,
-            context: store.hydrate(turn.context_ledger_id)?,
+            context,
             history,
             problems,
         });
