@@ -87,6 +87,15 @@ pub struct Worker {
 /// ends the step: the turn's lease and the people waiting should not hang on it).
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 
+/// A tool name as a record holds it: at most 256 bytes, and a call that had none says so (a
+/// `tool.call` record needs a name).
+fn shown_tool(name: &str) -> String {
+    match name.trim() {
+        "" => "(no name)".to_owned(),
+        _ => excerpt(name, 256),
+    }
+}
+
 /// How a turn ended for this worker.
 enum End {
     /// Sealed and marked done.
@@ -571,12 +580,7 @@ impl Worker {
                     }
                     // Recorded and answered like any refused call, so the model reads why.
                     let call_id = proto::new_id().to_string();
-                    // A record needs a tool name: a call that had none says so.
-                    let shown = match name.trim() {
-                        "" => "(no name)".to_owned(),
-                        _ => excerpt(&name, 256),
-                    };
-                    let mut call = ToolCallContent::new(shown, Map::new(), &call_id);
+                    let mut call = ToolCallContent::new(shown_tool(&name), Map::new(), &call_id);
                     call.malformed = Some(excerpt(&why, 512));
                     let r = self.record(
                         claim,

@@ -438,7 +438,7 @@ async fn prompt(State(c): State<Shared>, headers: HeaderMap, Path(id): Path<Stri
     let shown = c
         .read(move |s| {
             let rid = data::id(&id)?;
-            let p = kura_work::prompt::prompt_of(s, rid, &me.trust.issuers)?;
+            let p = kura_history::prompt::prompt_of(s, rid, &me.trust.issuers)?;
             // Each place it stands is checked; the first is shown, with the first failure.
             let mut shown: Option<kura_model::prompt::Proven> = None;
             for at in &p.at {

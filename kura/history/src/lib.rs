@@ -1,8 +1,10 @@
 //! Kura's history as a user handles it, over the store's public seam: forks (a session grown
 //! from a sealed ledger here, or continued from another Pi's verified replica) and a diff of
-//! two ledgers, an inclusion proof linked to a signed checkpoint. Rewinding a head and
+//! two ledgers, an inclusion proof linked to a signed checkpoint, and what a model was sent
+//! read back for its rebuild ([`prompt`]). Rewinding a head and
 //! building a proof stay in the store, beside the ref log and the hashes they need.
 
 pub mod diff;
 pub mod fork;
+pub mod prompt;
 pub mod proof;

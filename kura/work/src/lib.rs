@@ -13,7 +13,6 @@ pub mod gate;
 pub mod ops;
 pub mod plans;
 pub mod policy;
-pub mod prompt;
 mod requests;
 mod turn_kind;
 mod turns;

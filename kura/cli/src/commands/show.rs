@@ -142,7 +142,7 @@ fn prompt(store: &Store, out: &mut Out, rid: RecordId) -> anyhow::Result<Outcome
             "{rid} is not a record; give the id of a model.prompt record (`kura log <session> --records` lists them)"
         );
     }
-    let p = kura_work::prompt::prompt_of(store, rid, &super::people()?)?;
+    let p = kura_serve::history::prompt::prompt_of(store, rid, &super::people()?)?;
     let mut outcome = Outcome::Ok;
     for (i, at) in p.at.iter().enumerate() {
         let proven = kura_model::prompt::prove(&p.content, &at.context, &at.history, &at.problems)?;

@@ -9,7 +9,7 @@ use proto::record::{Record, RecordType};
 use proto::verify::Scope;
 use proto::{LedgerId, RecordId};
 
-use crate::turns::turn_of_output;
+use kura_work::turn_of_output;
 
 /// One place a prompt record stands: an output ledger, and what the body is built from there.
 #[derive(Debug, Clone)]
