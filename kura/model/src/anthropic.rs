@@ -2,8 +2,6 @@
 //! tool use, on the one renderer (the context as the first user message). Tool names are
 //! sent with `_` for `.`, as the API allows only letters, digits, `_` and `-`.
 
-use std::time::Duration;
-
 use proto::content::{ToolCallContent, call_id_of};
 use proto::record::RecordType;
 use serde::Serialize;
@@ -19,18 +17,9 @@ const API_VERSION: &str = "2023-06-01";
 
 /// A Messages API client.
 pub struct Anthropic {
-    http: reqwest::Client,
-    /// `<base_url>/messages`.
-    url: String,
-    model: String,
-    api_key: Option<String>,
-    system: String,
-    /// The prompt budget the context is rendered within.
-    prompt_tokens: Option<u64>,
+    server: crate::http::Server,
     /// The most tokens an answer may take when no budget says less.
     max_tokens: u64,
-    handle: tokio::runtime::Handle,
-    prices: std::collections::BTreeMap<String, crate::Price>,
 }
 
 impl Anthropic {
@@ -39,23 +28,9 @@ impl Anthropic {
         config: &ProviderConfig,
         handle: tokio::runtime::Handle,
     ) -> anyhow::Result<Anthropic> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms.max(1)))
-            .build()?;
         Ok(Anthropic {
-            http,
-            url: format!("{}/messages", config.base_url.trim_end_matches('/')),
-            model: config.model.clone(),
-            api_key: config
-                .api_key_env
-                .as_deref()
-                .and_then(|name| std::env::var(name).ok())
-                .filter(|k| !k.is_empty()),
-            system: config.system_prompt.clone(),
-            prompt_tokens: config.prompt_budget(),
+            server: crate::http::Server::new(config, "messages", handle)?,
             max_tokens: config.max_tokens.max(1),
-            handle,
-            prices: config.prices.clone(),
         })
     }
 }
@@ -308,29 +283,22 @@ impl Provider for Anthropic {
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<crate::Answer, ProviderError> {
-        let frame = proto::prompt::Frame {
-            rule: proto::prompt::ANTHROPIC_MESSAGES_V1.into(),
-            model: self.model.clone(),
-            system: self.system.clone(),
-            tools: input.tools.to_vec(),
-            // The configured bound; what is left of the budgets lowers it.
-            max_tokens: Some(self.max_tokens),
-            prompt_tokens: self.prompt_tokens,
-        };
-        let (body, sent) = crate::prompt::prepare(frame, input, input.max_tokens)?;
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("anthropic-version", API_VERSION)
-            .body(body);
-        if let Some(key) = &self.api_key {
-            req = req.header("x-api-key", key);
-        }
-        let response = self.handle.block_on(crate::http::post(req, &self.url))?;
+        // The configured bound; what is left of the budgets lowers it.
+        let (response, sent) = self.server.ask(
+            proto::prompt::ANTHROPIC_MESSAGES_V1,
+            Some(self.max_tokens),
+            input,
+            |req, key| {
+                let req = req.header("anthropic-version", API_VERSION);
+                match key {
+                    Some(key) => req.header("x-api-key", key),
+                    None => req,
+                }
+            },
+        )?;
         Ok(crate::Answer {
             steps: parse_response(&response, input)?,
-            usage: Some(usage_of(&response, &self.model, &self.prices)),
+            usage: Some(usage_of(&response, &self.server.model, &self.server.prices)),
             prompt: Some(sent),
         })
     }

@@ -16,6 +16,77 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Most of a body quoted in an error.
 pub(crate) const MAX_QUOTE: usize = 2048;
 
+/// A model server as both HTTP providers reach it: the client with the configured timeout,
+/// the endpoint, the model, the key (read from the named variable), the system prompt, the
+/// prompt budget, the runtime the worker blocks on and the price table.
+pub(crate) struct Server {
+    http: reqwest::Client,
+    /// `<base_url>/<path>`.
+    pub(crate) url: String,
+    pub(crate) model: String,
+    pub(crate) api_key: Option<String>,
+    system: String,
+    prompt_tokens: Option<u64>,
+    handle: tokio::runtime::Handle,
+    pub(crate) prices: std::collections::BTreeMap<String, crate::Price>,
+}
+
+impl Server {
+    /// The server `config` names, at `path` under its base URL.
+    pub(crate) fn new(
+        config: &crate::ProviderConfig,
+        path: &str,
+        handle: tokio::runtime::Handle,
+    ) -> anyhow::Result<Server> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms.max(1)))
+            .build()?;
+        Ok(Server {
+            http,
+            url: format!("{}/{path}", config.base_url.trim_end_matches('/')),
+            model: config.model.clone(),
+            api_key: config
+                .api_key_env
+                .as_deref()
+                .and_then(|name| std::env::var(name).ok())
+                .filter(|k| !k.is_empty()),
+            system: config.system_prompt.clone(),
+            prompt_tokens: config.prompt_budget(),
+            handle,
+            prices: config.prices.clone(),
+        })
+    }
+
+    /// Builds the request for `input` by `rule` (the answer bounded by `max_tokens` and the
+    /// budgets), lets `auth` add the server's headers, sends it and reads the answer: the
+    /// response, and what was sent.
+    pub(crate) fn ask(
+        &self,
+        rule: &str,
+        max_tokens: Option<u64>,
+        input: &crate::TurnInput<'_>,
+        auth: impl FnOnce(reqwest::RequestBuilder, Option<&str>) -> reqwest::RequestBuilder,
+    ) -> Result<(Value, proto::prompt::Sent), ProviderError> {
+        let frame = proto::prompt::Frame {
+            rule: rule.into(),
+            model: self.model.clone(),
+            system: self.system.clone(),
+            tools: input.tools.to_vec(),
+            max_tokens,
+            prompt_tokens: self.prompt_tokens,
+        };
+        let (body, sent) = crate::prompt::prepare(frame, input, input.max_tokens)?;
+        let req = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let req = auth(req, self.api_key.as_deref());
+        let response = self.handle.block_on(post(req, &self.url))?;
+        Ok((response, sent))
+    }
+}
+
 /// Sends `req` (to `url`, named in errors) and reads its JSON answer.
 pub(crate) async fn post(req: reqwest::RequestBuilder, url: &str) -> Result<Value, ProviderError> {
     let resp = req

@@ -2,8 +2,6 @@
 //! (Ollama, llama.cpp, vLLM, ...). Tool names are sent with `_` for `.` (`fs_read`), as
 //! function names may not contain dots.
 
-use std::time::Duration;
-
 use proto::content::{ToolCallContent, call_id_of};
 use proto::record::RecordType;
 use serde::Serialize;
@@ -15,43 +13,14 @@ use crate::http::MAX_QUOTE;
 
 /// A chat-completions client.
 pub struct OpenAi {
-    /// HTTP client with the configured timeout.
-    http: reqwest::Client,
-    /// `<base_url>/chat/completions`.
-    url: String,
-    /// Model name.
-    model: String,
-    /// Bearer token, if configured.
-    api_key: Option<String>,
-    /// System prompt.
-    system: String,
-    /// The prompt budget the context is rendered within.
-    prompt_tokens: Option<u64>,
-    /// The runtime the worker thread blocks on for HTTP.
-    handle: tokio::runtime::Handle,
-    /// Prices by model name.
-    prices: std::collections::BTreeMap<String, super::Price>,
+    server: crate::http::Server,
 }
 
 impl OpenAi {
     /// A client for `config`.
     pub fn new(config: &ProviderConfig, handle: tokio::runtime::Handle) -> anyhow::Result<OpenAi> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms.max(1)))
-            .build()?;
         Ok(OpenAi {
-            http,
-            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
-            model: config.model.clone(),
-            api_key: config
-                .api_key_env
-                .as_deref()
-                .and_then(|name| std::env::var(name).ok())
-                .filter(|k| !k.is_empty()),
-            system: config.system_prompt.clone(),
-            prompt_tokens: config.prompt_budget(),
-            handle,
-            prices: config.prices.clone(),
+            server: crate::http::Server::new(config, "chat/completions", handle)?,
         })
     }
 }
@@ -365,27 +334,18 @@ impl Provider for OpenAi {
     }
 
     fn answer(&self, input: &TurnInput<'_>) -> Result<super::Answer, ProviderError> {
-        let frame = proto::prompt::Frame {
-            rule: proto::prompt::OPENAI_CHAT_V1.into(),
-            model: self.model.clone(),
-            system: self.system.clone(),
-            tools: input.tools.to_vec(),
-            max_tokens: None,
-            prompt_tokens: self.prompt_tokens,
-        };
-        let (body, sent) = crate::prompt::prepare(frame, input, input.max_tokens)?;
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(key) = &self.api_key {
-            req = req.bearer_auth(key);
-        }
-        let response = self.handle.block_on(crate::http::post(req, &self.url))?;
+        let (response, sent) = self.server.ask(
+            proto::prompt::OPENAI_CHAT_V1,
+            None,
+            input,
+            |req, key| match key {
+                Some(key) => req.bearer_auth(key),
+                None => req,
+            },
+        )?;
         Ok(super::Answer {
             steps: parse_response(&response, input)?,
-            usage: Some(usage_of(&response, &self.model, &self.prices)),
+            usage: Some(usage_of(&response, &self.server.model, &self.server.prices)),
             prompt: Some(sent),
         })
     }
@@ -393,6 +353,8 @@ impl Provider for OpenAi {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::ToolSpec;
     use proto::record::Record;
