@@ -54,7 +54,7 @@ fn asked_request(store: &mut Store) -> proto::RequestId {
     let a = fenced(store, &claim, |tx| {
         tx.request_approval(
             &claim,
-            "call-1",
+            &"call-1".into(),
             "fs.write",
             &args,
             Effect::Write,
@@ -468,7 +468,7 @@ fn asked_requests(store: &mut Store, sizes: &[usize]) -> Vec<proto::RequestId> {
             let a = fenced(store, &claim, |tx| {
                 tx.request_approval(
                     &claim,
-                    &format!("call-{i}"),
+                    &format!("call-{i}").into(),
                     "fs.write",
                     &args,
                     Effect::Write,
@@ -985,7 +985,7 @@ fn an_outside_agents_call_outside_its_writ_is_refused_before_policy() {
         let a = fenced(store, &claim, |tx| {
             tx.request_approval(
                 &claim,
-                call,
+                &call.into(),
                 tool,
                 &args,
                 effect,

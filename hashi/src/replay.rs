@@ -6,9 +6,9 @@
 use kura_model::Step;
 use kura_store::Store;
 use kura_work::Replay;
-use proto::LedgerId;
 use proto::content::{ToolCallContent, call_id_of, text_of};
 use proto::record::{Record, RecordType};
+use proto::{CallId, LedgerId};
 use serde_json::{Map, Value};
 
 /// A replay asked for a step past the recorded turn's last.
@@ -23,7 +23,7 @@ pub struct NoStep {
 
 /// A recorded tool call and, if it got one, its result.
 pub struct RecordedCall {
-    pub call_id: String,
+    pub call_id: CallId,
     pub name: String,
     pub arguments: Map<String, Value>,
     pub result: Option<Record>,
@@ -61,7 +61,7 @@ impl Recorded {
                         // It stands among the calls (the replay counts it as one), matched by
                         // nothing.
                         calls.push(RecordedCall {
-                            call_id: String::new(),
+                            call_id: CallId::default(),
                             name,
                             arguments: Map::new(),
                             result: None,
@@ -83,7 +83,7 @@ impl Recorded {
                         arguments: as_given,
                     });
                     calls.push(RecordedCall {
-                        call_id: call_id_of(&r.content).unwrap_or("").to_owned(),
+                        call_id: CallId::from(call_id_of(&r.content).unwrap_or("")),
                         name,
                         arguments: call.map(|c| c.arguments).unwrap_or_default(),
                         result: None,

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use kura_model::{self as provider, Provider, ToolSpec};
 use kura_plan::{DEFAULT_ROLE, RosterConfig};
+use proto::RoleName;
 
 /// What a turn in one role runs with.
 #[derive(Clone)]
 pub struct RoleRun {
     /// Its name.
-    pub name: String,
+    pub name: RoleName,
     /// The model.
     pub provider: Arc<dyn Provider>,
     /// The tools the model is shown.
@@ -31,8 +32,8 @@ impl RoleRun {
 /// Every role this worker runs, and the default.
 pub struct Roles {
     base: RoleRun,
-    by_name: BTreeMap<String, RoleRun>,
-    default_role: String,
+    by_name: BTreeMap<RoleName, RoleRun>,
+    default_role: RoleName,
 }
 
 impl Roles {
@@ -126,7 +127,7 @@ impl Roles {
         match self.by_name.get(name) {
             Some(r) => Ok(r),
             None if name == DEFAULT_ROLE => Ok(&self.base),
-            None => Err(UnknownRole(name.to_owned())),
+            None => Err(UnknownRole(name.into())),
         }
     }
 }
@@ -136,7 +137,7 @@ impl Roles {
 #[error(
     "role {0:?} is not in this worker's [roster]; add it to [[roster.roles]] (hashi and minato read the same table)"
 )]
-pub struct UnknownRole(pub String);
+pub struct UnknownRole(pub RoleName);
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ mod approval;
 mod resume;
 
 use kura_work::WorkTx;
-use proto::RecordId;
+use proto::{CallId, RecordId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -579,7 +579,7 @@ impl Worker {
                         return Ok(Steps::Delivered);
                     }
                     // Recorded and answered like any refused call, so the model reads why.
-                    let call_id = proto::new_id().to_string();
+                    let call_id = CallId::new(proto::new_id().to_string());
                     let mut call = ToolCallContent::new(shown_tool(&name), Map::new(), &call_id);
                     call.malformed = Some(excerpt(&why, 512));
                     let r = self.record(
@@ -850,7 +850,7 @@ impl Worker {
         // the recorded one (same content, same hash).
         let call_id = match &matched {
             Some((id, _, false)) if !id.is_empty() => id.clone(),
-            _ => proto::new_id().to_string(),
+            _ => CallId::new(proto::new_id().to_string()),
         };
         let effect = match self.tools.get(name) {
             Some(_) => self.tools.effect_of(name, &arguments).as_str(),

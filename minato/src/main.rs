@@ -52,11 +52,11 @@ enum Command {
         /// The role that does it (`[roster]`); default: routed by keyword, else the
         /// default role.
         #[arg(long)]
-        role: Option<String>,
+        role: Option<proto::RoleName>,
         /// A role that must pass the deliverable before the session completes (its
         /// deliverable says "verdict": "pass" or "fail"); a fail sends the work back.
         #[arg(long, conflicts_with = "validate_cmd")]
-        validate_role: Option<String>,
+        validate_role: Option<proto::RoleName>,
         /// A command that must pass the deliverable (exit 0), run in the session's
         /// workspace in the sandbox like shell.run, e.g. 'sh -c "test -s notes.md"'.
         #[arg(long)]
@@ -152,7 +152,7 @@ fn main() -> ExitCode {
 
 /// `--validate-role` or `--validate-cmd` as a validator.
 fn validator(
-    role: Option<String>,
+    role: Option<proto::RoleName>,
     cmd: Option<&str>,
 ) -> anyhow::Result<Option<proto::plan::Validator>> {
     let command = match cmd {
@@ -172,7 +172,7 @@ fn validator(
 /// Who asks, as what role, checked by what.
 struct Asked {
     author: Option<String>,
-    role: Option<String>,
+    role: Option<proto::RoleName>,
     validator: Option<proto::plan::Validator>,
 }
 

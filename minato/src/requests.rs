@@ -21,7 +21,7 @@ use proto::consumers::{MINATO_COMPLETIONS, MINATO_REQUESTS};
 use proto::content::DeliverableContent;
 use proto::plan::{PlanContent, RouteContent, VerdictContent};
 use proto::record::{Content, NewRecord, Record, RecordType};
-use proto::{LedgerId, RecordId, SessionId, TurnId};
+use proto::{LedgerId, RecordId, RoleName, SessionId, TurnId};
 
 /// A request minato turned into a session turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,10 +127,10 @@ enum Routed {
     /// No roster and no role named: work runs as before.
     Unrouted,
     /// The role, and the `task.route` record saying why.
-    Role(String, RecordId),
+    Role(RoleName, RecordId),
     /// No name or keyword decided: the router role's turn picks (the roster for it to
     /// choose from is this `sys.context` record).
-    ByRouter(String, RecordId),
+    ByRouter(RoleName, RecordId),
 }
 
 /// The role a request runs as — only when a roster is configured or the request names a
@@ -161,7 +161,7 @@ fn route(
         let content = serde_json::json!({"text": text, "roles": roles});
         let rec = NewRecord::new(RecordType::SysContext, Content::Json(content), PLANNER);
         return Ok(Routed::ByRouter(
-            router.to_owned(),
+            router.into(),
             tx.write_record(&rec)?.record_id,
         ));
     }
@@ -169,12 +169,12 @@ fn route(
 }
 
 /// The role the turn whose output is `ledger` ran as.
-fn recorded_role(tx: &Tx<'_>, ledger: LedgerId) -> Result<Option<String>> {
+fn recorded_role(tx: &Tx<'_>, ledger: LedgerId) -> Result<Option<RoleName>> {
     kura_work::role_of_output(tx, ledger)
 }
 
 /// A `task.route` record: the role chosen and why.
-fn route_record(tx: &Tx<'_>, role: String, reason: String) -> Result<RecordId> {
+fn route_record(tx: &Tx<'_>, role: RoleName, reason: String) -> Result<RecordId> {
     let content = serde_json::to_value(RouteContent { role, reason })
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
     let rec = NewRecord::new(RecordType::TaskRoute, Content::Json(content), PLANNER);

@@ -209,7 +209,7 @@ fn ask(s: &mut Store, claim: &Claim, call_id: &str) -> approvals::Approval {
     fenced(s, claim, |tx| {
         tx.request_approval(
             claim,
-            call_id,
+            &call_id.into(),
             "fs.write",
             &args,
             Effect::Write,

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::record::RecordType;
-use crate::{ApprovalState, Effect, LedgerId, RecordId, RequestId, SessionId, TurnId, Verdict};
+use crate::{
+    ApprovalState, CallId, Effect, LedgerId, RecordId, RequestId, SessionId, TurnId, Verdict,
+};
 
 /// The steps an agent may record ([`RecordStep`]); any other type is refused at parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,7 +147,7 @@ wire! {
         /// The approval request (wait on it when `decision` is `ask`).
         pub request_id: RequestId,
         /// The call's id in the ledger; a `tool.result` names it.
-        pub call_id: String,
+        pub call_id: CallId,
         /// `allow` (run it now), `deny` (do not run it) or `ask` (a person decides: wait).
         pub decision: Verdict,
         /// The rule that decided, when one did.

@@ -2,7 +2,7 @@
 //! writer and reader shares. Each serializes to exactly the JSON value the daemons wrote
 //! before (same keys, absent vs `null` as before), so content hashes stay byte-identical.
 
-use crate::ids::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use crate::ids::{CallId, LedgerId, RecordId, RequestId, SessionId, TurnId};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -61,7 +61,7 @@ pub struct ToolCallContent {
     pub arguments: Map<String, Value>,
     /// A caller-chosen id pairing this call with its result, when the caller has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
+    pub call_id: Option<CallId>,
     /// The arguments as the model spelled them, when normalising changed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments_as_given: Option<Map<String, Value>>,
@@ -80,11 +80,15 @@ pub struct ToolCallContent {
 
 impl ToolCallContent {
     /// A call of `tool_name` with `arguments`, paired by `call_id`.
-    pub fn new(tool_name: impl Into<String>, arguments: Map<String, Value>, call_id: &str) -> Self {
+    pub fn new(
+        tool_name: impl Into<String>,
+        arguments: Map<String, Value>,
+        call_id: impl Into<CallId>,
+    ) -> Self {
         ToolCallContent {
             tool_name: tool_name.into(),
             arguments,
-            call_id: Some(call_id.to_owned()),
+            call_id: Some(call_id.into()),
             arguments_as_given: None,
             arguments_omitted: None,
             writ: None,
@@ -139,7 +143,7 @@ pub struct ToolResultContent {
     pub error: Option<String>,
     /// The `call_id` of the `tool.call` this answers, when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
+    pub call_id: Option<CallId>,
     /// A replay's served result: the recorded `tool.result` it repeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replayed: Option<RecordId>,
@@ -155,12 +159,12 @@ pub struct ToolResultContent {
 }
 
 impl ToolResultContent {
-    fn bare(status: ToolStatus, call_id: &str) -> Self {
+    fn bare(status: ToolStatus, call_id: impl Into<CallId>) -> Self {
         ToolResultContent {
             status,
             result: None,
             error: None,
-            call_id: Some(call_id.to_owned()),
+            call_id: Some(call_id.into()),
             replayed: None,
             arguments_edited: None,
             rerun: None,
@@ -169,7 +173,7 @@ impl ToolResultContent {
     }
 
     /// A success returning `result`.
-    pub fn success(result: Value, call_id: &str) -> Self {
+    pub fn success(result: Value, call_id: impl Into<CallId>) -> Self {
         ToolResultContent {
             result: Some(result),
             ..Self::bare(ToolStatus::Success, call_id)
@@ -177,7 +181,7 @@ impl ToolResultContent {
     }
 
     /// A failure (or refusal) saying why.
-    pub fn error(error: impl Into<String>, call_id: &str) -> Self {
+    pub fn error(error: impl Into<String>, call_id: impl Into<CallId>) -> Self {
         ToolResultContent {
             error: Some(error.into()),
             ..Self::bare(ToolStatus::Error, call_id)
@@ -185,7 +189,7 @@ impl ToolResultContent {
     }
 
     /// A call whose outcome nobody knows, saying why.
-    pub fn unknown(error: impl Into<String>, call_id: &str) -> Self {
+    pub fn unknown(error: impl Into<String>, call_id: impl Into<CallId>) -> Self {
         ToolResultContent {
             error: Some(error.into()),
             ..Self::bare(ToolStatus::Unknown, call_id)
@@ -206,11 +210,11 @@ impl ToolResultContent {
 /// The `call_id` a `tool.call` or `tool.result` content carries, if any.
 pub fn call_id_of(content: &Value) -> Option<&str> {
     #[derive(Deserialize)]
-    struct CallId<'a> {
+    struct Pairing<'a> {
         #[serde(borrow)]
         call_id: Option<&'a str>,
     }
-    CallId::deserialize(content).ok().and_then(|c| c.call_id)
+    Pairing::deserialize(content).ok().and_then(|c| c.call_id)
 }
 
 /// The `text` a content carries (instructions, thoughts, deliverables, memory), if any.
@@ -283,7 +287,7 @@ impl DeliverableContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequestContent {
     /// The call's pairing id.
-    pub call_id: String,
+    pub call_id: CallId,
     /// Which tool.
     pub tool_name: String,
     /// The arguments as the tool would run them.

@@ -147,6 +147,137 @@ new_uuid!(
     PlanId, "plan"
 );
 
+/// Declares a name newtype over text someone else chose (a model's call id, a role in the
+/// roster): a call id does not type-check where a role belongs. It serializes as the bare
+/// string (record hashes unchanged), reads as `&str` where text is wanted, and with the `sql`
+/// feature is stored and read as that text.
+macro_rules! new_name {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(
+            Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash,
+            serde::Serialize, serde::Deserialize,
+        )]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The name as given.
+            pub fn new(text: impl Into<String>) -> Self {
+                $name(text.into())
+            }
+
+            /// The text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The text, owned.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_owned())
+            }
+        }
+
+        impl From<&$name> for $name {
+            fn from(n: &$name) -> Self {
+                n.clone()
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(n: $name) -> String {
+                n.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        #[cfg(feature = "schema")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({"type": "string", "description": $what})
+            }
+        }
+
+        #[cfg(feature = "sql")]
+        impl rusqlite::types::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(rusqlite::types::ToSqlOutput::from(self.0.as_str()))
+            }
+        }
+
+        #[cfg(feature = "sql")]
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(
+                v: rusqlite::types::ValueRef<'_>,
+            ) -> rusqlite::types::FromSqlResult<Self> {
+                Ok($name(v.as_str()?.to_owned()))
+            }
+        }
+    };
+}
+
+new_name!(
+    /// A tool call's pairing id: chosen by the model (or by Kura for an outside agent's
+    /// declaration), it pairs a `tool.call` with its `tool.result` and its approval.
+    CallId, "a tool call's pairing id"
+);
+new_name!(
+    /// A role in the roster (`[roles.<name>]`): what a request, a plan step or a writ's
+    /// `role:<name>` holder names.
+    RoleName, "a role in the roster"
+);
+
 impl RecordId {
     /// The approval request this `approval.request` record opens (a request is known by its
     /// record's id).
@@ -196,5 +327,20 @@ mod tests {
         let err = "nope".parse::<SessionId>().expect_err("refused");
         assert_eq!(err.what, "session");
         assert!(SessionId::new() < SessionId::new());
+    }
+
+    #[test]
+    fn names_keep_the_text_and_do_not_mix() {
+        let c = CallId::from("call_1");
+        assert_eq!(serde_json::to_string(&c).expect("json"), "\"call_1\"");
+        let back: CallId = serde_json::from_str("\"call_1\"").expect("parse");
+        assert_eq!(back, c);
+        assert_eq!(c, "call_1");
+        assert_eq!(c.as_str(), "call_1");
+        let r: RoleName = serde_json::from_str("\"writer\"").expect("parse");
+        assert_eq!(r.to_string(), "writer");
+        // A content carrying one hashes as before: the newtype is transparent.
+        let t = crate::ToolCallContent::new("fs.read", serde_json::Map::new(), "c1");
+        assert_eq!(t.to_value()["call_id"], "c1");
     }
 }

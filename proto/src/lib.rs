@@ -23,7 +23,9 @@ pub mod verify;
 pub mod writ;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};
-pub use ids::{LedgerId, PlanId, RecordId, RequestId, SessionId, TurnId, WritId, new_id};
+pub use ids::{
+    CallId, LedgerId, PlanId, RecordId, RequestId, RoleName, SessionId, TurnId, WritId, new_id,
+};
 pub use ledger::{Ledger, LedgerHeader, LedgerState, ParentRef, ledger_hash};
 pub use proof::InclusionProof;
 pub use record::{

@@ -2,6 +2,7 @@
 //! the steps it waits for), and of the records minato writes about them — a route (which
 //! role a request went to, and why) and a verdict (a validator's pass or fail).
 
+use crate::RoleName;
 use serde::{Deserialize, Serialize};
 
 /// An `agent.plan` record's content: a DAG of steps minato runs as sub-sessions.
@@ -23,7 +24,7 @@ pub struct PlanStep {
     pub id: String,
     /// The role that does it (`[roster]`); none: the default role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<RoleName>,
     /// What the step's sub-session is asked to do.
     pub instruction: String,
     /// The steps whose outputs it needs: it starts when they are done, and their output
@@ -43,7 +44,7 @@ pub struct PlanStep {
 pub struct Validator {
     /// The validating role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<RoleName>,
     /// The command's argv.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
@@ -105,7 +106,7 @@ impl Validator {
 #[serde(deny_unknown_fields)]
 pub struct RouteContent {
     /// The role chosen.
-    pub role: String,
+    pub role: RoleName,
     /// Why: named by the request or the plan, a keyword rule, the default.
     pub reason: String,
 }

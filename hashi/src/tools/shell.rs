@@ -100,7 +100,7 @@ impl Run {
             .env("KURA_SESSION_ID", ws.session());
         if let Some(call_id) = ws.call_id() {
             // An idempotency key for whatever the program does outside.
-            cmd.env("KURA_CALL_ID", call_id);
+            cmd.env("KURA_CALL_ID", call_id.as_str());
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

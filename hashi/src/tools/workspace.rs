@@ -3,6 +3,7 @@
 //! name after a check, so no symlink swapped in between can lead a tool outside.
 
 use crate::tools::ToolError;
+use proto::CallId;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ pub struct Workspace {
     session: String,
     /// The `call_id` of the tool call being run, if any; `shell.run` passes it on as
     /// `KURA_CALL_ID` so an external program can make its effect idempotent.
-    call_id: Option<String>,
+    call_id: Option<CallId>,
     /// Bytes the workspace may hold.
     quota: u64,
 }
@@ -109,8 +110,8 @@ impl Workspace {
     }
 
     /// The same workspace, for running the tool call `call_id`.
-    pub fn for_call(mut self, call_id: &str) -> Workspace {
-        self.call_id = Some(call_id.to_owned());
+    pub fn for_call(mut self, call_id: &CallId) -> Workspace {
+        self.call_id = Some(call_id.clone());
         self
     }
 
@@ -120,8 +121,8 @@ impl Workspace {
     }
 
     /// The tool call being run, if one is.
-    pub fn call_id(&self) -> Option<&str> {
-        self.call_id.as_deref()
+    pub fn call_id(&self) -> Option<&CallId> {
+        self.call_id.as_ref()
     }
 
     /// The workspace directory.

@@ -30,7 +30,7 @@ pub(super) enum Decided {
 /// what a record holds.
 pub(super) fn result_content(
     outcome: Result<Value, ToolError>,
-    call_id: &str,
+    call_id: &CallId,
 ) -> ToolResultContent {
     match outcome {
         Ok(v) => ToolResultContent::success(fit(v, MAX_RESULT_BYTES), call_id),
@@ -45,7 +45,7 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        call_id: &str,
+        call_id: &CallId,
         recorded: Option<Record>,
     ) -> kura_store::Result<CallEnd> {
         let Some(r) = recorded else {
@@ -59,7 +59,7 @@ impl Worker {
         // been written by hand or by an older Kura): only the call it answers and the record
         // it replays are added.
         let mut content = r.content.as_object().cloned().unwrap_or_default();
-        content.insert("call_id".into(), Value::String(call_id.to_owned()));
+        content.insert("call_id".into(), Value::String(call_id.to_string()));
         content.insert("replayed".into(), Value::String(r.record_id.to_string()));
         let served = self.record(
             claim,
@@ -79,7 +79,7 @@ impl Worker {
         history: &mut Vec<Record>,
         name: &str,
         arguments: &Map<String, Value>,
-        call_id: &str,
+        call_id: &CallId,
     ) -> kura_store::Result<CallEnd> {
         let call = GateCall::new(
             name,
@@ -131,7 +131,7 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        call_id: &str,
+        call_id: &CallId,
         refusal: gate::Refusal,
     ) -> kura_store::Result<CallEnd> {
         let refusal = self.secrets.scrub(&refusal.to_string()).into_owned();
@@ -152,7 +152,7 @@ impl Worker {
         claim: &Claim,
         history: &mut Vec<Record>,
         call: &GateCall,
-        call_id: &str,
+        call_id: &CallId,
     ) -> kura_store::Result<Result<CallEnd, ToolError>> {
         let metadata = self
             .record(claim, RecordType::ApprovalRequest, Value::Null, &[])
@@ -228,7 +228,7 @@ impl Worker {
         request_id: RequestId,
         name: &str,
         arguments: &Map<String, Value>,
-        call_id: &str,
+        call_id: &CallId,
         edited: Option<&str>,
     ) -> kura_store::Result<CallEnd> {
         let edit = self.edited_arguments(edited);
@@ -354,7 +354,7 @@ impl Worker {
         claim: &Claim,
         name: &str,
         arguments: &Map<String, Value>,
-        call_id: &str,
+        call_id: &CallId,
     ) -> Result<Value, ToolError> {
         let tool = self
             .tools
@@ -369,7 +369,7 @@ impl Worker {
         &mut self,
         claim: &Claim,
         history: &mut Vec<Record>,
-        call_id: &str,
+        call_id: &CallId,
         outcome: Result<Value, ToolError>,
     ) -> kura_store::Result<()> {
         // Whatever a tool returned, the record fits: a result too big to store would fail

@@ -8,7 +8,7 @@ use kura_work::WorkTx;
 /// A `tool.call` of this turn with no `tool.result`: what it asked for.
 struct Dangling {
     name: String,
-    call_id: String,
+    call_id: CallId,
     args: Map<String, Value>,
 }
 
@@ -30,7 +30,7 @@ fn dangling_calls(history: &[Record]) -> Vec<Dangling> {
                     .as_ref()
                     .map(|c| c.tool_name.clone())
                     .unwrap_or_default(),
-                call_id: call_id_of(&r.content).unwrap_or("").to_owned(),
+                call_id: CallId::from(call_id_of(&r.content).unwrap_or("")),
                 args: call.map(|c| c.arguments).unwrap_or_default(),
             }
         })
@@ -67,7 +67,7 @@ impl Worker {
         history: &mut Vec<Record>,
         call: &Dangling,
     ) -> kura_store::Result<CallEnd> {
-        let (name, call_id, args) = (&call.name, call.call_id.as_str(), &call.args);
+        let (name, call_id, args) = (&call.name, &call.call_id, &call.args);
         let approval = approval_for_call(&self.store, claim.turn_id, call_id)?;
         let never_started = match &approval {
             Some(a) => a.started_epoch.is_none(),

@@ -17,7 +17,7 @@ use kura_work::{approvals, policy};
 use proto::agent::*;
 use proto::doorbell::{ToolApprove, WorkerComplete};
 use proto::record::{Content, NewRecord, RecordType};
-use proto::{ApprovalState, Effect, RecordId, ToolCallContent, Verdict};
+use proto::{ApprovalState, CallId, Effect, RecordId, ToolCallContent, Verdict};
 use serde_json::{Map, Value};
 
 use crate::limits::Limits;
@@ -299,7 +299,7 @@ impl Gateway {
             .get(&req.tool)
             .copied()
             .unwrap_or(Effect::External);
-        let call_id = format!("call-{}", proto::new_id());
+        let call_id = CallId::new(format!("call-{}", proto::new_id()));
         let call = ToolCallContent::new(req.tool.clone(), req.arguments.clone(), &call_id);
         let rec = self.record(caller, RecordType::ToolCall, Content::ToolCall(call))?;
         let author = caller.author();

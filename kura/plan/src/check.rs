@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use proto::RoleName;
 use proto::plan::PlanContent;
 
 use crate::roster::{RosterConfig, is_name};
@@ -41,7 +42,7 @@ pub enum PlanError {
         /// The step.
         step: String,
         /// The role it names.
-        role: String,
+        role: RoleName,
         /// The roles there are.
         known: String,
     },

@@ -3,6 +3,7 @@
 //! plan is held to. The same `[roster]` table is read by minato (routing, plan checks) and
 //! hashi (what each role's turns run with); `KURA_ROSTER__ROLES` sets it for both.
 
+use proto::RoleName;
 use serde::{Deserialize, Serialize};
 
 /// The role a request runs as when nothing names one: today's agent, with the worker's own
@@ -16,11 +17,11 @@ pub struct RosterConfig {
     /// The roles, in the order keyword rules are tried.
     pub roles: Vec<Role>,
     /// The role a request without a match runs as.
-    pub default_role: String,
+    pub default_role: RoleName,
     /// A role whose model picks the role when no keyword matches (its deliverable names
     /// one: `"role": "<name>"`, or the name alone as its text); unset: the default role.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub router_role: Option<String>,
+    pub router_role: Option<RoleName>,
     /// Bounds on every plan.
     pub limits: PlanLimits,
 }
@@ -41,7 +42,7 @@ impl Default for RosterConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct Role {
     /// Its name: 1–64 of `A-Z a-z 0-9 _ -`.
-    pub name: String,
+    pub name: RoleName,
     /// Its provider (`scripted`, `openai`, `anthropic` or `command`), instead of
     /// `[provider] kind`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,16 +117,16 @@ pub fn is_name(name: &str) -> bool {
 pub enum RosterError {
     /// A role name that is not 1-64 letters, digits, `_` or `-`.
     #[error("[roster] role {0:?}: a name is 1-64 letters, digits, _ or -")]
-    BadName(String),
+    BadName(RoleName),
     /// A role listed twice.
     #[error("[roster] role {0:?} is listed twice")]
-    Twice(String),
+    Twice(RoleName),
     /// A router role that is not a role here.
     #[error("[roster] router_role {0:?} is not a role here; add it to [[roster.roles]]")]
-    UnknownRouter(String),
+    UnknownRouter(RoleName),
     /// A default role that is not a role here.
     #[error("[roster] default_role {0:?} is not a role here; add it to [[roster.roles]]")]
-    UnknownDefault(String),
+    UnknownDefault(RoleName),
 }
 
 impl RosterConfig {
@@ -163,16 +164,16 @@ impl RosterConfig {
 
     /// The role a request goes to, and why: the one it names, else the first whose keyword
     /// is a word of the instruction, else the default.
-    pub fn route(&self, named: Option<&str>, instruction: &str) -> (String, String) {
+    pub fn route(&self, named: Option<&str>, instruction: &str) -> (RoleName, String) {
         let (role, reason, _) = self.route_how(named, instruction);
         (role, reason)
     }
 
     /// [`RosterConfig::route`], saying also whether a name or a keyword decided it (`false`:
     /// the default, which a router role may overrule).
-    pub fn route_how(&self, named: Option<&str>, instruction: &str) -> (String, String, bool) {
+    pub fn route_how(&self, named: Option<&str>, instruction: &str) -> (RoleName, String, bool) {
         if let Some(n) = named {
-            return (n.to_owned(), "named by the request".into(), true);
+            return (n.into(), "named by the request".into(), true);
         }
         let words: Vec<String> = instruction
             .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
@@ -201,11 +202,9 @@ impl RosterConfig {
 
     /// The role a router's deliverable picks (`"role": "<name>"`, or its text being a role's
     /// name), and why; one that is not a role here gives the default.
-    pub fn routed_by_model(&self, router: &str, picked: Option<&str>) -> (String, String) {
+    pub fn routed_by_model(&self, router: &str, picked: Option<&str>) -> (RoleName, String) {
         match picked.map(str::trim) {
-            Some(p) if self.knows(p) => {
-                (p.to_owned(), format!("chosen by the router role {router}"))
-            }
+            Some(p) if self.knows(p) => (p.into(), format!("chosen by the router role {router}")),
             Some(p) => {
                 let shown: String = p.chars().take(64).collect();
                 (

@@ -6,7 +6,7 @@ use kura_store::store::parse_id;
 use kura_store::{Cached, ConflictKind, Db, Result, StoreError, Tx, time};
 use proto::content::{ApprovalRequestContent, PolicyDecisionContent, RejectionContent};
 use proto::record::{NewRecord, RecordType};
-use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use proto::{CallId, LedgerId, RecordId, RequestId, SessionId, TurnId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -29,7 +29,7 @@ pub struct Approval {
     /// Its session.
     pub session_id: SessionId,
     /// The tool call's id.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The tool.
     pub tool_name: String,
     /// Its effect class.
@@ -107,12 +107,12 @@ pub fn approval(conn: &impl Db, request_id: RequestId) -> Result<Option<Approval
 pub fn approval_for_call(
     conn: &impl Db,
     turn_id: TurnId,
-    call_id: &str,
+    call_id: &CallId,
 ) -> Result<Option<Approval>> {
     let conn = conn.sql();
     let sql = format!("SELECT {COLUMNS} FROM approvals WHERE turn_id = ?1 AND call_id = ?2");
     conn.prepare_cached(&sql)?
-        .query_row([turn_id.to_string(), call_id.to_owned()], from_row)
+        .query_row(params![turn_id.to_string(), call_id], from_row)
         .optional()?
         .transpose()
 }
@@ -123,7 +123,7 @@ pub fn approval_for_call(
 pub(crate) fn request_approval(
     tx: &Tx<'_>,
     claim: &Claim,
-    call_id: &str,
+    call_id: &CallId,
     tool_name: &str,
     arguments: &Map<String, Value>,
     effect: Effect,
@@ -131,7 +131,7 @@ pub(crate) fn request_approval(
     metadata: std::collections::BTreeMap<String, String>,
 ) -> Result<Approval> {
     let content = ApprovalRequestContent {
-        call_id: call_id.to_owned(),
+        call_id: call_id.clone(),
         tool_name: tool_name.to_owned(),
         arguments: arguments.clone(),
         effect,

@@ -11,9 +11,9 @@ use kura_policy::writ::{Issuer, WritError};
 use kura_policy::{Policy, Ruling, Verdict};
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Tx};
-use proto::WritId;
 use proto::content::ApprovalRequestContent;
 use proto::{ApprovalState, Effect, SessionId, TurnId};
+use proto::{CallId, WritId};
 use rusqlite::OptionalExtension;
 use serde_json::{Map, Value};
 
@@ -337,7 +337,7 @@ pub struct Filing<'a> {
     /// The claimed turn (hashi's) or the agent's open turn.
     pub claim: &'a Claim,
     /// The call's id in the turn.
-    pub call_id: &'a str,
+    pub call_id: &'a CallId,
     /// The call.
     pub call: &'a GateCall,
     /// Who files it: `agent:hashi`, `agent:<name>`.

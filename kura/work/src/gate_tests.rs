@@ -55,7 +55,7 @@ fn args(v: Value) -> Map<String, Value> {
 fn file(store: &mut Store, claim: &Claim, call: &GateCall, policy: Option<&Policy>) -> gate::Filed {
     let hash = policy.map(|p| store.write(|tx| tx.publish_policy(p)).expect("publish"));
     let writs = gate::writs_of_turn(store, claim.turn_id).expect("writs");
-    let call_id = proto::new_id().to_string();
+    let call_id = proto::CallId::new(proto::new_id().to_string());
     fenced(store, claim, |tx| {
         gate::file(
             tx,

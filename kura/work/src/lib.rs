@@ -27,7 +27,7 @@ use kura_store::Result;
 use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, Record};
 use proto::{ApprovalState, Effect, Vote};
-use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use proto::{CallId, LedgerId, RecordId, RequestId, SessionId, TurnId};
 use serde_json::{Map, Value};
 
 pub use approvals::Approval;
@@ -81,7 +81,7 @@ pub trait WorkTx {
     fn request_approval(
         &self,
         claim: &Claim,
-        call_id: &str,
+        call_id: &CallId,
         tool_name: &str,
         arguments: &Map<String, Value>,
         effect: Effect,

@@ -7,7 +7,7 @@ use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, StoreError, Tx, time};
 use proto::plan::PlanContent;
 use proto::record::{Content, NewRecord, Record, RecordType};
-use proto::{LedgerId, PlanId, RecordId, SessionId, StepState, TurnId};
+use proto::{LedgerId, PlanId, RecordId, RoleName, SessionId, StepState, TurnId};
 use rusqlite::{OptionalExtension, params};
 
 /// Who writes the records minato makes of a plan (each step's instruction, a plan's end).
@@ -48,7 +48,7 @@ pub struct Ended {
     /// Its request.
     pub request_seq: i64,
     /// The planning turn's role.
-    pub role: Option<String>,
+    pub role: Option<RoleName>,
     /// The plan's ledger (the planning turn's output).
     pub plan_ledger: LedgerId,
     /// Every finished step's last output, in plan order.
@@ -241,7 +241,7 @@ fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String> {
 /// One step row.
 struct StepRow {
     step: String,
-    role: Option<String>,
+    role: Option<RoleName>,
     after: Vec<String>,
     instruction: RecordId,
     state: StepState,
@@ -258,7 +258,7 @@ fn steps(tx: &Tx<'_>, plan_id: PlanId) -> Result<Vec<StepRow>> {
     let rows = stmt.query_map([plan_id], |r| {
         Ok((
             r.get::<_, String>(0)?,
-            r.get::<_, Option<String>>(1)?,
+            r.get::<_, Option<RoleName>>(1)?,
             r.get::<_, String>(2)?,
             r.get::<_, String>(3)?,
             r.get::<_, StepState>(4)?,
@@ -521,7 +521,7 @@ fn ended(tx: &Tx<'_>, plan_id: PlanId, all: &[StepRow]) -> Result<Ended> {
         [plan_id],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
-    let role: Option<String> =
+    let role: Option<RoleName> =
         tx.sql()
             .query_row("SELECT role FROM turns WHERE turn_id = ?1", [&turn], |r| {
                 r.get(0)

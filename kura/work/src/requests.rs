@@ -3,7 +3,7 @@
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
 use proto::record::{Content, NewRecord, Record, RecordType};
-use proto::{LedgerId, RecordId, SessionId};
+use proto::{LedgerId, RecordId, RoleName, SessionId};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
@@ -28,7 +28,7 @@ pub struct Queued {
     /// The session it continues, if any.
     pub session_id: Option<SessionId>,
     /// The role it names (`minato submit --role`, or a plan step's).
-    pub role: Option<String>,
+    pub role: Option<RoleName>,
     /// The parents of its first context, when they are not its session's head (a plan
     /// step's: the plan ledger, or the outputs of the steps it waits on).
     pub parents: Option<Vec<LedgerId>>,
@@ -128,7 +128,7 @@ pub fn next_request_after(conn: &impl Db, position: i64) -> Result<Option<Queued
         i64,
         String,
         Option<String>,
-        Option<String>,
+        Option<RoleName>,
         Option<String>,
         Option<String>,
     );

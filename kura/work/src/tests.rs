@@ -44,7 +44,7 @@ fn a_parked_turn_wakes_on_its_decision_and_a_stale_claim_is_fenced() {
     let a = fenced(&mut store, &claim, |tx| {
         tx.request_approval(
             &claim,
-            "c1",
+            &"c1".into(),
             "fs.write",
             &args,
             Effect::Write,

@@ -5,7 +5,7 @@
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result};
 use proto::record::Record;
-use proto::{LedgerId, PlanId, RecordId, TurnId};
+use proto::{LedgerId, PlanId, RecordId, RoleName, TurnId};
 use rusqlite::OptionalExtension;
 
 use crate::{Replay, plans, verdicts};
@@ -104,7 +104,7 @@ pub fn last_plan(conn: &impl Db, ledger: LedgerId) -> Result<Option<Record>> {
 }
 
 /// The role the turn whose output is `ledger` ran as.
-pub fn role_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<String>> {
+pub fn role_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<RoleName>> {
     Ok(conn
         .sql()
         .query_row_cached(
@@ -117,7 +117,7 @@ pub fn role_of_output(conn: &impl Db, ledger: LedgerId) -> Result<Option<String>
 }
 
 /// The role turn `seq` of `session` ran as.
-pub fn role_at(conn: &impl Db, session: proto::SessionId, seq: i64) -> Result<Option<String>> {
+pub fn role_at(conn: &impl Db, session: proto::SessionId, seq: i64) -> Result<Option<RoleName>> {
     Ok(conn
         .sql()
         .query_row_cached(

@@ -4,7 +4,7 @@
 
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Store, StoreError, Tx, time};
-use proto::{LedgerId, SessionId, TurnId};
+use proto::{LedgerId, RoleName, SessionId, TurnId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use uuid::Uuid;
@@ -64,7 +64,7 @@ pub struct Claim {
     /// The recorded turn this one replays, if it is a replay.
     pub replay: Option<Replay>,
     /// The role it runs as (`[roster]`); none: the default role.
-    pub role: Option<String>,
+    pub role: Option<RoleName>,
     /// A validation turn's command (`minato submit --validate-cmd`): run in the sandbox
     /// instead of asking a model; exit 0 passes.
     pub validate_command: Option<Vec<String>>,
@@ -159,7 +159,7 @@ pub fn claim_next(
             .optional()?;
         let Some(id) = found else { return Ok(None) };
         let t = turn(tx, parse_id(&id)?)?;
-        let (attempts, last_error, role): (i64, Option<String>, Option<String>) = tx
+        let (attempts, last_error, role): (i64, Option<String>, Option<RoleName>) = tx
             .sql()
             .prepare_cached("SELECT attempts, last_error, role FROM turns WHERE turn_id = ?1")?
             .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;

@@ -7,7 +7,7 @@ use kura_store::{Result, Tx};
 use kura_tlog::sealer::Sealer;
 use proto::record::{NewRecord, Record};
 use proto::{ApprovalState, Effect, Vote};
-use proto::{LedgerId, RecordId, RequestId, SessionId, TurnId};
+use proto::{CallId, LedgerId, RecordId, RequestId, SessionId, TurnId};
 use serde_json::{Map, Value};
 
 use crate::{Approval, Claim, WorkTx, approvals, policy, requests, turns};
@@ -38,7 +38,7 @@ impl WorkTx for Tx<'_> {
     fn request_approval(
         &self,
         claim: &Claim,
-        call_id: &str,
+        call_id: &CallId,
         tool_name: &str,
         arguments: &Map<String, Value>,
         effect: Effect,

@@ -15,7 +15,7 @@ use proto::agent::{
     Decision, DeclareCall, Declared, EndTurn, Ended, RecordStep, Recorded, StartSession, Started,
     StepType, WaitDecision, WithdrawCall,
 };
-use proto::{ApprovalState, SessionId, TurnId, Verdict};
+use proto::{ApprovalState, CallId, SessionId, TurnId, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -123,7 +123,7 @@ struct State {
     session: Option<SessionId>,
     turn: Option<TurnId>,
     /// tool_use_id -> Kura call id.
-    calls: BTreeMap<String, String>,
+    calls: BTreeMap<String, CallId>,
 }
 
 /// PreToolUse's answer when a person edited the arguments (Claude Code's hook output).
@@ -228,7 +228,7 @@ impl Hook {
                     content.insert("status".into(), "success".into());
                     content.insert("result".into(), result);
                     if let Some(c) = call_id {
-                        content.insert("call_id".into(), c.into());
+                        content.insert("call_id".into(), c.into_string().into());
                     }
                     let step = RecordStep {
                         turn_id: turn,
