@@ -14,6 +14,7 @@ pub mod decide;
 pub mod hub;
 #[cfg(test)]
 mod memory;
+pub mod operator;
 mod pending;
 pub mod port;
 pub mod publish;

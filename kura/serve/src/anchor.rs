@@ -75,15 +75,6 @@ pub fn serve_config() -> anyhow::Result<Option<ServeConfig>> {
     }
 }
 
-/// Where the signer keeps its last checkpoint: configured, else beside the database.
-pub fn state_file(configured: Option<&Path>, db: &Path) -> PathBuf {
-    configured.map(Path::to_path_buf).unwrap_or_else(|| {
-        let mut p = db.as_os_str().to_owned();
-        p.push(".checkpoint");
-        PathBuf::from(p)
-    })
-}
-
 /// Reads the signer's head: `None` when there is none; any other failure is an error (an
 /// unreadable head is not a missing one).
 pub fn read_head(path: &Path) -> anyhow::Result<Option<String>> {
@@ -125,7 +116,7 @@ pub struct Signing<'a> {
 /// `--trust-current`) and return it; without, return the last one signed.
 pub fn checkpoint(store: &Store, db: &Path, signing: &Signing<'_>) -> anyhow::Result<String> {
     let config = serve_config()?;
-    let state = state_file(
+    let state = kura_tlog::witness::head_file(
         signing.state.or(config
             .as_ref()
             .and_then(|c| c.serve.checkpoint_file.as_deref())),
@@ -435,12 +426,14 @@ impl Trust {
                 .collect();
             // A config without a log key (or a checkpoint file) asks for no checkpoint check.
             if t.files.is_empty() && (t.vkey.is_some() || c.serve.checkpoint_file.is_some()) {
-                t.files
-                    .push(state_file(c.serve.checkpoint_file.as_deref(), db));
+                t.files.push(kura_tlog::witness::head_file(
+                    c.serve.checkpoint_file.as_deref(),
+                    db,
+                ));
             }
         }
         if t.vkey.is_some() && t.files.is_empty() {
-            t.files.push(state_file(None, db));
+            t.files.push(kura_tlog::witness::head_file(None, db));
         }
         Ok(t)
     }

@@ -10,7 +10,6 @@ pub mod anchor;
 mod commits;
 pub mod config;
 mod duties;
-pub mod hub;
 mod replicate;
 mod signer;
 mod surfaces;

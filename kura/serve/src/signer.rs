@@ -56,7 +56,10 @@ impl Signer {
             key,
             key_path: config.serve.log_key.clone(),
             refused: std::sync::atomic::AtomicU64::new(0),
-            state: anchor::state_file(config.serve.checkpoint_file.as_deref(), &config.common.db),
+            state: kura_tlog::witness::head_file(
+                config.serve.checkpoint_file.as_deref(),
+                &config.common.db,
+            ),
             witnesses: config.serve.witness_dirs.clone(),
             git: config.serve.witness_git.clone(),
             peers: config.serve.witness_peers.clone(),

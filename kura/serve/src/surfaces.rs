@@ -85,7 +85,10 @@ pub(crate) async fn start_console(
     }
     let m = &config.serve;
     let trust = kura_console::Trust {
-        checkpoint_file: Some(anchor::state_file(m.checkpoint_file.as_deref(), &common.db)),
+        checkpoint_file: Some(kura_tlog::witness::head_file(
+            m.checkpoint_file.as_deref(),
+            &common.db,
+        )),
         witnesses: m
             .witness_dirs
             .iter()

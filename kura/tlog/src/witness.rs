@@ -129,6 +129,16 @@ pub fn sign_next(
     )))
 }
 
+/// Where a signer keeps its last checkpoint (its head): `configured`, else beside the
+/// database `db` as `<db>.checkpoint`.
+pub fn head_file(configured: Option<&Path>, db: &Path) -> std::path::PathBuf {
+    configured.map(Path::to_path_buf).unwrap_or_else(|| {
+        let mut p = db.as_os_str().to_owned();
+        p.push(".checkpoint");
+        std::path::PathBuf::from(p)
+    })
+}
+
 /// Writes the signer's state file (its last signed checkpoint). Written by root (a person
 /// trusting the log by hand), it is given to the directory's owner, the signer.
 pub fn save_last(path: &Path, note: &str) -> Result<()> {

@@ -15,17 +15,17 @@ pub enum FleetCmd {
     /// replica verified and who cosigned it, alarms.
     Status,
     /// Write the configs and keys of a hub of 1 or 3 JetStream nodes into a directory.
-    InitHub(kura_serve::hub::InitHub),
+    InitHub(kura_serve::fleet::operator::InitHub),
     /// Let a Pi join the hub as a leaf node: its leaf key, and the hub's configs rewritten.
-    AddPi(kura_serve::hub::AddPi),
+    AddPi(kura_serve::fleet::operator::AddPi),
     /// Make the hub's streams and buckets for every Pi `add-pi` let in (with the hub's
     /// operator key; run again after each `add-pi`).
-    SetupHub(kura_serve::hub::SetupHub),
+    SetupHub(kura_serve::fleet::operator::SetupHub),
     /// Rebuild a Pi's database from the hub, verified against its last checkpoint.
-    Restore(kura_serve::hub::Restore),
+    Restore(kura_serve::fleet::operator::Restore),
     /// After a message a Pi never published halted its publisher (its ALARM names the
     /// stream sequence): put the Pi's own last ledger back on top (the hub's operator key).
-    Reseat(kura_serve::hub::Reseat),
+    Reseat(kura_serve::fleet::operator::Reseat),
 }
 
 impl FleetCmd {

@@ -12,7 +12,7 @@
 //! | `prove` | `kura prove`, `kura verify-proof` |
 //! | `keys` | `kura keys …` |
 //! | `serve` | `kura serve` (the daemon itself is [`kura_serve::run`]) |
-//! | `fleet` | `kura fleet …` (the hub's files are [`kura_serve::hub`]) |
+//! | `fleet` | `kura fleet …` (the hub's files are [`kura_serve::fleet::operator`]) |
 //! | `writ`, `redact` | `kura writ grant/delegate/revoke/list/show`, `kura redact` |
 //! | `bench` | `kura bench`, `kura bench-peer` |
 //! | (none) | `kura mcp` and `kura hook` are the outside agent's client, [`kura_serve::agents::client`] |

@@ -116,7 +116,7 @@ impl Restore {
             "{} exists: restore builds a new database (move the old one away first)",
             self.to.display()
         );
-        let head = crate::anchor::state_file(self.checkpoint_file.as_deref(), &self.to);
+        let head = kura_tlog::witness::head_file(self.checkpoint_file.as_deref(), &self.to);
         anyhow::ensure!(
             !head.exists(),
             "{} exists: it is an older signer's head; move it away so the restored log's own checkpoint takes its place",
@@ -128,7 +128,7 @@ impl Restore {
             .filter(|p| !p.as_os_str().is_empty())
             .map(std::path::Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        let peer = kura_fleet::FleetPeer {
+        let peer = crate::FleetPeer {
             name: self.pi.clone(),
             log_verifier: self.log_verifier.clone(),
             keyring: None,
@@ -141,19 +141,13 @@ impl Restore {
         let (size, note) = rt.block_on(async {
             let client = self.hub.connect().await?;
             // A restore holds at most one checkpoint's batch at a time, like a receiver.
-            let r = kura_fleet::receive::Receiver::new(
-                client,
-                &peer,
-                None,
-                built.path(),
-                256 << 20,
-                None,
-            )
-            .await?
-            .with_people(people);
+            let r =
+                crate::receive::Receiver::new(client, &peer, None, built.path(), 256 << 20, None)
+                    .await?
+                    .with_people(people);
             anyhow::Ok(r.catch_up().await?)
         })?;
-        let db = kura_fleet::receive::replica_path(built.path(), &self.pi);
+        let db = crate::receive::replica_path(built.path(), &self.pi);
         std::fs::rename(&db, &self.to).with_context(|| {
             format!("cannot move the restored database to {}", self.to.display())
         })?;
@@ -259,7 +253,7 @@ impl Reseat {
         let conn = operator(&self.dir, &hub, self.url.clone());
         let (from, now) = runtime()?.block_on(async {
             let js = async_nats::jetstream::with_domain(conn.connect().await?, fleet::DOMAIN);
-            anyhow::Ok(kura_fleet::hub::reseat(&js, &self.pi, self.seq).await?)
+            anyhow::Ok(crate::hub::reseat(&js, &self.pi, self.seq).await?)
         })?;
         Ok(format!(
             "{pi}'s ledger at {from} is on top again at {now} (the message at {} stays: streams deny deleting; receivers drop it); on {pi} remove replicas/{pi}.publish.alarm and restart kura serve",
@@ -275,15 +269,15 @@ impl SetupHub {
         let hub = read_hub(&self.dir)?;
         let conn = operator(&self.dir, &hub, self.url.clone());
         let pis: Vec<String> = hub.pis.iter().map(|p| p.name.clone()).collect();
-        let quota = kura_fleet::hub::Quota {
+        let quota = crate::hub::Quota {
             replicas: usize::from(hub.nodes),
             bytes_per_pi: self.mib_per_pi.saturating_mul(1 << 20),
         };
         runtime()?.block_on(async {
             let js = async_nats::jetstream::with_domain(conn.connect().await?, fleet::DOMAIN);
-            kura_fleet::hub::setup(&js, &pis, quota).await.map_err(|e| match e {
+            crate::hub::setup(&js, &pis, quota).await.map_err(|e| match e {
                 // JetStream reserves each quota on the node's disk up front.
-                kura_fleet::FleetError::HubFull(_) => anyhow::anyhow!(
+                crate::FleetError::HubFull(_) => anyhow::anyhow!(
                     "{e}: the hub's disk cannot reserve {} MiB for each of {} Pi(s) twice over; lower --mib-per-pi",
                     self.mib_per_pi,
                     pis.len()
