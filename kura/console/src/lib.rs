@@ -7,11 +7,12 @@
 //! displays and hashes itself; the server only relays it to aegis, which verifies it like the
 //! CLI's. Viewing needs a login — the same browser key signs a server challenge.
 
+// What the pages show is read by kura-history (its named reads; the console writes no SQL).
+use kura_history::records;
+use kura_history::sessions as data;
 mod auth;
 mod conn;
-mod data;
 mod pages;
-mod records;
 mod relay;
 mod server;
 mod text;

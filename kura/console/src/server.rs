@@ -302,13 +302,7 @@ async fn page(
         return Redirect::to("/login").into_response();
     };
     let waiting = console
-        .read(|s| {
-            Ok(s.conn().query_row(
-                "SELECT count(*) FROM approvals WHERE state = 'asked'",
-                [],
-                |r| r.get(0),
-            )?)
-        })
+        .read(|s| Ok(kura_work::approvals::asked_count(s)?))
         .await
         .unwrap_or(0);
     match body(&login) {
@@ -346,7 +340,13 @@ fn num<T: std::str::FromStr + Default>(v: &Option<String>) -> T {
 async fn sessions(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<Paged>) -> Response {
     let page_no: i64 = num(&q.page);
     let rows = c
-        .read(move |s| data::sessions(s, page_no * SESSIONS_PER_PAGE, SESSIONS_PER_PAGE + 1))
+        .read(move |s| {
+            Ok(data::sessions(
+                s,
+                page_no * SESSIONS_PER_PAGE,
+                SESSIONS_PER_PAGE + 1,
+            )?)
+        })
         .await;
     page(&c, &headers, "sessions", |_| {
         let mut rows = rows?;
@@ -371,14 +371,22 @@ async fn history(
     let focus = q
         .ledger
         .as_deref()
-        .and_then(|l| data::id(l).ok())
+        .and_then(|l| url_id(l).ok())
         .map(|l| (l, num::<u64>(&q.from)));
     let me = c.clone();
     let h = c
         .read(move |s| {
             let keyring = me.trust.sealers.as_ref();
-            let id = data::id(&id)?;
-            data::history(s, id, page_no, LEDGERS_PER_PAGE, focus, per_ledger, keyring)
+            let id = url_id(&id)?;
+            Ok(data::history(
+                s,
+                id,
+                page_no,
+                LEDGERS_PER_PAGE,
+                focus,
+                per_ledger,
+                keyring,
+            )?)
         })
         .await;
     page(&c, &headers, "session", |_| {
@@ -407,7 +415,7 @@ async fn diff(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<DiffQ
     }
     let page_no: usize = num(&q.page);
     let d = c
-        .read(move |s| records::diff(s, data::id(&q.a)?, data::id(&q.b)?, page_no))
+        .read(move |s| Ok(records::diff(s, url_id(&q.a)?, url_id(&q.b)?, page_no)?))
         .await;
     page(&c, &headers, "diff", |_| Ok(views::diff(&d?))).await
 }
@@ -424,7 +432,7 @@ async fn whole_record(
     }
     let from: u64 = num(&q.from);
     let r = c
-        .read(move |s| records::record_chunk(s, data::id(&id)?, from))
+        .read(move |s| Ok(records::record_chunk(s, url_id(&id)?, from)?))
         .await;
     page(&c, &headers, "record", |_| Ok(views::chunk(&r?, ""))).await
 }
@@ -437,7 +445,7 @@ async fn prompt(State(c): State<Shared>, headers: HeaderMap, Path(id): Path<Stri
     let me = c.clone();
     let shown = c
         .read(move |s| {
-            let rid = data::id(&id)?;
+            let rid = url_id(&id)?;
             let p = kura_history::prompt::prompt_of(s, rid, &me.trust.issuers)?;
             // Each place it stands is checked; the first is shown, with the first failure.
             let mut shown: Option<kura_model::prompt::Proven> = None;
@@ -506,7 +514,11 @@ async fn replica_sessions(
     let page_no: i64 = num(&q.page);
     let rows = c
         .read_replica(&pi, move |s| {
-            data::sessions(s, page_no * SESSIONS_PER_PAGE, SESSIONS_PER_PAGE + 1)
+            Ok(data::sessions(
+                s,
+                page_no * SESSIONS_PER_PAGE,
+                SESSIONS_PER_PAGE + 1,
+            )?)
         })
         .await;
     let base = format!("/fleet/{pi}");
@@ -533,12 +545,20 @@ async fn replica_history(
     let focus = q
         .ledger
         .as_deref()
-        .and_then(|l| data::id(l).ok())
+        .and_then(|l| url_id(l).ok())
         .map(|l| (l, num::<u64>(&q.from)));
     let h = c
         .read_replica(&pi, move |s| {
-            let id = data::id(&id)?;
-            data::history(s, id, page_no, LEDGERS_PER_PAGE, focus, per_ledger, None)
+            let id = url_id(&id)?;
+            Ok(data::history(
+                s,
+                id,
+                page_no,
+                LEDGERS_PER_PAGE,
+                focus,
+                per_ledger,
+                None,
+            )?)
         })
         .await;
     let base = format!("/fleet/{pi}");
@@ -565,7 +585,9 @@ async fn replica_record(
     }
     let from: u64 = num(&q.from);
     let r = c
-        .read_replica(&pi, move |s| records::record_chunk(s, data::id(&id)?, from))
+        .read_replica(&pi, move |s| {
+            Ok(records::record_chunk(s, url_id(&id)?, from)?)
+        })
         .await;
     let base = format!("/fleet/{pi}");
     page(&c, &headers, "record", |_| Ok(views::chunk(&r?, &base))).await
@@ -575,7 +597,7 @@ async fn approvals(State(c): State<Shared>, headers: HeaderMap) -> Response {
     if c.auth.get(&headers).is_none() {
         return Redirect::to("/login").into_response();
     }
-    let w = c.read(data::waiting).await;
+    let w = c.read(|s| Ok(data::waiting(s)?)).await;
     page(&c, &headers, "approvals", |me| {
         Ok(pages::approvals(&w?, me))
     })
@@ -825,4 +847,9 @@ async fn decide(State(c): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         )
             .into_response(),
     }
+}
+
+/// Parses an id of the kind `T` from a URL, as a clear error.
+fn url_id<T: From<uuid::Uuid>>(text: &str) -> anyhow::Result<T> {
+    Ok(kura_store::store::parse_id(text)?)
 }

@@ -102,7 +102,7 @@ impl Receiver {
         // A replica verified before checkpoints were kept beside it gets its file now.
         if !checkpoint.exists()
             && db.exists()
-            && let Some((_, note)) =
+            && let Some((_, note, _)) =
                 inbox(&Store::open(&db, &StoreOptions::default())?, &peer.name)?
         {
             write_whole(&checkpoint, &note).map_err(|e| beside_error(&checkpoint, e))?;
@@ -218,7 +218,7 @@ impl Receiver {
         }
         let mut store = self.open_store()?;
         self.follow_until(&mut store, Some(target.size)).await?;
-        let (seq, _) = inbox(&store, &self.origin)?.unwrap_or((0, note.clone()));
+        let seq = inbox(&store, &self.origin)?.map_or(0, |(seq, _, _)| seq);
         let origin = self.origin.clone();
         store.write(|tx| tx.set_outbox(&origin, target.size, seq))?;
         Ok((target.size, note))
@@ -267,7 +267,7 @@ impl Receiver {
 
     /// Follows until an error, or until the replica holds `until` leaves.
     async fn follow_until(&self, store: &mut Store, until: Option<u64>) -> Result<()> {
-        let start = inbox(&*store, &self.origin)?.map_or(1, |(seq, _)| seq + 1);
+        let start = inbox(&*store, &self.origin)?.map_or(1, |(seq, _, _)| seq + 1);
         let consumer = self
             .stream
             .create_consumer(pull::OrderedConfig {

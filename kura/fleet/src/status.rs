@@ -33,10 +33,7 @@ pub struct PiStatus {
 }
 
 fn last_seal(store: &Store) -> Result<Option<String>> {
-    Ok(store
-        .conn()
-        .query_row("SELECT max(sealed_at) FROM ledgers", [], |r| r.get(0))
-        .map_err(kura_store::StoreError::from)?)
+    Ok(kura_store::replica::last_sealed_at(store)?)
 }
 
 fn leaves(store: &Store) -> Result<u64> {
@@ -83,17 +80,10 @@ pub fn read(config: &FleetConfig, db: &Path) -> Result<Vec<PiStatus>> {
             let store = Store::open(&path, &options)?;
             s.leaves = leaves(&store)?;
             s.last_seal = last_seal(&store)?;
-            if let Some((_, note)) = inbox(&store, &peer.name)? {
+            if let Some((_, note, verified_at)) = inbox(&store, &peer.name)? {
                 s.published =
                     kura_tlog::checkpoint::open(&note, &peer.log_verifier).map_or(0, |c| c.size);
-                s.verified_at = store
-                    .conn()
-                    .query_row(
-                        "SELECT verified_at FROM fleet_inbox WHERE origin = ?1",
-                        [&peer.name],
-                        |r| r.get(0),
-                    )
-                    .ok();
+                s.verified_at = Some(verified_at);
                 s.checkpoint = Some(note);
             }
         }

@@ -55,7 +55,7 @@ pub fn fork_from_replica(
             "ledger {origin} is not sealed in {pi}'s replica"
         )));
     };
-    let Some((_, checkpoint)) = kura_store::replica::inbox(replica, pi)? else {
+    let Some((_, checkpoint, _)) = kura_store::replica::inbox(replica, pi)? else {
         return Err(StoreError::Invalid(format!(
             "{} is not a verified replica of {pi} (no checkpoint was verified there)",
             replica.path().display()

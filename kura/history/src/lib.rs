@@ -8,3 +8,5 @@ pub mod diff;
 pub mod fork;
 pub mod prompt;
 pub mod proof;
+pub mod records;
+pub mod sessions;

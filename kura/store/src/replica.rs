@@ -399,12 +399,16 @@ fn apply_redaction(
     Ok(())
 }
 
-/// Where a replica has verified up to: (stream sequence, checkpoint), if anywhere.
-pub fn inbox(db: &(impl Db + ?Sized), origin: &str) -> Result<Option<(u64, String)>> {
-    Ok(conn(db)
-        .prepare_cached("SELECT stream_seq, checkpoint FROM fleet_inbox WHERE origin = ?1")?
-        .query_row([origin], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
-        .optional()?)
+/// Where a replica has verified up to: (stream sequence, checkpoint, when), if anywhere.
+pub fn inbox(db: &(impl Db + ?Sized), origin: &str) -> Result<Option<(u64, String, String)>> {
+    let sql = "SELECT stream_seq, checkpoint, verified_at FROM fleet_inbox WHERE origin = ?1";
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?));
+    Ok(conn(db).query_row_cached(sql, [origin], row).optional()?)
+}
+
+/// When this database's last ledger was sealed.
+pub fn last_sealed_at(db: &(impl Db + ?Sized)) -> Result<Option<String>> {
+    Ok(conn(db).query_row("SELECT max(sealed_at) FROM ledgers", [], |r| r.get(0))?)
 }
 
 /// The Pis whose history this database replicates (one, for a replica; none otherwise).
@@ -417,11 +421,10 @@ pub fn origins(db: &(impl Db + ?Sized)) -> Result<Vec<String>> {
 
 /// This Pi's publisher cursor: (leaves published, stream sequence of the last ledger).
 pub fn outbox(db: &(impl Db + ?Sized), pi: &str) -> Result<(u64, u64)> {
+    let sql = "SELECT published, ledger_seq FROM fleet_outbox WHERE pi = ?1";
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64));
     Ok(conn(db)
-        .prepare_cached("SELECT published, ledger_seq FROM fleet_outbox WHERE pi = ?1")?
-        .query_row([pi], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
-        })
+        .query_row_cached(sql, [pi], row)
         .optional()?
         .unwrap_or((0, 0)))
 }

@@ -237,6 +237,15 @@ pub fn asked(conn: &impl Db) -> Result<Vec<Approval>> {
     Ok(out)
 }
 
+/// How many requests are waiting for people (the console's badge).
+pub fn asked_count(conn: &impl Db) -> Result<i64> {
+    Ok(conn.sql().query_row_cached(
+        "SELECT count(*) FROM approvals WHERE state = 'asked'",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// Marks an approval as waiting for `required` people under `rule`.
 pub(crate) fn mark_asked(
     tx: &Tx<'_>,

@@ -1,12 +1,12 @@
-//! Records as pages show them, read only as far as shown: a page of a ledger, a diff, or one
-//! record a chunk at a time. A record can be megabytes (a model's output, a file a tool
+//! Records as the console's pages show them, read only as far as shown: a page of a ledger,
+//! a diff, or one record a chunk at a time. A record can be megabytes (a model's output, a file a tool
 //! read); reading whole records for a page of them would take `kura serve` past its unit's
 //! memory limit, so SQLite cuts the content before it reaches this process.
 
 use proto::{LedgerId, RecordId};
 use std::collections::HashSet;
 
-use kura_store::Store;
+use kura_store::{Result, Store, StoreError};
 use proto::Ledger;
 use rusqlite::{OptionalExtension, named_params};
 
@@ -19,11 +19,17 @@ pub const DIFF_PER_PAGE: usize = 50;
 
 /// A record with at most a page's worth of its content.
 pub struct RecordView {
+    /// Its position in the ledger (0 for a record read alone).
     pub position: u64,
+    /// The record's id.
     pub record_id: String,
+    /// Its type (`tool.call`, …).
     pub record_type: String,
+    /// Who filed it.
     pub author_id: String,
+    /// When it was written.
     pub created_at: String,
+    /// Its content hash (hex).
     pub hash: String,
     /// The start of the canonical content text (all of it when `bytes` ≤ the bytes read).
     pub content: String,
@@ -93,6 +99,11 @@ fn view(row: &rusqlite::Row<'_>) -> rusqlite::Result<RecordView> {
     Ok(v)
 }
 
+/// A position or count from a URL as SQLite's integer (one past `i64::MAX` is refused).
+fn big(n: u64) -> Result<i64> {
+    i64::try_from(n).map_err(|_| StoreError::Invalid(format!("{n} is too large a position")))
+}
+
 /// The longest whole-character prefix of `bytes`, and its length.
 fn utf8_prefix(bytes: &[u8]) -> (String, usize) {
     let valid = match std::str::from_utf8(bytes) {
@@ -109,13 +120,13 @@ pub fn ledger_page(
     ledger: LedgerId,
     from: u64,
     limit: usize,
-) -> anyhow::Result<Vec<RecordView>> {
+) -> Result<Vec<RecordView>> {
     let sql = format!(
         "SELECT {VIEW} FROM ledger_records m JOIN records r ON r.record_id = m.record_id
           WHERE m.ledger_id = :ledger AND m.position >= :from ORDER BY m.position LIMIT :limit"
     );
     let mut stmt = store.conn().prepare_cached(&sql)?;
-    let (from, limit) = (i64::try_from(from)?, i64::try_from(limit)?);
+    let (from, limit) = (big(from)?, big(limit as u64)?);
     let rows = stmt.query_map(
         named_params! {":ledger": ledger.to_string(), ":from": from, ":limit": limit,
         ":start": 1, ":len": SHOWN_BYTES as i64},
@@ -127,23 +138,27 @@ pub fn ledger_page(
 /// One piece of a record: the bytes from `from` (moved on to a character boundary), at most
 /// [`CHUNK_BYTES`].
 pub struct Chunk {
+    /// The record, its content this chunk.
     pub record: RecordView,
     /// Where the text starts.
     pub from: u64,
 }
 
 /// A chunk of the record `id` from byte `from`.
-pub fn record_chunk(store: &Store, id: RecordId, from: u64) -> anyhow::Result<Chunk> {
+pub fn record_chunk(store: &Store, id: RecordId, from: u64) -> Result<Chunk> {
     let sql =
         format!("SELECT {VIEW} FROM records r, (SELECT 0 AS position) m WHERE r.record_id = :id");
     let mut stmt = store.conn().prepare_cached(&sql)?;
     // Three bytes more: a chunk that starts inside a character skips to the next one.
-    let params = named_params! {":id": id.to_string(), ":start": i64::try_from(from)?.saturating_add(1),
+    let params = named_params! {":id": id.to_string(), ":start": big(from)?.saturating_add(1),
     ":len": (CHUNK_BYTES + 3) as i64};
     let (mut r, bytes) = stmt
         .query_row(params, view_raw)
         .optional()?
-        .ok_or_else(|| anyhow::anyhow!("no record {id}"))?;
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "record",
+            id: id.to_string(),
+        })?;
     let skip = bytes
         .iter()
         .take(3)
@@ -159,23 +174,31 @@ pub fn record_chunk(store: &Store, id: RecordId, from: u64) -> anyhow::Result<Ch
 
 /// Two ledgers compared by record hash, one page of each section.
 pub struct DiffView {
+    /// The first ledger.
     pub a: Ledger,
+    /// The second ledger.
     pub b: Ledger,
+    /// Records only the first holds.
     pub only_a: Section,
+    /// Records only the second holds.
     pub only_b: Section,
+    /// Records both hold.
     pub both: Section,
+    /// Which page of each section this is.
     pub page: usize,
 }
 
 /// A section of a diff: how many records it has in all, and this page's.
 pub struct Section {
+    /// Records in the section.
     pub total: usize,
+    /// This page's records.
     pub records: Vec<RecordView>,
 }
 
 /// `kura diff` by hash (each hash once, in ledger order), reading only hashes for the whole
 /// ledgers and contents for `page` of each section.
-pub fn diff(store: &Store, a: LedgerId, b: LedgerId, page: usize) -> anyhow::Result<DiffView> {
+pub fn diff(store: &Store, a: LedgerId, b: LedgerId, page: usize) -> Result<DiffView> {
     let (la, lb) = (store.read_ledger(a)?, store.read_ledger(b)?);
     let (ha, hb) = (hashes(store, a)?, hashes(store, b)?);
     let set_a: HashSet<&[u8]> = ha.iter().map(|(_, h)| h.as_slice()).collect();
@@ -190,7 +213,7 @@ pub fn diff(store: &Store, a: LedgerId, b: LedgerId, page: usize) -> anyhow::Res
     let only_a = firsts(&ha, &|h| !set_b.contains(h));
     let both = firsts(&ha, &|h| set_b.contains(h));
     let only_b = firsts(&hb, &|h| !set_a.contains(h));
-    let section = |ledger: LedgerId, positions: &[u64]| -> anyhow::Result<Section> {
+    let section = |ledger: LedgerId, positions: &[u64]| -> Result<Section> {
         let shown = positions
             .iter()
             .skip(page * DIFF_PER_PAGE)
@@ -215,7 +238,7 @@ pub fn diff(store: &Store, a: LedgerId, b: LedgerId, page: usize) -> anyhow::Res
 }
 
 /// Every record's position and hash in a ledger (32 bytes each, never the content).
-fn hashes(store: &Store, ledger: LedgerId) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
+fn hashes(store: &Store, ledger: LedgerId) -> Result<Vec<(u64, Vec<u8>)>> {
     let mut stmt = store.conn().prepare_cached(
         "SELECT m.position, CAST(r.hash AS BLOB) FROM ledger_records m
            JOIN records r ON r.record_id = m.record_id

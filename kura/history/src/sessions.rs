@@ -1,29 +1,33 @@
-//! What the pages show, read from the store: sessions with their turns and waiting
+//! Sessions and approvals as the console's pages show them, read from the store: sessions with their turns and waiting
 //! approvals, a session's ledgers a page of records at a time, and waiting approvals with
 //! their request records (the browser re-hashes those before anyone signs).
 
-use kura_store::Store;
-use kura_store::store::parse_id;
+use kura_store::{Result, Store};
 use kura_tlog::storage::LogStorage as _;
 use kura_work::approvals::{Approval, asked, votes};
 use proto::{LedgerId, SessionId};
 use rusqlite::params;
-use uuid::Uuid;
 
 /// A row of the sessions page.
 pub struct SessionRow {
+    /// The session's id.
     pub id: String,
+    /// Its label.
     pub label: String,
+    /// Its status.
     pub status: String,
+    /// When it was created.
     pub created_at: String,
+    /// Its turns.
     pub turns: i64,
+    /// Its requests waiting for people.
     pub waiting: i64,
     /// The outside agent driving it (`agent:<name>`), if one is.
     pub agent: Option<String>,
 }
 
 /// Sessions, newest first, `limit` from `offset`.
-pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<SessionRow>> {
+pub fn sessions(store: &Store, offset: i64, limit: i64) -> Result<Vec<SessionRow>> {
     let mut stmt = store.conn().prepare_cached(
         "SELECT s.session_id, s.label, s.status, s.created_at,
                 (SELECT count(*) FROM turns t WHERE t.session_id = s.session_id),
@@ -48,9 +52,11 @@ pub fn sessions(store: &Store, offset: i64, limit: i64) -> anyhow::Result<Vec<Se
 
 /// One ledger on a history page, with a page of its records.
 pub struct LedgerView {
+    /// The ledger.
     pub ledger: proto::Ledger,
     /// Who sealed it: the keyring's name when the key is known, else the key.
     pub sealer: Option<String>,
+    /// A page of its records.
     pub records: Vec<crate::records::RecordView>,
     /// Position of the first record shown.
     pub from: u64,
@@ -60,8 +66,11 @@ pub struct LedgerView {
 /// `page`), each with up to `per_ledger` records from position `from` (for the ledger named
 /// by `focus`; 0 for the others).
 pub struct History {
+    /// The session.
     pub session: kura_store::store::Session,
+    /// This page's ledgers.
     pub ledgers: Vec<LedgerView>,
+    /// Ledgers in all.
     pub total_ledgers: usize,
     /// What its model answers spent: (answers, tokens in, tokens out, money millionths).
     pub spent: Option<(u64, u64, u64, u64)>,
@@ -78,7 +87,7 @@ pub fn history(
     focus: Option<(LedgerId, u64)>,
     per_ledger: usize,
     keyring: Option<&kura_tlog::sealer::Keyring>,
-) -> anyhow::Result<History> {
+) -> Result<History> {
     let s = store.read_session(session)?;
     let all = store.session_ledgers(session)?;
     let total_ledgers = all.len();
@@ -129,9 +138,11 @@ pub fn history(
 
 /// A request waiting for people, as the approvals page shows it.
 pub struct Waiting {
+    /// The request.
     pub approval: Approval,
     /// The `approval.request` record's canonical content text, exactly as stored.
     pub content: String,
+    /// Who filed it.
     pub author_id: String,
     /// Who has voted so far: (author id, vote).
     pub votes: Vec<(String, String)>,
@@ -145,7 +156,7 @@ pub struct Waiting {
 const INSTRUCTION_BYTES: i64 = 600;
 
 /// A session's label and the instruction of the turn `turn`, read only as far as shown.
-fn task(store: &Store, a: &Approval) -> anyhow::Result<(String, String)> {
+fn task(store: &Store, a: &Approval) -> Result<(String, String)> {
     let (label, raw): (String, Option<Vec<u8>>) = store.conn().query_row(
         "SELECT s.label,
                 (SELECT substr(CAST(r.content AS BLOB), 1, ?3) FROM turns t
@@ -170,7 +181,7 @@ fn task(store: &Store, a: &Approval) -> anyhow::Result<(String, String)> {
 }
 
 /// Every request waiting for people, oldest first.
-pub fn waiting(store: &Store) -> anyhow::Result<Vec<Waiting>> {
+pub fn waiting(store: &Store) -> Result<Vec<Waiting>> {
     let mut out = Vec::new();
     for a in asked(store.conn())? {
         let (content, author_id): (String, String) = store.conn().query_row(
@@ -190,9 +201,4 @@ pub fn waiting(store: &Store) -> anyhow::Result<Vec<Waiting>> {
         });
     }
     Ok(out)
-}
-
-/// Parses an id of the kind `T` from a URL, as a clear error.
-pub fn id<T: From<Uuid>>(text: &str) -> anyhow::Result<T> {
-    Ok(parse_id(text)?)
 }
