@@ -296,7 +296,7 @@ pub fn status(st: &kura_work::ops::Status) -> Markup {
                         td.num { (d.last_beat_s) " s ago" }
                         td { @if d.nats_connected { "connected" } @else { "not connected" } }
                         td { @if let Some(x) = &d.detail {
-                            @if x.starts_with("ALARM") { span.fail { (t(x)) } } @else { (t(x)) }
+                            @if d.alarm { span.fail { (t(x)) } } @else { (t(x)) }
                         } }
                     }
                 }

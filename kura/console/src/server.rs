@@ -625,8 +625,8 @@ async fn verification(State(c): State<Shared>, headers: HeaderMap) -> Response {
         let alarm = st
             .daemons
             .iter()
-            .filter_map(|d| d.detail.as_deref())
-            .find(|d| d.starts_with("ALARM"));
+            .filter(|d| d.alarm)
+            .find_map(|d| d.detail.as_deref());
         Ok(pages::verification(
             st.last_sweep.as_ref(),
             checkpoint.as_deref(),

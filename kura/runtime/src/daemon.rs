@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use kura_store::Store;
+use kura_work::ops::Detail;
 use serde::de::DeserializeOwned;
 
 use crate::heartbeat::Heartbeat;
@@ -107,19 +108,19 @@ impl<B: BusSlot> Daemon<B> {
     }
 
     /// Sets what `kura status` shows beside this daemon (hashi: its tool sandbox).
-    pub fn set_detail(&self, text: impl Into<String>) {
+    pub fn set_detail(&self, detail: impl Into<Detail>) {
         if let Some(h) = &self.heartbeat {
-            h.set_detail(text.into());
+            h.set_detail(detail.into());
         }
     }
 
     /// [`Daemon::set_detail`] for a thread of the daemon's own. Hold it only in a thread the
     /// daemon joins ([`Daemon::thread`]): the heartbeat is marked stopped once no one else does.
-    pub fn detail_setter(&self) -> impl Fn(String) + Send + Sync + 'static {
+    pub fn detail_setter(&self) -> impl Fn(Detail) + Send + Sync + 'static {
         let heartbeat = self.heartbeat.clone();
-        move |text| {
+        move |detail| {
             if let Some(h) = &heartbeat {
-                h.set_detail(text);
+                h.set_detail(detail);
             }
         }
     }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use kura_store::Store;
+use kura_work::ops::Detail;
 pub use kura_work::ops::HEARTBEAT_INTERVAL as INTERVAL;
 
 use crate::{Bus, Common};
@@ -26,7 +27,7 @@ pub struct Heartbeat {
     /// The thread.
     thread: Option<JoinHandle<()>>,
     /// What the daemon reports about itself, written with every beat.
-    detail: Arc<Mutex<Option<String>>>,
+    detail: Arc<Mutex<Option<Detail>>>,
 }
 
 impl Heartbeat {
@@ -41,7 +42,7 @@ impl Heartbeat {
             });
         }
         let (common, kind, instance) = (common.clone(), kind.to_owned(), instance.to_owned());
-        let detail = Arc::new(Mutex::new(None::<String>));
+        let detail = Arc::new(Mutex::new(None::<Detail>));
         let detail_t = detail.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{kind}-heartbeat"))
@@ -65,7 +66,7 @@ impl Heartbeat {
                             &started,
                             connected(),
                             false,
-                            detail().as_deref(),
+                            detail().as_ref(),
                         )
                     {
                         tracing::warn!(error = %e, "heartbeat not recorded");
@@ -81,7 +82,7 @@ impl Heartbeat {
                                     &started,
                                     false,
                                     true,
-                                    detail().as_deref(),
+                                    detail().as_ref(),
                                 );
                             }
                             return;
@@ -94,9 +95,9 @@ impl Heartbeat {
     }
 
     /// Sets what the daemon reports about itself and beats at once.
-    pub fn set_detail(&self, text: String) {
+    pub fn set_detail(&self, detail: Detail) {
         if let Ok(mut d) = self.detail.lock() {
-            *d = Some(text);
+            *d = Some(detail);
         }
         let _ = self.tx.send(Beat::Changed);
     }

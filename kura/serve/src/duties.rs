@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kura_runtime::Stop;
 use kura_store::Store;
-use kura_work::ops::{backup, sweep};
+use kura_work::ops::{Detail, backup, sweep};
 
 use crate::config::Maintenance;
 use crate::signer::Signer;
@@ -20,7 +20,7 @@ pub(crate) struct Duties {
     pub(crate) people: Vec<kura_policy::writ::Issuer>,
     pub(crate) m: Maintenance,
     /// Sets what `kura status` shows beside this daemon.
-    pub(crate) detail: Box<dyn Fn(String) + Send>,
+    pub(crate) detail: Box<dyn Fn(Detail) + Send>,
 }
 
 /// When each duty is next due.
@@ -63,7 +63,7 @@ impl Duties {
         if let Some(signer) = &self.signer
             && now >= due.sign
         {
-            (self.detail)(signer.round(store).to_string());
+            (self.detail)(signer.round(store).detail());
             due.sign = now + ms(m.sign_interval_ms);
         }
         if now >= due.ckpt {

@@ -3,6 +3,8 @@
 //! verified replica). Both go through this Pi's own bus, which reaches the hub as a leaf node.
 
 use std::sync::Arc;
+
+use kura_work::ops::Detail;
 use std::time::Duration;
 
 use kura_fleet::FleetError;
@@ -57,7 +59,7 @@ pub(crate) fn start(
                     why.trim()
                 );
                 tracing::error!(%why, "ALARM: fleet publisher not started");
-                return detail(format!("ALARM: fleet: {why}"));
+                return detail(Detail::alarm(format!("fleet: {why}")));
             }
             let store = match Store::open(&db, &options) {
                 Ok(s) => s,
@@ -68,7 +70,7 @@ pub(crate) fn start(
             let halted = publish_loop(&rt, client, &name, store, &*signer, (&commits, poll), &stop);
             if let Some(e) = halted {
                 tracing::error!(error = %e, "ALARM: fleet publisher stopped");
-                detail(format!("ALARM: fleet: {e}"));
+                detail(Detail::alarm(format!("fleet: {e}")));
                 // Kept for `kura fleet status`, and so a restart does not publish past it.
                 let kept = alarm
                     .parent()

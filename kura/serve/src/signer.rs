@@ -224,6 +224,16 @@ pub(crate) enum Round {
     Failed(String),
 }
 
+impl Round {
+    /// What `kura status` shows beside the daemon: an ALARM as an ALARM.
+    pub(crate) fn detail(&self) -> kura_work::ops::Detail {
+        match self {
+            Round::Alarm(why) => kura_work::ops::Detail::alarm(why),
+            other => other.to_string().into(),
+        }
+    }
+}
+
 impl std::fmt::Display for Round {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -23,17 +23,18 @@ pub fn heartbeat(
     started: &str,
     connected: bool,
     stopped: bool,
-    detail: Option<&str>,
+    detail: Option<&Detail>,
 ) -> Result<()> {
     store.write(|tx| {
         tx.sql().execute_cached(
-"INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+"INSERT INTO daemons (instance, kind, pid, started_at, heartbeat_ms, nats_connected, stopped, detail, alarm)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (instance) DO UPDATE SET kind = excluded.kind, pid = excluded.pid,
                started_at = excluded.started_at, heartbeat_ms = excluded.heartbeat_ms,
                nats_connected = excluded.nats_connected, stopped = excluded.stopped,
-               detail = excluded.detail",
-            params![instance, kind, std::process::id(), started, crate::now_ms(), connected, stopped, detail],
+               detail = excluded.detail, alarm = excluded.alarm",
+            params![instance, kind, std::process::id(), started, crate::now_ms(), connected, stopped,
+                detail.map(|d| d.text.as_str()), detail.is_some_and(|d| d.alarm)],
         )?;
         Ok(())
     })
@@ -124,6 +125,33 @@ pub struct DaemonStatus {
     pub nats_connected: bool,
     /// What it reports about itself (hashi: its tool sandbox).
     pub detail: Option<String>,
+    /// Whether that is an ALARM: something a person must look at before it goes on.
+    pub alarm: bool,
+}
+
+/// What a daemon reports about itself beside its heartbeat: a note, or an ALARM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detail {
+    /// The text people read (an ALARM's begins `ALARM: `).
+    pub text: String,
+    /// Whether it is an ALARM.
+    pub alarm: bool,
+}
+
+impl Detail {
+    /// An ALARM, saying why.
+    pub fn alarm(why: impl std::fmt::Display) -> Detail {
+        Detail {
+            text: format!("ALARM: {why}"),
+            alarm: true,
+        }
+    }
+}
+
+impl From<String> for Detail {
+    fn from(text: String) -> Detail {
+        Detail { text, alarm: false }
+    }
 }
 
 /// Work waiting.
@@ -176,7 +204,7 @@ pub fn status(store: &Store) -> Result<Status> {
     let c = store.conn();
     let now = crate::now_ms();
     let stale = HEARTBEAT_INTERVAL.as_millis() as i64 * 3;
-    let mut stmt = c.prepare("SELECT instance, kind, pid, heartbeat_ms, nats_connected, stopped, detail FROM daemons ORDER BY kind, instance")?;
+    let mut stmt = c.prepare("SELECT instance, kind, pid, heartbeat_ms, nats_connected, stopped, detail, alarm FROM daemons ORDER BY kind, instance")?;
     let daemons = stmt
         .query_map([], |r| {
             let beat: i64 = r.get(3)?;
@@ -189,6 +217,7 @@ pub fn status(store: &Store) -> Result<Status> {
                 last_beat_s: (now - beat) / 1000,
                 nats_connected: r.get(4)?,
                 detail: r.get(6)?,
+                alarm: r.get(7)?,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;

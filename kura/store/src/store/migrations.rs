@@ -63,6 +63,7 @@ fn migrations() -> Vec<M<'static>> {
         // 019: memory in sealed ledgers (each writer's memory session); the records an earlier
         // release left in no ledger, listed.
         M::up(include_str!("../../migrations/019_sealed_memory.sql")),
+        M::up(include_str!("../../migrations/020_daemon_alarm.sql")),
     ]
 }
 
@@ -81,7 +82,7 @@ type SchemaRow = (String, String, String, Option<String>);
 /// comparison. `the_latest_schema_digest_is_current` fails with the new value when a
 /// migration is added.
 const LATEST_SCHEMA_SHA256: &str =
-    "7ef8313f9928d4b86deb140dc0933e26e87168301c630e58eaf64681e182c17d";
+    "930de31fdac1cafa029d2d3216846c1578383357d1a1e947311852e5a1b8b44b";
 
 /// A digest of schema rows that no two different row lists share: every field is
 /// length-prefixed, and a NULL SQL text differs from an empty one.
@@ -213,12 +214,13 @@ pub(crate) fn apply(conn: &mut Connection, deadline: std::time::Instant) -> Resu
     }
 }
 
-/// Undoes migrations 015 to 019 on a test database (memory homes, plans, writs, the fleet, the agent columns), as the first step of going
+/// Undoes migrations 015 to 020 on a test database (the daemons' alarm, memory homes, plans, writs, the fleet, the agent columns), as the first step of going
 /// back to any older version.
 #[cfg(test)]
 pub(crate) fn back_to_version_14(conn: &Connection) {
     conn.execute_batch(
-        "DROP TABLE loose_legacy;
+        "ALTER TABLE daemons DROP COLUMN alarm;
+         DROP TABLE loose_legacy;
          DROP TABLE memory_homes;
          DROP TABLE plan_steps;
          DROP TABLE plans;
