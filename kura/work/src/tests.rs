@@ -189,3 +189,27 @@ fn an_agents_turn_is_never_claimed_by_a_worker_nor_accepted_by_minato() {
     });
     assert!(matches!(refused, Err(StoreError::NotFound { .. })));
 }
+
+/// Regression (issue 34): an ALARM was told by the words a daemon's detail began with; a
+/// note that merely starts with them is not one, and an ALARM is one whatever its words.
+#[test]
+fn a_daemons_alarm_is_its_state_not_the_words_its_detail_begins_with() {
+    use crate::ops::{Detail, heartbeat, status};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store =
+        Store::create(dir.path().join("w.db"), &StoreOptions::default()).expect("create");
+    let note = Detail::from("ALARMING news: none".to_owned());
+    heartbeat(&mut store, "a", "kura", "t", true, false, Some(&note)).expect("beat");
+    let alarm = Detail::alarm("fleet: a forged ledger at this Pi's place");
+    heartbeat(&mut store, "b", "kura", "t", true, false, Some(&alarm)).expect("beat");
+    heartbeat(&mut store, "c", "hashi", "t", true, false, None).expect("beat");
+    let st = status(&store).expect("status");
+    let by = |i: &str| st.daemons.iter().find(|d| d.instance == i).expect("daemon");
+    assert!(!by("a").alarm, "a note is not an ALARM");
+    assert!(by("b").alarm);
+    assert_eq!(
+        by("b").detail.as_deref(),
+        Some("ALARM: fleet: a forged ledger at this Pi's place")
+    );
+    assert!(!by("c").alarm && by("c").detail.is_none());
+}
