@@ -17,6 +17,17 @@ use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 /// How long one wait may go without looking at the stop signal.
 const SLICE: Duration = Duration::from_millis(50);
 
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// The stop signal was set.
+    Stopped,
+    /// One of the database's files was written.
+    Written,
+    /// The time given passed.
+    Timeout,
+}
+
 /// Commits to one database, as the kernel reports writes to its files.
 pub(crate) struct Commits {
     fd: Option<OwnedFd>,
@@ -51,23 +62,26 @@ impl Commits {
         }
     }
 
-    /// Waits until the database's files are written, `max` passes or `stop` is set; true
-    /// when stopped.
-    pub(crate) fn wait(&self, max: Duration, stop: &Stop) -> bool {
+    /// Waits until the database's files are written, `max` passes or `stop` is set.
+    pub(crate) fn wait(&self, max: Duration, stop: &Stop) -> Waited {
+        let slept = |d| match stop.sleep(d) {
+            true => Waited::Stopped,
+            false => Waited::Timeout,
+        };
         let Some(fd) = &self.fd else {
-            return stop.sleep(max);
+            return slept(max);
         };
         let deadline = Instant::now() + max;
         loop {
             if stop.is_set() {
-                return true;
+                return Waited::Stopped;
             }
             if self.written(fd) {
-                return false;
+                return Waited::Written;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                return Waited::Timeout;
             }
             let slice = left.min(SLICE);
             let timeout = Timespec {
@@ -78,7 +92,7 @@ impl Commits {
             if let Err(e) = poll(&mut fds, Some(&timeout))
                 && e != rustix::io::Errno::INTR
             {
-                return stop.sleep(left);
+                return slept(left);
             }
         }
     }
