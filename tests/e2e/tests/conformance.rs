@@ -10,9 +10,10 @@ use kura_testkit::free_port;
 /// The Node release the suite runs on (it needs 22 or later; the machine's may be older).
 const NODE: &str = "22.23.3";
 
-/// Node and the suite, installed once under `target/` from npm (the lock file pins every
-/// package): the node binary, the suite's entry point, and the preload that adds the token.
-fn suite() -> (PathBuf, PathBuf, PathBuf) {
+/// The MCP tests' Node packages (`agents/conformance/package.json`: the conformance suite
+/// and real MCP servers), installed once under `target/` from npm — the lock file pins every
+/// package: the node binary and the `node_modules` directory.
+pub(crate) fn node_packages() -> (PathBuf, PathBuf) {
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/conformance");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-conformance");
     let arch = match std::env::consts::ARCH {
@@ -20,12 +21,14 @@ fn suite() -> (PathBuf, PathBuf, PathBuf) {
         _ => "x64",
     };
     let node = dir.join(format!("node_modules/node-linux-{arch}/bin/node"));
-    let entry = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let modules = dir.join("node_modules");
+    // The lock file as installed: a changed one (a package added) installs again.
+    let lock = std::fs::read(here.join("package-lock.json")).expect("the pinned lock file");
     let ready = Command::new(&node)
         .arg("--version")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == format!("v{NODE}"))
-        && entry.exists();
+        && std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock);
     if !ready {
         std::fs::create_dir_all(&dir).expect("target/mcp-conformance");
         for f in ["package.json", "package-lock.json"] {
@@ -44,6 +47,15 @@ fn suite() -> (PathBuf, PathBuf, PathBuf) {
         npm(&["ci"]);
         npm(&["install", "--no-save", &format!("node-linux-{arch}@{NODE}")]);
     }
+    (node, modules)
+}
+
+/// Node and the suite: the node binary, the suite's entry point, and the preload that adds
+/// the token.
+fn suite() -> (PathBuf, PathBuf, PathBuf) {
+    let (node, modules) = node_packages();
+    let entry = modules.join("@modelcontextprotocol/conformance/dist/index.js");
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/conformance");
     (node, entry, here.join("auth.cjs"))
 }
 

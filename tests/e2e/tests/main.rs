@@ -15,6 +15,7 @@ mod gate;
 mod memory;
 mod openai;
 mod plans;
+mod proxy;
 mod supervise;
 mod timetravel;
 mod upgrade;

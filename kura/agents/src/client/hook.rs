@@ -8,24 +8,20 @@
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
-use proto::agent::{
-    Decision, DeclareCall, Declared, EndTurn, Ended, RecordStep, Recorded, StartSession, Started,
-    StepType, WaitDecision, WithdrawCall,
-};
-use proto::{ApprovalState, CallId, SessionId, TurnId, Verdict};
+use proto::agent::{StartSession, Started};
+use proto::{CallId, SessionId, TurnId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::{AgentArgs, CallError, call};
+use super::AgentArgs;
+use super::surface::{Kura, Ruling};
 
 /// The most of a hook payload read from stdin.
 const MAX_PAYLOAD: u64 = 4 << 20;
-/// A tool's response is recorded up to this many bytes of JSON (the rest is cut, and says so).
-const MAX_RESULT: usize = 32 * 1024;
 
 /// Record and gate an outside agent through its hooks.
 #[derive(Debug, clap::Args)]
@@ -206,8 +202,7 @@ impl Hook {
                             .await;
                     }
                     let prompt = input.prompt.clone().unwrap_or_default();
-                    let started = kura
-                        .start(&mut state, input, &prompt)
+                    let started = start(&kura, &mut state, input, &prompt)
                         .await
                         .map_err(|e| self.failed(e))?;
                     state.turn = Some(started.turn_id);
@@ -215,28 +210,15 @@ impl Hook {
                 }
                 HookEvent::PreToolUse => self.pre_tool(&kura, &mut state, input).await?,
                 HookEvent::PostToolUse => {
-                    let turn = kura
-                        .turn(&mut state, input)
+                    let turn = turn(&kura, &mut state, input)
                         .await
                         .map_err(|e| self.failed(e))?;
                     let call_id = input
                         .tool_use_id
                         .as_ref()
                         .and_then(|u| state.calls.remove(u));
-                    let result = bounded(input.tool_response.clone().unwrap_or(Value::Null));
-                    let mut content = Map::new();
-                    content.insert("status".into(), "success".into());
-                    content.insert("result".into(), result);
-                    if let Some(c) = call_id {
-                        content.insert("call_id".into(), c.into_string().into());
-                    }
-                    let step = RecordStep {
-                        turn_id: turn,
-                        record_type: StepType::ToolResult,
-                        content: Value::Object(content),
-                    };
-                    let _: Recorded = kura
-                        .call("record_step", &step)
+                    let result = input.tool_response.clone().unwrap_or(Value::Null);
+                    kura.record_result(turn, call_id.as_ref(), Ok(result))
                         .await
                         .map_err(|e| self.failed(e))?;
                     None
@@ -265,7 +247,7 @@ impl Hook {
     /// it, or a person approved it as it was); an edit comes back as `updatedInput`.
     async fn pre_tool(
         &self,
-        kura: &Kura<'_>,
+        kura: &Kura,
         state: &mut State,
         input: &Input,
     ) -> Result<Option<String>, Refuse> {
@@ -274,93 +256,31 @@ impl Hook {
             Some(Value::Object(m)) => m,
             _ => Map::new(),
         };
-        let turn = kura.turn(state, input).await.map_err(|e| self.failed(e))?;
-        let declare = DeclareCall {
-            turn_id: turn,
-            tool: tool.clone(),
-            arguments: arguments.clone(),
-        };
-        let declared: Declared = kura
-            .call("declare_call", &declare)
+        let turn = turn(kura, state, input).await.map_err(|e| self.failed(e))?;
+        // Never past --wait: a hook Claude Code kills lets the call run ungated.
+        let wait = Duration::from_secs(self.wait);
+        let gate = kura
+            .gate(turn, &tool, arguments.clone(), wait)
             .await
             .map_err(|e| self.failed(e))?;
         if let Some(u) = &input.tool_use_id {
-            state.calls.insert(u.clone(), declared.call_id.clone());
+            state.calls.insert(u.clone(), gate.declared.call_id.clone());
         }
-        let rule = declared.rule.clone().unwrap_or_default();
         // What runs is what Kura ruled on: a person's edit, else the declared arguments in
         // their normal form when Kura respelled a path.
-        let ruled = (!declared.arguments.is_empty() && declared.arguments != arguments)
-            .then(|| declared.arguments.clone());
-        match declared.decision {
-            Verdict::Allow => {
-                return match declared.edited_arguments {
-                    Some(edit) => run_instead(Some(edit), EDITED, "allow"),
-                    // Kura's policy allowed it: Claude Code's own flow still has its say.
-                    None => run_instead(ruled, RESPELLED, "ask"),
-                };
+        let ruled = gate.respelled(&arguments);
+        match gate.ruling {
+            Ruling::Run {
+                edit: Some(edit), ..
+            } => run_instead(Some(edit), EDITED, "allow"),
+            // Kura's policy allowed it: Claude Code's own flow still has its say.
+            Ruling::Run { edit: None, asked } => {
+                run_instead(ruled, RESPELLED, if asked { "allow" } else { "ask" })
             }
-            Verdict::Deny => {
-                return Err(Refuse(format!(
-                    "Kura's policy denies {tool} (rule {rule}); it was not run"
-                )));
-            }
-            Verdict::Ask => {}
-        }
-        let deadline = Instant::now() + Duration::from_secs(self.wait);
-        loop {
-            // Never past --wait: a hook Claude Code kills lets the call run ungated.
-            let left = deadline.saturating_duration_since(Instant::now());
-            let wait = WaitDecision {
-                request_id: declared.request_id,
-                timeout_ms: Some(
-                    u64::try_from(left.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .min(8_000),
-                ),
-            };
-            let d: Decision = kura
-                .call("wait_decision", &wait)
-                .await
-                .map_err(|e| self.failed(e))?;
-            match d.state {
-                ApprovalState::Approved => {
-                    return match d.edited_arguments {
-                        Some(edit) => run_instead(Some(edit), EDITED, "allow"),
-                        None => run_instead(ruled, RESPELLED, "allow"),
-                    };
-                }
-                ApprovalState::Denied => {
-                    return Err(Refuse(format!(
-                        "a person (or Kura's rule {}) denied {tool}; it was not run",
-                        d.rule.unwrap_or_default()
-                    )));
-                }
-                _ if Instant::now() >= deadline => {
-                    // Withdrawn, so nobody approves a call that will never run — unless a
-                    // person decided it in the meantime: then that decision stands.
-                    let withdraw = WithdrawCall {
-                        request_id: declared.request_id,
-                    };
-                    let now: Option<Decision> = kura.call("withdraw_call", &withdraw).await.ok();
-                    if let Some(d) = now.filter(|d| d.state == ApprovalState::Approved) {
-                        return match d.edited_arguments {
-                            Some(edit) => run_instead(Some(edit), EDITED, "allow"),
-                            None => run_instead(ruled, RESPELLED, "allow"),
-                        };
-                    }
-                    return Err(Refuse(format!(
-                        "nobody decided on {tool} within {} s (Kura request {}, now withdrawn); it was not run",
-                        self.wait, declared.request_id
-                    )));
-                }
-                _ => {}
-            }
+            Ruling::Refused(why) => Err(Refuse(why)),
         }
     }
 
-    /// A failure to reach or use Kura: PreToolUse refuses the call (fail closed: an unrecorded
-    /// call is an unchecked one); other events let the agent go on and say why on stderr.
     fn failed(&self, e: anyhow::Error) -> Refuse {
         let _ = self;
         Refuse(format!("kura hook: {e:#}"))
@@ -423,23 +343,6 @@ impl Refuse {
     }
 }
 
-/// A tool response as recorded: whole when small, else its first part as text, marked cut.
-fn bounded(v: Value) -> Value {
-    let text = v.to_string();
-    if text.len() <= MAX_RESULT {
-        return v;
-    }
-    let mut end = MAX_RESULT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Value::String(format!(
-        "{}… [cut: {} bytes in all]",
-        &text[..end],
-        text.len()
-    ))
-}
-
 fn save(file: &std::path::Path, state: &State) -> anyhow::Result<()> {
     let dir = file.parent().unwrap_or(std::path::Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
@@ -448,102 +351,59 @@ fn save(file: &std::path::Path, state: &State) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent surface, as the hook uses it.
-struct Kura<'a> {
-    args: &'a AgentArgs,
-    client: reqwest::Client,
-    token: String,
+/// A new turn for `instruction`, in the agent session's Kura session when it has one.
+async fn start(
+    kura: &Kura,
+    state: &mut State,
+    input: &Input,
+    instruction: &str,
+) -> anyhow::Result<Started> {
+    let label = input
+        .cwd
+        .as_deref()
+        .and_then(|c| std::path::Path::new(c).file_name())
+        .map(|n| format!("claude-code: {}", n.to_string_lossy()));
+    let instruction = if instruction.trim().is_empty() {
+        "(an empty prompt)"
+    } else {
+        instruction
+    };
+    let req = StartSession {
+        instruction: instruction.to_owned(),
+        label,
+        session_id: state.session,
+        from_ledger: None,
+    };
+    let started: Started = match kura.call("start_session", &req).await {
+        Ok(s) => s,
+        // The Kura session is gone or not this agent's (a new token?): start afresh.
+        Err(_) if state.session.is_some() => {
+            let fresh = StartSession {
+                session_id: None,
+                ..req
+            };
+            kura.call("start_session", &fresh).await?
+        }
+        Err(e) => return Err(e),
+    };
+    state.session = Some(started.session_id);
+    Ok(started)
 }
 
-impl<'a> Kura<'a> {
-    fn new(args: &'a AgentArgs) -> anyhow::Result<Self> {
-        Ok(Kura {
-            args,
-            client: args.client()?,
-            token: args.token()?,
-        })
+/// The open turn, started when the hooks were installed mid-session.
+async fn turn(kura: &Kura, state: &mut State, input: &Input) -> anyhow::Result<TurnId> {
+    if let Some(t) = state.turn {
+        return Ok(t);
     }
-
-    async fn call<Req: Serialize, Resp: serde::de::DeserializeOwned>(
-        &self,
-        op: &str,
-        req: &Req,
-    ) -> anyhow::Result<Resp> {
-        call(&self.client, self.args, &self.token, op, req)
-            .await
-            .map_err(|e: CallError| anyhow::anyhow!(e))
-    }
-
-    /// A new turn for `instruction`, in the agent session's Kura session when it has one.
-    async fn start(
-        &self,
-        state: &mut State,
-        input: &Input,
-        instruction: &str,
-    ) -> anyhow::Result<Started> {
-        let label = input
-            .cwd
-            .as_deref()
-            .and_then(|c| std::path::Path::new(c).file_name())
-            .map(|n| format!("claude-code: {}", n.to_string_lossy()));
-        let instruction = if instruction.trim().is_empty() {
-            "(an empty prompt)"
-        } else {
-            instruction
-        };
-        let req = StartSession {
-            instruction: instruction.to_owned(),
-            label,
-            session_id: state.session,
-            from_ledger: None,
-        };
-        let started: Started = match self.call("start_session", &req).await {
-            Ok(s) => s,
-            // The Kura session is gone or not this agent's (a new token?): start afresh.
-            Err(_) if state.session.is_some() => {
-                let fresh = StartSession {
-                    session_id: None,
-                    ..req
-                };
-                self.call("start_session", &fresh).await?
-            }
-            Err(e) => return Err(e),
-        };
-        state.session = Some(started.session_id);
-        Ok(started)
-    }
-
-    /// The open turn, started when the hooks were installed mid-session.
-    async fn turn(&self, state: &mut State, input: &Input) -> anyhow::Result<TurnId> {
-        if let Some(t) = state.turn {
-            return Ok(t);
-        }
-        let started = self
-            .start(
-                state,
-                input,
-                "(a Claude Code session whose prompt Kura did not see)",
-            )
-            .await?;
-        state.turn = Some(started.turn_id);
-        Ok(started.turn_id)
-    }
-
-    async fn end(&self, turn: TurnId, deliverable: &str) -> anyhow::Result<Ended> {
-        let text = if deliverable.trim().is_empty() {
-            "(no message)"
-        } else {
-            deliverable
-        };
-        self.call(
-            "end_turn",
-            &EndTurn {
-                turn_id: turn,
-                deliverable: text.to_owned(),
-            },
-        )
-        .await
-    }
+    let started = start(
+        kura,
+        state,
+        input,
+        "(a Claude Code session whose prompt Kura did not see)",
+    )
+    .await?;
+    state.turn = Some(started.turn_id);
+    Ok(started.turn_id)
 }
 
 #[cfg(test)]
@@ -578,6 +438,7 @@ mod tests {
 
     #[test]
     fn a_large_tool_response_is_cut_and_says_so() {
+        use crate::client::surface::{MAX_RESULT, bounded};
         let small = serde_json::json!({"ok": true});
         assert_eq!(bounded(small.clone()), small);
         let big = Value::String("é".repeat(MAX_RESULT));

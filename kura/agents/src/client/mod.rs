@@ -1,10 +1,12 @@
-//! The client side of Kura's agent surface, `kura mcp` ([`relay`]) and `kura hook`
-//! ([`hook`]): where `kura serve` is and the agent's token. These run beside an outside agent on a laptop or a Pi and
+//! The client side of Kura's agent surface, `kura mcp` ([`relay`]), `kura mcp-proxy`
+//! ([`proxy`]) and `kura hook` ([`hook`]): where `kura serve` is and the agent's token. These run beside an outside agent on a laptop or a Pi and
 //! never open the database.
 
 pub mod hook;
+pub mod proxy;
 pub mod relay;
 pub mod settings;
+pub mod surface;
 
 use std::path::PathBuf;
 

@@ -114,6 +114,9 @@ pub enum Command {
     Redact(redact::Redact),
     Mcp(kura_serve::agents::client::relay::Mcp),
     Hook(kura_serve::agents::client::hook::Hook),
+    /// Put Kura in front of an MCP server: serve its tools on stdio, each call gated and
+    /// recorded by Kura before the server sees it.
+    McpProxy(kura_serve::agents::client::proxy::McpProxy),
     Bench(bench::Bench),
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),
@@ -166,6 +169,7 @@ impl Command {
             Command::Redact(c) => c.run(ctx),
             Command::Mcp(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Hook(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
+            Command::McpProxy(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Bench(c) => c.run(ctx),
             Command::BenchPeer(c) => c.run(ctx),
             Command::VerifyProof(c) => c.run(ctx),

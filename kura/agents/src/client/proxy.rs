@@ -1,0 +1,327 @@
+//! `kura mcp-proxy --name NAME -- <server command>`: an MCP server on stdio that an outside
+//! agent uses *instead of* the real one. It starts the real server as its own child, lists
+//! its tools as its own, and puts every call through Kura's one gate before the server sees
+//! it — declared as the agent (its token), ruled by policy, the agent's writ and a person
+//! when asked, recorded — then forwards what Kura ruled on and records the result. For the
+//! tools behind it the gate is physical: a call Kura refuses never reaches the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use proto::agent::{StartSession, Started};
+use proto::{CallId, TurnId};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ResultType, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::io::AsyncBufReadExt as _;
+
+use super::AgentArgs;
+use super::surface::{Kura, Ruling};
+
+/// One message's cap on the way back to the agent (a longer line is not passed on).
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// Serve an MCP server's tools on stdio, each call gated and recorded by Kura.
+#[derive(Debug, clap::Args)]
+pub struct McpProxy {
+    /// The server's name in Kura: its tools are declared as `mcp__<NAME>__<tool>`, as Claude
+    /// Code names an MCP server's tools, so one policy rule covers both ways in.
+    #[arg(long, value_parser = server_name)]
+    name: String,
+    /// How long a call waits for a person before it is refused (seconds).
+    #[arg(long, default_value_t = 300)]
+    wait: u64,
+    /// How long the server may take over one call before it is cut off and recorded as an
+    /// error (seconds).
+    #[arg(long, default_value_t = 120)]
+    call_timeout: u64,
+    /// The server's command line, after `--`: `kura mcp-proxy --name fs -- npx -y
+    /// @modelcontextprotocol/server-filesystem /srv/project`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+/// A server name: 1–64 of `A-Z a-z 0-9 _ -` (it becomes part of each tool's name in policy).
+fn server_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    ok.then(|| s.to_owned())
+        .ok_or_else(|| "a server name is 1-64 letters, digits, _ or -".to_owned())
+}
+
+/// The proxy as the agent's MCP server sees it.
+#[derive(Clone)]
+struct Proxy {
+    kura: Arc<Kura>,
+    turn: TurnId,
+    name: String,
+    upstream: Peer<RoleClient>,
+    tools: Arc<Vec<Tool>>,
+    wait: Duration,
+    call_timeout: Duration,
+}
+
+impl McpProxy {
+    /// Proxies until the agent closes stdin or the server ends. `say` writes one whole
+    /// message to stdout (the CLI holds stdout: nothing else may write there).
+    pub fn run(self, mut say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
+        let kura = Arc::new(Kura::new(&self.agent)?);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let (out, answers) = std::sync::mpsc::channel::<String>();
+        let proxied = std::thread::spawn(move || {
+            let done = rt.block_on(self.serve(kura, out));
+            // stdin's reader is a blocking thread: do not wait for it.
+            rt.shutdown_timeout(Duration::from_millis(100));
+            done
+        });
+        for line in answers {
+            say(&line)?;
+        }
+        proxied
+            .join()
+            .map_err(|_| anyhow::anyhow!("the proxy's thread panicked"))?
+    }
+
+    async fn serve(
+        self,
+        kura: Arc<Kura>,
+        out: std::sync::mpsc::Sender<String>,
+    ) -> anyhow::Result<()> {
+        let upstream = self.start_upstream().await?;
+        let tools = upstream
+            .list_all_tools()
+            .await
+            .with_context(|| format!("cannot list the tools of {:?}", self.command))?;
+        let start = StartSession {
+            instruction: format!(
+                "(an agent's calls to the MCP server {} through Kura)",
+                self.name
+            ),
+            label: Some(format!("mcp-proxy: {}", self.name)),
+            session_id: None,
+            from_ledger: None,
+        };
+        let started: Started = kura.call("start_session", &start).await?;
+        let proxy = Proxy {
+            kura: kura.clone(),
+            turn: started.turn_id,
+            name: self.name.clone(),
+            upstream: upstream.peer().clone(),
+            tools: Arc::new(tools),
+            wait: Duration::from_secs(self.wait),
+            call_timeout: Duration::from_secs(self.call_timeout),
+        };
+        // rmcp writes into a pipe; its lines go to the thread that holds stdout.
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (_, write) = tokio::io::split(ours);
+        let pump = tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(theirs).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.len() <= MAX_MESSAGE && out.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let served = proxy.serve((tokio::io::stdin(), write)).await;
+        let why = match served {
+            Ok(running) => tokio::select! {
+                q = running.waiting() => format!("the agent closed the connection ({q:?})"),
+                q = wait_ended(&upstream) => format!("the MCP server {} ended ({q})", self.name),
+            },
+            Err(e) => format!("the agent did not start an MCP session: {e}"),
+        };
+        let _ = kura.end(started.turn_id, &why).await;
+        let _ = upstream.cancel().await;
+        pump.abort();
+        Ok(())
+    }
+
+    /// Starts the server as a child speaking MCP on its stdin and stdout (its stderr is the
+    /// proxy's: the agent's log), killed when the proxy ends.
+    async fn start_upstream(&self) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
+        let (program, args) = self
+            .command
+            .split_first()
+            .context("name the MCP server's command after --")?;
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start the MCP server {program:?}"))?;
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            anyhow::bail!("the MCP server {program:?} has no stdin or stdout");
+        };
+        // The child is killed when the proxy's runtime drops it; reaped by tokio.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        let me = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("kura-mcp-proxy", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
+        me.serve((stdout, stdin))
+            .await
+            .with_context(|| format!("the MCP server {program:?} did not start an MCP session"))
+    }
+}
+
+/// Why the upstream's session ended.
+async fn wait_ended(upstream: &RunningService<RoleClient, ClientConfig>) -> String {
+    while !upstream.peer().is_transport_closed() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    "its connection closed".to_owned()
+}
+
+impl Proxy {
+    /// Forwards what Kura ruled on, bounded in time; the result as the agent gets it.
+    async fn forward(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<CallToolResult, String> {
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments);
+        match tokio::time::timeout(self.call_timeout, self.upstream.call_tool(params)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(ServiceError::McpError(e))) => {
+                Err(format!("the server refused the call: {}", e.message))
+            }
+            Ok(Err(e)) => Err(format!("the server failed: {e}")),
+            Err(_) => Err(format!(
+                "the server did not answer within {} s; the call was cut off",
+                self.call_timeout.as_secs()
+            )),
+        }
+    }
+
+    /// Records the outcome as the call's `tool.result` (a failure to record is the agent's
+    /// to know, not a reason to withhold the result).
+    async fn record(&self, call_id: &CallId, outcome: &Result<CallToolResult, String>) {
+        let recorded = match outcome {
+            Ok(r) if r.is_error == Some(true) => Err(text_of(r)),
+            Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
+            Err(why) => Err(why.clone()),
+        };
+        if let Err(e) = self
+            .kura
+            .record_result(self.turn, Some(call_id), recorded)
+            .await
+        {
+            tracing::warn!(error = %e, "the call's result could not be recorded in Kura");
+        }
+    }
+}
+
+/// The text blocks of a tool's result, joined.
+fn text_of(r: &CallToolResult) -> String {
+    let texts: Vec<&str> = r
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    if texts.is_empty() {
+        "the tool failed".to_owned()
+    } else {
+        texts.join("\n")
+    }
+}
+
+/// A tool error the agent reads.
+fn refused(why: String) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(why)]).into()
+}
+
+impl ServerHandler for Proxy {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "kura-mcp-proxy",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(format!(
+                "The tools of the MCP server {}, each call ruled on and recorded by Kura first.",
+                self.name
+            ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if !self.tools.iter().any(|t| t.name == request.name) {
+            let why = format!(
+                "the MCP server {} has no tool {:?}",
+                self.name, request.name
+            );
+            return Err(ErrorData::invalid_params(why, None));
+        }
+        let tool = request.name.to_string();
+        let asked = request.arguments.clone().unwrap_or_default();
+        let declared_as = format!("mcp__{}__{tool}", self.name);
+        let gate = tokio::select! {
+            g = self.kura.gate(self.turn, &declared_as, asked.clone(), self.wait) => g,
+            _ = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
+        };
+        // Kura not reachable, or the declaration refused: the call does not run.
+        let gate = match gate {
+            Ok(g) => g,
+            Err(e) => {
+                return Ok(refused(format!(
+                    "Kura could not rule on {tool} ({e:#}); it was not run"
+                )));
+            }
+        };
+        let call_id = gate.declared.call_id.clone();
+        let Some(arguments) = gate.to_run(&asked) else {
+            let why = match gate.ruling {
+                Ruling::Refused(why) => why,
+                Ruling::Run { .. } => format!("{tool} was not run"),
+            };
+            self.record(&call_id, &Err(why.clone())).await;
+            return Ok(refused(why));
+        };
+        let outcome = tokio::select! {
+            o = self.forward(&tool, arguments) => o,
+            _ = context.ct.cancelled() => Err("the agent cancelled the call".to_owned()),
+        };
+        self.record(&call_id, &outcome).await;
+        match outcome {
+            Ok(mut r) => {
+                // A client on the 2026-07-28 revision requires it; a legacy server sends none.
+                r.result_type.get_or_insert(ResultType::COMPLETE);
+                Ok(r.into())
+            }
+            Err(why) => Ok(refused(why)),
+        }
+    }
+}
