@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::AgentArgs;
-use super::surface::{Kura, Ruling};
+use super::surface::{Kura, Outcome, Ruling};
 
 /// The most of a hook payload read from stdin.
 const MAX_PAYLOAD: u64 = 4 << 20;
@@ -218,7 +218,7 @@ impl Hook {
                         .as_ref()
                         .and_then(|u| state.calls.remove(u));
                     let result = input.tool_response.clone().unwrap_or(Value::Null);
-                    kura.record_result(turn, call_id.as_ref(), Ok(result))
+                    kura.record_result(turn, call_id.as_ref(), Outcome::Success(result))
                         .await
                         .map_err(|e| self.failed(e))?;
                     None

@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt as _;
 
 use super::AgentArgs;
-use super::surface::{Kura, Ruling};
+use super::surface::{Kura, Outcome, Ruling};
 
 /// One message's cap on the way back to the agent (a longer line is not passed on).
 const MAX_MESSAGE: usize = 16 << 20;
@@ -50,13 +50,13 @@ pub struct McpProxy {
 }
 
 /// A server name: 1–64 of `A-Z a-z 0-9 _ -` (it becomes part of each tool's name in policy).
-fn server_name(s: &str) -> Result<String, String> {
+fn server_name(s: &str) -> anyhow::Result<String> {
     let ok = !s.is_empty()
         && s.len() <= 64
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    ok.then(|| s.to_owned())
-        .ok_or_else(|| "a server name is 1-64 letters, digits, _ or -".to_owned())
+    anyhow::ensure!(ok, "a server name is 1-64 letters, digits, _ or -");
+    Ok(s.to_owned())
 }
 
 /// The proxy as the agent's MCP server sees it.
@@ -191,20 +191,16 @@ async fn wait_ended(upstream: &RunningService<RoleClient, ClientConfig>) -> Stri
 
 impl Proxy {
     /// Forwards what Kura ruled on, bounded in time; the result as the agent gets it.
-    async fn forward(
-        &self,
-        tool: &str,
-        arguments: Map<String, Value>,
-    ) -> Result<CallToolResult, String> {
+    async fn forward(&self, tool: &str, arguments: Map<String, Value>) -> Forwarded {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
         match tokio::time::timeout(self.call_timeout, self.upstream.call_tool(params)).await {
-            Ok(Ok(r)) => Ok(r),
+            Ok(Ok(r)) => Forwarded::Answered(r),
             Ok(Err(ServiceError::McpError(e))) => {
-                Err(format!("the server refused the call: {}", e.message))
+                Forwarded::Failed(format!("the server refused the call: {}", e.message))
             }
-            Ok(Err(e)) => Err(format!("the server failed: {e}")),
-            Err(_) => Err(format!(
+            Ok(Err(e)) => Forwarded::Failed(format!("the server failed: {e}")),
+            Err(_) => Forwarded::Failed(format!(
                 "the server did not answer within {} s; the call was cut off",
                 self.call_timeout.as_secs()
             )),
@@ -213,11 +209,13 @@ impl Proxy {
 
     /// Records the outcome as the call's `tool.result` (a failure to record is the agent's
     /// to know, not a reason to withhold the result).
-    async fn record(&self, call_id: &CallId, outcome: &Result<CallToolResult, String>) {
+    async fn record(&self, call_id: &CallId, outcome: &Forwarded) {
         let recorded = match outcome {
-            Ok(r) if r.is_error == Some(true) => Err(text_of(r)),
-            Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
-            Err(why) => Err(why.clone()),
+            Forwarded::Answered(r) if r.is_error == Some(true) => Outcome::Error(text_of(r)),
+            Forwarded::Answered(r) => {
+                Outcome::Success(serde_json::to_value(r).unwrap_or(Value::Null))
+            }
+            Forwarded::Failed(why) => Outcome::Error(why.clone()),
         };
         if let Err(e) = self
             .kura
@@ -227,6 +225,14 @@ impl Proxy {
             tracing::warn!(error = %e, "the call's result could not be recorded in Kura");
         }
     }
+}
+
+/// What the server made of a forwarded call.
+enum Forwarded {
+    /// Its answer (a tool error among them).
+    Answered(CallToolResult),
+    /// No answer: it failed, refused the call or was cut off; why.
+    Failed(String),
 }
 
 /// The text blocks of a tool's result, joined.
@@ -307,21 +313,21 @@ impl ServerHandler for Proxy {
                 Ruling::Refused(why) => why,
                 Ruling::Run { .. } => format!("{tool} was not run"),
             };
-            self.record(&call_id, &Err(why.clone())).await;
+            self.record(&call_id, &Forwarded::Failed(why.clone())).await;
             return Ok(refused(why));
         };
         let outcome = tokio::select! {
             o = self.forward(&tool, arguments) => o,
-            _ = context.ct.cancelled() => Err("the agent cancelled the call".to_owned()),
+            _ = context.ct.cancelled() => Forwarded::Failed("the agent cancelled the call".to_owned()),
         };
         self.record(&call_id, &outcome).await;
         match outcome {
-            Ok(mut r) => {
+            Forwarded::Answered(mut r) => {
                 // A client on the 2026-07-28 revision requires it; a legacy server sends none.
                 r.result_type.get_or_insert(ResultType::COMPLETE);
                 Ok(r.into())
             }
-            Err(why) => Ok(refused(why)),
+            Forwarded::Failed(why) => Ok(refused(why)),
         }
     }
 }

@@ -37,6 +37,15 @@ pub struct Gate {
     pub ruling: Ruling,
 }
 
+/// How a call that ran came out, as its `tool.result` records it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It returned this.
+    Success(Value),
+    /// It failed (or was refused, or cut off), saying why.
+    Error(String),
+}
+
 /// Whether a declared call may run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ruling {
@@ -177,15 +186,15 @@ impl Kura {
         &self,
         turn: TurnId,
         call_id: Option<&CallId>,
-        outcome: Result<Value, String>,
+        outcome: Outcome,
     ) -> anyhow::Result<()> {
         let mut content = Map::new();
         match outcome {
-            Ok(v) => {
+            Outcome::Success(v) => {
                 content.insert("status".into(), "success".into());
                 content.insert("result".into(), bounded(v));
             }
-            Err(why) => {
+            Outcome::Error(why) => {
                 content.insert("status".into(), "error".into());
                 content.insert(
                     "error".into(),
