@@ -1,37 +1,45 @@
-"""A real MCP server (the official SDK's MCPServer, on stdio) that logs every call it receives
-to the file named by its first argument, before doing anything: the proof of what reached it.
+"""A real MCP server (the official SDK's MCPServer) that logs every call it receives to the
+file named by its first argument, before doing anything: the proof of what reached it.
+On stdio; or, given a port as its second argument, over Streamable HTTP at
+http://127.0.0.1:PORT/mcp (each logged call then names the Authorization header it came with).
 Tools: `note` (appends its text to the log's neighbour notes.txt) and `erase` (empties it)."""
 import json
 import pathlib
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 log = pathlib.Path(sys.argv[1])
 notes = log.with_name("notes.txt")
 server = MCPServer("logging-server")
 
 
-def received(tool, **kv):
+def received(tool, ctx, **kv):
+    req = ctx.request_context.request
+    if req is not None:
+        kv["authorization"] = req.headers.get("authorization")
     with log.open("a") as f:
         f.write(json.dumps({"tool": tool, **kv}) + "\n")
 
 
 @server.tool()
-def note(text: str) -> str:
+def note(text: str, ctx: Context) -> str:
     """Append a line to the notes."""
-    received("note", text=text)
+    received("note", ctx, text=text)
     with notes.open("a") as f:
         f.write(text + "\n")
     return "noted"
 
 
 @server.tool()
-def erase() -> str:
+def erase(ctx: Context) -> str:
     """Empty the notes."""
-    received("erase")
+    received("erase", ctx)
     notes.write_text("")
     return "erased"
 
 
-server.run()
+if len(sys.argv) > 2:
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+else:
+    server.run()

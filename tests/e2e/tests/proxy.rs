@@ -215,6 +215,38 @@ fn kura_mcp_proxy_gates_a_real_mcp_server_and_a_denied_call_never_reaches_it() {
     );
 }
 
+/// The logging server behind the proxy, reached as `server` (its command, or `--upstream`):
+/// only the approved call reaches it; what it logged.
+fn only_the_approved_call_reaches(
+    s: &Stack,
+    port: u16,
+    token: &str,
+    server: &[String],
+) -> Vec<Value> {
+    let log = s.path("received.log");
+    let calls = json!([["note", {"text": "first"}], ["erase", {}]]);
+    let nothing_yet = || {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !logged.contains("note"),
+            "the note reached the server before approval"
+        );
+    };
+    let (tools, got) = drive(s, port, token, "notes", &calls, server, &nothing_yet);
+    assert_eq!(tools, ["erase", "note"]);
+    assert_eq!(got["note"]["is_error"], false, "{got:?}");
+    assert_eq!(got["erase"]["is_error"], true, "{got:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.path("notes.txt")).expect("notes"),
+        "first\n"
+    );
+    std::fs::read_to_string(&log)
+        .expect("the server's log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("log line"))
+        .collect()
+}
+
 #[test]
 fn a_call_kura_denies_through_the_proxy_is_absent_from_the_servers_own_log() {
     let port = free_port();
@@ -223,33 +255,38 @@ fn a_call_kura_denies_through_the_proxy_is_absent_from_the_servers_own_log() {
         port,
         &[("KURA_AGENTS__TOOL_EFFECTS", EFFECTS.into())],
     );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/logging_server.py");
     let log = s.path("received.log");
-    let server = vec![
-        mcp_python().display().to_string(),
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("agents/logging_server.py")
-            .display()
-            .to_string(),
-        log.display().to_string(),
-    ];
-    let calls = json!([["note", {"text": "first"}], ["erase", {}]]);
-    let nothing_yet = || assert!(!log.exists(), "the note reached the server before approval");
-    let (tools, got) = drive(&s, port, &token, "notes", &calls, &server, &nothing_yet);
-    assert_eq!(tools, ["erase", "note"]);
-    assert_eq!(got["note"]["is_error"], false, "{got:?}");
-    assert_eq!(got["erase"]["is_error"], true, "{got:?}");
-    let received: Vec<Value> = std::fs::read_to_string(&log)
-        .expect("the server's log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("log line"))
-        .collect();
+    // On stdio, started by the proxy.
+    let server = [mcp_python(), script.clone(), log.clone()].map(|p| p.display().to_string());
+    let received = only_the_approved_call_reaches(&s, port, &token, &server);
     assert_eq!(
         received,
         [json!({"tool": "note", "text": "first"})],
         "only the approved call reached the server"
     );
+
+    // Over Streamable HTTP, with the token the server wants.
+    std::fs::remove_file(&log).expect("fresh log");
+    std::fs::remove_file(s.path("notes.txt")).expect("fresh notes");
+    let http_port = free_port();
+    let mut http = Command::new(mcp_python())
+        .arg(&script)
+        .arg(&log)
+        .arg(http_port.to_string())
+        .stdout(std::fs::File::create(s.path("http-server.out")).expect("out file"))
+        .stderr(std::fs::File::create(s.path("http-server.err")).expect("err file"))
+        .spawn()
+        .expect("the HTTP server");
+    kura_testkit::console::wait_http(http_port);
+    let url = format!("http://127.0.0.1:{http_port}/mcp");
+    let server = ["--upstream".to_owned(), url, "upstream-secret".to_owned()];
+    let received = only_the_approved_call_reaches(&s, port, &token, &server);
+    let _ = http.kill();
+    let _ = http.wait();
     assert_eq!(
-        std::fs::read_to_string(s.path("notes.txt")).expect("notes"),
-        "first\n"
+        received,
+        [json!({"tool": "note", "text": "first", "authorization": "Bearer upstream-secret"})],
+        "only the approved call reached the server, with its token"
     );
 }

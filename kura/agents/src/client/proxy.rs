@@ -17,6 +17,8 @@ use rmcp::model::{
     ResultType, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt as _;
@@ -43,8 +45,18 @@ pub struct McpProxy {
     call_timeout: u64,
     /// The server's command line, after `--`: `kura mcp-proxy --name fs -- npx -y
     /// @modelcontextprotocol/server-filesystem /srv/project`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        value_name = "COMMAND",
+        required_unless_present = "upstream"
+    )]
     command: Vec<String>,
+    /// Instead of a command: the server's Streamable HTTP endpoint (`https://host/mcp`).
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    upstream: Option<String>,
+    /// The environment variable holding the bearer token the `--upstream` server wants.
+    #[arg(long, value_name = "VAR", requires = "upstream")]
+    upstream_token_env: Option<String>,
     #[command(flatten)]
     agent: AgentArgs,
 }
@@ -149,9 +161,18 @@ impl McpProxy {
         Ok(())
     }
 
-    /// Starts the server as a child speaking MCP on its stdin and stdout (its stderr is the
-    /// proxy's: the agent's log), killed when the proxy ends.
+    /// Connects to the server: over Streamable HTTP when `--upstream` names it, else as a
+    /// child speaking MCP on its stdin and stdout (its stderr is the proxy's: the agent's
+    /// log), killed when the proxy ends.
     async fn start_upstream(&self) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
+        let me = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("kura-mcp-proxy", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
+        if let Some(url) = &self.upstream {
+            return self.connect_http(me, url).await;
+        }
         let (program, args) = self
             .command
             .split_first()
@@ -170,14 +191,31 @@ impl McpProxy {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        let me = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("kura-mcp-proxy", env!("CARGO_PKG_VERSION")),
-        )
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
         me.serve((stdout, stdin))
             .await
             .with_context(|| format!("the MCP server {program:?} did not start an MCP session"))
+    }
+}
+
+impl McpProxy {
+    /// The `--upstream` server over Streamable HTTP, with its token when one is named.
+    async fn connect_http(
+        &self,
+        me: ClientConfig,
+        url: &str,
+    ) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(var) = &self.upstream_token_env {
+            let token = std::env::var(var)
+                .with_context(|| format!("--upstream-token-env names {var}, which is not set"))?;
+            config = config.auth_header(token);
+        }
+        // rmcp's HTTP client brings no TLS provider of its own: ring, as Kura's others use.
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let transport = StreamableHttpClientTransport::from_config(config);
+        me.serve(transport)
+            .await
+            .with_context(|| format!("the MCP server at {url} did not start an MCP session"))
     }
 }
 
