@@ -9,6 +9,7 @@ pub mod console;
 pub mod hub;
 pub mod nats;
 pub mod openai;
+pub mod python;
 pub mod rogue;
 pub mod stack;
 pub mod wal;

@@ -2,7 +2,8 @@
 file named by its first argument, before doing anything: the proof of what reached it.
 On stdio; or, given a port as its second argument, over Streamable HTTP at
 http://127.0.0.1:PORT/mcp (each logged call then names the Authorization header it came with).
-Tools: `note` (appends its text to the log's neighbour notes.txt) and `erase` (empties it)."""
+Tools: `note` (appends its text to the log's neighbour notes.txt), `erase` (empties it) and
+`peek` (reads it)."""
 import json
 import pathlib
 import sys
@@ -37,6 +38,13 @@ def erase(ctx: Context) -> str:
     received("erase", ctx)
     notes.write_text("")
     return "erased"
+
+
+@server.tool()
+def peek(ctx: Context) -> str:
+    """Read the notes."""
+    received("peek", ctx)
+    return notes.read_text() if notes.exists() else ""
 
 
 if len(sys.argv) > 2:

@@ -138,7 +138,7 @@ fn main() {
         ("KURA_AGENTS__RECORDS_PER_MINUTE".into(), "1000000".into()),
         (
             "KURA_AGENTS__TOOL_EFFECTS".into(),
-            "{ Read = \"read\" }".into(),
+            "{ Read = \"read\", mcp__notes__peek = \"read\" }".into(),
         ),
         ("RUST_LOG".into(), "warn".into()),
     ];
@@ -223,6 +223,8 @@ fn main() {
     // A call that asks a person (Bash is `external`: the policy asks), decided while the
     // agent waits.
     let (w50, w99, a50) = decided_while_waiting(&s, port, &token, &turn, &person_key, n);
+    // An MCP tool call through `kura mcp-proxy` beside the same call made directly.
+    let (direct50, proxied50, proxied99) = proxy_latency(&s, port, &token, n);
     // The baseline: `kura record add` of the same record into an open ledger of its own.
     let session = kura(
         &["--json", "session", "new", "--label", "cli baseline"],
@@ -294,6 +296,11 @@ fn main() {
         "| a person's signed decision sent → the waiting agent's `wait_decision` returns (HTTP, the agent blocked in it) | p50 {w50:.2} ms · p99 {w99:.2} ms | the same decision's round trip to aegis (sent → its signed verdict back): p50 {a50:.2} ms | {:.2} | p50 <= 5 ms | {} |",
         w50 / a50,
         if w50 <= 5.0 { "yes" } else { "no" }
+    );
+    println!(
+        "| an MCP tool call through `kura mcp-proxy` (the official Python client → proxy → a server on the official SDK over stdio; declared, ruled, recorded, forwarded, its result recorded) | p50 {proxied50:.2} ms · p99 {proxied99:.2} ms | the same call made directly to the same server: p50 {direct50:.2} ms | +{:.2} ms | added p50 <= 2 ms | {} |",
+        proxied50 - direct50,
+        if proxied50 - direct50 <= 2.0 { "yes" } else { "no" }
     );
     println!(
         "| a tool call declared under an `allow` rule (`declare_call`: tool.call + approval.request + the policy's decision, one commit) | p50 {d50:.2} ms · p99 {d99:.2} ms | the same CLI's one record: p50 {c50:.2} ms | {:.2} | - | - |",
@@ -387,5 +394,52 @@ fn decided_while_waiting(
         pct(&mut woke, 0.5),
         pct(&mut woke, 0.99),
         pct(&mut verdict, 0.5),
+    )
+}
+
+/// `n` calls of the logging server's `peek` (a read Kura allows) made by the official Python
+/// client, directly and through `kura mcp-proxy`: (direct p50, proxied p50, proxied p99), ms.
+fn proxy_latency(s: &Stack, port: u16, token: &str, n: usize) -> (f64, f64, f64) {
+    let python = kura_testkit::python::mcp_python();
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("agents");
+    let server = [
+        python.display().to_string(),
+        here.join("logging_server.py").display().to_string(),
+        s.path("received.log").display().to_string(),
+    ];
+    let run = |command: &[String]| -> Value {
+        let out = std::process::Command::new(&python)
+            .arg(here.join("proxy_bench.py"))
+            .arg(n.to_string())
+            .arg("peek")
+            .arg("--")
+            .args(command)
+            .env("KURA_AGENT_TOKEN", token)
+            .output()
+            .expect("proxy bench");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("figures")
+    };
+    let direct = run(&server);
+    let mut proxied = vec![
+        kura_testkit::bin("kura").display().to_string(),
+        "mcp-proxy".into(),
+        "--name".into(),
+        "notes".into(),
+        "--url".into(),
+        format!("http://127.0.0.1:{port}"),
+        "--".into(),
+    ];
+    proxied.extend(server.iter().cloned());
+    let through = run(&proxied);
+    let ms = |v: &Value, k: &str| v[k].as_f64().expect("ms");
+    (
+        ms(&direct, "p50_ms"),
+        ms(&through, "p50_ms"),
+        ms(&through, "p99_ms"),
     )
 }

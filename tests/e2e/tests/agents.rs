@@ -4,7 +4,7 @@
 //! refuse what the attacks below try.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -20,34 +20,7 @@ const POLICY: &str = "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = 
 [[rules]]\nname = \"other-may-not-write\"\nauthor = \"agent:other\"\neffect = \"write\"\ndecision = \"deny\"\n\n\
 [[rules]]\nname = \"other-may-not-list\"\nauthor = \"agent:other\"\ntool = \"fs.list\"\ndecision = \"deny\"\n";
 
-/// The venv with the pinned `mcp` client, made once under `target/` (pip from PyPI).
-pub(crate) fn mcp_python() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = root.join("target/mcp-venv");
-    let python = venv.join("bin/python");
-    let ready = Command::new(&python)
-        .args(["-c", "import mcp, httpx2"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ready {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3");
-        assert!(
-            made.success(),
-            "python3 -m venv failed (Debian: apt-get install python3-venv)"
-        );
-        let pip = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(root.join("tests/e2e/agents/requirements.txt"))
-            .status()
-            .expect("pip");
-        assert!(pip.success(), "pip install of the pinned mcp client failed");
-    }
-    python
-}
+pub(crate) use kura_testkit::python::mcp_python;
 
 /// A stack with aegis trusting `ana`, a console port serving the agents' surface, and an
 /// agent `laptop` whose token is returned.

@@ -1,0 +1,34 @@
+//! The Python the MCP tests and benches run the official `mcp` SDK with: a venv under
+//! `target/`, made once from the pinned requirements (pip from PyPI).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The venv's python, with the pinned `mcp` client and server SDK installed.
+pub fn mcp_python() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let venv = root.join("target/mcp-venv");
+    let python = venv.join("bin/python");
+    let ready = Command::new(&python)
+        .args(["-c", "import mcp, httpx2"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3");
+        assert!(
+            made.success(),
+            "python3 -m venv failed (Debian: apt-get install python3-venv)"
+        );
+        let pip = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(root.join("tests/e2e/agents/requirements.txt"))
+            .status()
+            .expect("pip");
+        assert!(pip.success(), "pip install of the pinned mcp client failed");
+    }
+    python
+}
