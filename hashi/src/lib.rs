@@ -4,9 +4,7 @@
 
 mod replay;
 pub mod roles;
-pub mod sandbox;
 pub mod secrets;
-pub mod tools;
 mod worker;
 
 use std::future::Future;
@@ -18,6 +16,8 @@ use proto::doorbell::WorkerDispatch;
 use serde::{Deserialize, Serialize};
 
 pub use worker::Worker;
+// The tools and their sandbox are a library of hashi's own (`hashi/tools`).
+pub use hashi_tools::{self as tools, sandbox};
 
 #[cfg(test)]
 mod tests;
@@ -112,7 +112,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // Tool children are confined by this very binary re-executed as `hashi sandbox-exec`.
     let helper = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find hashi's own binary for the tool sandbox: {e}"))?;
-    let toolbox = Arc::new(tools::Toolbox::new(config.tools.clone(), helper));
+    // MCP servers list their tools by being started once: blocking work, off the runtime.
+    let (tools_config, rt) = (config.tools.clone(), tokio::runtime::Handle::current());
+    let toolbox = Arc::new(
+        tokio::task::spawn_blocking(move || {
+            tools::Toolbox::new(tools_config, helper.clone()).with_mcp(helper, rt)
+        })
+        .await?,
+    );
     match toolbox.sandbox_state() {
         sandbox::SandboxState::Unavailable(why) => tracing::warn!(
             %why,

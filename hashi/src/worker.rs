@@ -206,6 +206,8 @@ impl Worker {
             r
         });
         self.renew_store = Some(renew_store);
+        // The MCP servers this turn started end with it.
+        self.tools.end_session(&claim.session_id.to_string());
         match result {
             Ok(End::Completed(ledger_id)) => {
                 tracing::info!(turn_id = %claim.turn_id, %ledger_id, "turn complete");

@@ -4,13 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The venv's python, with the pinned `mcp` client and server SDK installed.
+/// The venv's python, with the pinned `mcp` client and server SDK and the MCP servers the
+/// tests use installed.
 pub fn mcp_python() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let venv = root.join("target/mcp-venv");
     let python = venv.join("bin/python");
     let ready = Command::new(&python)
-        .args(["-c", "import mcp, httpx2"])
+        .args(["-c", "import mcp, httpx2, mcp_server_time, mcp_server_git"])
         .status()
         .is_ok_and(|s| s.success());
     if !ready {

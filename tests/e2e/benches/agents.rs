@@ -300,7 +300,11 @@ fn main() {
     println!(
         "| an MCP tool call through `kura mcp-proxy` (the official Python client → proxy → a server on the official SDK over stdio; declared, ruled, recorded, forwarded, its result recorded) | p50 {proxied50:.2} ms · p99 {proxied99:.2} ms | the same call made directly to the same server: p50 {direct50:.2} ms | +{:.2} ms | added p50 <= 2 ms | {} |",
         proxied50 - direct50,
-        if proxied50 - direct50 <= 2.0 { "yes" } else { "no" }
+        if proxied50 - direct50 <= 2.0 {
+            "yes"
+        } else {
+            "no"
+        }
     );
     println!(
         "| a tool call declared under an `allow` rule (`declare_call`: tool.call + approval.request + the policy's decision, one commit) | p50 {d50:.2} ms · p99 {d99:.2} ms | the same CLI's one record: p50 {c50:.2} ms | {:.2} | - | - |",

@@ -2,7 +2,7 @@
 //! inside the kernel sandbox (see `crate::sandbox`), with `KURA_SESSION_ID` and
 //! `KURA_CALL_ID` set so its outside effects can be made idempotent.
 
-use crate::tools::ToolError;
+use crate::ToolError;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -150,13 +150,13 @@ impl Run {
 }
 
 impl Tool for Run {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "shell.run"
     }
     fn effect(&self) -> Effect {
         Effect::External
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Run an allowlisted program (argv list, no shell) in the workspace."
     }
     fn parameters(&self) -> Value {

@@ -5,7 +5,7 @@
 //! created (or replaced) are removed and the ones it grew are cut back to their size before —
 //! and a workspace still over its quota takes no further writes until something is deleted.
 
-use crate::tools::ToolError;
+use crate::ToolError;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! the kernel (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), never re-resolved by
 //! name after a check, so no symlink swapped in between can lead a tool outside.
 
-use crate::tools::ToolError;
+use crate::ToolError;
 use proto::CallId;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};

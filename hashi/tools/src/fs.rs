@@ -2,7 +2,7 @@
 //! beneath the workspace handle and used through the very descriptor that was checked;
 //! anything that is not a regular file or a directory is refused by name.
 
-use crate::tools::ToolError;
+use crate::ToolError;
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
 
@@ -43,13 +43,13 @@ fn expect_kind(fd: &OwnedFd, rel: &str, want: FileType) -> Result<rustix::fs::St
 }
 
 impl Tool for Read {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "fs.read"
     }
     fn effect(&self) -> Effect {
         Effect::Read
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Read a UTF-8 text file from the workspace."
     }
     fn parameters(&self) -> Value {
@@ -68,13 +68,13 @@ impl Tool for Read {
 }
 
 impl Tool for List {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "fs.list"
     }
     fn effect(&self) -> Effect {
         Effect::Read
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "List a directory of the workspace (default: its top)."
     }
     fn parameters(&self) -> Value {
@@ -129,13 +129,13 @@ impl Tool for List {
 }
 
 impl Tool for Write {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "fs.write"
     }
     fn effect(&self) -> Effect {
         Effect::Write
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Write (or append to) a text file in the workspace."
     }
     fn parameters(&self) -> Value {

@@ -1,8 +1,12 @@
-//! Tools behind one trait, each with an effect class, plus the static allow/deny policy.
+//! hashi's tools behind one trait, each with an effect class, plus the static allow/deny
+//! policy: the built-ins (`fs.*`, `shell.run`), MCP servers' tools ([`mcp`]), each session's
+//! workspace, and the kernel sandbox every tool child runs in ([`sandbox`]).
 
 mod fs;
+pub mod mcp;
 mod output;
 mod quota;
+pub mod sandbox;
 mod shell;
 mod workspace;
 
@@ -14,7 +18,7 @@ use serde_json::{Map, Value};
 pub use output::{excerpt, fit};
 pub use workspace::{Workspace, normalize};
 
-use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
+use crate::sandbox::{Limits, SandboxMode, SandboxState};
 
 pub use proto::Effect;
 
@@ -51,11 +55,11 @@ impl From<String> for ToolError {
 /// A tool an agent can call.
 pub trait Tool: Send + Sync {
     /// Its name, e.g. `fs.read`.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// What running it can do.
     fn effect(&self) -> Effect;
     /// One line for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON schema of the arguments (for models that call tools).
     fn parameters(&self) -> Value;
     /// Runs it inside the session's workspace. `Err` is the tool's own failure message.
@@ -98,6 +102,8 @@ pub struct ToolsConfig {
     /// { argv = "*rm *" }`): their effect class is `irreversible`, which a writ's ceiling
     /// must name and policy treats as `external`.
     pub irreversible: Vec<CallPattern>,
+    /// MCP servers whose tools are offered as `<name>.<tool>` (`[[tools.mcp]]`).
+    pub mcp: Vec<mcp::McpServerConfig>,
 }
 
 /// A tool name glob and argument globs, as policy rules match them.
@@ -147,6 +153,7 @@ impl Default for ToolsConfig {
             max_processes: 512,
             memory_mib: 2048,
             irreversible: vec![],
+            mcp: vec![],
         }
     }
 }
@@ -173,6 +180,8 @@ pub struct Toolbox {
     config: ToolsConfig,
     /// What sandbox tool children get here.
     state: SandboxState,
+    /// The MCP servers whose tools are among `tools`.
+    servers: Vec<std::sync::Arc<mcp::Server>>,
 }
 
 /// Why a call did not run.
@@ -225,6 +234,72 @@ impl Toolbox {
             tools,
             config,
             state,
+            servers: Vec::new(),
+        }
+    }
+
+    /// Adds the tools of each `[[tools.mcp]]` server, listed by starting it once (in a
+    /// workspace of its own); a server that cannot list them is left out, and says why.
+    pub fn with_mcp(mut self, helper: PathBuf, rt: tokio::runtime::Handle) -> Toolbox {
+        let confinement = mcp::Confinement {
+            helper,
+            mode: self.config.sandbox,
+            state: self.state.clone(),
+            read_only: self
+                .config
+                .sandbox_read_only
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            read_write: self
+                .config
+                .sandbox_read_write
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            limits: self.limits(),
+        };
+        for c in self.config.mcp.clone() {
+            let name = c.name.clone();
+            let probe = format!("mcp-{name}");
+            let network = self
+                .config
+                .network
+                .iter()
+                .any(|p| glob_match(p, &format!("{name}.")));
+            let listed =
+                mcp::Server::new(c, network, confinement.clone(), rt.clone()).and_then(|server| {
+                    let tools = server.tools(&self.workspace(&probe)?)?;
+                    Ok((server, tools))
+                });
+            match listed {
+                Ok((server, tools)) => {
+                    tracing::info!(server = %name, tools = tools.len(), "MCP server's tools offered");
+                    self.tools
+                        .extend(tools.into_iter().map(|t| Box::new(t) as Box<dyn Tool>));
+                    self.servers.push(server);
+                }
+                Err(e) => tracing::warn!(server = %name, error = %e, "MCP server left out"),
+            }
+        }
+        self
+    }
+
+    /// Stops the MCP servers a session's turn started (its turn ended).
+    pub fn end_session(&self, session: &str) {
+        for s in &self.servers {
+            s.stop(session);
+        }
+    }
+
+    /// The rlimits of one tool child.
+    fn limits(&self) -> Limits {
+        let c = &self.config;
+        Limits {
+            cpu_secs: c.cpu_seconds.max(1),
+            file_bytes: c.quota_bytes(),
+            processes: c.max_processes.max(1),
+            address_space: c.memory_mib.max(16).saturating_mul(1 << 20),
         }
     }
 

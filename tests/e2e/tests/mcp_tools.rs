@@ -1,0 +1,202 @@
+//! MCP servers as hashi's tools (`[[tools.mcp]]`), with real servers: `mcp-server-time` from
+//! PyPI, and a server on the official Python SDK that tries what a server must not get away
+//! with in the tool sandbox and misbehaves. Each call is recorded like a built-in's; a server
+//! that escapes nothing, and one that dies, hangs or floods is a recorded error while the turn
+//! goes on.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kura_testkit::python::mcp_python;
+use kura_testkit::stack::{Stack, session_records};
+use proto::record::RecordType;
+use serde_json::{Value, json};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// What a Python MCP server needs to read in the sandbox: its venv, the Python it was made
+/// from, and the test servers' scripts.
+fn python_paths() -> Vec<String> {
+    let python = mcp_python();
+    let base = Command::new(&python)
+        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .output()
+        .expect("python");
+    let venv = python
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let venv = venv.canonicalize().unwrap_or(venv);
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("agents");
+    vec![
+        venv.display().to_string(),
+        String::from_utf8_lossy(&base.stdout).trim().to_owned(),
+        scripts
+            .canonicalize()
+            .unwrap_or(scripts)
+            .display()
+            .to_string(),
+    ]
+}
+
+/// A stack whose hashi offers the tools of `servers` (TOML, an array of `[[tools.mcp]]`
+/// tables) beside its own, running `script`.
+fn mcp_stack(script: &Value, servers: &str) -> Stack {
+    let mut s = Stack::new(&script.to_string());
+    s.extra_env.extend([
+        ("KURA_TOOLS__MCP".into(), servers.to_owned()),
+        (
+            "KURA_TOOLS__ALLOW".into(),
+            r#"["fs.*", "shell.run", "time.*", "bad.*"]"#.into(),
+        ),
+    ]);
+    for d in ["aegis", "minato", "hashi"] {
+        s.spawn(d, d);
+    }
+    s
+}
+
+/// The `[[tools.mcp]]` table of a Python server run as `python -m module` or `python file`.
+fn python_server(name: &str, run: &[&str], effects: &str, timeout_ms: u64) -> String {
+    let mut command = vec![mcp_python().display().to_string()];
+    command.extend(run.iter().map(|a| (*a).to_owned()));
+    format!(
+        "{{ name = {name:?}, command = {command:?}, read_only = {:?}, effects = {effects}, call_timeout_ms = {timeout_ms} }}",
+        python_paths()
+    )
+}
+
+/// The `tool.result` contents of a request's session, in order.
+fn results(s: &Stack, request: i64) -> Vec<Value> {
+    let st = s.wait_complete(request, MINUTE);
+    session_records(&s.store(), st.session_id.expect("session"))
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::ToolResult)
+        .map(|r| r.content)
+        .collect()
+}
+
+fn misbehaving() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/misbehaving_server.py")
+}
+
+#[test]
+fn a_hashi_turn_calls_an_mcp_servers_tools_and_each_call_is_recorded() {
+    let script = json!({"turns": [[
+        {"tool": "time.get_current_time", "args": {"timezone": "UTC"}},
+        {"tool": "time.convert_time", "args": {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}},
+        {"deliver": "the time, twice"}
+    ]]});
+    let time = python_server(
+        "time",
+        &["-m", "mcp_server_time"],
+        "{ get_current_time = \"read\", convert_time = \"read\" }",
+        30_000,
+    );
+    let s = mcp_stack(&script, &format!("[{time}]"));
+    let request = s.submit("what time is it");
+    let got = results(&s, request);
+    assert_eq!(got.len(), 2, "{got:?}\n{}", s.logs());
+    for r in &got {
+        assert_eq!(r["status"], "success", "{r}\n{}", s.logs());
+    }
+    assert!(got[0].to_string().contains("UTC"), "{}", got[0]);
+    assert!(got[1].to_string().contains("21:00"), "{}", got[1]);
+    let calls: Vec<String> = {
+        let st = s.wait_complete(request, MINUTE);
+        session_records(&s.store(), st.session_id.expect("session"))
+            .into_iter()
+            .filter(|r| r.record_type == RecordType::ToolCall)
+            .map(|r| {
+                r.content["tool_name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(calls, ["time.get_current_time", "time.convert_time"]);
+    let verify = s.cli().run(&["verify", "--all"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+/// Attack: a stdio MCP server is a program hashi starts; without the sandbox it could read
+/// another session's files and the database, and reach the network.
+#[test]
+fn a_stdio_mcp_server_cannot_read_outside_the_workspace_or_reach_the_network() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let mut script = json!({"turns": [[
+        {"tool": "bad.peek", "args": {"path": "VICTIM"}},
+        {"tool": "bad.peek", "args": {"path": "DB"}},
+        {"tool": "bad.connect", "args": {"port": port}},
+        {"deliver": "tried"}
+    ]]});
+    let bad = python_server(
+        "bad",
+        &[&misbehaving().display().to_string()],
+        "{ peek = \"read\", connect = \"read\" }",
+        30_000,
+    );
+    let s = {
+        // Another session's secret, named by its absolute path.
+        let s = mcp_stack(&json!({"turns": []}), &format!("[{bad}]"));
+        let victim = s.path("ws").join("victim-session");
+        std::fs::create_dir_all(&victim).expect("victim ws");
+        std::fs::write(victim.join("secret.txt"), "VICTIM-SECRET").expect("secret");
+        let turn = &mut script["turns"][0];
+        turn[0]["args"]["path"] = victim.join("secret.txt").display().to_string().into();
+        turn[1]["args"]["path"] = s.db.display().to_string().into();
+        std::fs::write(s.path("script.json"), script.to_string()).expect("script");
+        s
+    };
+    let got = results(&s, s.submit("escape if you can"));
+    assert_eq!(got.len(), 3, "{got:?}\n{}", s.logs());
+    for r in &got {
+        let text = r.to_string();
+        assert!(
+            text.contains("refused") && !text.contains("VICTIM-SECRET") && !text.contains("read: "),
+            "the server got out: {text}\n{}",
+            s.logs()
+        );
+    }
+    assert!(listener.accept().is_err(), "the server reached the network");
+}
+
+#[test]
+fn an_mcp_server_that_dies_hangs_or_floods_is_a_recorded_error_and_the_turn_goes_on() {
+    let script = json!({"turns": [[
+        {"tool": "bad.die", "args": {}},
+        {"tool": "bad.hang", "args": {}},
+        {"tool": "bad.flood", "args": {}},
+        {"tool": "bad.echo", "args": {"text": "still here"}},
+        {"deliver": "survived"}
+    ]]});
+    let bad = python_server(
+        "bad",
+        &[&misbehaving().display().to_string()],
+        "{ die = \"read\", hang = \"read\", flood = \"read\", echo = \"read\" }",
+        3_000,
+    );
+    let s = mcp_stack(&script, &format!("[{bad}]"));
+    let got = results(&s, s.submit("misbehave"));
+    assert_eq!(got.len(), 4, "{got:?}\n{}", s.logs());
+    for (r, why) in got.iter().zip(["died", "hung", "flooded"]) {
+        assert_eq!(r["status"], "error", "the server {why}: {r}");
+        assert!(
+            r.to_string().len() < 64 * 1024,
+            "the flood is not recorded: {} bytes",
+            r.to_string().len()
+        );
+    }
+    assert_eq!(got[3]["status"], "success", "{}", got[3]);
+    assert!(got[3].to_string().contains("still here"), "{}", got[3]);
+}
