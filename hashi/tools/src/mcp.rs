@@ -47,6 +47,10 @@ pub struct McpServerConfig {
     /// Extra paths its command may read (its interpreter, its packages).
     #[serde(default)]
     pub read_only: Vec<String>,
+    /// Environment its command gets beside the sandbox's own (`PATH`, `HOME` = the
+    /// workspace, `KURA_SESSION_ID`); nothing else of hashi's environment reaches it.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
     /// How long one call may take before it is cut off (and the server stopped).
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
@@ -249,6 +253,7 @@ impl Server {
             .env("TMPDIR", ws.root())
             .env("LANG", "C.UTF-8")
             .env("KURA_SESSION_ID", ws.session())
+            .envs(&self.config.env)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());

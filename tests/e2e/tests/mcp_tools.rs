@@ -200,3 +200,113 @@ fn an_mcp_server_that_dies_hangs_or_floods_is_a_recorded_error_and_the_turn_goes
     assert_eq!(got[3]["status"], "success", "{}", got[3]);
     assert!(got[3].to_string().contains("still here"), "{}", got[3]);
 }
+
+/// A role bound to git and time tools commits in its session's repository: reads run at
+/// once, the write-class commit waits for a person and runs only after her signed approval.
+#[test]
+fn a_role_uses_git_and_time_tools_and_its_git_commit_waits_for_a_person() {
+    let script = json!({"turns": [[
+        {"tool": "shell.run", "args": {"argv": ["git", "init", "-q", "-b", "main"]}},
+        {"tool": "fs.write", "args": {"path": "notes.md", "content": "kept by the keeper\n"}},
+        {"tool": "time.get_current_time", "args": {"timezone": "UTC"}},
+        {"tool": "git.git_add", "args": {"repo_path": ".", "files": ["notes.md"]}},
+        {"tool": "git.git_status", "args": {"repo_path": "."}},
+        {"tool": "git.git_commit", "args": {"repo_path": ".", "message": "notes, approved"}},
+        {"tool": "git.git_log", "args": {"repo_path": "."}},
+        {"deliver": "committed"}
+    ]]});
+    let python = |m: &str, effects: &str| {
+        python_server(m, &["-m", &format!("mcp_server_{m}")], effects, 30_000)
+    };
+    // Who commits: the sandbox hides /etc/passwd, so git is told.
+    let git = python(
+        "git",
+        "{ git_status = \"read\", git_log = \"read\", git_add = \"write\", git_commit = \"write\" }",
+    );
+    let git = format!(
+        "{}, env = {{ GIT_AUTHOR_NAME = \"keeper\", GIT_AUTHOR_EMAIL = \"keeper@kura\", GIT_COMMITTER_NAME = \"keeper\", GIT_COMMITTER_EMAIL = \"keeper@kura\" }} }}",
+        git.strip_suffix(" }").expect("a table")
+    );
+    let time = python("time", "{ get_current_time = \"read\" }");
+    let mut s = Stack::new(&script.to_string());
+    // Reads and the workspace's own files run at once; a git write asks a person.
+    std::fs::write(
+        s.path("policy.toml"),
+        "[defaults]\nread = \"allow\"\nwrite = \"allow\"\nexternal = \"allow\"\n\n\
+         [[rules]]\nname = \"git-writes-ask\"\ntool = \"git.git_commit\"\ndecision = \"ask\"\n",
+    )
+    .expect("policy");
+    let key = s.new_approver("ana");
+    let k: Value = serde_json::from_str(&std::fs::read_to_string(key).expect("key")).expect("json");
+    s.extra_env.extend([
+        ("KURA_TOOLS__MCP".into(), format!("[{git}, {time}]")),
+        (
+            "KURA_TOOLS__ALLOW".into(),
+            r#"["fs.*", "shell.run", "time.*", "git.*"]"#.into(),
+        ),
+        ("KURA_TOOLS__SHELL_ALLOWLIST".into(), r#"["git"]"#.into()),
+        (
+            "KURA_ROSTER__ROLES".into(),
+            r#"[{ name = "keeper", tools = ["git.*", "time.*", "fs.write", "shell.run"] }]"#.into(),
+        ),
+        (
+            "KURA_AEGIS__APPROVERS".into(),
+            format!(
+                "[{{ name = \"ana\", public_key = \"{}\" }}]",
+                k["public_key"].as_str().expect("public key")
+            ),
+        ),
+    ]);
+    for d in ["aegis", "minato", "hashi"] {
+        s.spawn(d, d);
+    }
+    let request = s.submit_with("keep the notes", &["--role", "keeper"]);
+    let mut asked = None;
+    s.wait_until("the commit asked of a person", MINUTE, |st| {
+        asked = kura_work::approvals::asked(st)
+            .ok()
+            .and_then(|a| a.into_iter().find(|a| a.tool_name == "git.git_commit"));
+        asked.is_some()
+    });
+    let session = s
+        .store()
+        .sessions()
+        .expect("sessions")
+        .into_iter()
+        .find(|x| x.label.contains("keep the notes"))
+        .expect("the session");
+    let repo = s.path("ws").join(session.session_id.to_string());
+    let log = |repo: &Path| {
+        Command::new("git")
+            .args(["-C", &repo.display().to_string(), "log", "--format=%s"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(log(&repo), "", "the commit ran before the approval");
+    let id = asked.expect("asked").request_id.to_string();
+    let (code, out) = crate::agents::aegis_approve(&s, &id);
+    assert_eq!(code, 0, "{out}");
+    let got = results(&s, request);
+    assert_eq!(got.len(), 7, "{got:?}\n{}", s.logs());
+    for r in &got {
+        assert_eq!(r["status"], "success", "{r}\n{}", s.logs());
+    }
+    assert!(
+        got[4].to_string().contains("notes.md"),
+        "git status: {}",
+        got[4]
+    );
+    assert!(
+        got[6].to_string().contains("notes, approved"),
+        "git log: {}",
+        got[6]
+    );
+    assert_eq!(log(&repo), "notes, approved\n");
+    let verify = s.cli().run(&["verify", "--all"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
