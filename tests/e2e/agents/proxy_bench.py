@@ -14,12 +14,13 @@ from mcp import Client, StdioServerParameters
 async def main(n, tool, command):
     params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     async with Client(params, mode="legacy") as c:
+        args = {"text": "call"} if tool == "echo" else {}
         for _ in range(10):
-            await c.call_tool(tool, {})
+            await c.call_tool(tool, args)
         times = []
         for _ in range(n):
             t = time.perf_counter()
-            r = await c.call_tool(tool, {})
+            r = await c.call_tool(tool, args)
             times.append((time.perf_counter() - t) * 1000)
             assert not r.is_error, r
     times.sort()

@@ -310,3 +310,57 @@ fn a_role_uses_git_and_time_tools_and_its_git_commit_waits_for_a_person() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+/// A real model over the OpenAI-compatible wire is shown the MCP server's tools with the
+/// server's own schemas, calls one by its wire name, and is shown the server's answer.
+#[test]
+fn a_model_over_the_openai_wire_is_shown_an_mcp_servers_tools_and_calls_one() {
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let log = seen.clone();
+    let url = kura_testkit::openai::start((10, 5), move |body| {
+        log.lock().expect("lock").push(body.clone());
+        if kura_testkit::openai::has_tool_result(body) {
+            kura_testkit::openai::say("it is late in Tokyo")
+        } else {
+            kura_testkit::openai::call("time_get_current_time", json!({"timezone": "Asia/Tokyo"}))
+        }
+    });
+    let time = python_server(
+        "time",
+        &["-m", "mcp_server_time"],
+        "{ get_current_time = \"read\", convert_time = \"read\" }",
+        30_000,
+    );
+    let mut s = Stack::new("{\"turns\": []}");
+    s.extra_env.extend([
+        ("KURA_TOOLS__MCP".into(), format!("[{time}]")),
+        ("KURA_TOOLS__ALLOW".into(), r#"["time.*"]"#.into()),
+        ("KURA_PROVIDER__KIND".into(), "openai".into()),
+        ("KURA_PROVIDER__BASE_URL".into(), url),
+        ("KURA_PROVIDER__MODEL".into(), "tiny-test-model".into()),
+    ]);
+    for d in ["aegis", "minato", "hashi"] {
+        s.spawn(d, d);
+    }
+    let got = results(&s, s.submit("what time is it in Tokyo"));
+    assert_eq!(got.len(), 1, "{got:?}\n{}", s.logs());
+    assert_eq!(got[0]["status"], "success", "{}", got[0]);
+    let seen = seen.lock().expect("lock");
+    let first = seen.first().expect("the model was asked");
+    let tool = first["tools"]
+        .as_array()
+        .and_then(|t| {
+            t.iter()
+                .find(|t| t["function"]["name"] == "time_get_current_time")
+        })
+        .unwrap_or_else(|| panic!("the MCP tool was not shown: {}", first["tools"]));
+    assert!(
+        tool["function"]["parameters"]["properties"]["timezone"].is_object(),
+        "the server's own schema: {tool}"
+    );
+    let answer = seen.last().expect("the second request").to_string();
+    assert!(
+        answer.contains("Asia/Tokyo"),
+        "the model was shown the server's answer: {answer}"
+    );
+}
