@@ -57,6 +57,8 @@ fn main() {
         ("KURA_TOOLS__ALLOW".into(), r#"["bench.*"]"#.into()),
         ("KURA_NATS__MODE".into(), "external".into()),
         ("KURA_WORKER__LEASE_MS".into(), "30000".into()),
+        // Every call in one turn: the bench's turn is longer than a model's usually is.
+        ("KURA_WORKER__MAX_STEPS".into(), (n + 20).to_string()),
         ("RUST_LOG".into(), "warn".into()),
     ];
     for d in ["aegis", "minato", "hashi"] {
