@@ -260,6 +260,31 @@ pub async fn decide(
     person.send(&d).await
 }
 
+/// Answers a question (a `person.ask` request): an approval whose signed arguments are the
+/// question's with `answer` added.
+pub async fn answer(
+    at: &Endpoint,
+    request_id: RequestId,
+    answer: &str,
+    note: &str,
+) -> anyhow::Result<Verdicted> {
+    let person = Person::connect(at).await?;
+    let items = person.pending().await?;
+    let item = items
+        .iter()
+        .find(|i| i.request_id == request_id)
+        .with_context(|| format!("request {request_id} is not waiting for a decision"))?;
+    anyhow::ensure!(
+        item.tool == proto::content::PERSON_ASK,
+        "request {request_id} is a call of {}, not a question: approve or deny it",
+        item.tool
+    );
+    let mut args = item.arguments.as_object().cloned().unwrap_or_default();
+    args.insert("answer".into(), answer.into());
+    let d = person.sign(request_id, true, note, Some(args)).await?;
+    person.send(&d).await
+}
+
 /// A person connected to aegis: what waits for them, and their signed decisions, over one
 /// connection (the console's relay and the benches keep one open; the CLI makes one per run).
 pub struct Person {

@@ -57,6 +57,20 @@ enum Command {
         #[arg(long, env = "KURA_AEGIS_KEY")]
         key: Option<PathBuf>,
     },
+    /// Answer a question an agent put to people (`person.ask`), signed with your key; with
+    /// choices, the answer must be one of them.
+    Answer {
+        /// The request id.
+        request_id: String,
+        /// The answer.
+        answer: String,
+        /// A note for the record.
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Your key file. Default: ~/.config/kura/aegis-key.json
+        #[arg(long, env = "KURA_AEGIS_KEY")]
+        key: Option<PathBuf>,
+    },
     /// Deny a request (signed with your key).
     Deny {
         /// The request id.
@@ -85,6 +99,7 @@ fn main() -> ExitCode {
         Command::Keygen { name, key } => return keygen(&name, key),
         Command::Pending { ref key, .. }
         | Command::Approve { ref key, .. }
+        | Command::Answer { ref key, .. }
         | Command::Deny { ref key, .. } => key.clone(),
     };
     let (config, rt) = match kura_runtime::start_client::<Config>("aegis", config_path.as_deref()) {
@@ -120,6 +135,12 @@ fn main() -> ExitCode {
         Command::Deny {
             request_id, reason, ..
         } => decide(&rt, &at, &request_id, false, &reason, None),
+        Command::Answer {
+            request_id,
+            answer,
+            note,
+            ..
+        } => answer_cmd(&rt, &at, &request_id, &answer, &note),
         Command::Keygen { .. } | Command::Daemon(_) => ExitCode::SUCCESS,
     }
 }
@@ -207,6 +228,35 @@ fn pending(rt: &tokio::runtime::Runtime, at: &aegis::client::Endpoint, json: boo
 }
 
 /// Signs and sends a decision; exit 0 if accepted, 1 if aegis refused it, 2 on errors.
+fn answer_cmd(
+    rt: &tokio::runtime::Runtime,
+    at: &aegis::client::Endpoint,
+    request_id: &str,
+    answer: &str,
+    note: &str,
+) -> ExitCode {
+    let id = match kura_store::store::parse_id(request_id) {
+        Ok(id) => id,
+        Err(e) => return fail(e),
+    };
+    verdict(rt.block_on(aegis::client::answer(at, id, answer, note)))
+}
+
+/// What aegis said of a decision: its message, exit 1 when it refused it.
+fn verdict(v: anyhow::Result<proto::doorbell::Verdicted>) -> ExitCode {
+    match v {
+        Ok(v) if v.ok => {
+            println!("{}", v.message);
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            eprintln!("aegis: {}", v.message);
+            ExitCode::from(1)
+        }
+        Err(e) => fail(format!("{e:#}")),
+    }
+}
+
 fn decide(
     rt: &tokio::runtime::Runtime,
     at: &aegis::client::Endpoint,
@@ -219,15 +269,5 @@ fn decide(
         Ok(id) => id,
         Err(e) => return fail(e),
     };
-    match rt.block_on(aegis::client::decide(at, id, approve, note, edit)) {
-        Ok(v) if v.ok => {
-            println!("{}", v.message);
-            ExitCode::SUCCESS
-        }
-        Ok(v) => {
-            eprintln!("aegis: {}", v.message);
-            ExitCode::from(1)
-        }
-        Err(e) => fail(format!("{e:#}")),
-    }
+    verdict(rt.block_on(aegis::client::decide(at, id, approve, note, edit)))
 }

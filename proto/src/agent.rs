@@ -165,6 +165,18 @@ wire! {
         pub edited_arguments: Option<Map<String, Value>>,
     }
 
+    /// Put a question to the agent's people (`person.ask`): wait for the answer with
+    /// `wait_decision`; it comes as `edited_arguments.answer`, signed by whoever answered.
+    pub struct AskPerson {
+        /// The turn.
+        pub turn_id: TurnId,
+        /// The question.
+        pub question: String,
+        /// The answers to choose from, if any.
+        #[serde(default)]
+        pub choices: Vec<String>,
+    }
+
     /// Take back a declared call the agent will not run (it stopped waiting): an undecided
     /// request is denied, so nobody approves it.
     pub struct WithdrawCall {

@@ -207,6 +207,14 @@ impl ToolResultContent {
     }
 }
 
+/// The tool that puts a question to people (`{"question", "choices"?}`): it runs only with a
+/// person's signed answer, given as the `answer` argument of an approval with edited
+/// arguments, and its `tool.result` is that answer, authored by the person.
+pub const PERSON_ASK: &str = "person.ask";
+
+/// The longest answer a person may give (bytes).
+pub const MAX_ANSWER_BYTES: usize = 4096;
+
 /// The `call_id` a `tool.call` or `tool.result` content carries, if any.
 pub fn call_id_of(content: &Value) -> Option<&str> {
     #[derive(Deserialize)]

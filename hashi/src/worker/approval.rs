@@ -283,6 +283,23 @@ impl Worker {
                 approval_request: request_id,
             });
         }
+        if name == proto::content::PERSON_ASK && content.status == proto::ToolStatus::Success {
+            // The answer is the person's word, authored by whoever signed it.
+            let by = kura_work::approvals::votes(&self.store, request_id)?
+                .into_iter()
+                .find(|(_, v)| v == "approve")
+                .map(|(who, _)| who);
+            if let Some(who) = by {
+                let mut result =
+                    self.record(claim, RecordType::ToolResult, content.to_value(), &[]);
+                result.author_id = if who.contains(':') {
+                    who
+                } else {
+                    format!("user:{who}")
+                };
+                return self.append(claim, history, result).map(|()| CallEnd::Done);
+            }
+        }
         self.append_result(claim, history, content)?;
         Ok(CallEnd::Done)
     }

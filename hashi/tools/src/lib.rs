@@ -5,6 +5,7 @@
 mod fs;
 pub mod mcp;
 mod output;
+mod person;
 mod quota;
 pub mod sandbox;
 mod shell;
@@ -209,6 +210,7 @@ impl Toolbox {
             Box::new(fs::Read),
             Box::new(fs::List),
             Box::new(fs::Write),
+            Box::new(person::Ask),
             Box::new(shell::Run {
                 allowlist: config.shell_allowlist.clone(),
                 timeout,

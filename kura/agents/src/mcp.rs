@@ -118,6 +118,17 @@ impl KuraTools {
     }
 
     #[tool(
+        description = "Ask your people a question (optionally with choices) and wait for their signed answer with wait_decision: it arrives as edited_arguments.answer."
+    )]
+    async fn ask_person(
+        &self,
+        Parameters(req): Parameters<AskPerson>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Declared>, ErrorData> {
+        self.run(&ctx, req, Gateway::ask_person).await
+    }
+
+    #[tool(
         description = "Take back a declared call you will not run (you stopped waiting for a person): an undecided request is denied, so nobody approves it. Answers where it stands."
     )]
     async fn withdraw_call(

@@ -379,6 +379,27 @@ impl Gateway {
         })
     }
 
+    /// Puts a question to people: a `person.ask` call declared in the turn, which the gate
+    /// always asks people about; the answer is the approval's `answer` argument.
+    pub fn ask_person(&self, caller: &Caller, req: AskPerson) -> Result<Declared, GatewayError> {
+        if req.question.trim().is_empty() || req.question.len() > 16 * 1024 {
+            return Err(GatewayError::Invalid(
+                "a question is 1 byte to 16 KiB of text".into(),
+            ));
+        }
+        let mut arguments = Map::new();
+        arguments.insert("question".into(), req.question.into());
+        if !req.choices.is_empty() {
+            arguments.insert("choices".into(), req.choices.into());
+        }
+        let declare = DeclareCall {
+            turn_id: req.turn_id,
+            tool: proto::content::PERSON_ASK.to_owned(),
+            arguments,
+        };
+        self.declare_call(caller, declare)
+    }
+
     /// Where a request of this agent stands, waiting up to [`MAX_WAIT`] for a decision.
     pub fn wait_decision(
         &self,

@@ -11,7 +11,7 @@ use kura_policy::writ::{Issuer, WritError};
 use kura_policy::{Policy, Ruling, Verdict};
 use kura_store::store::parse_id;
 use kura_store::{Cached, Db, Result, Tx};
-use proto::content::ApprovalRequestContent;
+use proto::content::{ApprovalRequestContent, MAX_ANSWER_BYTES, PERSON_ASK};
 use proto::{ApprovalState, Effect, SessionId, TurnId};
 use proto::{CallId, WritId};
 use rusqlite::OptionalExtension;
@@ -381,7 +381,41 @@ impl Context {
 
 fn evaluate(policy: &Policy, call: &GateCall, ctx: &Context) -> Ruling {
     let args = Value::Object(call.arguments.clone());
-    policy.evaluate(&call.policy_call(&args, ctx))
+    let mut ruling = policy.evaluate(&call.policy_call(&args, ctx));
+    // A question is put to people whatever the policy allows: only a person answers it (a
+    // policy may still deny it, or name who is asked).
+    if call.tool == PERSON_ASK && ruling.verdict == Verdict::Allow {
+        ruling.verdict = Verdict::Ask;
+        ruling.rule = QUESTIONS_GO_TO_PEOPLE.to_owned();
+    }
+    ruling
+}
+
+/// The rule a question is asked of people by, whatever the policy allows.
+pub const QUESTIONS_GO_TO_PEOPLE: &str = "questions-go-to-people";
+
+/// A question that carries its own answer: refused when filed (only a person's signed edit
+/// may add one).
+fn self_answered(call: &GateCall) -> Option<Refusal> {
+    (call.tool == PERSON_ASK && call.arguments.contains_key("answer"))
+        .then(|| Refusal::Policy("a question is answered by a person, not by its asker".to_owned()))
+}
+
+/// What is wrong with a person's answer to a question, if anything: it is a string within
+/// bounds, one of the choices when the question offers some.
+fn answer_fault(args: &Map<String, Value>) -> Option<String> {
+    let Some(Value::String(answer)) = args.get("answer") else {
+        return Some("an answer to a question is its `answer` argument, a string".into());
+    };
+    if answer.len() > MAX_ANSWER_BYTES {
+        return Some(format!("an answer is at most {MAX_ANSWER_BYTES} bytes"));
+    }
+    match args.get("choices").and_then(Value::as_array) {
+        Some(c) if !c.is_empty() && !c.iter().any(|x| x.as_str() == Some(answer)) => {
+            Some("the answer is not one of the question's choices".into())
+        }
+        _ => None,
+    }
 }
 
 /// Files a call: its `approval.request` (arguments in normal form) in the turn's output
@@ -406,7 +440,8 @@ pub fn file(tx: &Tx<'_>, f: &Filing<'_>) -> Result<Filed> {
         Some(e) => Some(Refusal::Path(e.clone())),
         None => check_writs(tx, f.writs, f.issuers, call)?
             .err()
-            .map(Refusal::Writ),
+            .map(Refusal::Writ)
+            .or_else(|| self_answered(call)),
     };
     if let Some(r) = refusal {
         approvals::decide_by_policy(tx, &a, false, &r.rule(), hash, f.metadata.clone())?;
@@ -490,7 +525,8 @@ pub fn rule_pending(
         Some(e) => Some(Refusal::Path(e.clone())),
         None => hold(tx, &writs_of_turn(tx, a.turn_id)?, issuers, &call)?
             .err()
-            .map(Refusal::Writ),
+            .map(Refusal::Writ)
+            .or_else(|| self_answered(&call)),
     };
     if let Some(r) = refusal {
         let rule = r.rule();
@@ -568,6 +604,11 @@ pub fn rule_edit(
     let call = GateCall::new(&a.tool_name, a.effect, args.clone());
     if let Err(e) = hold(tx, &writs_of_turn(tx, a.turn_id)?, issuers, &call)? {
         return Ok(Err(EditRefusal::Writ(e)));
+    }
+    if call.tool == PERSON_ASK
+        && let Some(why) = answer_fault(args)
+    {
+        return Ok(Err(EditRefusal::Policy(why)));
     }
     let author = approvals::request_author(tx, a.request_id)?;
     let ctx = Context::of(tx, a.session_id, a.turn_id, &author)?;

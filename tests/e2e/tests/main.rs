@@ -17,6 +17,7 @@ mod memory;
 mod openai;
 mod plans;
 mod proxy;
+mod questions;
 mod supervise;
 mod timetravel;
 mod upgrade;
