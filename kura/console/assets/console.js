@@ -196,6 +196,16 @@ async function initApproval(article) {
   args.value = editableJson(content.arguments);
   args.dataset.initial = args.value;
   const out = form.querySelector(".outcome");
+  if (form.classList.contains("answer")) {
+    // A question: shown from the verified content only; its choices offered.
+    form.querySelector("q.question").textContent = escapeControls(String(content.arguments.question ?? ""));
+    const list = form.querySelector("datalist");
+    for (const c of Array.isArray(content.arguments.choices) ? content.arguments.choices : []) {
+      const o = document.createElement("option");
+      o.value = String(c);
+      list.appendChild(o);
+    }
+  }
   // "Approve edited" only once the arguments say something else than the request.
   const editButton = form.querySelector("button.edit-approve");
   const edited = () => {
@@ -205,8 +215,10 @@ async function initApproval(article) {
       return true;
     }
   };
-  editButton.hidden = true;
-  args.addEventListener("input", () => { editButton.hidden = !edited(); });
+  if (editButton) {
+    editButton.hidden = true;
+    args.addEventListener("input", () => { editButton.hidden = !edited(); });
+  }
   for (const b of form.querySelectorAll("button[data-decision]")) {
     b.addEventListener("click", () => decide(article, form, computed, b.dataset.decision, args, out));
   }
@@ -236,7 +248,14 @@ async function decideNow(article, form, requestHash, choice, argsField, out) {
     note,
     signed_at: new Date().toISOString(),
   };
-  if (choice === "deny" && !note.trim()) return say(out, "Say why you deny it.", true);
+  if (choice === "deny" && !note.trim() && form.classList.contains("answer")) decision.note = "declined to answer";
+  else if (choice === "deny" && !note.trim()) return say(out, "Say why you deny it.", true);
+  if (choice === "answer") {
+    // The question's own arguments, with the answer added: what the person signs.
+    const answer = form.querySelector('input[name="answer"]').value;
+    if (!answer.trim()) return say(out, "Write an answer first.", true);
+    decision.arguments = Object.assign(JSON.parse(argsField.value), { answer });
+  }
   if (choice === "approve-edited") {
     let edited;
     try {

@@ -165,7 +165,21 @@ pub fn approvals(items: &[Waiting], me: &Login) -> Markup {
                 p.hidden-chars hidden { }
                 div.verified hidden { }
                 p.check { "Checking the request's hash in this browser…" }
-                @if !mine {
+                @if !mine && a.tool_name == proto::content::PERSON_ASK {
+                    // A question: the person answers it (signed, like any decision).
+                    form.decide.answer hidden {
+                        p.question { "Question: " q.question {} }
+                        label { "Your answer " input name="answer" maxlength="4096" autocomplete="off" list={ "choices-" (a.request_id) }; }
+                        datalist id={ "choices-" (a.request_id) } {}
+                        input type="hidden" name="note" value="";
+                        textarea name="arguments" hidden {}
+                        div.buttons {
+                            button.answer type="button" data-decision="answer" { "Answer" }
+                            button.deny type="button" data-decision="deny" { "Decline" }
+                        }
+                        p.outcome role="status" {}
+                    }
+                } @else if !mine {
                     form.decide hidden {
                         label { "Note or reason " input name="note" maxlength="200" autocomplete="off"; }
                         details.edit {

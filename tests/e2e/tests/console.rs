@@ -7,6 +7,7 @@ mod browser;
 mod hidden;
 mod limits;
 mod people;
+mod questions;
 mod writs;
 
 use proto::SessionId;
