@@ -142,7 +142,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .secret_env
             .iter()
             .map(String::as_str)
-            .chain(config.provider.api_key_env.as_deref()),
+            .chain(config.provider.api_key_env.as_deref())
+            // An MCP server's token, should the server echo it.
+            .chain(
+                config
+                    .tools
+                    .mcp
+                    .iter()
+                    .filter_map(|m| m.secret_env.as_deref()),
+            ),
     ));
     tracing::info!(
         secrets = secrets.len(),

@@ -269,22 +269,44 @@ impl Toolbox {
                 .network
                 .iter()
                 .any(|p| glob_match(p, &format!("{name}.")));
+            tracing::info!(server = %name, "listing the MCP server's tools");
             let listed =
                 mcp::Server::new(c, network, confinement.clone(), rt.clone()).and_then(|server| {
                     let tools = server.tools(&self.workspace(&probe)?)?;
                     Ok((server, tools))
                 });
             match listed {
-                Ok((server, tools)) => {
-                    tracing::info!(server = %name, tools = tools.len(), "MCP server's tools offered");
-                    self.tools
-                        .extend(tools.into_iter().map(|t| Box::new(t) as Box<dyn Tool>));
-                    self.servers.push(server);
-                }
+                Ok((server, tools)) => self.offer(&name, server, tools),
                 Err(e) => tracing::warn!(server = %name, error = %e, "MCP server left out"),
             }
         }
         self
+    }
+
+    /// Offers a server's tools: each wire name once (`a.b_c` and `a_b.c` both reach a model
+    /// as `a_b_c`, and a call must not go to a server it was not meant for).
+    fn offer(&mut self, name: &str, server: std::sync::Arc<mcp::Server>, tools: Vec<mcp::McpTool>) {
+        let wire = |n: &str| n.replace('.', "_");
+        let taken: std::collections::HashSet<String> =
+            self.tools.iter().map(|t| wire(t.name())).collect();
+        let (kept, clashing): (Vec<_>, Vec<_>) = tools
+            .into_iter()
+            .partition(|t| !taken.contains(&wire(t.name())));
+        for t in &clashing {
+            tracing::warn!(server = %name, tool = %t.name(), "MCP tool left out: its name reaches a model as another tool's");
+        }
+        let allowed = self
+            .config
+            .allow
+            .iter()
+            .any(|p| glob_match(p, &format!("{name}.")));
+        if !kept.is_empty() && !allowed {
+            tracing::warn!(server = %name, "its tools are offered but may not run: add \"{name}.*\" to [tools] allow");
+        }
+        tracing::info!(server = %name, tools = kept.len(), "MCP server's tools offered");
+        self.tools
+            .extend(kept.into_iter().map(|t| Box::new(t) as Box<dyn Tool>));
+        self.servers.push(server);
     }
 
     /// Stops the MCP servers a session's turn started (its turn ended).

@@ -23,6 +23,7 @@ use rmcp::{RoleClient, ServiceError, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::quota::Guard;
 use super::{Effect, Tool, ToolError, Workspace};
 use crate::sandbox::{self, Limits, SandboxMode, SandboxState};
 
@@ -126,6 +127,26 @@ fn valid_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        && !RESERVED.contains(&name)
+}
+
+/// Names a server may not take: its tools would pass for hashi's own (`fs.*` in
+/// `tools.allow`, a writ or a rule would cover a third party's).
+const RESERVED: &[&str] = &["fs", "shell", "kura", "person"];
+
+/// Most tools one server offers, and the most of its description and schema kept: a
+/// server's listing is untrusted input bound for every prompt.
+const MAX_TOOLS: usize = 256;
+const MAX_DESCRIPTION: usize = 2048;
+const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// A tool name a model's wire takes as it is: 1–64 of `A-Z a-z 0-9 _ -`.
+fn valid_tool(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 impl Server {
@@ -139,7 +160,7 @@ impl Server {
     ) -> Result<Arc<Server>, ToolError> {
         if !valid_name(&config.name) {
             return Err(ToolError::Arguments(format!(
-                "[[tools.mcp]] name {:?}: 1-32 of a-z, 0-9, _ or -",
+                "[[tools.mcp]] name {:?}: 1-32 of a-z, 0-9, _ or -, and not fs, shell, kura or person (hashi's own)",
                 config.name
             )));
         }
@@ -174,7 +195,19 @@ impl Server {
             Ok(Err(e)) => return Err(self.failed(format!("listing its tools failed: {e}"))),
             Err(_) => return Err(self.failed("it did not list its tools in time".into())),
         };
-        Ok(tools
+        let (mut kept, mut seen) = (Vec::new(), std::collections::HashSet::new());
+        for t in tools {
+            if !valid_tool(&t.name) || !seen.insert(t.name.to_string()) || kept.len() >= MAX_TOOLS {
+                tracing::warn!(server = %self.config.name, tool = %proto::text::excerpt(&t.name, 80), "MCP tool left out: a name of 1-64 letters, digits, _ or -, listed once, at most 256 a server");
+                continue;
+            }
+            if serde_json::to_string(&t.input_schema).map_or(true, |j| j.len() > MAX_SCHEMA_BYTES) {
+                tracing::warn!(server = %self.config.name, tool = %t.name, "MCP tool left out: its schema is over 64 KiB");
+                continue;
+            }
+            kept.push(t);
+        }
+        Ok(kept
             .into_iter()
             .map(|t| McpTool {
                 server: self.clone(),
@@ -186,7 +219,10 @@ impl Server {
                     .copied()
                     .unwrap_or(Effect::External),
                 remote: t.name.to_string(),
-                description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                description: t
+                    .description
+                    .map(|d| proto::text::excerpt(&d, MAX_DESCRIPTION))
+                    .unwrap_or_default(),
                 schema: Value::Object((*t.input_schema).clone()),
             })
             .collect())
@@ -314,6 +350,15 @@ impl Server {
         drop(self.lock().remove(session));
     }
 
+    /// Stops `running` if it is still the session's server (a newer one started meanwhile
+    /// by another call is left alone).
+    fn stop_this(&self, session: &str, running: &Arc<Session>) {
+        let mut map = self.lock();
+        if map.get(session).is_some_and(|s| Arc::ptr_eq(s, running)) {
+            drop(map.remove(session));
+        }
+    }
+
     /// Calls `tool` with `args` in the session of `ws`; a failure stops the server so the
     /// next call starts it afresh.
     fn call(
@@ -330,8 +375,9 @@ impl Server {
         });
         let outcome = match answered {
             Ok(Ok(r)) => Ok(r),
+            // The server is well; the call was wrong (a model's mistake): it keeps running.
             Ok(Err(ServiceError::McpError(e))) => {
-                Err(self.failed(format!("it refused the call: {}", e.message)))
+                return Err(self.failed(format!("it refused the call: {}", e.message)));
             }
             Ok(Err(e)) => Err(self.failed(format!(
                 "it failed ({e}); it is started afresh on the next call"
@@ -342,8 +388,7 @@ impl Server {
             ))),
         };
         if outcome.is_err() {
-            drop(session);
-            self.stop(ws.session());
+            self.stop_this(ws.session(), &session);
         }
         outcome.and_then(result_value)
     }
@@ -380,6 +425,34 @@ impl Tool for McpTool {
         self.schema.clone()
     }
     fn run(&self, ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError> {
-        self.server.call(ws, &self.remote, args)
+        // The server runs for the whole turn and writes where it likes beneath the
+        // workspace: the quota bounds the sum, measured around each call.
+        let (guard, _) = Guard::before_run(ws)?;
+        let outcome = self.server.call(ws, &self.remote, args);
+        if guard.passed(ws) {
+            self.server.stop(ws.session());
+            return Err(ToolError::Quota(guard.roll_back(ws)));
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review: a server named `fs` would have its tools pass for hashi's own (`fs.*` in an
+    /// allow list, a writ or a rule); a tool name the model's wire cannot carry would fail
+    /// every turn shown it.
+    #[test]
+    fn a_server_may_not_take_a_builtin_name_nor_a_tool_a_name_no_wire_carries() {
+        for name in ["fs", "shell", "kura", "person", "", "Git", "a.b", "x/y"] {
+            assert!(!valid_name(name), "{name:?} accepted");
+        }
+        assert!(valid_name("git") && valid_name("mcp-time_2"));
+        for tool in ["", "a.b", "a/b", "a b", "ü", &"x".repeat(65)] {
+            assert!(!valid_tool(tool), "{tool:?} accepted");
+        }
+        assert!(valid_tool("git_status") && valid_tool("get-current-time"));
     }
 }

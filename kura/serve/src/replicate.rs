@@ -136,10 +136,6 @@ pub(crate) fn start(
     Ok(())
 }
 
-/// Publishes whenever the database changed — woken by its commits (every seal is one), with
-/// `poll` the fallback timer; `PRAGMA data_version` says whether anything changed —
-/// reconnecting to the hub's stream as needed; a divergence stops it and is returned (the
-/// ALARM), a stop returns `None`.
 /// After the database's files were written, look again every `SETTLE` for `SETTLE_TRIES`
 /// looks: a commit writes the WAL before its WAL index (in `-shm`, written through a
 /// mapping, which raises no inotify event), with its fsync between, and the kernel merges a
@@ -151,6 +147,10 @@ pub(crate) fn start(
 const SETTLE: Duration = Duration::from_millis(1);
 const SETTLE_TRIES: u32 = 50;
 
+/// Publishes whenever the database changed — woken by its commits (every seal is one), with
+/// `poll` the fallback timer; `PRAGMA data_version` says whether anything changed —
+/// reconnecting to the hub's stream as needed; a divergence stops it and is returned (the
+/// ALARM), a stop returns `None`.
 fn publish_loop(
     rt: &tokio::runtime::Handle,
     client: async_nats::Client,

@@ -3,8 +3,9 @@ file named by its first argument, before doing anything: the proof of what reach
 On stdio; or, given a port as its second argument, over Streamable HTTP at
 http://127.0.0.1:PORT/mcp (each logged call then names the Authorization header it came with).
 Tools: `note` (appends its text to the log's neighbour notes.txt), `erase` (empties it) and
-`peek` (reads it)."""
+`peek` (reads it) and `token` (tells the Kura agent token in its environment, if any)."""
 import json
+import os
 import pathlib
 import sys
 
@@ -38,6 +39,13 @@ def erase(ctx: Context) -> str:
     received("erase", ctx)
     notes.write_text("")
     return "erased"
+
+
+@server.tool()
+def token(ctx: Context) -> str:
+    """Tell the Kura agent token this server was given, if any."""
+    received("token", ctx)
+    return "token:" + os.environ.get("KURA_AGENT_TOKEN", "")
 
 
 @server.tool()

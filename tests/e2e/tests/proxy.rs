@@ -26,7 +26,8 @@ const POLICY: &str = "[defaults]\nread = \"allow\"\nwrite = \"ask\"\nexternal = 
 
 /// The effect class each proxied tool has in Kura's configuration.
 const EFFECTS: &str = "{ mcp__fs__read_text_file = \"read\", mcp__fs__write_file = \"write\", \
-mcp__fs__move_file = \"write\", mcp__notes__note = \"write\", mcp__notes__erase = \"write\" }";
+mcp__fs__move_file = \"write\", mcp__notes__note = \"write\", mcp__notes__erase = \"write\", \
+mcp__notes__token = \"read\" }";
 
 /// Runs the Python client through the proxy in front of `server`, making `calls`; each
 /// outcome by tool. A call that asks a person is approved with ana's key once the test has
@@ -224,7 +225,7 @@ fn only_the_approved_call_reaches(
     server: &[String],
 ) -> Vec<Value> {
     let log = s.path("received.log");
-    let calls = json!([["note", {"text": "first"}], ["erase", {}]]);
+    let calls = json!([["note", {"text": "first"}], ["erase", {}], ["token", {}]]);
     let nothing_yet = || {
         let logged = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(
@@ -233,7 +234,15 @@ fn only_the_approved_call_reaches(
         );
     };
     let (tools, got) = drive(s, port, token, "notes", &calls, server, &nothing_yet);
-    assert_eq!(tools, ["erase", "note"]);
+    assert_eq!(tools, ["erase", "note", "peek", "token"]);
+    // Attack (review): the server was started with the proxy's environment, the agent's
+    // Kura token in it, and could act as the agent.
+    if !server.first().is_some_and(|a| a == "--upstream") {
+        assert_eq!(
+            got["token"]["text"], "token:",
+            "the server was given the agent's token: {got:?}"
+        );
+    }
     assert_eq!(got["note"]["is_error"], false, "{got:?}");
     assert_eq!(got["erase"]["is_error"], true, "{got:?}");
     assert_eq!(
@@ -262,8 +271,11 @@ fn a_call_kura_denies_through_the_proxy_is_absent_from_the_servers_own_log() {
     let received = only_the_approved_call_reaches(&s, port, &token, &server);
     assert_eq!(
         received,
-        [json!({"tool": "note", "text": "first"})],
-        "only the approved call reached the server"
+        [
+            json!({"tool": "note", "text": "first"}),
+            json!({"tool": "token"})
+        ],
+        "only the approved call (and the allowed read) reached the server"
     );
 
     // Over Streamable HTTP, with the token the server wants.
@@ -284,9 +296,13 @@ fn a_call_kura_denies_through_the_proxy_is_absent_from_the_servers_own_log() {
     let received = only_the_approved_call_reaches(&s, port, &token, &server);
     let _ = http.kill();
     let _ = http.wait();
+    let bearer = "Bearer upstream-secret";
     assert_eq!(
         received,
-        [json!({"tool": "note", "text": "first", "authorization": "Bearer upstream-secret"})],
-        "only the approved call reached the server, with its token"
+        [
+            json!({"tool": "note", "text": "first", "authorization": bearer}),
+            json!({"tool": "token", "authorization": bearer})
+        ],
+        "only the approved call (and the allowed read) reached the server, with its token"
     );
 }

@@ -112,11 +112,13 @@ impl McpProxy {
         kura: Arc<Kura>,
         out: std::sync::mpsc::Sender<String>,
     ) -> anyhow::Result<()> {
-        let upstream = self.start_upstream().await?;
-        let tools = upstream
-            .list_all_tools()
+        let upstream = tokio::time::timeout(self.startup(), self.start_upstream())
             .await
-            .with_context(|| format!("cannot list the tools of {:?}", self.command))?;
+            .map_err(|_| self.slow("start an MCP session"))??;
+        let tools = tokio::time::timeout(self.startup(), upstream.list_all_tools())
+            .await
+            .map_err(|_| self.slow("list its tools"))?
+            .with_context(|| format!("cannot list the tools of {}", self.server()))?;
         let start = StartSession {
             instruction: format!(
                 "(an agent's calls to the MCP server {} through Kura)",
@@ -177,18 +179,32 @@ impl McpProxy {
             .command
             .split_first()
             .context("name the MCP server's command after --")?;
-        let mut child = tokio::process::Command::new(program)
-            .args(args)
+        let mut command = tokio::process::Command::new(program);
+        command.args(args);
+        // The agent's Kura token is the proxy's, never the server's: with it a server could
+        // record and end the agent's turns itself.
+        for var in ["KURA_AGENT_TOKEN", "KURA_AGENT_TOKEN_FILE"] {
+            command.env_remove(var);
+        }
+        let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
+            // Its own process group, so what it starts (npx's node) ends with it.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("cannot start the MCP server {program:?}"))?;
+        let group = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw);
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             anyhow::bail!("the MCP server {program:?} has no stdin or stdout");
         };
-        // The child is killed when the proxy's runtime drops it; reaped by tokio.
+        // Its whole group is killed when the proxy ends (the guard lives as long as the
+        // runtime's tasks); reaped by tokio.
         tokio::spawn(async move {
+            let _group = GroupGuard(group);
             let _ = child.wait().await;
         });
         me.serve((stdout, stdin))
@@ -197,7 +213,41 @@ impl McpProxy {
     }
 }
 
+/// Kills a process group when dropped (the proxy's runtime ends: the server and all it
+/// started go with it).
+struct GroupGuard(Option<rustix::process::Pid>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(g) = self.0 {
+            let _ = rustix::process::kill_process_group(g, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 impl McpProxy {
+    /// How long the server may take to start and to list its tools.
+    fn startup(&self) -> Duration {
+        Duration::from_secs(self.call_timeout.max(1))
+    }
+
+    /// The server, as an error names it.
+    fn server(&self) -> String {
+        match &self.upstream {
+            Some(url) => format!("the MCP server at {url}"),
+            None => format!("the MCP server {:?}", self.command.join(" ")),
+        }
+    }
+
+    /// A server too slow at start-up, as an error says it.
+    fn slow(&self, what: &str) -> anyhow::Error {
+        anyhow::anyhow!(
+            "{} did not {what} within {} s (--call-timeout); check that it speaks MCP on stdio",
+            self.server(),
+            self.call_timeout
+        )
+    }
+
     /// The `--upstream` server over Streamable HTTP, with its token when one is named.
     async fn connect_http(
         &self,
