@@ -364,3 +364,64 @@ fn a_model_over_the_openai_wire_is_shown_an_mcp_servers_tools_and_calls_one() {
         "the model was shown the server's answer: {answer}"
     );
 }
+
+/// `@modelcontextprotocol/server-everything` from npm, which exercises the protocol's
+/// features, as hashi's tools in its sandbox: plain text, structured content, a long call
+/// that sends progress notifications, and its environment, which holds nothing of hashi's.
+#[test]
+fn the_everything_server_from_npm_serves_hashi_in_the_sandbox() {
+    let (node, modules) = crate::conformance::node_packages();
+    let script = json!({"turns": [[
+        {"tool": "everything.echo", "args": {"message": "hello through the sandbox"}},
+        {"tool": "everything.get-sum", "args": {"a": 2, "b": 40}},
+        {"tool": "everything.get-structured-content", "args": {"location": "Chicago"}},
+        {"tool": "everything.trigger-long-running-operation", "args": {"duration": 1, "steps": 3}},
+        {"tool": "everything.get-env", "args": {}},
+        {"deliver": "everything works"}
+    ]]});
+    let real = |p: PathBuf| p.canonicalize().unwrap_or(p).display().to_string();
+    // Node reads /etc/ssl/openssl.cnf as it starts, and the sandbox hides /etc.
+    let command = vec![
+        real(node.clone()),
+        real(modules.join("@modelcontextprotocol/server-everything/dist/index.js")),
+        "stdio".to_owned(),
+    ];
+    let everything = format!(
+        "{{ name = \"everything\", command = {command:?}, read_only = {:?}, effects = {{ echo = \"read\", get-sum = \"read\", get-structured-content = \"read\", trigger-long-running-operation = \"read\", get-env = \"read\" }}, env = {{ OPENSSL_CONF = \"/dev/null\" }}, call_timeout_ms = 30000 }}",
+        [real(modules.clone())]
+    );
+    let mut s = Stack::new(&script.to_string());
+    s.extra_env.extend([
+        ("KURA_TOOLS__MCP".into(), format!("[{everything}]")),
+        ("KURA_TOOLS__ALLOW".into(), r#"["everything.*"]"#.into()),
+        (
+            "KURA_CANARY_SECRET".into(),
+            "hashi-environment-canary".into(),
+        ),
+    ]);
+    for d in ["aegis", "minato", "hashi"] {
+        s.spawn(d, d);
+    }
+    let got = results(&s, s.submit("try everything"));
+    assert_eq!(got.len(), 5, "{got:?}\n{}", s.logs());
+    for r in &got {
+        assert_eq!(r["status"], "success", "{r}\n{}", s.logs());
+    }
+    assert!(
+        got[0].to_string().contains("hello through the sandbox"),
+        "{}",
+        got[0]
+    );
+    assert!(got[1].to_string().contains("42"), "{}", got[1]);
+    assert!(
+        got[2]["result"]["temperature"].is_number(),
+        "structured content: {}",
+        got[2]
+    );
+    assert!(got[3].to_string().contains("completed"), "{}", got[3]);
+    let env = got[4].to_string();
+    assert!(
+        !env.contains("hashi-environment-canary") && !env.contains("KURA_DB"),
+        "hashi's environment reached the server: {env}"
+    );
+}
