@@ -155,11 +155,19 @@ macro_rules! new_name {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
         #[derive(
-            Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash,
+            Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash,
             serde::Serialize, serde::Deserialize,
         )]
         #[serde(transparent)]
         pub struct $name(String);
+
+        // Quoted like the text it is, so a message that quotes a name (`{role:?}`) reads as
+        // it did when names were strings.
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.0, f)
+            }
+        }
 
         impl $name {
             /// The name as given.
@@ -339,6 +347,7 @@ mod tests {
         assert_eq!(c.as_str(), "call_1");
         let r: RoleName = serde_json::from_str("\"writer\"").expect("parse");
         assert_eq!(r.to_string(), "writer");
+        assert_eq!(format!("{r:?}"), "\"writer\"", "quoted as the text it is");
         // A content carrying one hashes as before: the newtype is transparent.
         let t = crate::ToolCallContent::new("fs.read", serde_json::Map::new(), "c1");
         assert_eq!(t.to_value()["call_id"], "c1");

@@ -22,6 +22,7 @@ pub use workspace::{Workspace, normalize};
 use crate::sandbox::{Limits, SandboxMode, SandboxState};
 
 pub use proto::Effect;
+use proto::content::PERSON_ASK;
 
 /// Why a tool call did not run, or failed. Its words go into the `tool.result` record as
 /// they are, so each kind carries them whole.
@@ -210,7 +211,6 @@ impl Toolbox {
             Box::new(fs::Read),
             Box::new(fs::List),
             Box::new(fs::Write),
-            Box::new(person::Ask),
             Box::new(shell::Run {
                 allowlist: config.shell_allowlist.clone(),
                 timeout,
@@ -232,6 +232,11 @@ impl Toolbox {
                 },
             }),
         ];
+        let mut tools = tools;
+        // A question is offered only where it may be asked: every prompt would carry it.
+        if config.allow.iter().any(|p| glob_match(p, PERSON_ASK)) {
+            tools.push(Box::new(person::Ask));
+        }
         Toolbox {
             tools,
             config,

@@ -200,3 +200,64 @@ fn an_outside_agent_asks_a_person_and_waits_for_the_signed_answer() {
     assert_eq!(decided["state"], "approved", "{decided}");
     assert_eq!(decided["edited_arguments"]["answer"], "kura", "{decided}");
 }
+
+/// Attack: an answer a person signed for one question, relayed as the answer to another.
+#[test]
+fn an_answer_signed_for_one_question_is_refused_for_another() {
+    let port = kura_testkit::free_port();
+    let (s, token) = crate::agents::agent_stack_with(port, &[]);
+    let post =
+        |op: &str, body: Value| crate::agents::post(port, op, Some(&token), &body.to_string());
+    let (_, started) = post("start_session", json!({"instruction": "two questions"}));
+    let turn = started["turn_id"].as_str().expect("turn").to_owned();
+    let ask = |q: &str| {
+        let (status, d) = post("ask_person", json!({"turn_id": turn, "question": q}));
+        assert_eq!(status, 200, "{d}");
+        d["request_id"]
+            .as_str()
+            .expect("request")
+            .parse::<proto::RequestId>()
+            .expect("id")
+    };
+    let (harmless, risky) = (ask("may I read the README?"), ask("may I wipe the disk?"));
+    let at = aegis::client::Endpoint {
+        url: s.nats.url(),
+        subjects: proto::subjects::Subjects::default(),
+        ca: Some(s.nats.ca()),
+        reply_key: s.nats.signer(Role::Aegis),
+        key_path: s.path("ana.key"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let verdict = rt.block_on(async {
+        let person = aegis::client::Person::connect(&at)
+            .await
+            .expect("ana connects");
+        let mut yes = None;
+        for _ in 0..200 {
+            let mut args = serde_json::Map::new();
+            args.insert("question".into(), "may I read the README?".into());
+            args.insert("answer".into(), "yes".into());
+            if let Ok(d) = person.sign(harmless, true, "", Some(args)).await {
+                yes = Some(d);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut relayed = yes.expect("ana signed an answer to the harmless question");
+        relayed.request_id = risky;
+        person.send(&relayed).await.expect("aegis's verdict")
+    });
+    assert!(
+        !verdict.ok,
+        "a relayed answer was taken: {}",
+        verdict.message
+    );
+    let (_, still) = post(
+        "wait_decision",
+        json!({"request_id": risky.to_string(), "timeout_ms": 100}),
+    );
+    assert_ne!(still["state"], "approved", "{still}");
+}
