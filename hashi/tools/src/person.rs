@@ -30,7 +30,11 @@ impl Tool for Ask {
     }
     fn run(&self, _ws: &Workspace, args: &Map<String, Value>) -> Result<Value, ToolError> {
         match args.get("answer") {
-            Some(Value::String(answer)) => Ok(json!({"answer": answer})),
+            Some(answer @ Value::String(_)) => {
+                let mut result = Map::new();
+                result.insert("answer".into(), answer.clone());
+                Ok(Value::Object(result))
+            }
             _ => Err(ToolError::Refused(
                 "approved without an answer: nobody answered the question (answer it with `aegis answer ID TEXT` or in the console)"
                     .into(),

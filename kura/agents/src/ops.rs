@@ -429,6 +429,9 @@ impl Gateway {
             })?;
             if a.state.is_decided() || Instant::now() >= deadline {
                 let edited = parse_edit(a.edited_arguments.as_deref())?;
+                if a.tool_name == proto::content::PERSON_ASK && a.state == ApprovalState::Approved {
+                    self.record_answer(caller, &a)?;
+                }
                 return Ok(Decision {
                     request_id: a.request_id,
                     state: a.state,
@@ -439,6 +442,52 @@ impl Gateway {
             }
             self.wakeup.wait(mark, deadline, self.bus_up());
         }
+    }
+
+    /// A question's answer as its call's `tool.result`, authored by the person who signed
+    /// it — once, however often the agent asks where the question stands.
+    fn record_answer(&self, caller: &Caller, a: &approvals::Approval) -> Result<(), GatewayError> {
+        let answer = parse_edit(a.edited_arguments.as_deref())?
+            .and_then(|e| e.get("answer").cloned())
+            .unwrap_or(Value::Null);
+        self.with_store(|store| {
+            let claim = agent_claim(store, &caller.author(), a.turn_id).map_err(store_error)?;
+            let recorded = store
+                .hydrate(claim.output_ledger_id)
+                .map_err(store_error)?
+                .iter()
+                .any(|r| {
+                    r.record_type == RecordType::ToolResult
+                        && proto::content::call_id_of(&r.content) == Some(a.call_id.as_str())
+                });
+            if recorded {
+                return Ok(());
+            }
+            let by = approvals::votes(store, a.request_id)
+                .map_err(store_error)?
+                .into_iter()
+                .find(|(_, v)| v == "approve")
+                .map(|(who, _)| {
+                    if who.contains(':') {
+                        who
+                    } else {
+                        format!("user:{who}")
+                    }
+                })
+                .unwrap_or_else(|| "user:unknown".to_owned());
+            let mut result = Map::new();
+            result.insert("answer".into(), answer);
+            let content = proto::ToolResultContent::success(Value::Object(result), &a.call_id);
+            let rec = NewRecord {
+                record_type: RecordType::ToolResult,
+                content: content.to_value(),
+                author_id: by,
+                metadata: Default::default(),
+            };
+            let out = claim.output_ledger_id;
+            kura_work::fenced(store, &claim, |tx| tx.append(out, &rec)).map_err(store_error)?;
+            Ok(())
+        })
     }
 
     /// Takes back a call of this agent's that it will not run: an undecided request is

@@ -199,6 +199,25 @@ fn an_outside_agent_asks_a_person_and_waits_for_the_signed_answer() {
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["state"], "approved", "{decided}");
     assert_eq!(decided["edited_arguments"]["answer"], "kura", "{decided}");
+    // The answer is the call's result in the agent's turn, authored by the person, once.
+    let (_, again) = post(
+        "wait_decision",
+        json!({"request_id": id, "timeout_ms": 100}),
+    );
+    assert_eq!(again["state"], "approved", "{again}");
+    let store = s.store();
+    let session = started["session_id"]
+        .as_str()
+        .expect("session")
+        .parse()
+        .expect("id");
+    let answers: Vec<proto::Record> = session_records(&store, session)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::ToolResult)
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].author_id, "user:ana");
+    assert_eq!(answers[0].content["result"]["answer"], "kura");
 }
 
 /// Attack: an answer a person signed for one question, relayed as the answer to another.
