@@ -252,7 +252,11 @@ impl Server {
                 config = config.auth_header(token);
             }
             let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-            let transport = StreamableHttpClientTransport::from_config(config);
+            // The transport starts a task of its own: on hashi's runtime, whatever thread asks.
+            let transport = {
+                let _on = self.rt.enter();
+                StreamableHttpClientTransport::from_config(config)
+            };
             let service = self
                 .rt
                 .block_on(async { tokio::time::timeout(self.timeout(), me.serve(transport)).await })

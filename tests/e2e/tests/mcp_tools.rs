@@ -425,3 +425,66 @@ fn the_everything_server_from_npm_serves_hashi_in_the_sandbox() {
         "hashi's environment reached the server: {env}"
     );
 }
+
+/// A server reached over Streamable HTTP is a network destination: hashi reaches it only
+/// when `tools.network` grants its tools, and sends it the token `secret_env` names.
+#[test]
+fn an_mcp_server_over_http_is_reached_only_under_a_network_rule() {
+    let log = tempfile::tempdir().expect("tempdir");
+    let received = log.path().join("received.log");
+    let port = kura_testkit::free_port();
+    let mut server = Command::new(mcp_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/logging_server.py"))
+        .arg(&received)
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the HTTP server");
+    kura_testkit::console::wait_http(port);
+    let script = json!({"turns": [[
+        {"tool": "web.note", "args": {"text": "over http"}},
+        {"deliver": "noted"}
+    ]]});
+    let table = format!(
+        "[{{ name = \"web\", url = \"http://127.0.0.1:{port}/mcp\", secret_env = \"WEB_TOKEN\", effects = {{ note = \"read\" }} }}]"
+    );
+    let run = |network: &str| {
+        let mut s = Stack::new(&script.to_string());
+        s.extra_env.extend([
+            ("KURA_TOOLS__MCP".into(), table.clone()),
+            ("KURA_TOOLS__ALLOW".into(), r#"["web.*"]"#.into()),
+            ("KURA_TOOLS__NETWORK".into(), network.to_owned()),
+            ("WEB_TOKEN".into(), "web-secret".into()),
+        ]);
+        for d in ["aegis", "minato", "hashi"] {
+            s.spawn(d, d);
+        }
+        let got = results(&s, s.submit("note it"));
+        (got, s.log("hashi"))
+    };
+    let (got, log_text) = run("[]");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        got[0]["status"], "error",
+        "reached without a rule: {}",
+        got[0]
+    );
+    assert!(
+        log_text.contains("tools.network"),
+        "hashi says what to add: {log_text}"
+    );
+    assert!(
+        !received.exists(),
+        "the server was reached without a network rule"
+    );
+    let (got, _) = run(r#"["web.*"]"#);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(got[0]["status"], "success", "{}", got[0]);
+    let logged = std::fs::read_to_string(&received).expect("the server's log");
+    assert!(
+        logged.contains("over http") && logged.contains("Bearer web-secret"),
+        "{logged}"
+    );
+}
