@@ -1122,3 +1122,62 @@ fn real_models_are_shown_the_roster_they_route_by_and_every_output_they_join() {
         );
     }
 }
+
+/// People as tools inside a plan: a step's role asks a question (`person.ask`), the step
+/// waits without holding a worker, a person answers with `aegis answer`, and the step's
+/// `tool.result` is her answer, authored by her; the plan then finishes.
+#[test]
+fn a_plan_steps_question_is_answered_by_a_person_and_the_plan_goes_on() {
+    let asker = r#"{"turns": [[
+      {"tool": "person.ask", "args": {"question": "ship it today?", "choices": ["yes", "no"]}},
+      {"deliver": "asked and answered"}]]}"#;
+    let planner = r#"{"turns": [
+      [{"plan": {"steps": [{"id": "q", "role": "asker", "instruction": "ask about shipping"}]}},
+       {"deliver": "planned", "final": false}],
+      [{"deliver": "all done"}]]}"#;
+    let mut s = Stack::new(planner);
+    let key = s.new_approver("oles");
+    let k: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    roster(&mut s, &[("asker", asker.to_owned())]);
+    s.extra_env.extend([
+        (
+            "KURA_AEGIS__APPROVERS".into(),
+            format!(
+                "[{{ name = \"oles\", public_key = \"{}\" }}]",
+                k["public_key"].as_str().expect("public key")
+            ),
+        ),
+        (
+            "KURA_TOOLS__ALLOW".into(),
+            r#"["fs.*", "person.ask"]"#.into(),
+        ),
+    ]);
+    start(&mut s);
+    let request = s.submit("decide about shipping");
+    let mut asked = None;
+    s.wait_until("the step's question put to people", MINUTE, |st| {
+        asked = kura_work::approvals::asked(st)
+            .ok()
+            .and_then(|a| a.into_iter().find(|a| a.tool_name == "person.ask"));
+        asked.is_some()
+    });
+    let id = asked.expect("asked").request_id.to_string();
+    let (code, out) = aegis(&s, &["answer", &id, "yes"]);
+    assert_eq!(code, 0, "{out}");
+    let st = s.wait_complete(request, MINUTE);
+    let delivered = st
+        .deliverable
+        .as_ref()
+        .map(|d| d.content.to_string())
+        .unwrap_or_default();
+    assert!(delivered.contains("all done"), "{st:?}");
+    let (_, step) = steps(&s).into_iter().next().expect("the step");
+    let answers: Vec<proto::Record> = records(&s, step)
+        .into_iter()
+        .filter(|r| r.record_type == RecordType::ToolResult)
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].content["result"]["answer"], "yes");
+    assert_eq!(answers[0].author_id, "user:oles");
+}
