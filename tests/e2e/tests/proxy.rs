@@ -237,7 +237,7 @@ fn only_the_approved_call_reaches(
     assert_eq!(tools, ["erase", "note", "peek", "token"]);
     // Attack (review): the server was started with the proxy's environment, the agent's
     // Kura token in it, and could act as the agent.
-    if !server.first().is_some_and(|a| a == "--upstream") {
+    if server.first().is_none_or(|a| a != "--upstream") {
         assert_eq!(
             got["token"]["text"], "token:",
             "the server was given the agent's token: {got:?}"
