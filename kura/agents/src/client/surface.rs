@@ -151,7 +151,18 @@ impl Kura {
                 request_id: declared.request_id,
                 timeout_ms: Some(ms.min(WAIT_SLICE_MS)),
             };
-            let d: Decision = self.call("wait_decision", &req).await?;
+            let d: Decision = match self.call("wait_decision", &req).await {
+                Ok(d) => d,
+                Err(e) => {
+                    // The call will not run: taken back (best effort), so nobody approves
+                    // it later for nothing.
+                    let withdraw = WithdrawCall {
+                        request_id: declared.request_id,
+                    };
+                    let _: Option<Decision> = self.call("withdraw_call", &withdraw).await.ok();
+                    return Err(e);
+                }
+            };
             match d.state {
                 ApprovalState::Approved => return Ok(approved(d)),
                 ApprovalState::Denied => {
