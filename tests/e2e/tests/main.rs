@@ -12,6 +12,7 @@ mod console;
 mod e2e;
 mod fleet;
 mod gate;
+mod hook_setup;
 mod mcp_tools;
 mod memory;
 mod openai;

@@ -26,9 +26,6 @@ const MAX_PAYLOAD: u64 = 4 << 20;
 /// Record and gate an outside agent through its hooks.
 #[derive(Debug, clap::Args)]
 pub struct Hook {
-    /// The agent whose hooks call this (only Claude Code so far).
-    #[arg(value_enum)]
-    agent: HookAgent,
     /// The hook event, as the agent names it.
     #[arg(value_enum, required_unless_present = "check_settings")]
     event: Option<HookEvent>,
@@ -46,13 +43,6 @@ pub struct Hook {
     state_dir: Option<PathBuf>,
     #[command(flatten)]
     agent_args: AgentArgs,
-}
-
-/// Agents with hooks.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum HookAgent {
-    /// Anthropic's Claude Code.
-    ClaudeCode,
 }
 
 /// Claude Code's hook events Kura maps.
@@ -142,7 +132,6 @@ impl Hook {
     /// Maps one hook call. Exit 2 (with the reason on stderr) only when a call must not run.
     /// `say` writes one whole message to stdout.
     pub fn run(self, mut say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
-        let HookAgent::ClaudeCode = self.agent;
         if let Some(file) = &self.check_settings {
             return check_settings(file, &mut say);
         }

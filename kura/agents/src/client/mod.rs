@@ -3,6 +3,7 @@
 //! never open the database.
 
 pub mod hook;
+pub mod install;
 pub mod proxy;
 pub mod relay;
 pub mod settings;
@@ -12,11 +13,15 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+/// Where `kura serve`'s agent surface is unless told otherwise (the console's loopback
+/// address).
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8480";
+
 /// Where the agent surface is and who is calling.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
     /// `kura serve`'s console address (the agent surface is served beside it).
-    #[arg(long, env = "KURA_AGENT_URL", default_value = "http://127.0.0.1:8480")]
+    #[arg(long, env = "KURA_AGENT_URL", default_value = DEFAULT_URL)]
     pub url: String,
     /// A file holding the agent's token (from `kura keys add-agent`); else $KURA_AGENT_TOKEN.
     #[arg(long, env = "KURA_AGENT_TOKEN_FILE")]

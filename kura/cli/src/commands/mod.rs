@@ -113,7 +113,9 @@ pub enum Command {
     Writ(writ::WritCmd),
     Redact(redact::Redact),
     Mcp(kura_serve::agents::client::relay::Mcp),
-    Hook(kura_serve::agents::client::hook::Hook),
+    /// Claude Code's hooks: what they run, their set-up and a check of it.
+    #[command(subcommand)]
+    Hook(kura_serve::agents::client::install::HookCmd),
     /// Put Kura in front of an MCP server: serve its tools on stdio, each call gated and
     /// recorded by Kura before the server sees it.
     McpProxy(kura_serve::agents::client::proxy::McpProxy),
