@@ -236,8 +236,7 @@ fn a_role_uses_git_and_time_tools_and_its_git_commit_waits_for_a_person() {
          [[rules]]\nname = \"git-writes-ask\"\ntool = \"git.git_commit\"\ndecision = \"ask\"\n",
     )
     .expect("policy");
-    let key = s.new_approver("ana");
-    let k: Value = serde_json::from_str(&std::fs::read_to_string(key).expect("key")).expect("json");
+    s.trusted_approver("ana");
     s.extra_env.extend([
         ("KURA_TOOLS__MCP".into(), format!("[{git}, {time}]")),
         (
@@ -248,13 +247,6 @@ fn a_role_uses_git_and_time_tools_and_its_git_commit_waits_for_a_person() {
         (
             "KURA_ROSTER__ROLES".into(),
             r#"[{ name = "keeper", tools = ["git.*", "time.*", "fs.write", "shell.run"] }]"#.into(),
-        ),
-        (
-            "KURA_AEGIS__APPROVERS".into(),
-            format!(
-                "[{{ name = \"ana\", public_key = \"{}\" }}]",
-                k["public_key"].as_str().expect("public key")
-            ),
         ),
     ]);
     for d in ["aegis", "minato", "hashi"] {

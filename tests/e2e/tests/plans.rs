@@ -1136,23 +1136,12 @@ fn a_plan_steps_question_is_answered_by_a_person_and_the_plan_goes_on() {
        {"deliver": "planned", "final": false}],
       [{"deliver": "all done"}]]}"#;
     let mut s = Stack::new(planner);
-    let key = s.new_approver("oles");
-    let k: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&key).expect("key")).expect("json");
+    s.trusted_approver("oles");
     roster(&mut s, &[("asker", asker.to_owned())]);
-    s.extra_env.extend([
-        (
-            "KURA_AEGIS__APPROVERS".into(),
-            format!(
-                "[{{ name = \"oles\", public_key = \"{}\" }}]",
-                k["public_key"].as_str().expect("public key")
-            ),
-        ),
-        (
-            "KURA_TOOLS__ALLOW".into(),
-            r#"["fs.*", "person.ask"]"#.into(),
-        ),
-    ]);
+    s.extra_env.push((
+        "KURA_TOOLS__ALLOW".into(),
+        r#"["fs.*", "person.ask"]"#.into(),
+    ));
     start(&mut s);
     let request = s.submit("decide about shipping");
     let mut asked = None;

@@ -18,21 +18,11 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// A stack whose hashi may ask questions, with `ana` trusted to answer; `extra` env last.
 fn question_stack(script: &Value, extra: &[(&str, &str)]) -> Stack {
     let mut s = Stack::new(&script.to_string());
-    let key = s.new_approver("ana");
-    let k: Value = serde_json::from_str(&std::fs::read_to_string(key).expect("key")).expect("json");
-    s.extra_env.extend([
-        (
-            "KURA_TOOLS__ALLOW".into(),
-            r#"["fs.*", "person.ask"]"#.into(),
-        ),
-        (
-            "KURA_AEGIS__APPROVERS".into(),
-            format!(
-                "[{{ name = \"ana\", public_key = \"{}\" }}]",
-                k["public_key"].as_str().expect("public key")
-            ),
-        ),
-    ]);
+    s.trusted_approver("ana");
+    s.extra_env.push((
+        "KURA_TOOLS__ALLOW".into(),
+        r#"["fs.*", "person.ask"]"#.into(),
+    ));
     s.extra_env.extend(
         extra
             .iter()
