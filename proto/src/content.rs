@@ -153,6 +153,9 @@ pub struct ToolResultContent {
     /// A replay's re-run of a side effect: the approval it ran under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun: Option<Rerun>,
+    /// A side effect's attested change to the workspace: its tree before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<crate::workspace::WorkspaceChange>,
     /// Any other key a writer put beside these (kept as is, so a served copy hashes alike).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -168,6 +171,7 @@ impl ToolResultContent {
             replayed: None,
             arguments_edited: None,
             rerun: None,
+            workspace: None,
             extra: Map::new(),
         }
     }

@@ -20,6 +20,7 @@ pub mod states;
 pub mod subjects;
 pub mod text;
 pub mod verify;
+pub mod workspace;
 pub mod writ;
 
 pub use canonical::{canonical_json, record_hash, record_hash_from_canonical, sha256_hex};

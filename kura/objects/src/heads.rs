@@ -1,0 +1,119 @@
+//! Where each session's workspace is and which tree Kura last left it in (its head), and a
+//! log of every tree it was moved from and to (a reset's earlier files stay reachable), as
+//! small files in the object store's directory.
+
+use crate::error::{ObjectsError, Result, io};
+use crate::store::Objects;
+use proto::workspace::ObjectId;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// A session's workspace as Kura last left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    /// The workspace directory.
+    pub root: PathBuf,
+    /// Its tree when Kura last recorded or restored it.
+    pub tree: ObjectId,
+    /// The ledger that tree was recorded in or restored to, if known.
+    #[serde(default)]
+    pub ledger: Option<String>,
+    /// Bytes this session's snapshots added to the store.
+    #[serde(default)]
+    pub stored_bytes: u64,
+}
+
+/// One move of a session's workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// When (ms since the epoch).
+    pub at_ms: i64,
+    /// The tree it was in.
+    pub from: ObjectId,
+    /// The tree it was put in.
+    pub to: ObjectId,
+    /// Why (`reset to <ledger>`, `fork of <ledger>`, `replay`).
+    pub why: String,
+}
+
+fn checked(session: &str) -> Result<&str> {
+    let ok = !session.is_empty()
+        && session.len() <= 128
+        && session
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(session)
+    } else {
+        Err(ObjectsError::Refused(format!(
+            "{session:?} is not a session id"
+        )))
+    }
+}
+
+impl Objects {
+    fn head_path(&self, session: &str) -> Result<PathBuf> {
+        Ok(self
+            .dir()
+            .join("workspaces")
+            .join(format!("{}.json", checked(session)?)))
+    }
+
+    /// The session's workspace head, if Kura has recorded one.
+    pub fn head(&self, session: &str) -> Result<Option<Head>> {
+        let path = self.head_path(session)?;
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                ObjectsError::Refused(format!(
+                    "{} is not a workspace head ({e}); remove it and the next turn rewrites it",
+                    path.display()
+                ))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(format!("cannot read {}", path.display()))(e)),
+        }
+    }
+
+    /// Records the session's workspace head (replaced whole, durably).
+    pub fn set_head(&self, session: &str, head: &Head) -> Result<()> {
+        let path = self.head_path(session)?;
+        let body = serde_json::to_vec(head).map_err(|e| ObjectsError::Refused(e.to_string()))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(self.dir().join("tmp"))
+            .map_err(io("cannot write a workspace head"))?;
+        tmp.write_all(&body)
+            .and_then(|()| tmp.as_file().sync_data())
+            .map_err(io("cannot write a workspace head"))?;
+        tmp.persist(&path)
+            .map_err(|e| e.error)
+            .map_err(io(format!("cannot write {}", path.display())))?;
+        Ok(())
+    }
+
+    /// Appends a move to the session's workspace log.
+    pub fn log_move(&self, session: &str, entry: &LogEntry) -> Result<()> {
+        let path = self.dir().join("logs").join(checked(session)?);
+        let mut line =
+            serde_json::to_vec(entry).map_err(|e| ObjectsError::Refused(e.to_string()))?;
+        line.push(b'\n');
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(&line).and_then(|()| f.sync_data()))
+            .map_err(io(format!("cannot append to {}", path.display())))
+    }
+
+    /// The session's workspace log, oldest first (lines that do not parse are skipped).
+    pub fn moves(&self, session: &str) -> Result<Vec<LogEntry>> {
+        let path = self.dir().join("logs").join(checked(session)?);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(t
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io(format!("cannot read {}", path.display()))(e)),
+        }
+    }
+}
