@@ -2,6 +2,7 @@
 //! (model provider + tools), writes each step as its own durable record in the turn's
 //! output ledger, seals it and rings `evt.worker.complete`.
 
+mod files;
 mod replay;
 pub mod roles;
 pub mod secrets;
@@ -15,6 +16,7 @@ use kura_runtime::{Common, Daemon};
 use proto::doorbell::WorkerDispatch;
 use serde::{Deserialize, Serialize};
 
+pub use files::{Files, FilesConfig};
 pub use worker::Worker;
 // The tools and their sandbox are a library of hashi's own (`hashi/tools`).
 pub use hashi_tools::{self as tools, sandbox};
@@ -38,6 +40,8 @@ pub struct Config {
     pub writs: kura_policy::writ::WritsConfig,
     /// The roles turns run as (`[roster]`, shared with minato).
     pub roster: kura_plan::RosterConfig,
+    /// What side effects did to the files, attested (`[files]`).
+    pub files: FilesConfig,
 }
 
 /// How turns are worked.
@@ -156,6 +160,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         secrets = secrets.len(),
         "secrets scrubbed from records and logs"
     );
+    let files = Files::open(&config.common.db, &config.files)?.map(Arc::new);
     let mut daemon = Daemon::start("hashi", &config.common).await?;
     daemon.set_detail(format!("sandbox: {}", toolbox.sandbox_state()));
     let n = config.worker.workers.max(1);
@@ -188,6 +193,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             retries_note: 0,
             mistakes: 0,
             secrets: secrets.clone(),
+            files: files.clone(),
+            changed: None,
         };
         wakers.push(daemon.consumer(&owner, config.common.poll_interval(), move || worker.step())?);
     }

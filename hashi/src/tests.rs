@@ -206,6 +206,10 @@ fn worker_on(
         retries_note: 0,
         mistakes: 0,
         secrets: Arc::default(),
+        files: crate::Files::open(db, &crate::FilesConfig::default())
+            .expect("the object store")
+            .map(Arc::new),
+        changed: None,
     };
     (rt, worker)
 }

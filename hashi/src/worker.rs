@@ -81,6 +81,10 @@ pub struct Worker {
     pub mistakes: u32,
     /// Replaced by markers in every record and log line.
     pub secrets: Arc<crate::secrets::Secrets>,
+    /// The object store side effects' trees go to (`None`: `[files] record = false`).
+    pub files: Option<Arc<crate::Files>>,
+    /// The last side effect's attested change, put on the `tool.result` staged next.
+    pub changed: Option<proto::workspace::WorkspaceChange>,
 }
 
 /// The longest `Retry-After` a worker waits out within a step (a server asking for more
@@ -281,6 +285,16 @@ impl Worker {
         rec: NewRecord,
     ) -> kura_store::Result<()> {
         let mut rec = rec;
+        // A side effect's result carries what it did to the files (already there when a
+        // replay serves a recorded one).
+        if rec.record_type == RecordType::ToolResult
+            && let Some(change) = self.changed.take()
+            && let Value::Object(m) = &mut rec.content
+            && !m.contains_key("workspace")
+            && let Ok(v) = serde_json::to_value(change)
+        {
+            m.insert("workspace".into(), v);
+        }
         // The first record of a model's answer says which model gave it and what it cost.
         if let Some(u) = self.usage_note.take() {
             for (k, v) in [
@@ -424,6 +438,13 @@ impl Worker {
             self.fail(claim, &mut history, &why.to_string())?;
             let ledger = self.complete(claim, &mut history)?;
             return Ok(End::Completed(ledger));
+        }
+        self.changed = None;
+        // A session new to this workspace starts with the files of the ledger it grew from.
+        if let Some(files) = &self.files
+            && let Ok(ws) = self.tools.workspace(&claim.session_id.to_string())
+        {
+            files.align(&self.store, &ws, claim.context_ledger_id);
         }
         if claim.resumed
             && let CallEnd::Parked(request) = self.resolve_dangling_calls(claim, &mut history)?

@@ -59,6 +59,14 @@ impl Worker {
         // been written by hand or by an older Kura): only the call it answers and the record
         // it replays are added.
         let mut content = r.content.as_object().cloned().unwrap_or_default();
+        // The files move as the recorded call moved them, checked against where it began.
+        if let Some(files) = &self.files
+            && let Some(recorded) = kura_history::workspace::change_of(&r)
+            && let Ok(ws) = self.tools.workspace(&claim.session_id.to_string())
+            && let Ok(v) = serde_json::to_value(files.follow(&ws, &recorded))
+        {
+            content.insert("workspace".into(), v);
+        }
         content.insert("call_id".into(), Value::String(call_id.to_string()));
         content.insert("replayed".into(), Value::String(r.record_id.to_string()));
         let served = self.record(
@@ -366,8 +374,10 @@ impl Worker {
         })
     }
 
+    /// Runs the tool; a side effect between two records of the workspace's tree (its objects
+    /// durable before the result that names them), kept for the result in `changed`.
     pub(super) fn run_tool(
-        &self,
+        &mut self,
         claim: &Claim,
         name: &str,
         arguments: &Map<String, Value>,
@@ -377,9 +387,18 @@ impl Worker {
             .tools
             .get(name)
             .ok_or_else(|| ToolError::Refused(format!("unknown tool {name:?}")))?;
-        self.tools
-            .workspace(&claim.session_id.to_string())
-            .and_then(|ws| tool.run(&ws.for_call(call_id), arguments))
+        let ws = self.tools.workspace(&claim.session_id.to_string())?;
+        let files = self
+            .files
+            .clone()
+            .filter(|_| self.tools.effect_of(name, arguments) != Effect::Read);
+        let Some(files) = files else {
+            return tool.run(&ws.for_call(call_id), arguments);
+        };
+        let before = files.before(&ws)?;
+        let outcome = tool.run(&ws.clone().for_call(call_id), arguments);
+        self.changed = files.after(&ws, before, claim.output_ledger_id);
+        outcome
     }
 
     pub(super) fn record_result(

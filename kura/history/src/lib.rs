@@ -10,3 +10,7 @@ pub mod prompt;
 pub mod proof;
 pub mod records;
 pub mod sessions;
+pub mod workspace;
+
+/// The object store the workspace functions read and write (one crate up for the CLI).
+pub use kura_objects as objects;

@@ -104,6 +104,28 @@ impl Objects {
             .map_err(io(format!("cannot append to {}", path.display())))
     }
 
+    /// Every tree a workspace head or a workspace log names (kept by garbage collection:
+    /// a reset's earlier files stay reachable).
+    pub fn kept_trees(&self) -> Result<Vec<ObjectId>> {
+        let mut out = Vec::new();
+        for (sub, log) in [("workspaces", false), ("logs", true)] {
+            let dir = self.dir().join(sub);
+            let list = std::fs::read_dir(&dir).map_err(io(format!("cannot read {}", dir.display())))?;
+            for f in list.flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                let session = name.trim_end_matches(".json");
+                if log {
+                    for m in self.moves(session)? {
+                        out.extend([m.from, m.to]);
+                    }
+                } else if let Ok(Some(h)) = self.head(session) {
+                    out.push(h.tree);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The session's workspace log, oldest first (lines that do not parse are skipped).
     pub fn moves(&self, session: &str) -> Result<Vec<LogEntry>> {
         let path = self.dir().join("logs").join(checked(session)?);

@@ -91,5 +91,29 @@ fn classify(e: ObjectsError, path: &str, id: &ObjectId, out: &mut Checked) -> Re
     Ok(())
 }
 
+/// Adds every object `tree` reaches to `seen` (objects the store lacks are skipped).
+pub fn reachable(
+    objects: &Objects,
+    tree: &ObjectId,
+    seen: &mut std::collections::HashSet<ObjectId>,
+) -> Result<()> {
+    if !seen.insert(tree.clone()) {
+        return Ok(());
+    }
+    let entries = match objects.tree(tree) {
+        Ok(e) => e,
+        Err(ObjectsError::Missing { .. } | ObjectsError::Redacted { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        if e.is_tree() {
+            reachable(objects, &e.id, seen)?;
+        } else {
+            seen.insert(e.id);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;

@@ -306,14 +306,37 @@ impl Objects {
         Ok(out)
     }
 
-    /// Removes an object no record references (garbage collection's sweep); its bytes.
-    pub fn remove(&self, id: &ObjectId) -> Result<u64> {
-        let path = self.path(id);
-        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(len),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(io(format!("cannot remove object {id}"))(e)),
+    /// Removes every object not in `keep` written more than `grace` ago (garbage
+    /// collection's sweep): how many, and their bytes.
+    pub fn sweep(
+        &self,
+        keep: &std::collections::HashSet<ObjectId>,
+        grace: std::time::Duration,
+    ) -> Result<(u64, u64)> {
+        let (mut n, mut bytes) = (0, 0);
+        for id in self.ids()? {
+            if keep.contains(&id) {
+                continue;
+            }
+            let path = self.path(&id);
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            let young = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_none_or(|age| age < grace);
+            if young {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    n += 1;
+                    bytes += meta.len();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(format!("cannot remove object {id}"))(e)),
+            }
         }
+        Ok((n, bytes))
     }
 }

@@ -1,4 +1,4 @@
-//! `kura diff`: compare two ledgers by record hash.
+//! `kura diff`: compare two ledgers by record hash, and their files by recorded tree.
 
 use proto::record::Record;
 
@@ -19,11 +19,13 @@ impl Diff {
     /// Prints the records only in A (`-`), only in B (`+`) and in both.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         let store = ctx.open_store()?;
-        let (out, json) = (&mut ctx.out, ctx.json);
         let Diff { ledger_a, ledger_b } = self;
-        let d = kura_serve::history::diff::diff(&store, id(&ledger_a)?, id(&ledger_b)?)?;
+        let (a, b) = (id(&ledger_a)?, id(&ledger_b)?);
+        let d = kura_serve::history::diff::diff(&store, a, b)?;
+        let files = super::workspace::diff(ctx, &store, a, b)?;
+        let (out, json) = (&mut ctx.out, ctx.json);
         if json {
-            out.json(&d)?;
+            out.json(&serde_json::json!({ "records": d, "files": files }))?;
             return Ok(Outcome::Ok);
         }
         out.line(format!("--- {}\n+++ {}", d.ledger_a, d.ledger_b))?;
@@ -36,6 +38,7 @@ impl Diff {
             d.only_b.len(),
             d.both.len()
         ))?;
+        super::workspace::print_diff(out, &files)?;
         Ok(Outcome::Ok)
     }
 }

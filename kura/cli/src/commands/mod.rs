@@ -38,6 +38,7 @@ pub mod show;
 pub mod status;
 pub mod verify;
 pub mod writ;
+pub mod workspace;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -112,6 +113,10 @@ pub enum Command {
     #[command(subcommand)]
     Writ(writ::WritCmd),
     Redact(redact::Redact),
+    /// A session's files as its records attest them: a ledger's tree, the workspace's
+    /// moves, a file's bytes erased, unreferenced objects collected.
+    #[command(subcommand)]
+    Workspace(workspace::WorkspaceCmd),
     Mcp(kura_serve::agents::client::relay::Mcp),
     /// Claude Code's hooks: what they run, their set-up and a check of it.
     #[command(subcommand)]
@@ -169,6 +174,7 @@ impl Command {
             Command::Fleet(c) => c.run(ctx),
             Command::Writ(c) => c.run(ctx),
             Command::Redact(c) => c.run(ctx),
+            Command::Workspace(c) => c.run(ctx),
             Command::Mcp(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Hook(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::McpProxy(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),

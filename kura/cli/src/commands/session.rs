@@ -68,7 +68,14 @@ impl SessionCmd {
                 session,
                 ledger,
                 reason,
-            } => reset(&mut store, out, json, &session, &ledger, &reason)?,
+            } => {
+                reset(&mut store, out, json, &session, &ledger, &reason)?;
+                // The files go back with the head.
+                let files = super::workspace::rewind(ctx, &store, id(&session)?, id(&ledger)?);
+                if !json {
+                    ctx.out.line(files)?;
+                }
+            }
             SessionCmd::Fork {
                 ledger,
                 label,

@@ -16,8 +16,13 @@ use crate::output::Out;
 #[derive(Debug, clap::Args)]
 pub struct Verify {
     /// A ledger or session id.
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    #[arg(required_unless_present_any = ["all", "workspace"], conflicts_with_all = ["all", "workspace"])]
     id: Option<String>,
+    /// Check a session's files instead: every object its records name is whole, each side
+    /// effect began where the last left the files, and the workspace on disk holds what the
+    /// records say (a change no recorded call made is drift, named file by file).
+    #[arg(long, value_name = "SESSION", conflicts_with = "all")]
+    workspace: Option<String>,
     /// Verify the whole database.
     #[arg(long)]
     all: bool,
@@ -63,6 +68,9 @@ struct Verdict<'a> {
 impl Verify {
     /// Verifies, prints the report, and says whether it passed.
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        if let Some(session) = &self.workspace {
+            return super::workspace::verify(ctx, session);
+        }
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
         let scope = scope(&store, self.id, self.all)?;

@@ -1,0 +1,165 @@
+//! `kura workspace …`, `kura verify --workspace` and the files beside `kura diff` and
+//! `kura session reset`: a session's files as its records attest them.
+
+use kura_serve::history::objects::{FileChange, Objects};
+use kura_serve::history::workspace::{self as ws, FileDiff};
+use kura_store::Store;
+
+use super::{Ctx, Outcome, id};
+use crate::output::Out;
+
+/// `kura workspace ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum WorkspaceCmd {
+    /// The files as of a ledger: its recorded tree, each file's blob id.
+    Files {
+        /// The ledger.
+        ledger: String,
+    },
+    /// Every move of a session's workspace (a reset, a fork, a replay): the trees it left
+    /// stay in the object store.
+    Log {
+        /// The session.
+        session: String,
+    },
+    /// Erase a file's bytes from the object store for good (a secret written to a file), in
+    /// every tree of the session that holds them; its blob id stays, so trees still verify.
+    Redact {
+        /// The session.
+        session: String,
+        /// The file's path in the workspace.
+        path: String,
+        /// Why (kept beside the erased id).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Remove objects no ledger, workspace head or workspace log names (older than an hour).
+    Gc,
+}
+
+/// The object store beside the database.
+pub fn objects(ctx: &Ctx) -> anyhow::Result<Objects> {
+    Ok(Objects::open(&Objects::beside(&ctx.db))?)
+}
+
+impl WorkspaceCmd {
+    /// Runs one `kura workspace` subcommand.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let objects = objects(ctx)?;
+        let (out, json) = (&mut ctx.out, ctx.json);
+        match self {
+            WorkspaceCmd::Files { ledger } => {
+                let files = ws::files_at(&store, &objects, id(&ledger)?)?;
+                if json {
+                    out.json(&files)?;
+                }
+                for (path, blob) in files.iter().filter(|_| !json) {
+                    out.line(format!("{blob}  {path}"))?;
+                }
+            }
+            WorkspaceCmd::Log { session } => {
+                let moves = objects.moves(&id::<proto::SessionId>(&session)?.to_string())?;
+                if json {
+                    out.json(&moves)?;
+                }
+                for m in moves.iter().filter(|_| !json) {
+                    out.line(format!("{}  {} -> {}  {}", m.at_ms, m.from, m.to, m.why))?;
+                }
+            }
+            WorkspaceCmd::Redact { session, path, reason } => {
+                let erased = ws::redact_path(&store, &objects, id(&session)?, &path, &reason)?;
+                if erased.is_empty() {
+                    anyhow::bail!("no tree of session {session} holds {path:?} (see `kura workspace files LEDGER`)");
+                }
+                out.line(format!("erased {} version(s) of {path}; their ids stay in the trees", erased.len()))?;
+            }
+            WorkspaceCmd::Gc => {
+                let (n, bytes) = ws::collect(&store, &objects, std::time::Duration::from_secs(3600))?;
+                out.line(format!("removed {n} unreferenced objects ({bytes} bytes)"))?;
+            }
+        }
+        Ok(Outcome::Ok)
+    }
+}
+
+/// `kura verify --workspace SESSION`: every recorded object whole, no drift (exit 1 if not).
+pub fn verify(ctx: &mut Ctx, session: &str) -> anyhow::Result<Outcome> {
+    let store = ctx.open_store()?;
+    let objects = objects(ctx)?;
+    let r = ws::verify(&store, &objects, id(session)?)?;
+    let out = &mut ctx.out;
+    if ctx.json {
+        out.json(&r)?;
+    } else {
+        out.line(format!(
+            "workspace of session {session}: {} trees, {} objects whole",
+            r.trees, r.objects_ok
+        ))?;
+        for (what, list) in [("TAMPERED", &r.corrupt), ("MISSING", &r.missing), ("redacted", &r.redacted)] {
+            for (path, oid) in list {
+                out.line(format!("  {what}: {path} ({oid})"))?;
+            }
+        }
+        for d in &r.drift {
+            out.line(format!("  DRIFT {}: files changed that no recorded call changed:", d.when))?;
+            changed(out, &d.files)?;
+        }
+        if r.root.is_none() {
+            out.line("  (no turn recorded where this session's files are on this machine: the disk was not compared)")?;
+        }
+        out.line(if r.ok() { "OK" } else { "FAILED" })?;
+    }
+    Ok(if r.ok() { Outcome::Ok } else { Outcome::VerifyFailed })
+}
+
+fn changed(out: &mut Out, files: &[FileChange]) -> std::io::Result<()> {
+    for f in files {
+        out.line(format!("    {:<7} {}", f.change.as_str(), f.path))?;
+    }
+    Ok(())
+}
+
+/// The file changes between two ledgers, under `kura diff`'s record changes.
+pub fn diff(ctx: &Ctx, store: &Store, a: proto::LedgerId, b: proto::LedgerId) -> anyhow::Result<FileDiff> {
+    Ok(ws::files_between(store, &objects(ctx)?, a, b, 64 << 10)?)
+}
+
+/// Prints a file diff (nothing when neither ledger has a recorded tree).
+pub fn print_diff(out: &mut Out, d: &FileDiff) -> std::io::Result<()> {
+    if d.tree_a.is_none() && d.tree_b.is_none() {
+        return Ok(());
+    }
+    let tree = |t: &Option<proto::workspace::ObjectId>| t.as_ref().map_or("-".to_owned(), |t| t.to_string());
+    out.line(format!("files: tree {} -> {}, {} changed", tree(&d.tree_a), tree(&d.tree_b), d.files.len()))?;
+    for f in &d.files {
+        out.line(format!("  {:<7} {}", f.change.change.as_str(), f.change.path))?;
+        match &f.diff {
+            Some(text) => out.line(text.trim_end())?,
+            None => out.line("    (binary, or bytes not stored)")?,
+        }
+    }
+    Ok(())
+}
+
+/// After `kura session reset`: the session's files put back as of `ledger`.
+pub fn rewind(ctx: &Ctx, store: &Store, session: proto::SessionId, ledger: proto::LedgerId) -> String {
+    let done = objects(ctx)
+        .map_err(|e| e.to_string())
+        .and_then(|o| ws::rewind(store, &o, session, ledger, &format!("reset to {ledger}")).map_err(|e| e.to_string()));
+    match done {
+        Ok(r) if r.skipped.is_empty() => format!(
+            "files in {} put back as of {ledger}: {} written, {} removed (they were tree {}, kept: `kura workspace log {session}`)",
+            r.root.display(), r.written, r.removed, r.previous
+        ),
+        Ok(r) => format!(
+            "files in {} put back as of {ledger} except {} not stored ({}): {} written, {} removed",
+            r.root.display(),
+            r.skipped.len(),
+            r.skipped.iter().map(|(p, why)| format!("{p}: {why}")).collect::<Vec<_>>().join("; "),
+            r.written,
+            r.removed
+        ),
+        Err(e) => format!("files not put back: {e}"),
+    }
+}

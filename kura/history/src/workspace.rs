@@ -1,0 +1,381 @@
+//! A session's files beside its history: the tree recorded at a ledger, the files two
+//! ledgers differ by, a reset that rewinds the files with the head, and the check that every
+//! recorded object is whole and the workspace holds what the records say (no drift).
+//! The one place that reads trees out of records; hashi, the CLI and the console ask here.
+
+use kura_objects::{Checked, FileChange, Index, Limits, Objects, ObjectsError};
+use kura_store::{Store, StoreError};
+use proto::content::ToolResultContent;
+use proto::record::{Record, RecordType};
+use proto::workspace::{ObjectId, WorkspaceChange};
+use proto::{LedgerId, SessionId};
+use serde::Serialize;
+
+/// Most ledgers walked back looking for a recorded tree.
+const MAX_WALK: usize = 100_000;
+
+/// Why a workspace operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkspaceError {
+    /// The record store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The object store or the workspace on disk.
+    #[error(transparent)]
+    Objects(#[from] ObjectsError),
+    /// Nothing on record says where, or in which state, the files are (says what).
+    #[error("{0}")]
+    Unknown(String),
+}
+
+/// The result of a workspace operation.
+pub type Result<T> = std::result::Result<T, WorkspaceError>;
+
+/// The attested change a record carries, if it is a side effect's `tool.result` that has one.
+pub fn change_of(r: &Record) -> Option<WorkspaceChange> {
+    if r.record_type != RecordType::ToolResult {
+        return None;
+    }
+    ToolResultContent::read(&r.content)?.workspace
+}
+
+/// The workspace's tree as of `ledger`: the last tree recorded in it or its first-parent
+/// ancestry; else the session's files before its first recorded side effect; `None` when
+/// nothing was ever recorded.
+pub fn tree_at(store: &Store, ledger: LedgerId) -> Result<Option<ObjectId>> {
+    let mut at = Some(ledger);
+    let mut session = None;
+    for _ in 0..MAX_WALK {
+        let Some(id) = at else { break };
+        if let Some(c) = store.hydrate(id)?.iter().rev().find_map(change_of) {
+            return Ok(Some(c.after));
+        }
+        let l = store.read_ledger(id)?;
+        session.get_or_insert(l.session_id);
+        at = l.parent_ids.first().copied();
+    }
+    match session {
+        Some(s) => first_before(store, s),
+        None => Ok(None),
+    }
+}
+
+/// The session's files before its first recorded side effect.
+fn first_before(store: &Store, session: SessionId) -> Result<Option<ObjectId>> {
+    for l in store.session_ledgers(session)? {
+        if let Some(c) = store.hydrate(l.ledger_id)?.iter().find_map(change_of) {
+            return Ok(Some(c.before));
+        }
+    }
+    Ok(None)
+}
+
+/// The files two ledgers differ by.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileDiff {
+    /// The tree as of the first ledger.
+    pub tree_a: Option<ObjectId>,
+    /// The tree as of the second.
+    pub tree_b: Option<ObjectId>,
+    /// Each changed file, and a unified diff when it is text the store holds.
+    pub files: Vec<FileDelta>,
+}
+
+/// One changed file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileDelta {
+    /// What changed.
+    #[serde(flatten)]
+    pub change: FileChange,
+    /// The unified diff, for text.
+    pub diff: Option<String>,
+}
+
+/// The files changed between the trees as of ledgers `a` and `b` (none when neither has a
+/// tree); each text diff at most `max_text` bytes.
+pub fn files_between(
+    store: &Store,
+    objects: &Objects,
+    a: LedgerId,
+    b: LedgerId,
+    max_text: usize,
+) -> Result<FileDiff> {
+    let (tree_a, tree_b) = (tree_at(store, a)?, tree_at(store, b)?);
+    let empty = ObjectId::empty_tree();
+    let files = match (&tree_a, &tree_b) {
+        (None, None) => Vec::new(),
+        (ta, tb) => {
+            let (ta, tb) = (ta.as_ref().unwrap_or(&empty), tb.as_ref().unwrap_or(&empty));
+            kura_objects::changes(objects, ta, tb)?
+                .into_iter()
+                .map(|change| {
+                    let diff = kura_objects::unified(objects, &change, max_text)?;
+                    Ok(FileDelta { change, diff })
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
+    };
+    Ok(FileDiff {
+        tree_a,
+        tree_b,
+        files,
+    })
+}
+
+/// What a rewind did to a session's files.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rewound {
+    /// The workspace directory.
+    pub root: std::path::PathBuf,
+    /// The tree the files were in (kept in the store and the session's workspace log).
+    pub previous: ObjectId,
+    /// The tree they are in now.
+    pub tree: ObjectId,
+    /// Files written.
+    pub written: usize,
+    /// Files removed.
+    pub removed: usize,
+    /// Files that could not be put back, and why.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Puts the session's workspace back to its tree as of `ledger` (after `kura session
+/// reset`), logging the move so the files it replaced stay reachable.
+pub fn rewind(
+    store: &Store,
+    objects: &Objects,
+    session: SessionId,
+    ledger: LedgerId,
+    why: &str,
+) -> Result<Rewound> {
+    let sid = session.to_string();
+    let head = objects.head(&sid)?.ok_or_else(|| {
+        WorkspaceError::Unknown(format!(
+            "no turn of session {session} recorded its workspace here; its files were not touched"
+        ))
+    })?;
+    let target = tree_at(store, ledger)?.ok_or_else(|| {
+        WorkspaceError::Unknown(format!(
+            "no tree is recorded as of ledger {ledger}; the files were not touched"
+        ))
+    })?;
+    let done = kura_objects::restore(&head.root, objects, &mut Index::default(), &Limits::default(), &target)?;
+    objects.log_move(
+        &sid,
+        &kura_objects::LogEntry {
+            at_ms: now_ms(),
+            from: done.previous.clone(),
+            to: done.tree.clone(),
+            why: why.to_owned(),
+        },
+    )?;
+    objects.set_head(
+        &sid,
+        &kura_objects::Head {
+            tree: done.tree.clone(),
+            ledger: Some(ledger.to_string()),
+            ..head.clone()
+        },
+    )?;
+    Ok(Rewound {
+        root: head.root,
+        previous: done.previous,
+        tree: done.tree,
+        written: done.written,
+        removed: done.removed,
+        skipped: done.skipped,
+    })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// What `kura verify --workspace` found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// The workspace directory, when a turn recorded it here.
+    pub root: Option<std::path::PathBuf>,
+    /// Distinct trees the session's records name.
+    pub trees: usize,
+    /// Objects read and found whole.
+    pub objects_ok: usize,
+    /// Objects whose bytes do not hash to their id (path, id).
+    pub corrupt: Vec<(String, ObjectId)>,
+    /// Objects the store lacks that no record says were left unstored (path, id).
+    pub missing: Vec<(String, ObjectId)>,
+    /// Objects erased by redaction (path, id).
+    pub redacted: Vec<(String, ObjectId)>,
+    /// The tree the records say the workspace is in.
+    pub expected: Option<ObjectId>,
+    /// The tree it is in.
+    pub found: Option<ObjectId>,
+    /// Files changed on disk that no recorded call changed: now, and between two calls.
+    pub drift: Vec<Drift>,
+}
+
+/// Files changed outside Kura.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drift {
+    /// Where it was seen: `now`, or `before call <call_id>`.
+    pub when: String,
+    /// The files (path and how).
+    pub files: Vec<FileChange>,
+}
+
+impl Report {
+    /// Whether every object is whole and nothing drifted.
+    pub fn ok(&self) -> bool {
+        self.corrupt.is_empty() && self.missing.is_empty() && self.drift.is_empty()
+    }
+}
+
+/// Checks every tree the session's records name (each object against its id), that each
+/// side effect began where the last one left the files, and that the workspace on disk is
+/// in the tree the session's head records.
+pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Report> {
+    let mut report = Report::default();
+    let head_ledger = store.read_session(session)?.head_ledger_id;
+    // The head's history, oldest first: consecutive side effects must chain.
+    let mut chain = Vec::new();
+    let mut at = head_ledger;
+    for _ in 0..MAX_WALK {
+        let Some(id) = at else { break };
+        let records = store.hydrate(id)?;
+        let mut here: Vec<(String, WorkspaceChange)> = records
+            .iter()
+            .filter_map(|r| {
+                let c = change_of(r)?;
+                let call = ToolResultContent::read(&r.content)?.call_id?;
+                Some((call.to_string(), c))
+            })
+            .collect();
+        here.reverse();
+        chain.extend(here);
+        at = store.read_ledger(id)?.parent_ids.first().copied();
+    }
+    chain.reverse();
+    let mut unstored = std::collections::HashSet::new();
+    let mut trees = std::collections::BTreeSet::new();
+    for (_, c) in &chain {
+        unstored.extend(c.unstored.iter().map(|u| u.blob.clone()));
+        trees.insert(c.before.clone());
+        trees.insert(c.after.clone());
+    }
+    for w in chain.windows(2) {
+        let ((_, prev), (call, next)) = (&w[0], &w[1]);
+        if prev.after != next.before {
+            report.drift.push(Drift {
+                when: format!("before call {call}"),
+                files: kura_objects::changes(objects, &prev.after, &next.before)?,
+            });
+        }
+    }
+    report.trees = trees.len();
+    for t in &trees {
+        let Checked { ok, corrupt, missing, redacted } = kura_objects::check_tree(objects, t)?;
+        report.objects_ok += ok;
+        report.corrupt.extend(corrupt);
+        report.missing.extend(missing.into_iter().filter(|(_, id)| !unstored.contains(id)));
+        report.redacted.extend(redacted);
+    }
+    dedup(&mut report.corrupt);
+    dedup(&mut report.missing);
+    dedup(&mut report.redacted);
+    report.expected = match head_ledger {
+        Some(h) => tree_at(store, h)?,
+        None => None,
+    };
+    let head = objects.head(&session.to_string())?;
+    if let (Some(h), Some(expected)) = (head, &report.expected) {
+        let limits = Limits { store: false, ..Limits::default() };
+        let found = kura_objects::snapshot(&h.root, objects, &mut Index::default(), &limits)?.tree;
+        if &found != expected {
+            report.drift.push(Drift {
+                when: "now".into(),
+                files: changes_on_disk(objects, expected, &h.root)?,
+            });
+        }
+        report.root = Some(h.root);
+        report.found = Some(found);
+    }
+    Ok(report)
+}
+
+/// The files on disk at `root` that differ from `expected` (the disk's new bytes stored so
+/// they can be compared and shown).
+fn changes_on_disk(objects: &Objects, expected: &ObjectId, root: &std::path::Path) -> Result<Vec<FileChange>> {
+    let now = kura_objects::snapshot(root, objects, &mut Index::default(), &Limits::default())?.tree;
+    Ok(kura_objects::changes(objects, expected, &now)?)
+}
+
+fn dedup(v: &mut Vec<(String, ObjectId)>) {
+    v.sort();
+    v.dedup();
+}
+
+/// Every file in the tree as of `ledger`: its path and blob id.
+pub fn files_at(store: &Store, objects: &Objects, ledger: LedgerId) -> Result<Vec<(String, ObjectId)>> {
+    let Some(tree) = tree_at(store, ledger)? else {
+        return Err(WorkspaceError::Unknown(format!("no tree is recorded as of ledger {ledger}")));
+    };
+    Ok(kura_objects::changes(objects, &ObjectId::empty_tree(), &tree)?
+        .into_iter()
+        .filter_map(|c| Some((c.path, c.after?)))
+        .collect())
+}
+
+/// Every tree the session's records name.
+fn session_trees(store: &Store, session: SessionId) -> Result<Vec<ObjectId>> {
+    let mut trees = Vec::new();
+    for l in store.session_ledgers(session)? {
+        for c in store.hydrate(l.ledger_id)?.iter().filter_map(change_of) {
+            trees.push(c.before);
+            trees.push(c.after);
+        }
+    }
+    trees.sort();
+    trees.dedup();
+    Ok(trees)
+}
+
+/// Erases the bytes of every version of `path` in the session's trees (its ids stay);
+/// the ids erased.
+pub fn redact_path(
+    store: &Store,
+    objects: &Objects,
+    session: SessionId,
+    path: &str,
+    reason: &str,
+) -> Result<Vec<ObjectId>> {
+    let empty = ObjectId::empty_tree();
+    let mut erased = Vec::new();
+    for tree in session_trees(store, session)? {
+        for c in kura_objects::changes(objects, &empty, &tree)? {
+            if let Some(blob) = c.after.filter(|b| c.path == path && !erased.contains(b)) {
+                objects.redact(&blob, reason)?;
+                erased.push(blob);
+            }
+        }
+    }
+    Ok(erased)
+}
+
+/// Removes every object older than `grace` that no record, workspace head or workspace
+/// log names (a snapshot in flight, not yet recorded, is younger): how many, and bytes.
+pub fn collect(store: &Store, objects: &Objects, grace: std::time::Duration) -> Result<(u64, u64)> {
+    let mut roots = Vec::new();
+    for s in store.sessions()? {
+        roots.extend(session_trees(store, s.session_id)?);
+    }
+    roots.extend(objects.kept_trees()?);
+    let mut keep = std::collections::HashSet::new();
+    for t in &roots {
+        kura_objects::reachable(objects, t, &mut keep)?;
+    }
+    Ok(objects.sweep(&keep, grace)?)
+}
