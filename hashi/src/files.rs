@@ -94,7 +94,8 @@ impl Files {
         if let Ok(mut m) = self.indexes.lock() {
             m.insert(session.to_owned(), index);
         }
-        let snap = snap.map_err(|e| ToolError::Failed(format!("cannot record the workspace: {e}")))?;
+        let snap =
+            snap.map_err(|e| ToolError::Failed(format!("cannot record the workspace: {e}")))?;
         self.total.fetch_add(snap.new_bytes, Ordering::Relaxed);
         Ok(snap)
     }
@@ -130,7 +131,12 @@ impl Files {
 
     /// The workspace's tree after a side effect, attested beside the one before; `None` (and
     /// a log line) when it could not be recorded.
-    pub fn after(&self, ws: &Workspace, before: ObjectId, ledger: LedgerId) -> Option<WorkspaceChange> {
+    pub fn after(
+        &self,
+        ws: &Workspace,
+        before: ObjectId,
+        ledger: LedgerId,
+    ) -> Option<WorkspaceChange> {
         match self.snap(ws) {
             Ok(snap) => {
                 self.set_head(ws, self.head(ws), &snap.tree, Some(ledger), snap.new_bytes);
@@ -148,11 +154,27 @@ impl Files {
         }
     }
 
-    fn set_head(&self, ws: &Workspace, old: Option<Head>, tree: &ObjectId, ledger: Option<LedgerId>, added: u64) {
+    /// A side effect whose worker was lost mid-call: what the files did across it, from the
+    /// tree last recorded before it ran to the tree now.
+    pub fn across_lost(&self, ws: &Workspace, ledger: LedgerId) -> Option<WorkspaceChange> {
+        let before = self.head(ws)?.tree;
+        self.after(ws, before, ledger)
+    }
+
+    fn set_head(
+        &self,
+        ws: &Workspace,
+        old: Option<Head>,
+        tree: &ObjectId,
+        ledger: Option<LedgerId>,
+        added: u64,
+    ) {
         let head = Head {
             root: ws.root().to_owned(),
             tree: tree.clone(),
-            ledger: ledger.map(|l| l.to_string()).or(old.as_ref().and_then(|h| h.ledger.clone())),
+            ledger: ledger
+                .map(|l| l.to_string())
+                .or(old.as_ref().and_then(|h| h.ledger.clone())),
             stored_bytes: old.map_or(0, |h| h.stored_bytes).saturating_add(added),
         };
         if let Err(e) = self.objects.set_head(ws.session(), &head) {
@@ -175,14 +197,35 @@ impl Files {
                 return;
             }
         };
-        self.restore_to(ws, &tree, Some(context), &format!("starts from ledger {context}"), true);
+        self.restore_to(
+            ws,
+            &tree,
+            Some(context),
+            &format!("starts from ledger {context}"),
+            true,
+        );
     }
 
     /// Moves the workspace to `tree` (only when it is empty, if `only_empty`), logging the move.
-    fn restore_to(&self, ws: &Workspace, tree: &ObjectId, ledger: Option<LedgerId>, why: &str, only_empty: bool) -> bool {
+    fn restore_to(
+        &self,
+        ws: &Workspace,
+        tree: &ObjectId,
+        ledger: Option<LedgerId>,
+        why: &str,
+        only_empty: bool,
+    ) -> bool {
         let mut index = Index::default();
         if only_empty {
-            let now = kura_objects::snapshot(ws.root(), &self.objects, &mut index, &Limits { store: false, ..self.limits() });
+            let now = kura_objects::snapshot(
+                ws.root(),
+                &self.objects,
+                &mut index,
+                &Limits {
+                    store: false,
+                    ..self.limits()
+                },
+            );
             if !matches!(now, Ok(s) if s.tree == ObjectId::empty_tree()) {
                 return false;
             }
@@ -190,7 +233,12 @@ impl Files {
         match kura_objects::restore(ws.root(), &self.objects, &mut index, &self.limits(), tree) {
             Ok(done) => {
                 tracing::info!(session = ws.session(), %tree, written = done.written, removed = done.removed, skipped = done.skipped.len(), why, "workspace restored");
-                let entry = LogEntry { at_ms: now_ms(), from: done.previous.clone(), to: done.tree.clone(), why: why.to_owned() };
+                let entry = LogEntry {
+                    at_ms: now_ms(),
+                    from: done.previous.clone(),
+                    to: done.tree.clone(),
+                    why: why.to_owned(),
+                };
                 if let Err(e) = self.objects.log_move(ws.session(), &entry) {
                     tracing::warn!(error = %e, "cannot log the workspace move");
                 }
@@ -207,13 +255,31 @@ impl Files {
         }
     }
 
+    /// Puts the workspace in `tree` unless it is there already (a replayed turn's start).
+    pub fn start_at(&self, ws: &Workspace, tree: &ObjectId, why: &str) {
+        let limits = Limits {
+            store: false,
+            ..self.limits()
+        };
+        let now = kura_objects::snapshot(ws.root(), &self.objects, &mut Index::default(), &limits);
+        if !matches!(now, Ok(s) if &s.tree == tree) {
+            self.restore_to(ws, tree, None, why, false);
+        }
+    }
+
     /// A replay serving a recorded side effect's result: the files move as the recorded
     /// call moved them (from its `before`, to its `after`); says whether the replay's files
     /// were where the record's were.
     pub fn follow(&self, ws: &Workspace, recorded: &WorkspaceChange) -> WorkspaceChange {
         let now = self.snap(ws).map(|s| s.tree).ok();
         let matched = now.as_ref() == Some(&recorded.before);
-        let moved = self.restore_to(ws, &recorded.after, None, "a replay serves a recorded side effect", false);
+        let moved = self.restore_to(
+            ws,
+            &recorded.after,
+            None,
+            "a replay serves a recorded side effect",
+            false,
+        );
         WorkspaceChange {
             before: now.unwrap_or_else(|| recorded.before.clone()),
             after: recorded.after.clone(),

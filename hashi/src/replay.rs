@@ -40,6 +40,14 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The first change the recorded turn's side effects made to the files.
+    pub fn first_change(&self) -> Option<proto::workspace::WorkspaceChange> {
+        self.calls
+            .iter()
+            .filter_map(|c| c.result.as_ref())
+            .find_map(kura_history::workspace::change_of)
+    }
+
     /// Reads the recorded turn's output ledger.
     pub fn load(store: &Store, replay: Replay) -> kura_store::Result<Recorded> {
         let records = store.hydrate(replay.of)?;

@@ -458,6 +458,17 @@ impl Worker {
             Some(r) => Some(Recorded::load(&self.store, r)?),
             None => None,
         };
+        // A replayed turn starts from the files its recorded turn started from.
+        if let (Some(files), Some(r)) = (&self.files, &recorded)
+            && let Some(start) = r.first_change()
+            && let Ok(ws) = self.tools.workspace(&claim.session_id.to_string())
+        {
+            files.start_at(
+                &ws,
+                &start.before,
+                "a replayed turn starts from its recorded files",
+            );
+        }
         let mut delivered = history
             .iter()
             .any(|r| r.record_type == RecordType::TaskDeliverable);

@@ -137,7 +137,14 @@ impl Worker {
             approval::result_content(outcome, &call.call_id)
         } else {
             tracing::warn!(turn_id = %claim.turn_id, tool = %call.name, "previous worker died during a side-effecting call; recording the outcome as unknown, not re-running");
-            ToolResultContent::unknown(LOST, &call.call_id)
+            let mut lost = ToolResultContent::unknown(LOST, &call.call_id);
+            // What the files did across it is known, if not who did it.
+            if let Some(files) = &self.files
+                && let Ok(ws) = self.tools.workspace(&claim.session_id.to_string())
+            {
+                lost.workspace = files.across_lost(&ws, claim.output_ledger_id);
+            }
+            lost
         };
         let r = self.record(
             claim,

@@ -160,7 +160,13 @@ pub fn rewind(
             "no tree is recorded as of ledger {ledger}; the files were not touched"
         ))
     })?;
-    let done = kura_objects::restore(&head.root, objects, &mut Index::default(), &Limits::default(), &target)?;
+    let done = kura_objects::restore(
+        &head.root,
+        objects,
+        &mut Index::default(),
+        &Limits::default(),
+        &target,
+    )?;
     objects.log_move(
         &sid,
         &kura_objects::LogEntry {
@@ -259,12 +265,16 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
         at = store.read_ledger(id)?.parent_ids.first().copied();
     }
     chain.reverse();
+    // Every tree the session's records name, reachable from its head or not (a reset
+    // leaves the later ledgers, and their files, on record).
     let mut unstored = std::collections::HashSet::new();
     let mut trees = std::collections::BTreeSet::new();
-    for (_, c) in &chain {
-        unstored.extend(c.unstored.iter().map(|u| u.blob.clone()));
-        trees.insert(c.before.clone());
-        trees.insert(c.after.clone());
+    for l in store.session_ledgers(session)? {
+        for c in store.hydrate(l.ledger_id)?.iter().filter_map(change_of) {
+            unstored.extend(c.unstored.iter().map(|u| u.blob.clone()));
+            trees.insert(c.before);
+            trees.insert(c.after);
+        }
     }
     for w in chain.windows(2) {
         let ((_, prev), (call, next)) = (&w[0], &w[1]);
@@ -277,10 +287,17 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
     }
     report.trees = trees.len();
     for t in &trees {
-        let Checked { ok, corrupt, missing, redacted } = kura_objects::check_tree(objects, t)?;
+        let Checked {
+            ok,
+            corrupt,
+            missing,
+            redacted,
+        } = kura_objects::check_tree(objects, t)?;
         report.objects_ok += ok;
         report.corrupt.extend(corrupt);
-        report.missing.extend(missing.into_iter().filter(|(_, id)| !unstored.contains(id)));
+        report
+            .missing
+            .extend(missing.into_iter().filter(|(_, id)| !unstored.contains(id)));
         report.redacted.extend(redacted);
     }
     dedup(&mut report.corrupt);
@@ -292,7 +309,10 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
     };
     let head = objects.head(&session.to_string())?;
     if let (Some(h), Some(expected)) = (head, &report.expected) {
-        let limits = Limits { store: false, ..Limits::default() };
+        let limits = Limits {
+            store: false,
+            ..Limits::default()
+        };
         let found = kura_objects::snapshot(&h.root, objects, &mut Index::default(), &limits)?.tree;
         if &found != expected {
             report.drift.push(Drift {
@@ -308,8 +328,13 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
 
 /// The files on disk at `root` that differ from `expected` (the disk's new bytes stored so
 /// they can be compared and shown).
-fn changes_on_disk(objects: &Objects, expected: &ObjectId, root: &std::path::Path) -> Result<Vec<FileChange>> {
-    let now = kura_objects::snapshot(root, objects, &mut Index::default(), &Limits::default())?.tree;
+fn changes_on_disk(
+    objects: &Objects,
+    expected: &ObjectId,
+    root: &std::path::Path,
+) -> Result<Vec<FileChange>> {
+    let now =
+        kura_objects::snapshot(root, objects, &mut Index::default(), &Limits::default())?.tree;
     Ok(kura_objects::changes(objects, expected, &now)?)
 }
 
@@ -319,14 +344,22 @@ fn dedup(v: &mut Vec<(String, ObjectId)>) {
 }
 
 /// Every file in the tree as of `ledger`: its path and blob id.
-pub fn files_at(store: &Store, objects: &Objects, ledger: LedgerId) -> Result<Vec<(String, ObjectId)>> {
+pub fn files_at(
+    store: &Store,
+    objects: &Objects,
+    ledger: LedgerId,
+) -> Result<Vec<(String, ObjectId)>> {
     let Some(tree) = tree_at(store, ledger)? else {
-        return Err(WorkspaceError::Unknown(format!("no tree is recorded as of ledger {ledger}")));
+        return Err(WorkspaceError::Unknown(format!(
+            "no tree is recorded as of ledger {ledger}"
+        )));
     };
-    Ok(kura_objects::changes(objects, &ObjectId::empty_tree(), &tree)?
-        .into_iter()
-        .filter_map(|c| Some((c.path, c.after?)))
-        .collect())
+    Ok(
+        kura_objects::changes(objects, &ObjectId::empty_tree(), &tree)?
+            .into_iter()
+            .filter_map(|c| Some((c.path, c.after?)))
+            .collect(),
+    )
 }
 
 /// Every tree the session's records name.

@@ -110,7 +110,8 @@ impl Objects {
         let mut out = Vec::new();
         for (sub, log) in [("workspaces", false), ("logs", true)] {
             let dir = self.dir().join(sub);
-            let list = std::fs::read_dir(&dir).map_err(io(format!("cannot read {}", dir.display())))?;
+            let list =
+                std::fs::read_dir(&dir).map_err(io(format!("cannot read {}", dir.display())))?;
             for f in list.flatten() {
                 let name = f.file_name().to_string_lossy().into_owned();
                 let session = name.trim_end_matches(".json");

@@ -319,7 +319,9 @@ impl Objects {
                 continue;
             }
             let path = self.path(&id);
-            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
             let young = meta
                 .modified()
                 .ok()

@@ -10,6 +10,7 @@ mod commits;
 mod conformance;
 mod console;
 mod e2e;
+mod files;
 mod fleet;
 mod gate;
 mod hook_setup;

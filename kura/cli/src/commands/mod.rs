@@ -37,8 +37,8 @@ pub mod session;
 pub mod show;
 pub mod status;
 pub mod verify;
-pub mod writ;
 pub mod workspace;
+pub mod writ;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

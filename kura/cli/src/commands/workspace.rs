@@ -67,15 +67,25 @@ impl WorkspaceCmd {
                     out.line(format!("{}  {} -> {}  {}", m.at_ms, m.from, m.to, m.why))?;
                 }
             }
-            WorkspaceCmd::Redact { session, path, reason } => {
+            WorkspaceCmd::Redact {
+                session,
+                path,
+                reason,
+            } => {
                 let erased = ws::redact_path(&store, &objects, id(&session)?, &path, &reason)?;
                 if erased.is_empty() {
-                    anyhow::bail!("no tree of session {session} holds {path:?} (see `kura workspace files LEDGER`)");
+                    anyhow::bail!(
+                        "no tree of session {session} holds {path:?} (see `kura workspace files LEDGER`)"
+                    );
                 }
-                out.line(format!("erased {} version(s) of {path}; their ids stay in the trees", erased.len()))?;
+                out.line(format!(
+                    "erased {} version(s) of {path}; their ids stay in the trees",
+                    erased.len()
+                ))?;
             }
             WorkspaceCmd::Gc => {
-                let (n, bytes) = ws::collect(&store, &objects, std::time::Duration::from_secs(3600))?;
+                let (n, bytes) =
+                    ws::collect(&store, &objects, std::time::Duration::from_secs(3600))?;
                 out.line(format!("removed {n} unreferenced objects ({bytes} bytes)"))?;
             }
         }
@@ -96,13 +106,20 @@ pub fn verify(ctx: &mut Ctx, session: &str) -> anyhow::Result<Outcome> {
             "workspace of session {session}: {} trees, {} objects whole",
             r.trees, r.objects_ok
         ))?;
-        for (what, list) in [("TAMPERED", &r.corrupt), ("MISSING", &r.missing), ("redacted", &r.redacted)] {
+        for (what, list) in [
+            ("TAMPERED", &r.corrupt),
+            ("MISSING", &r.missing),
+            ("redacted", &r.redacted),
+        ] {
             for (path, oid) in list {
                 out.line(format!("  {what}: {path} ({oid})"))?;
             }
         }
         for d in &r.drift {
-            out.line(format!("  DRIFT {}: files changed that no recorded call changed:", d.when))?;
+            out.line(format!(
+                "  DRIFT {}: files changed that no recorded call changed:",
+                d.when
+            ))?;
             changed(out, &d.files)?;
         }
         if r.root.is_none() {
@@ -110,7 +127,11 @@ pub fn verify(ctx: &mut Ctx, session: &str) -> anyhow::Result<Outcome> {
         }
         out.line(if r.ok() { "OK" } else { "FAILED" })?;
     }
-    Ok(if r.ok() { Outcome::Ok } else { Outcome::VerifyFailed })
+    Ok(if r.ok() {
+        Outcome::Ok
+    } else {
+        Outcome::VerifyFailed
+    })
 }
 
 fn changed(out: &mut Out, files: &[FileChange]) -> std::io::Result<()> {
@@ -121,7 +142,12 @@ fn changed(out: &mut Out, files: &[FileChange]) -> std::io::Result<()> {
 }
 
 /// The file changes between two ledgers, under `kura diff`'s record changes.
-pub fn diff(ctx: &Ctx, store: &Store, a: proto::LedgerId, b: proto::LedgerId) -> anyhow::Result<FileDiff> {
+pub fn diff(
+    ctx: &Ctx,
+    store: &Store,
+    a: proto::LedgerId,
+    b: proto::LedgerId,
+) -> anyhow::Result<FileDiff> {
     Ok(ws::files_between(store, &objects(ctx)?, a, b, 64 << 10)?)
 }
 
@@ -130,10 +156,21 @@ pub fn print_diff(out: &mut Out, d: &FileDiff) -> std::io::Result<()> {
     if d.tree_a.is_none() && d.tree_b.is_none() {
         return Ok(());
     }
-    let tree = |t: &Option<proto::workspace::ObjectId>| t.as_ref().map_or("-".to_owned(), |t| t.to_string());
-    out.line(format!("files: tree {} -> {}, {} changed", tree(&d.tree_a), tree(&d.tree_b), d.files.len()))?;
+    let tree = |t: &Option<proto::workspace::ObjectId>| {
+        t.as_ref().map_or("-".to_owned(), |t| t.to_string())
+    };
+    out.line(format!(
+        "files: tree {} -> {}, {} changed",
+        tree(&d.tree_a),
+        tree(&d.tree_b),
+        d.files.len()
+    ))?;
     for f in &d.files {
-        out.line(format!("  {:<7} {}", f.change.change.as_str(), f.change.path))?;
+        out.line(format!(
+            "  {:<7} {}",
+            f.change.change.as_str(),
+            f.change.path
+        ))?;
         match &f.diff {
             Some(text) => out.line(text.trim_end())?,
             None => out.line("    (binary, or bytes not stored)")?,
@@ -143,20 +180,33 @@ pub fn print_diff(out: &mut Out, d: &FileDiff) -> std::io::Result<()> {
 }
 
 /// After `kura session reset`: the session's files put back as of `ledger`.
-pub fn rewind(ctx: &Ctx, store: &Store, session: proto::SessionId, ledger: proto::LedgerId) -> String {
-    let done = objects(ctx)
-        .map_err(|e| e.to_string())
-        .and_then(|o| ws::rewind(store, &o, session, ledger, &format!("reset to {ledger}")).map_err(|e| e.to_string()));
+pub fn rewind(
+    ctx: &Ctx,
+    store: &Store,
+    session: proto::SessionId,
+    ledger: proto::LedgerId,
+) -> String {
+    let done = objects(ctx).map_err(|e| e.to_string()).and_then(|o| {
+        ws::rewind(store, &o, session, ledger, &format!("reset to {ledger}"))
+            .map_err(|e| e.to_string())
+    });
     match done {
         Ok(r) if r.skipped.is_empty() => format!(
             "files in {} put back as of {ledger}: {} written, {} removed (they were tree {}, kept: `kura workspace log {session}`)",
-            r.root.display(), r.written, r.removed, r.previous
+            r.root.display(),
+            r.written,
+            r.removed,
+            r.previous
         ),
         Ok(r) => format!(
             "files in {} put back as of {ledger} except {} not stored ({}): {} written, {} removed",
             r.root.display(),
             r.skipped.len(),
-            r.skipped.iter().map(|(p, why)| format!("{p}: {why}")).collect::<Vec<_>>().join("; "),
+            r.skipped
+                .iter()
+                .map(|(p, why)| format!("{p}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; "),
             r.written,
             r.removed
         ),
