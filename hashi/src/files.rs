@@ -288,3 +288,45 @@ impl Files {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_past_its_share_of_the_object_store_is_refused_and_others_are_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = FilesConfig {
+            session_bytes: 1000,
+            total_bytes: 5000,
+            ..FilesConfig::default()
+        };
+        let files = Files::open(&dir.path().join("kura.db"), &config)
+            .expect("open")
+            .expect("recording on");
+        let ws = |s: &str| Workspace::open(&dir.path().join("ws"), s, 1 << 20).expect("ws");
+        let a = ws("a");
+        std::fs::write(a.root().join("big"), vec![b'x'; 1500]).expect("write");
+        let before = files.before(&a).expect("under its share when it began");
+        assert!(
+            files
+                .after(&a, before, LedgerId::from(uuid::Uuid::nil()))
+                .is_some()
+        );
+        let refused = files.before(&a).map(|_| ()).map_err(|e| e.to_string());
+        let why = refused.expect_err("past its share");
+        assert!(
+            why.contains("session_bytes") && why.contains("1000"),
+            "{why}"
+        );
+        // Another session still has its share; then the whole store is full.
+        let b = ws("b");
+        std::fs::write(b.root().join("bigger"), vec![b'y'; 4000]).expect("write");
+        files.before(&b).expect("b's share is its own");
+        let why = files
+            .before(&ws("c"))
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(why.expect_err("full").contains("total_bytes"));
+    }
+}

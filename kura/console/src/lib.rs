@@ -96,6 +96,8 @@ pub struct Trust {
     /// Whose writs and revocations count (`[writs] issuers`): a person grants from the
     /// console only when they are one of them, with the key they logged in with.
     pub issuers: Vec<kura_policy::writ::Issuer>,
+    /// The object store beside the database (the files a diff shows).
+    pub objects: Option<PathBuf>,
 }
 
 /// Everything a request handler needs.

@@ -414,10 +414,25 @@ async fn diff(State(c): State<Shared>, headers: HeaderMap, Query(q): Query<DiffQ
         return Redirect::to("/login").into_response();
     }
     let page_no: usize = num(&q.page);
+    let objects = c.trust.objects.clone();
     let d = c
-        .read(move |s| Ok(records::diff(s, url_id(&q.a)?, url_id(&q.b)?, page_no)?))
+        .read(move |s| {
+            let (a, b) = (url_id(&q.a)?, url_id(&q.b)?);
+            // The files beside the records, when this machine keeps an object store.
+            let files = objects
+                .filter(|dir| dir.is_dir())
+                .map(|dir| kura_history::objects::Objects::open(&dir))
+                .transpose()?
+                .map(|o| kura_history::workspace::files_between(s, &o, a, b, 64 << 10))
+                .transpose()?;
+            Ok((records::diff(s, a, b, page_no)?, files))
+        })
         .await;
-    page(&c, &headers, "diff", |_| Ok(views::diff(&d?))).await
+    page(&c, &headers, "diff", |_| {
+        let (d, files) = d?;
+        Ok(views::diff(&d, files.as_ref()))
+    })
+    .await
 }
 
 /// One record, a chunk at a time: what a page cut is read here, never all at once.

@@ -70,7 +70,7 @@ pub fn chunk(c: &Chunk, base: &str) -> Markup {
 }
 
 /// `kura diff` as a page: each section a page at a time.
-pub fn diff(d: &DiffView) -> Markup {
+pub fn diff(d: &DiffView, files: Option<&kura_history::workspace::FileDiff>) -> Markup {
     let (a, b) = (d.a.ledger_id, d.b.ledger_id);
     let side = |title: &str, class: &str, s: &Section| {
         html! {
@@ -90,6 +90,20 @@ pub fn diff(d: &DiffView) -> Markup {
         (side(&format!("Only in {}", t(&d.a.label)), "only-a", &d.only_a))
         (side(&format!("Only in {}", t(&d.b.label)), "only-b", &d.only_b))
         (side("In both", "both", &d.both))
+        @if let Some(f) = files.filter(|f| f.tree_a.is_some() || f.tree_b.is_some()) {
+            h2 { "Files (" (f.files.len()) ")" }
+            div.files {
+                @for x in &f.files {
+                    details.file open {
+                        summary { span class=(x.change.change.as_str()) { (x.change.change.as_str()) } " " code { (t(&x.change.path)) } }
+                        @match &x.diff {
+                            Some(text) => pre.udiff { (t(text)) },
+                            None => p.sub { "binary, or bytes not stored" },
+                        }
+                    }
+                }
+            }
+        }
         nav.pager {
             @if d.page > 0 { a href={ "/diff?a=" (a) "&b=" (b) "&page=" (d.page - 1) } { "← previous" } }
             @if more { a href={ "/diff?a=" (a) "&b=" (b) "&page=" (d.page + 1) } { "more →" } }

@@ -236,3 +236,29 @@ fn a_file_past_the_limit_is_named_not_stored() {
         "the tree still names it as git would"
     );
 }
+
+#[test]
+fn collection_removes_only_what_nothing_names() {
+    let (_d, root, objects) = setup();
+    write(&root, "kept.txt", "kept\n");
+    let kept = snapshot(&root, &objects, &mut Index::default(), &Limits::default())
+        .expect("kept")
+        .tree;
+    write(&root, "kept.txt", "dropped\n");
+    snapshot(&root, &objects, &mut Index::default(), &Limits::default()).expect("dropped");
+    let mut keep = std::collections::HashSet::new();
+    reachable(&objects, &kept, &mut keep).expect("reachable");
+    // Young objects are never collected: a snapshot may not be on record yet.
+    assert_eq!(
+        objects
+            .sweep(&keep, std::time::Duration::from_secs(3600))
+            .expect("sweep")
+            .0,
+        0
+    );
+    let (n, _) = objects
+        .sweep(&keep, std::time::Duration::ZERO)
+        .expect("sweep");
+    assert_eq!(n, 2, "the dropped tree and its blob");
+    assert!(check_tree(&objects, &kept).expect("check").intact());
+}

@@ -103,6 +103,7 @@ pub(crate) async fn start_console(
         },
         fleet: (config.fleet.name.is_some() || !config.fleet.peers.is_empty())
             .then(|| (config.fleet.clone(), common.db.clone())),
+        objects: Some(kura_history::objects::Objects::beside(&common.db)),
         issuers: config.writs.issuers.clone(),
     };
     let agents = agent_routes(config, bus.clone())?;

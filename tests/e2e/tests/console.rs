@@ -45,7 +45,7 @@ const SCRIPT: &str = r#"{"turns": [[
 ]]}"#;
 
 /// A console on the stack's database at a free loopback port, trusting `users`.
-fn console_env(s: &mut Stack, port: u16, users: &str) {
+pub(crate) fn console_env(s: &mut Stack, port: u16, users: &str) {
     s.extra_env
         .retain(|(k, _)| !k.starts_with("KURA_CONSOLE__"));
     let keyring = s.nats.keys_dir().join("identities.toml");

@@ -153,12 +153,45 @@ fn a_wrong_edit_is_rewound_with_its_ledger_and_the_right_fix_follows() {
     );
     let ok = s.cli().ok(&["verify", "--workspace", &session]);
     assert!(ok.ends_with("OK"), "{ok}");
+    the_console_shows_the_file_changes(&mut s, &before_edit, &edit);
 
     forks_and_replays_start_from_the_recorded_files(&s, &session, &before_edit);
     drift_and_tampering_are_named(&s, &session);
     a_killed_side_effect_leaves_no_dangling_tree(&mut s, &session);
+    a_redacted_files_bytes_are_gone_and_its_id_stays(&s, &session);
     s.verify_all();
     s.shutdown_cleanly();
+}
+
+/// The console's diff page shows the files beside the records.
+fn the_console_shows_the_file_changes(s: &mut Stack, a: &str, b: &str) {
+    use kura_testkit::console::{http, login, wait_http};
+    let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    let port = kura_testkit::free_port();
+    let users = format!(
+        "[{{ name = \"ana\", public_key = \"{}\" }}]",
+        hex::encode(key.verifying_key().as_bytes())
+    );
+    crate::console::console_env(s, port, &users);
+    s.spawn("kura", "serve");
+    wait_http(port);
+    let cookie = login(port, &key);
+    let (status, _, page) = http(
+        port,
+        "GET",
+        &format!("/diff?a={a}&b={b}"),
+        &[("Cookie", &cookie)],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Files (1)") && page.contains("<code>calc.sh</code>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("+add() { echo $(($1 - $2)); }"),
+        "the unified diff: {page}"
+    );
 }
 
 /// A fork starts with its parent ledger's files; a replay's served side effects move the
@@ -262,4 +295,50 @@ fn a_killed_side_effect_leaves_no_dangling_tree(s: &mut Stack, session: &str) {
     );
     let ok = s.cli().ok(&["verify", "--workspace", session]);
     assert!(ok.ends_with("OK"), "{ok}");
+}
+
+/// A secret written to a file: its bytes erased from the object store, its id kept, so every
+/// tree still verifies and says what was redacted.
+fn a_redacted_files_bytes_are_gone_and_its_id_stays(s: &Stack, session: &str) {
+    let files = s
+        .cli()
+        .json(&["workspace", "files", &ledger(s, session, "turn-1-out")]);
+    let blob = files
+        .as_array()
+        .and_then(|f| f.iter().find(|x| x[0] == "test.sh"))
+        .and_then(|x| x[1].as_str())
+        .expect("test.sh's blob")
+        .to_owned();
+    let file = s
+        .path("kura.objects/objects")
+        .join(&blob[..2])
+        .join(&blob[2..]);
+    assert!(file.exists());
+    let said = s.cli().ok(&[
+        "workspace",
+        "redact",
+        session,
+        "test.sh",
+        "--reason",
+        "it held a secret",
+    ]);
+    assert!(said.contains("erased 1 version"), "{said}");
+    assert!(!file.exists(), "the bytes are gone");
+    let ok = s.cli().ok(&["verify", "--workspace", session]);
+    assert!(
+        ok.contains(&format!("redacted: test.sh ({blob})")) && ok.ends_with("OK"),
+        "{ok}"
+    );
+    let (_, err) = s.cli().fails(
+        2,
+        &[
+            "workspace",
+            "redact",
+            session,
+            "nothing.txt",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(err.contains("no tree of session"), "{err}");
 }
