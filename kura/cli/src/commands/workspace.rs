@@ -64,7 +64,8 @@ impl WorkspaceCmd {
                     out.json(&moves)?;
                 }
                 for m in moves.iter().filter(|_| !json) {
-                    out.line(format!("{}  {} -> {}  {}", m.at_ms, m.from, m.to, m.why))?;
+                    let at = kura_work::kura_policy::writ::format_time(m.at_ms);
+                    out.line(format!("{at}  {} -> {}  {}", m.from, m.to, m.why))?;
                 }
             }
             WorkspaceCmd::Redact {
