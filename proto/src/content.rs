@@ -459,6 +459,10 @@ pub struct SessionForkContent {
     /// origin ledger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin_checkpoint: Option<String>,
+    /// The workspace's tree as of the origin ledger, when it came from another Pi's replica
+    /// (whose earlier ledgers are not copied): the files the forked session starts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<crate::workspace::ObjectId>,
 }
 
 impl SessionForkContent {
@@ -796,6 +800,7 @@ mod tests {
                     origin_label: label.clone(),
                     origin_pi: None,
                     origin_checkpoint: None,
+                    workspace: None,
                 }
                 .to_value(),
                 json!({"origin_ledger": l, "origin_session": s, "origin_hash": "h", "origin_label": label}),

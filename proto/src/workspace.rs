@@ -2,6 +2,28 @@
 //! writes them), and what a side-effecting call changed on disk.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::record::RecordType;
+
+/// The workspace change a record attests, read in this one place: a side effect's
+/// `tool.result` (its tree before and after), or a fork from another Pi's replica (the tree
+/// it starts from, as both).
+pub fn change_of(record_type: RecordType, content: &Value) -> Option<WorkspaceChange> {
+    match record_type {
+        RecordType::ToolResult => crate::content::ToolResultContent::read(content)?.workspace,
+        RecordType::SessionFork => {
+            let tree = ObjectId::parse(content.get("workspace")?.as_str()?).ok()?;
+            Some(WorkspaceChange {
+                before: tree.clone(),
+                after: tree,
+                unstored: Vec::new(),
+                matched: None,
+            })
+        }
+        _ => None,
+    }
+}
 
 /// A git object id: 40 lowercase hex digits (SHA-1 over git's object encoding), so
 /// `git cat-file` on the same files names the same object.

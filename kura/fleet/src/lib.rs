@@ -11,6 +11,7 @@
 //! publish under its own name (the hub's leaf-node permissions, made by `kura fleet add-pi`).
 
 pub mod decide;
+pub mod files;
 pub mod hub;
 #[cfg(test)]
 mod memory;

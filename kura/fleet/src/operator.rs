@@ -151,11 +151,21 @@ impl Restore {
         std::fs::rename(&db, &self.to).with_context(|| {
             format!("cannot move the restored database to {}", self.to.display())
         })?;
+        // The workspaces' files came with the ledgers that name them: beside the database,
+        // where hashi and `kura workspace restore` find them.
+        let files = kura_objects::Objects::beside(&db);
+        let objects = kura_objects::Objects::beside(&self.to);
+        if files.is_dir() && !objects.exists() {
+            std::fs::rename(&files, &objects).with_context(|| {
+                format!("cannot move the restored files to {}", objects.display())
+            })?;
+        }
         kura_tlog::witness::save_last(&head, &note)?;
         Ok(format!(
             "restored {}: {size} sealed ledgers verified against its checkpoint at size {size}; \
              {} holds that checkpoint, so its signer continues the same log (restore the log key and \
-             the bus keys from their backup; work in flight is not replicated)",
+             the bus keys from their backup; work in flight is not replicated); each session's \
+             files come back at its next turn, or now with `kura workspace restore SESSION --root DIR`",
             self.to.display(),
             head.display()
         ))

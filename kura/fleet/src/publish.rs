@@ -71,7 +71,7 @@ impl<H: Hub> Publisher<H> {
             };
             // A record erased here goes out as its tombstone with its kept leaf and redaction.
             let redactions = kura_store::redact::redactions(&*store)?;
-            let records = records
+            let records: Vec<_> = records
                 .into_iter()
                 .map(|c| {
                     let kept = redactions
@@ -93,6 +93,9 @@ impl<H: Hub> Publisher<H> {
             };
             let signed = t.elapsed();
             ledger.checkpoint = note.clone();
+            // The files the ledger's records name go first: a receiver finds them there.
+            self.push_files(store, records.iter().map(|(c, _)| c))
+                .await?;
             let placed = self.publish_leaf(&ledger, records, ledger_seq).await?;
             tracing::debug!(
                 index = published,
@@ -135,6 +138,26 @@ impl<H: Hub> Publisher<H> {
             published,
             new: published.saturating_sub(start),
         })
+    }
+
+    /// Puts on the hub the objects of every tree `records` name that it lacks.
+    async fn push_files<'a>(
+        &self,
+        store: &Store,
+        records: impl Iterator<Item = &'a proto::OwnedColumns>,
+    ) -> Result<()> {
+        let trees = crate::files::trees_in(records);
+        let dir = kura_objects::Objects::beside(store.path());
+        if trees.is_empty() || !dir.is_dir() {
+            return Ok(());
+        }
+        let objects = kura_objects::Objects::open(&dir)
+            .map_err(|e| FleetError::Config(format!("the object store: {e}")))?;
+        for t in &trees {
+            let put = crate::files::push(&self.hub, &objects, t).await?;
+            tracing::debug!(tree = %t, put, "fleet: workspace objects published");
+        }
+        Ok(())
     }
 
     /// Puts a signed checkpoint where receivers watch for it.

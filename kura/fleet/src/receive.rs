@@ -501,15 +501,50 @@ impl Receiver {
             }
             p.checked = Some((cp.size, cp.root.0));
         }
-        if let Some(note) = self.write_ready(store, p, size)? {
+        if let Some((note, trees)) = self.write_ready(store, p, size)? {
+            self.pull_files(&trees).await;
             self.cosign(store, &note).await;
         }
         Ok(())
     }
 
+    /// Fetches the files the written ledgers name, beside the replica (`<pi>.objects`). The
+    /// records are verified already; a file the hub lacks is said in the log and reported
+    /// by `kura verify --workspace` on the replica, never held against the history.
+    async fn pull_files(&self, trees: &[proto::workspace::ObjectId]) {
+        if trees.is_empty() {
+            return;
+        }
+        let objects = match kura_objects::Objects::open(&kura_objects::Objects::beside(&self.db)) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(origin = %self.origin, error = %e, "cannot open the replica's object store");
+                return;
+            }
+        };
+        for t in trees {
+            match crate::files::pull(&self.objects, &objects, t).await {
+                Ok(got) if got.missing + got.refused == 0 => {
+                    tracing::debug!(origin = %self.origin, tree = %t, objects = got.objects, "fleet: workspace objects received")
+                }
+                Ok(got) => {
+                    tracing::warn!(origin = %self.origin, tree = %t, missing = got.missing, refused = got.refused, "some of a replicated tree's files are not on the hub or do not hash to their names")
+                }
+                Err(e) => {
+                    tracing::warn!(origin = %self.origin, tree = %t, error = %e, "cannot fetch a replicated tree's files")
+                }
+            }
+        }
+    }
+
     /// Writes the largest batch a held checkpoint covers, trying each way to fill it that
     /// was not refused before; the checkpoint's note when one was written.
-    fn write_ready(&self, store: &mut Store, p: &mut Pending, size: u64) -> Result<Option<String>> {
+    fn write_ready(
+        &self,
+        store: &mut Store,
+        p: &mut Pending,
+        size: u64,
+    ) -> Result<Option<(String, Vec<proto::workspace::ObjectId>)>> {
         let stored = |h: &str| has_record(&*store, h).unwrap_or(false);
         let Some((note, cp)) = p.ready(size, stored).cloned() else {
             return Ok(None);
@@ -591,7 +626,18 @@ impl Receiver {
         p.applied(cp.size);
         refused.clear();
         p.checked = Some((cp.size, cp.root.0));
-        Ok(Some(note))
+        // The trees the written ledgers' records name, for their files.
+        let mut trees = Vec::new();
+        for (_, l) in batch {
+            for r in store.hydrate(l.ledger_id)? {
+                if let Some(w) = proto::workspace::change_of(r.record_type, &r.content) {
+                    trees.extend([w.before, w.after]);
+                }
+            }
+        }
+        trees.sort();
+        trees.dedup();
+        Ok(Some((note, trees)))
     }
 
     /// Cosigns the checkpoint just verified, as a witness, and puts it beside the origin's.

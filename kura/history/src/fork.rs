@@ -33,6 +33,7 @@ pub fn fork(store: &mut Store, origin: LedgerId, label: &str) -> Result<(Session
         origin_label: Some(o.label.clone()),
         origin_pi: None,
         origin_checkpoint: None,
+        workspace: None,
     };
     first_ledger(store, label, &[origin], content, &[])
 }
@@ -80,6 +81,9 @@ pub fn fork_from_replica(
             metadata: r.metadata,
         })
         .collect();
+    // The files as of the origin, copied (each checked) from beside the replica to beside
+    // this database: the forked session's first turn starts with them.
+    let workspace = replica_files(store, replica, origin);
     let content = SessionForkContent {
         origin_ledger: origin,
         origin_session: o.session_id,
@@ -87,8 +91,34 @@ pub fn fork_from_replica(
         origin_label: Some(o.label),
         origin_pi: Some(pi.to_owned()),
         origin_checkpoint: Some(checkpoint),
+        workspace,
     };
     first_ledger(store, label, &[], content, &records)
+}
+
+/// The tree as of `origin` in the replica, its objects copied here; `None` (said in the log)
+/// when none is recorded or they cannot be copied.
+fn replica_files(
+    store: &Store,
+    replica: &Store,
+    origin: LedgerId,
+) -> Option<proto::workspace::ObjectId> {
+    use kura_objects::Objects;
+    let tree = crate::workspace::tree_at(replica, origin).ok().flatten()?;
+    let copied = Objects::open(&Objects::beside(replica.path())).and_then(|from| {
+        let to = Objects::open(&Objects::beside(store.path()))?;
+        kura_objects::copy_tree(&from, &to, &tree)
+    });
+    match copied {
+        Ok(n) if n.missing == 0 => {}
+        Ok(n) => {
+            tracing::warn!(%tree, missing = n.missing, "the replica lacks some of the forked files")
+        }
+        Err(e) => {
+            tracing::warn!(%tree, error = %e, "the forked files could not be copied from the replica")
+        }
+    }
+    Some(tree)
 }
 
 /// A new session `label` whose first ledger, `fork` (on `parents`), holds the fork record

@@ -6,7 +6,7 @@
 use kura_objects::{Checked, FileChange, Index, Limits, Objects, ObjectsError};
 use kura_store::{Store, StoreError};
 use proto::content::ToolResultContent;
-use proto::record::{Record, RecordType};
+use proto::record::Record;
 use proto::workspace::{ObjectId, WorkspaceChange};
 use proto::{LedgerId, SessionId};
 use serde::Serialize;
@@ -32,12 +32,10 @@ pub enum WorkspaceError {
 /// The result of a workspace operation.
 pub type Result<T> = std::result::Result<T, WorkspaceError>;
 
-/// The attested change a record carries, if it is a side effect's `tool.result` that has one.
+/// The attested change a record carries: a side effect's `tool.result`'s, or the tree a
+/// fork from another Pi's replica starts from.
 pub fn change_of(r: &Record) -> Option<WorkspaceChange> {
-    if r.record_type != RecordType::ToolResult {
-        return None;
-    }
-    ToolResultContent::read(&r.content)?.workspace
+    proto::workspace::change_of(r.record_type, &r.content)
 }
 
 /// The workspace's tree as of `ledger`: the last tree recorded in it or its first-parent
@@ -149,12 +147,47 @@ pub fn rewind(
     ledger: LedgerId,
     why: &str,
 ) -> Result<Rewound> {
-    let sid = session.to_string();
-    let head = objects.head(&sid)?.ok_or_else(|| {
-        WorkspaceError::Unknown(format!(
-            "no turn of session {session} recorded its workspace here; its files were not touched"
-        ))
+    put_back(store, objects, session, ledger, None, why)
+}
+
+/// Puts the session's files as of its head into `root` (default: where its turns recorded
+/// them) — a Pi restored from the hub, or a session's files wanted elsewhere.
+pub fn checkout(
+    store: &Store,
+    objects: &Objects,
+    session: SessionId,
+    root: Option<std::path::PathBuf>,
+) -> Result<Rewound> {
+    let head = store.read_session(session)?.head_ledger_id.ok_or_else(|| {
+        WorkspaceError::Unknown(format!("session {session} has no sealed ledger yet"))
     })?;
+    put_back(store, objects, session, head, root, "checked out")
+}
+
+fn put_back(
+    store: &Store,
+    objects: &Objects,
+    session: SessionId,
+    ledger: LedgerId,
+    root: Option<std::path::PathBuf>,
+    why: &str,
+) -> Result<Rewound> {
+    let sid = session.to_string();
+    let known = objects.head(&sid)?;
+    let head = match (known, root) {
+        (Some(h), None) => h,
+        (known, Some(root)) => kura_objects::Head {
+            root,
+            tree: ObjectId::empty_tree(),
+            ledger: None,
+            stored_bytes: known.map_or(0, |h| h.stored_bytes),
+        },
+        (None, None) => {
+            return Err(WorkspaceError::Unknown(format!(
+                "no turn of session {session} recorded its workspace here; its files were not touched (name a directory: --root)"
+            )));
+        }
+    };
     let target = tree_at(store, ledger)?.ok_or_else(|| {
         WorkspaceError::Unknown(format!(
             "no tree is recorded as of ledger {ledger}; the files were not touched"

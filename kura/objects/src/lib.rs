@@ -18,7 +18,7 @@ pub use error::{ObjectsError, Result};
 pub use heads::{Head, LogEntry};
 pub use restore::{Restored, restore};
 pub use snapshot::{Index, Limits, Snapshot, snapshot};
-pub use store::{Kind, Objects, Usage};
+pub use store::{Entry, Kind, Objects, Usage, hash, parse_tree};
 
 pub use proto::workspace::ObjectId;
 
@@ -112,6 +112,57 @@ pub fn reachable(
             seen.insert(e.id);
         }
     }
+    Ok(())
+}
+
+/// What a copy of a tree from one store to another did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Copied {
+    /// Objects written to the destination.
+    pub objects: u64,
+    /// Objects the source lacks (not stored, redacted, lost).
+    pub missing: u64,
+}
+
+/// Copies every object `tree` reaches from `from` to `to` (each checked on read), children
+/// before their tree, so a tree in `to` always has all it names that `from` had.
+pub fn copy_tree(from: &Objects, to: &Objects, tree: &ObjectId) -> Result<Copied> {
+    let mut done = Copied::default();
+    copy_into(from, to, tree, &mut done)?;
+    to.sync()?;
+    Ok(done)
+}
+
+fn copy_into(from: &Objects, to: &Objects, tree: &ObjectId, done: &mut Copied) -> Result<()> {
+    if to.has(tree) || *tree == ObjectId::empty_tree() {
+        return Ok(());
+    }
+    let data = match from.get(Kind::Tree, tree) {
+        Ok(d) => d,
+        Err(ObjectsError::Missing { .. } | ObjectsError::Redacted { .. }) => {
+            done.missing += 1;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    for e in parse_tree(tree, &data)? {
+        if e.is_tree() {
+            copy_into(from, to, &e.id, done)?;
+        } else if !to.has(&e.id) && !to.is_redacted(&e.id) {
+            match from.get(Kind::Blob, &e.id) {
+                Ok(b) => {
+                    to.put_verified(Kind::Blob, &e.id, &b)?;
+                    done.objects += 1;
+                }
+                Err(ObjectsError::Missing { .. } | ObjectsError::Redacted { .. }) => {
+                    done.missing += 1
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    to.put_verified(Kind::Tree, tree, &data)?;
+    done.objects += 1;
     Ok(())
 }
 

@@ -159,6 +159,24 @@ impl Objects {
         self.put_as(&id, data).map(|n| (id, n))
     }
 
+    /// Stores `data` received from elsewhere as object `id` of `kind`, refused unless it
+    /// hashes to `id`.
+    pub fn put_verified(&self, kind: Kind, id: &ObjectId, data: &[u8]) -> Result<u64> {
+        let found = hash(kind, data)?;
+        if &found != id {
+            return Err(ObjectsError::Corrupt {
+                id: id.clone(),
+                why: format!("the bytes received hash to {found}"),
+            });
+        }
+        self.put_as(id, data)
+    }
+
+    /// Whether `id`'s bytes were erased by redaction.
+    pub fn is_redacted(&self, id: &ObjectId) -> bool {
+        self.tombstone(id).exists()
+    }
+
     /// Stores `data` known to hash to `id` (the caller hashed it).
     pub(crate) fn put_as(&self, id: &ObjectId, data: &[u8]) -> Result<u64> {
         let path = self.path(id);
@@ -226,24 +244,30 @@ impl Objects {
         if *id == ObjectId::empty_tree() {
             return Ok(Vec::new());
         }
-        let data = self.get(Kind::Tree, id)?;
-        let tree = gix_object::TreeRef::from_bytes(&data, gix_hash::Kind::Sha1).map_err(|e| {
-            ObjectsError::Corrupt {
-                id: id.clone(),
-                why: format!("not a tree: {e}"),
-            }
-        })?;
-        Ok(tree
-            .entries
-            .iter()
-            .map(|e| Entry {
-                name: e.filename.as_bytes().to_vec(),
-                kind: e.mode.kind(),
-                id: from_gix(e.oid),
-            })
-            .collect())
+        parse_tree(id, &self.get(Kind::Tree, id)?)
     }
+}
 
+/// The entries of tree `id`'s bytes.
+pub fn parse_tree(id: &ObjectId, data: &[u8]) -> Result<Vec<Entry>> {
+    let tree = gix_object::TreeRef::from_bytes(data, gix_hash::Kind::Sha1).map_err(|e| {
+        ObjectsError::Corrupt {
+            id: id.clone(),
+            why: format!("not a tree: {e}"),
+        }
+    })?;
+    Ok(tree
+        .entries
+        .iter()
+        .map(|e| Entry {
+            name: e.filename.as_bytes().to_vec(),
+            kind: e.mode.kind(),
+            id: from_gix(e.oid),
+        })
+        .collect())
+}
+
+impl Objects {
     /// Erases an object's bytes for good, keeping its id and why (a secret written to a
     /// file). Trees naming it still verify: their bytes hold only its id.
     pub fn redact(&self, id: &ObjectId, reason: &str) -> Result<bool> {

@@ -89,9 +89,30 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
 
     // A session on A: its replica on B verifies with the same hashes and checkpoint root.
     let r = a.s.submit("write a note on A");
-    a.s.wait_complete(r, MINUTE);
+    let a_session =
+        a.s.wait_complete(r, MINUTE)
+            .session_id
+            .expect("session")
+            .to_string();
     b.wait_replica(&a, "first session");
     assert_same_history(&a, &b);
+    // The note's files came with the ledger: whole in B's replica's object store.
+    let replica = b.replica_path("pi-a");
+    let out = b.kura(&[
+        "verify",
+        "--workspace",
+        &a_session,
+        "--json",
+        "--db",
+        replica.to_str().expect("utf8"),
+    ]);
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        out.status.success() && said["objects_ok"].as_u64() >= Some(3),
+        "{said}"
+    );
+    assert_eq!(said["missing"], serde_json::json!([]), "{said}");
+    let a_tree = attested(&a.s.store(), &a_session);
     // B cosigned A's checkpoint as a witness, beside it in the hub's bucket.
     let cosigned = rt().block_on(async {
         let js = jetstream::with_domain(hub.admin(0).await, fleet::DOMAIN);
@@ -218,6 +239,25 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
         "{}",
         String::from_utf8_lossy(&verified.stdout)
     );
+    // The session's files come back with it, byte for byte, to the tree A recorded.
+    let ws = fresh.path().join("ws").join(&a_session);
+    let out = Command::new(bin("kura"))
+        .args(["workspace", "restore", &a_session, "--root"])
+        .arg(&ws)
+        .arg("--db")
+        .arg(&restored)
+        .output()
+        .expect("workspace restore");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains(&format!("tree {a_tree}")),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("note.md")).expect("note"),
+        "written on a Pi"
+    );
     // The same log key signs on from the restored checkpoint (no fork of its own history).
     let signed = Command::new(bin("kura"))
         .args(["checkpoint", "--key"])
@@ -258,6 +298,20 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
     let fork: serde_json::Value = serde_json::from_str(&fork).expect("json");
     assert_eq!(fork["origin_ledger"], last);
     assert_eq!(fork["origin_pi"], "pi-a");
+    // It started with A's files: its first side effect began from A's tree.
+    let forked =
+        b.s.store()
+            .sessions()
+            .expect("sessions")
+            .into_iter()
+            .map(|x| x.session_id.to_string());
+    let began: Vec<String> = forked
+        .filter_map(|sid| first_before(&b.s.store(), &sid))
+        .collect();
+    assert!(
+        began.contains(&fork["workspace"].as_str().unwrap_or("none").to_owned()),
+        "{fork} {began:?}"
+    );
     let note = fork["origin_checkpoint"].as_str().expect("checkpoint");
     kura_tlog::checkpoint::open(note, &a.log_vkey).expect("the fork names A's signed checkpoint");
     b.s.verify_all();
@@ -275,6 +329,26 @@ fn a_pis_history_replicates_verified_through_a_three_node_hub_and_survives_its_f
         "{text}"
     );
     a.s.verify_all();
+}
+
+/// The tree the last side effect of `session` left (its records, as recorded).
+fn attested(store: &Store, session: &str) -> String {
+    let id = kura_store::store::parse_id(session).expect("id");
+    kura_testkit::stack::session_records(store, id)
+        .iter()
+        .rev()
+        .find_map(|r| proto::workspace::change_of(r.record_type, &r.content))
+        .map(|c| c.after.to_string())
+        .expect("a recorded tree")
+}
+
+/// The tree `session`'s first side effect began from.
+fn first_before(store: &Store, session: &str) -> Option<String> {
+    let id = kura_store::store::parse_id(session).ok()?;
+    kura_testkit::stack::session_records(store, id)
+        .iter()
+        .find_map(|r| proto::workspace::change_of(r.record_type, &r.content))
+        .map(|c| c.before.to_string())
 }
 
 /// What the attacker of this test has: Pi A's bus identity for `kura serve` (so it may

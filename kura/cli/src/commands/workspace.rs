@@ -33,6 +33,15 @@ pub enum WorkspaceCmd {
         #[arg(long)]
         reason: String,
     },
+    /// Put a session's files as of its head into its workspace (or `--root DIR`): on a Pi
+    /// restored from the hub, or to look at them elsewhere.
+    Restore {
+        /// The session.
+        session: String,
+        /// The directory (default: where its turns recorded them).
+        #[arg(long)]
+        root: Option<std::path::PathBuf>,
+    },
     /// Remove objects no ledger, workspace head or workspace log names (older than an hour).
     Gc,
 }
@@ -83,6 +92,21 @@ impl WorkspaceCmd {
                     "erased {} version(s) of {path}; their ids stay in the trees",
                     erased.len()
                 ))?;
+            }
+            WorkspaceCmd::Restore { session, root } => {
+                let r = ws::checkout(&store, &objects, id(&session)?, root)?;
+                if json {
+                    out.json(&r)?;
+                } else {
+                    out.line(format!(
+                        "{}: tree {} ({} written, {} removed, {} not stored)",
+                        r.root.display(),
+                        r.tree,
+                        r.written,
+                        r.removed,
+                        r.skipped.len()
+                    ))?;
+                }
             }
             WorkspaceCmd::Gc => {
                 let (n, bytes) =
