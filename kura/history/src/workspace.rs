@@ -138,6 +138,30 @@ pub struct Rewound {
     pub skipped: Vec<(String, String)>,
 }
 
+impl Rewound {
+    /// What to tell the person who reset `session` to `ledger`.
+    pub fn said(&self, session: SessionId, ledger: LedgerId) -> String {
+        let root = self.root.display();
+        let (w, r) = (self.written, self.removed);
+        if self.skipped.is_empty() {
+            return format!(
+                "files in {root} put back as of {ledger}: {w} written, {r} removed (they were tree {}, kept: `kura workspace log {session}`)",
+                self.previous
+            );
+        }
+        let skipped: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect();
+        format!(
+            "files in {root} put back as of {ledger} except {} ({}): {w} written, {r} removed",
+            skipped.len(),
+            skipped.join("; ")
+        )
+    }
+}
+
 /// Puts the session's workspace back to its tree as of `ledger` (after `kura session
 /// reset`), logging the move so the files it replaced stay reachable.
 pub fn rewind(
@@ -267,6 +291,40 @@ pub struct Drift {
 }
 
 impl Report {
+    /// The report as `kura verify --workspace` prints it, ending `OK` or `FAILED`.
+    pub fn lines(&self, session: &str) -> Vec<String> {
+        let mut out = vec![format!(
+            "workspace of session {session}: {} trees, {} objects whole",
+            self.trees, self.objects_ok
+        )];
+        for (what, list) in [
+            ("TAMPERED", &self.corrupt),
+            ("MISSING", &self.missing),
+            ("redacted", &self.redacted),
+        ] {
+            out.extend(
+                list.iter()
+                    .map(|(path, id)| format!("  {what}: {path} ({id})")),
+            );
+        }
+        for d in &self.drift {
+            out.push(format!(
+                "  DRIFT {}: files changed that no recorded call changed:",
+                d.when
+            ));
+            out.extend(
+                d.files
+                    .iter()
+                    .map(|f| format!("    {:<7} {}", f.change.as_str(), f.path)),
+            );
+        }
+        if self.root.is_none() {
+            out.push("  (no turn recorded where this session's files are on this machine: the disk was not compared)".into());
+        }
+        out.push(if self.ok() { "OK" } else { "FAILED" }.into());
+        out
+    }
+
     /// Whether every object is whole and nothing drifted.
     pub fn ok(&self) -> bool {
         self.corrupt.is_empty() && self.missing.is_empty() && self.drift.is_empty()

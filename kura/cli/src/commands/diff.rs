@@ -25,7 +25,10 @@ impl Diff {
         let files = super::workspace::diff(ctx, &store, a, b)?;
         let (out, json) = (&mut ctx.out, ctx.json);
         if json {
-            out.json(&serde_json::json!({ "records": d, "files": files }))?;
+            out.json(&Both {
+                records: &d,
+                files: &files,
+            })?;
             return Ok(Outcome::Ok);
         }
         out.line(format!("--- {}\n+++ {}", d.ledger_a, d.ledger_b))?;
@@ -41,6 +44,13 @@ impl Diff {
         super::workspace::print_diff(out, &files)?;
         Ok(Outcome::Ok)
     }
+}
+
+/// `kura diff --json`: the records, then the files.
+#[derive(serde::Serialize)]
+struct Both<'a> {
+    records: &'a kura_serve::history::diff::LedgerDiff,
+    files: &'a kura_serve::history::workspace::FileDiff,
 }
 
 fn lines(out: &mut Out, mark: char, records: &[Record]) -> std::io::Result<()> {

@@ -1,7 +1,7 @@
 //! `kura workspace …`, `kura verify --workspace` and the files beside `kura diff` and
 //! `kura session reset`: a session's files as its records attest them.
 
-use kura_serve::history::objects::{FileChange, Objects};
+use kura_serve::history::objects::Objects;
 use kura_serve::history::workspace::{self as ws, FileDiff};
 use kura_store::Store;
 
@@ -126,44 +126,15 @@ pub fn verify(ctx: &mut Ctx, session: &str) -> anyhow::Result<Outcome> {
     let out = &mut ctx.out;
     if ctx.json {
         out.json(&r)?;
-    } else {
-        out.line(format!(
-            "workspace of session {session}: {} trees, {} objects whole",
-            r.trees, r.objects_ok
-        ))?;
-        for (what, list) in [
-            ("TAMPERED", &r.corrupt),
-            ("MISSING", &r.missing),
-            ("redacted", &r.redacted),
-        ] {
-            for (path, oid) in list {
-                out.line(format!("  {what}: {path} ({oid})"))?;
-            }
-        }
-        for d in &r.drift {
-            out.line(format!(
-                "  DRIFT {}: files changed that no recorded call changed:",
-                d.when
-            ))?;
-            changed(out, &d.files)?;
-        }
-        if r.root.is_none() {
-            out.line("  (no turn recorded where this session's files are on this machine: the disk was not compared)")?;
-        }
-        out.line(if r.ok() { "OK" } else { "FAILED" })?;
+    }
+    for line in r.lines(session).iter().filter(|_| !ctx.json) {
+        out.line(line)?;
     }
     Ok(if r.ok() {
         Outcome::Ok
     } else {
         Outcome::VerifyFailed
     })
-}
-
-fn changed(out: &mut Out, files: &[FileChange]) -> std::io::Result<()> {
-    for f in files {
-        out.line(format!("    {:<7} {}", f.change.as_str(), f.path))?;
-    }
-    Ok(())
 }
 
 /// The file changes between two ledgers, under `kura diff`'s record changes.
@@ -204,37 +175,25 @@ pub fn print_diff(out: &mut Out, d: &FileDiff) -> std::io::Result<()> {
     Ok(())
 }
 
-/// After `kura session reset`: the session's files put back as of `ledger`.
+/// After `kura session reset`: the session's files put back as of `ledger`, said in a line.
 pub fn rewind(
     ctx: &Ctx,
     store: &Store,
     session: proto::SessionId,
     ledger: proto::LedgerId,
 ) -> String {
-    let done = objects(ctx).map_err(|e| e.to_string()).and_then(|o| {
-        ws::rewind(store, &o, session, ledger, &format!("reset to {ledger}"))
-            .map_err(|e| e.to_string())
-    });
-    match done {
-        Ok(r) if r.skipped.is_empty() => format!(
-            "files in {} put back as of {ledger}: {} written, {} removed (they were tree {}, kept: `kura workspace log {session}`)",
-            r.root.display(),
-            r.written,
-            r.removed,
-            r.previous
-        ),
-        Ok(r) => format!(
-            "files in {} put back as of {ledger} except {} not stored ({}): {} written, {} removed",
-            r.root.display(),
-            r.skipped.len(),
-            r.skipped
-                .iter()
-                .map(|(p, why)| format!("{p}: {why}"))
-                .collect::<Vec<_>>()
-                .join("; "),
-            r.written,
-            r.removed
-        ),
-        Err(e) => format!("files not put back: {e}"),
-    }
+    objects(ctx)
+        .and_then(|o| {
+            Ok(ws::rewind(
+                store,
+                &o,
+                session,
+                ledger,
+                &format!("reset to {ledger}"),
+            )?)
+        })
+        .map_or_else(
+            |e| format!("files not put back: {e}"),
+            |r| r.said(session, ledger),
+        )
 }
