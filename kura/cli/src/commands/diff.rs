@@ -46,9 +46,10 @@ impl Diff {
     }
 }
 
-/// `kura diff --json`: the records, then the files.
+/// `kura diff --json`: the records (at the top, as before files were compared), and the files.
 #[derive(serde::Serialize)]
 struct Both<'a> {
+    #[serde(flatten)]
     records: &'a kura_serve::history::diff::LedgerDiff,
     files: &'a kura_serve::history::workspace::FileDiff,
 }
