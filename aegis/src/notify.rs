@@ -1,7 +1,8 @@
 //! Telling people that someone waits for them: when a request is put to people, aegis
 //! posts a short notice to each configured target (a generic JSON webhook, ntfy, Gotify) with
 //! the tool, the session's label and a link to the console's card — never the arguments
-//! unless a target asks for them. Delivery runs on its own task with a bounded queue and
+//! unless a target asks for them. And that a tool call ran ungated (an agent's PreToolUse
+//! hook missing, killed or timed out): the same targets, a notice of its own. Delivery runs on its own task with a bounded queue and
 //! retries with backoff; it never holds up a decision, and a failing target is logged and
 //! counted.
 
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proto::RequestId;
-use proto::doorbell::ApprovalWaiting;
+use proto::doorbell::{ApprovalWaiting, CallUngated};
 use serde::{Deserialize, Serialize};
 
 /// At most this many notices wait for delivery; more are dropped (and counted).
@@ -74,10 +75,55 @@ pub struct Counts {
     pub dropped: AtomicU64,
 }
 
+/// What waits in the queue.
+enum Queued {
+    /// A request put to people (its notice is read from the store when sent).
+    Asked(RequestId),
+    /// A call that ran ungated.
+    Ungated(CallUngated),
+}
+
+/// A notice as sent.
+#[derive(Clone, Serialize)]
+#[serde(untagged)]
+enum Notice {
+    Waiting(ApprovalWaiting),
+    Ungated(CallUngated),
+}
+
+impl Notice {
+    fn title(&self) -> &'static str {
+        match self {
+            Notice::Waiting(_) => "Kura: approval waiting",
+            Notice::Ungated(_) => "Kura: ALARM, a tool call ran ungated",
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Notice::Waiting(n) => format!(
+                "{} waits for your approval in \u{201c}{}\u{201d} (rule {}, {} needed)",
+                n.tool, n.session_label, n.rule, n.required
+            ),
+            Notice::Ungated(n) => format!(
+                "{} ran without Kura's gate in \u{201c}{}\u{201d} ({}, noticed by {}): nobody ruled on it",
+                n.tool, n.session_label, n.by, n.noticed_by
+            ),
+        }
+    }
+
+    fn link(&self) -> Option<&String> {
+        match self {
+            Notice::Waiting(n) => n.link.as_ref(),
+            Notice::Ungated(n) => n.link.as_ref(),
+        }
+    }
+}
+
 /// The sending side: cheap to call from a decision's path (never blocks).
 #[derive(Clone)]
 pub struct Notifier {
-    tx: Option<tokio::sync::mpsc::Sender<RequestId>>,
+    tx: Option<tokio::sync::mpsc::Sender<Queued>>,
     counts: Arc<Counts>,
 }
 
@@ -105,10 +151,24 @@ impl Notifier {
 
     /// Queues a notice for `request_id`.
     pub fn asked(&self, request_id: RequestId) {
+        self.queue(Queued::Asked(request_id));
+    }
+
+    /// Queues the alarm that a call ran ungated.
+    pub fn ungated(&self, notice: CallUngated) {
+        self.queue(Queued::Ungated(notice));
+    }
+
+    /// Whether any target is configured.
+    pub fn enabled(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    fn queue(&self, q: Queued) {
         let Some(tx) = &self.tx else { return };
-        if tx.try_send(request_id).is_err() {
+        if tx.try_send(q).is_err() {
             let n = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::warn!(%request_id, dropped_total = n, "notification queue full; notice dropped");
+            tracing::warn!(dropped_total = n, "notification queue full; notice dropped");
         }
     }
 
@@ -122,22 +182,26 @@ async fn deliver(
     config: NotifyConfig,
     client: reqwest::Client,
     store: Arc<std::sync::Mutex<kura_store::Store>>,
-    mut rx: tokio::sync::mpsc::Receiver<RequestId>,
+    mut rx: tokio::sync::mpsc::Receiver<Queued>,
     counts: Arc<Counts>,
 ) {
     let config = Arc::new(config);
     // At most this many deliveries at once; the queue (and then dropping) absorbs a burst.
     let in_flight = Arc::new(tokio::sync::Semaphore::new(8));
-    while let Some(request_id) = rx.recv().await {
-        let s = store.clone();
-        let notice = tokio::task::spawn_blocking(move || notice(&s, request_id)).await;
-        let notice = match notice {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
-                tracing::warn!(%request_id, error = %e, "cannot read the request for its notice");
-                continue;
+    while let Some(queued) = rx.recv().await {
+        let notice = match queued {
+            Queued::Ungated(n) => Notice::Ungated(n),
+            Queued::Asked(request_id) => {
+                let s = store.clone();
+                match tokio::task::spawn_blocking(move || notice(&s, request_id)).await {
+                    Ok(Ok(n)) => Notice::Waiting(n),
+                    Ok(Err(e)) => {
+                        tracing::warn!(%request_id, error = %e, "cannot read the request for its notice");
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
             }
-            Err(_) => continue,
         };
         for hook in &config.webhooks {
             // Each target on its own, so a slow one delays nobody else's notice.
@@ -187,7 +251,7 @@ fn notice(
 /// An agent's or a model's words as a notice shows them: one line, every hidden character
 /// (bidi overrides, zero-width, controls, newlines) written as an escape, at most 200 bytes —
 /// as the console and the CLI show them, so a label cannot reorder or hide what a phone reads.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let shown = proto::text::escape_controls(text).replace('\n', "\\n");
     proto::text::excerpt(&shown, 200)
 }
@@ -195,13 +259,23 @@ fn one_line(text: &str) -> String {
 async fn send(
     client: &reqwest::Client,
     hook: &Webhook,
-    mut notice: ApprovalWaiting,
+    mut notice: Notice,
     console: Option<String>,
     counts: &Counts,
 ) {
-    notice.link = console.map(|c| format!("{}/approvals", c.trim_end_matches('/')));
-    if !hook.include_arguments {
-        notice.arguments = None;
+    let at = |page: &str| {
+        console
+            .as_ref()
+            .map(|c| format!("{}/{page}", c.trim_end_matches('/')))
+    };
+    match &mut notice {
+        Notice::Waiting(n) => {
+            n.link = at("approvals");
+            if !hook.include_arguments {
+                n.arguments = None;
+            }
+        }
+        Notice::Ungated(n) => n.link = at("status"),
     }
     let mut last = String::new();
     for wait in BACKOFF {
@@ -225,15 +299,8 @@ async fn send(
         "a notification target failed after every retry");
 }
 
-fn request(
-    client: &reqwest::Client,
-    hook: &Webhook,
-    n: &ApprovalWaiting,
-) -> reqwest::RequestBuilder {
-    let text = format!(
-        "{} waits for your approval in \u{201c}{}\u{201d} (rule {}, {} needed)",
-        n.tool, n.session_label, n.rule, n.required
-    );
+fn request(client: &reqwest::Client, hook: &Webhook, n: &Notice) -> reqwest::RequestBuilder {
+    let text = n.text();
     let req = client.post(&hook.url);
     match hook.format {
         Format::Json => {
@@ -244,8 +311,8 @@ fn request(
             }
         }
         Format::Ntfy => {
-            let mut req = req.header("Title", "Kura: approval waiting").body(text);
-            if let Some(link) = &n.link {
+            let mut req = req.header("Title", n.title()).body(text);
+            if let Some(link) = n.link() {
                 req = req.header("Click", link);
             }
             match &hook.token {
@@ -255,10 +322,10 @@ fn request(
         }
         Format::Gotify => {
             let body = GotifyMessage {
-                title: "Kura: approval waiting",
+                title: n.title(),
                 message: text,
                 priority: 5,
-                extras: n.link.as_ref().map(|url| GotifyExtras {
+                extras: n.link().map(|url| GotifyExtras {
                     notification: GotifyNotification {
                         click: GotifyClick { url: url.clone() },
                     },

@@ -132,6 +132,25 @@ wire! {
         pub position: u64,
     }
 
+    /// Report a call that already ran without being declared (the agent's PreToolUse hook
+    /// was missing, killed or timed out): recorded as ungated, and an alarm.
+    pub struct ReportUngated {
+        /// The turn.
+        pub turn_id: TurnId,
+        /// The tool's name as the agent knows it.
+        pub tool: String,
+        /// Its arguments, as the agent reported them.
+        pub arguments: Map<String, Value>,
+        /// The agent's own id for the call (Claude Code's `tool_use_id`): a call is
+        /// reported once, however often it is noticed.
+        pub agent_call_id: String,
+        /// What it returned, if known.
+        #[serde(default)]
+        pub result: Option<Value>,
+        /// Where it was noticed: `PostToolUse`, `transcript`.
+        pub noticed_by: String,
+    }
+
     /// Declare a tool call before running it, and have it ruled on.
     pub struct DeclareCall {
         /// The turn.

@@ -76,6 +76,14 @@ pub struct ToolCallContent {
     /// rather than running it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub malformed: Option<String>,
+    /// A call that ran without being declared to Kura first (the agent's PreToolUse hook was
+    /// missing, killed or timed out): how it was noticed. Nobody ruled on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ungated: Option<String>,
+    /// A call read from an agent's transcript after the fact (`kura hook import`): where
+    /// from. Nobody ruled on it when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<String>,
 }
 
 impl ToolCallContent {
@@ -93,6 +101,8 @@ impl ToolCallContent {
             arguments_omitted: None,
             writ: None,
             malformed: None,
+            ungated: None,
+            imported: None,
         }
     }
 

@@ -321,6 +321,29 @@ pub struct ApprovalWaiting {
     pub arguments: Option<serde_json::Value>,
 }
 
+/// A notice that a tool call ran without Kura's gate (an agent's PreToolUse hook was missing,
+/// killed or timed out): what aegis tells people, beside [`ApprovalWaiting`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallUngated {
+    /// Always `call.ungated`.
+    pub event: String,
+    /// The `tool.call` record that says so.
+    pub record_id: crate::RecordId,
+    /// The tool that ran.
+    pub tool: String,
+    /// The session's label.
+    pub session_label: String,
+    /// The session.
+    pub session_id: crate::SessionId,
+    /// Who ran it (`agent:<name>`).
+    pub by: String,
+    /// How it was noticed.
+    pub noticed_by: String,
+    /// The console's status page, when aegis knows the console's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,6 +127,7 @@ pub fn routes(surface: Arc<Surface>) -> axum::Router {
     let r = route!(r, "/agent/v1/declare_call", Gateway::declare_call);
     let r = route!(r, "/agent/v1/wait_decision", Gateway::wait_decision);
     let r = route!(r, "/agent/v1/withdraw_call", Gateway::withdraw_call);
+    let r = route!(r, "/agent/v1/report_ungated", Gateway::report_ungated);
     let r = route!(r, "/agent/v1/ask_person", Gateway::ask_person);
     let r = route!(r, "/agent/v1/end_turn", Gateway::end_turn);
     let r = route!(r, "/agent/v1/remember", Gateway::remember);

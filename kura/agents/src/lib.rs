@@ -14,6 +14,7 @@ pub mod ops;
 mod reads;
 pub mod registry;
 mod sessions;
+mod ungated;
 mod wake;
 
 use std::collections::BTreeMap;

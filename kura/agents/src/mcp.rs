@@ -118,6 +118,17 @@ impl KuraTools {
     }
 
     #[tool(
+        description = "Report a tool call that already ran WITHOUT being declared (your PreToolUse hook was missing, killed or timed out): Kura records it as ungated, with its result, and raises an alarm. Reported once per agent_call_id."
+    )]
+    async fn report_ungated(
+        &self,
+        Parameters(req): Parameters<ReportUngated>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Recorded>, ErrorData> {
+        self.run(&ctx, req, Gateway::report_ungated).await
+    }
+
+    #[tool(
         description = "Ask your people a question (optionally with choices) and wait for their signed answer with wait_decision: it arrives as edited_arguments.answer."
     )]
     async fn ask_person(

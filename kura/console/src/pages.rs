@@ -297,9 +297,17 @@ pub fn verification(
 }
 
 /// `kura status` as a page.
-pub fn status(st: &kura_work::ops::Status) -> Markup {
+pub fn status(st: &kura_work::ops::Status, ungated: &[kura_history::ungated::Ungated]) -> Markup {
     html! {
         h1 { "Status" }
+        @if !ungated.is_empty() {
+            section.ungated {
+                p.fail { "ALARM: " (ungated.len()) " tool call(s) ran ungated in the last day: an agent's PreToolUse hook was missing, killed or timed out, and nobody ruled on them." }
+                ul { @for u in ungated {
+                    li { code { (t(&u.tool)) } " by " (t(&u.by)) " in " a href={ "/s/" (u.session_id) } { (t(&u.session_label)) } " at " (t(&u.at)) " — " a href={ "/r/" (u.record_id) } { "the record" } }
+                } }
+            }
+        }
         table.daemons {
             thead { tr { th { "Daemon" } th { "Kind" } th { "Up" } th { "Last beat" } th { "NATS" } th { "Detail" } } }
             tbody {

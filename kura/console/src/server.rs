@@ -657,8 +657,17 @@ async fn status(State(c): State<Shared>, headers: HeaderMap) -> Response {
     if c.auth.get(&headers).is_none() {
         return Redirect::to("/login").into_response();
     }
-    let st = c.read(|s| Ok(kura_work::ops::status(s)?)).await;
-    page(&c, &headers, "status", |_| Ok(pages::status(&st?))).await
+    let st = c
+        .read(|s| {
+            let ungated = kura_history::ungated::alarm(s, kura_work::now_ms(), 20)?;
+            Ok((kura_work::ops::status(s)?, ungated))
+        })
+        .await;
+    page(&c, &headers, "status", |_| {
+        let (st, ungated) = st?;
+        Ok(pages::status(&st, &ungated))
+    })
+    .await
 }
 
 #[derive(Deserialize)]

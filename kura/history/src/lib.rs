@@ -6,10 +6,13 @@
 
 pub mod diff;
 pub mod fork;
+pub mod import;
 pub mod prompt;
 pub mod proof;
 pub mod records;
 pub mod sessions;
+pub mod transcript;
+pub mod ungated;
 pub mod workspace;
 
 /// The object store the workspace functions read and write (one crate up for the CLI).

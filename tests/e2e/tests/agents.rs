@@ -641,7 +641,13 @@ fn attacks_on_the_agent_surface_are_refused_and_write_nothing() {
 
 /// `kura hook claude-code <event>` with a recorded payload on stdin: (exit code, stdout,
 /// stderr).
-fn hook(s: &Stack, port: u16, token: &str, event: &str, fixture: &str) -> (i32, String, String) {
+pub(crate) fn hook(
+    s: &Stack,
+    port: u16,
+    token: &str,
+    event: &str,
+    fixture: &str,
+) -> (i32, String, String) {
     let payload = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("agents/claude-code")
         .join(format!("{fixture}.json"));
@@ -794,7 +800,7 @@ fn claude_code_hooks_record_a_session_and_a_denied_call_exits_2() {
 }
 
 /// A loopback HTTP receiver: each request's head and body, as they arrive.
-fn receiver() -> (u16, std::sync::mpsc::Receiver<(String, String)>) {
+pub(crate) fn receiver() -> (u16, std::sync::mpsc::Receiver<(String, String)>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();

@@ -22,6 +22,7 @@ mod proxy;
 mod questions;
 mod supervise;
 mod timetravel;
+mod ungated;
 mod upgrade;
 mod witness;
 mod writs;

@@ -101,6 +101,8 @@ struct Input {
     tool_use_id: Option<String>,
     #[serde(default)]
     last_assistant_message: Option<String>,
+    #[serde(default)]
+    transcript_path: Option<String>,
 }
 
 /// What the hook remembers per agent session.
@@ -110,7 +112,18 @@ struct State {
     turn: Option<TurnId>,
     /// tool_use_id -> Kura call id.
     calls: BTreeMap<String, CallId>,
+    /// Every tool_use_id Kura knows of in this agent session (declared, or reported
+    /// ungated): a call in the transcript that is not here ran ungated.
+    #[serde(default)]
+    known: std::collections::BTreeSet<String>,
 }
+
+/// The most tool_use ids remembered per agent session (then the oldest half is forgotten:
+/// a transcript scan reads only the tail anyway).
+const MAX_KNOWN: usize = 20_000;
+
+/// How much of a transcript the Stop hook reads for calls that ran undeclared.
+const TRANSCRIPT_TAIL: u64 = 8 << 20;
 
 /// PreToolUse's answer when a person edited the arguments (Claude Code's hook output).
 #[derive(Serialize)]
@@ -207,12 +220,33 @@ impl Hook {
                         .as_ref()
                         .and_then(|u| state.calls.remove(u));
                     let result = input.tool_response.clone().unwrap_or(Value::Null);
-                    kura.record_result(turn, call_id.as_ref(), Outcome::Success(result))
-                        .await
-                        .map_err(|e| self.failed(e))?;
+                    match (call_id, &input.tool_use_id) {
+                        // It ran, and Kura never saw it declared: the PreToolUse hook was
+                        // missing, killed or timed out.
+                        (None, Some(id)) if !state.known.contains(id) => {
+                            let tool = input.tool_name.clone().unwrap_or_default();
+                            let args = match &input.tool_input {
+                                Some(Value::Object(m)) => m.clone(),
+                                _ => Map::new(),
+                            };
+                            kura.report_ungated(turn, &tool, args, id, Some(result), "PostToolUse")
+                                .await
+                                .map_err(|e| self.failed(e))?;
+                            know(&mut state, id);
+                        }
+                        (call_id, _) => kura
+                            .record_result(turn, call_id.as_ref(), Outcome::Success(result))
+                            .await
+                            .map_err(|e| self.failed(e))?,
+                    }
                     None
                 }
                 HookEvent::Stop => {
+                    if let (Some(turn), Some(path)) = (state.turn, &input.transcript_path) {
+                        ungated_in_transcript(&kura, &mut state, turn, path)
+                            .await
+                            .map_err(|e| self.failed(e))?;
+                    }
                     if let Some(turn) = state.turn.take() {
                         let text = input
                             .last_assistant_message
@@ -254,6 +288,7 @@ impl Hook {
             .map_err(|e| self.failed(e))?;
         if let Some(u) = &input.tool_use_id {
             state.calls.insert(u.clone(), gate.declared.call_id.clone());
+            know(state, u);
         }
         // What runs is what Kura ruled on: a person's edit, else the declared arguments in
         // their normal form when Kura respelled a path.
@@ -330,6 +365,41 @@ impl Refuse {
     fn from_err(e: anyhow::Error) -> Self {
         Refuse(format!("kura hook: {e:#}"))
     }
+}
+
+/// Remembers that Kura knows of tool use `id`.
+fn know(state: &mut State, id: &str) {
+    if state.known.len() >= MAX_KNOWN {
+        let keep: Vec<String> = state.known.iter().skip(MAX_KNOWN / 2).cloned().collect();
+        state.known = keep.into_iter().collect();
+    }
+    state.known.insert(id.to_owned());
+}
+
+/// At Stop: every tool use in the transcript's tail that Kura never saw (neither declared
+/// nor reported) ran ungated — both its hooks were missing or killed. Kura's own tools
+/// record themselves.
+async fn ungated_in_transcript(
+    kura: &Kura,
+    state: &mut State,
+    turn: TurnId,
+    path: &str,
+) -> anyhow::Result<()> {
+    let t = kura_history::transcript::read(std::path::Path::new(path), TRANSCRIPT_TAIL)
+        .with_context(|| format!("cannot read the transcript {path}"))?;
+    for step in &t.steps {
+        let kura_history::transcript::Step::ToolUse { id, name, input } = step else {
+            continue;
+        };
+        if id.is_empty() || name.starts_with("mcp__kura__") || state.known.contains(id) {
+            continue;
+        }
+        let result = kura_history::transcript::result_of(&t.steps, id).map(|(v, _)| v.clone());
+        kura.report_ungated(turn, name, input.clone(), id, result, "transcript")
+            .await?;
+        know(state, id);
+    }
+    Ok(())
 }
 
 fn save(file: &std::path::Path, state: &State) -> anyhow::Result<()> {

@@ -24,15 +24,22 @@ pub enum HookCmd {
     /// Check what Claude Code's hooks need: kura on the PATH, the hooks' timeouts, the
     /// token and `kura serve` answering it (exit 1 when something is wrong).
     Doctor(Doctor),
+    /// Write a session the agent had before Kura watched it (its transcript) into the
+    /// database, as a session of its own, every record marked imported.
+    Import(super::import::Import),
 }
 
 impl HookCmd {
-    /// Runs the command; `say` writes one whole message to stdout.
+    /// Runs the command; `say` writes one whole message to stdout. An import writes to the
+    /// database: the caller opens it and runs [`super::import::Import::run`].
     pub fn run(self, say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
         match self {
             HookCmd::ClaudeCode(h) => h.run(say),
             HookCmd::Install(i) => i.run(say),
             HookCmd::Doctor(d) => d.run(say),
+            HookCmd::Import(_) => {
+                anyhow::bail!("kura hook import writes to a database: run it as `kura hook import`")
+            }
         }
     }
 }

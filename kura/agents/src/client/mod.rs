@@ -1,8 +1,10 @@
 //! The client side of Kura's agent surface, `kura mcp` ([`relay`]), `kura mcp-proxy`
 //! ([`proxy`]) and `kura hook` ([`hook`]): where `kura serve` is and the agent's token. These run beside an outside agent on a laptop or a Pi and
-//! never open the database.
+//! never open the database — but `kura hook import` ([`import`]), which writes a session the
+//! agent had before Kura watched it into the database, marked imported.
 
 pub mod hook;
+pub mod import;
 pub mod install;
 pub mod proxy;
 pub mod relay;

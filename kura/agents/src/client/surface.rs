@@ -225,6 +225,28 @@ impl Kura {
         Ok(())
     }
 
+    /// Reports a call that ran without being declared (recorded once per `agent_call_id`).
+    pub async fn report_ungated(
+        &self,
+        turn: TurnId,
+        tool: &str,
+        arguments: Map<String, Value>,
+        agent_call_id: &str,
+        result: Option<Value>,
+        noticed_by: &str,
+    ) -> anyhow::Result<()> {
+        let req = proto::agent::ReportUngated {
+            turn_id: turn,
+            tool: proto::text::excerpt(tool, 200),
+            arguments,
+            agent_call_id: agent_call_id.to_owned(),
+            result: result.map(bounded),
+            noticed_by: noticed_by.to_owned(),
+        };
+        let _: Recorded = self.call("report_ungated", &req).await?;
+        Ok(())
+    }
+
     /// Ends `turn` with `deliverable`.
     pub async fn end(&self, turn: TurnId, deliverable: &str) -> anyhow::Result<Ended> {
         let text = if deliverable.trim().is_empty() {

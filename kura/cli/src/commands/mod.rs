@@ -46,6 +46,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use kura_serve::agents::client::install::HookCmd;
 use kura_store::store::parse_id;
 use kura_store::{Store, StoreOptions};
 use proto::record::MAX_CONTENT_BYTES;
@@ -120,7 +121,7 @@ pub enum Command {
     Mcp(kura_serve::agents::client::relay::Mcp),
     /// Claude Code's hooks: what they run, their set-up and a check of it.
     #[command(subcommand)]
-    Hook(kura_serve::agents::client::install::HookCmd),
+    Hook(HookCmd),
     /// Put Kura in front of an MCP server: serve its tools on stdio, each call gated and
     /// recorded by Kura before the server sees it.
     McpProxy(kura_serve::agents::client::proxy::McpProxy),
@@ -176,6 +177,12 @@ impl Command {
             Command::Redact(c) => c.run(ctx),
             Command::Workspace(c) => c.run(ctx),
             Command::Mcp(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
+            Command::Hook(HookCmd::Import(i)) => {
+                let mut store = ctx.open_store()?;
+                use_sealer(&mut store, i.sealer_key())?;
+                i.run(&mut store, |m| ctx.out.message(m))
+                    .map(|()| Outcome::Ok)
+            }
             Command::Hook(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::McpProxy(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Bench(c) => c.run(ctx),

@@ -25,9 +25,20 @@ impl Status {
             }
             _ => None,
         };
+        let ungated = kura_serve::history::ungated::alarm(&store, kura_work::now_ms(), 20)?;
         if json {
-            out.json(&WithFleet { st: &st, fleet })?;
+            out.json(&WithFleet {
+                st: &st,
+                fleet,
+                ungated,
+            })?;
         } else {
+            if let Some(u) = ungated.first() {
+                out.line(format!(
+                    "ALARM: {} tool call(s) ran ungated in the last day, nobody ruling on them (the newest: {} by {} in {:?} at {}); an agent's PreToolUse hook was missing, killed or timed out: `kura hook doctor claude-code`, and `kura show {}`",
+                    ungated.len(), u.tool, u.by, u.session_label, u.at, u.record_id
+                ))?;
+            }
             print_status(out, &st)?;
             out.line(kura_serve::anchor::anchoring(store.path()))?;
             for p in fleet.iter().flatten() {
@@ -43,6 +54,8 @@ struct WithFleet<'a> {
     #[serde(flatten)]
     st: &'a kura_work::ops::Status,
     fleet: Option<Vec<kura_serve::fleet::status::PiStatus>>,
+    /// Tool calls that ran without Kura's gate in the last day (newest first, at most 20).
+    ungated: Vec<kura_serve::history::ungated::Ungated>,
 }
 
 fn print_status(out: &mut Out, st: &kura_work::ops::Status) -> anyhow::Result<()> {

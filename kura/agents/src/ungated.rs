@@ -1,0 +1,92 @@
+//! A call that ran without being declared (the agent's PreToolUse hook was missing, killed or
+//! timed out): recorded as the agent reported it, marked ungated, with its result — once per
+//! call, however often it is noticed. Nobody ruled on it; `kura status`, the console and
+//! aegis's notices raise the alarm from these records.
+
+use kura_work::agents::agent_claim;
+use proto::agent::{Recorded, ReportUngated};
+use proto::content::{ToolResultContent, call_id_of};
+use proto::record::{Content, RecordType};
+use proto::{CallId, ToolCallContent};
+use sha2::{Digest, Sha256};
+
+use crate::ops::{Gateway, store_error};
+use crate::{Caller, GatewayError};
+
+/// Where an ungated call can be noticed.
+pub const NOTICED_BY: [&str; 2] = ["PostToolUse", "transcript"];
+
+impl Gateway {
+    /// Records a call that already ran undeclared, and its result.
+    pub fn report_ungated(
+        &self,
+        caller: &Caller,
+        req: ReportUngated,
+    ) -> Result<Recorded, GatewayError> {
+        if req.tool.is_empty() || req.tool.len() > 200 {
+            return Err(GatewayError::Invalid(
+                "tool is a name of 1-200 bytes".into(),
+            ));
+        }
+        if req.agent_call_id.is_empty() || req.agent_call_id.len() > 200 {
+            return Err(GatewayError::Invalid(
+                "agent_call_id is the agent's id for the call, 1-200 bytes".into(),
+            ));
+        }
+        if !NOTICED_BY.contains(&req.noticed_by.as_str()) {
+            return Err(GatewayError::Invalid(format!(
+                "noticed_by is one of {NOTICED_BY:?}"
+            )));
+        }
+        // The agent's id only through its hash: the same call reported twice pairs the same.
+        let digest = hex::encode(Sha256::digest(req.agent_call_id.as_bytes()));
+        let call_id = CallId::new(format!("ungated-{}", &digest[..32]));
+        let mut call = ToolCallContent::new(req.tool.clone(), req.arguments.clone(), &call_id);
+        call.ungated = Some(format!(
+            "ran without being declared to Kura (noticed by {}): the agent's PreToolUse hook was \
+             missing, killed or timed out, so nobody ruled on it",
+            req.noticed_by
+        ));
+        let call = self.record(caller, RecordType::ToolCall, Content::ToolCall(call))?;
+        let result = match req.result {
+            Some(v) => ToolResultContent::success(crate::client::surface::bounded(v), &call_id),
+            None => {
+                ToolResultContent::unknown("the agent did not report what it returned", &call_id)
+            }
+        };
+        let result = self.record(caller, RecordType::ToolResult, Content::ToolResult(result))?;
+        let author = caller.author();
+        self.with_store(|store| {
+            let claim = agent_claim(store, &author, req.turn_id).map_err(store_error)?;
+            let out = claim.output_ledger_id;
+            let known = store
+                .hydrate(out)
+                .map_err(store_error)?
+                .into_iter()
+                .enumerate()
+                .find(|(_, r)| {
+                    r.record_type == RecordType::ToolCall
+                        && call_id_of(&r.content) == Some(call_id.as_str())
+                });
+            if let Some((position, r)) = known {
+                return Ok(Recorded {
+                    record_id: r.record_id,
+                    hash: r.hash,
+                    position: position as u64,
+                });
+            }
+            let a = kura_work::fenced(store, &claim, |tx| {
+                let a = tx.append(out, &call)?;
+                tx.append(out, &result)?;
+                Ok(a)
+            })
+            .map_err(store_error)?;
+            tracing::warn!(agent = %caller.agent, tool = %req.tool, record_id = %a.record.record_id, "a tool call ran ungated");
+            Ok(Recorded {
+                record_id: a.record.record_id,
+                hash: a.record.hash,
+                position: a.position,
+            })
+        })
+    }
+}
