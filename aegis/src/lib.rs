@@ -393,34 +393,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .min(std::time::Duration::from_secs(1));
     // Ungated calls recorded from now on (and the last ten minutes, so one recorded while
     // aegis restarted is not missed) are told to people as they are found.
-    let mut ungated_after = kura_store::time::format(
-        std::time::SystemTime::now() - std::time::Duration::from_secs(600),
-    );
+    let mut ungated = notify::Ungated::since_minutes_ago(10);
     daemon.consumer(AEGIS_REQUESTS, poll, move || {
-        if notifier.enabled() {
-            let found = kura_history::ungated::since(&store, &ungated_after, 50)?;
-            for u in found.iter().rev() {
-                notifier.ungated(proto::doorbell::CallUngated {
-                    event: "call.ungated".into(),
-                    record_id: kura_store::store::parse_id(&u.record_id)?,
-                    tool: notify::one_line(&u.tool),
-                    session_label: notify::one_line(&u.session_label),
-                    session_id: kura_store::store::parse_id(&u.session_id)?,
-                    by: notify::one_line(&u.by),
-                    noticed_by: notify::one_line(
-                        u.why
-                            .split("noticed by ")
-                            .nth(1)
-                            .and_then(|x| x.split(')').next())
-                            .unwrap_or("an agent's report"),
-                    ),
-                    link: None,
-                });
-            }
-            if let Some(newest) = found.first() {
-                ungated_after = newest.at.clone();
-            }
-        }
+        ungated.tell(&store, &notifier)?;
         // Refusals held back by the rate limit join the stored counts.
         let held = limiter
             .lock()

@@ -218,6 +218,51 @@ async fn deliver(
     }
 }
 
+/// Where aegis is in telling people of ungated calls: the newest one told.
+pub struct Ungated {
+    after: String,
+}
+
+impl Ungated {
+    /// Starting with the calls of the last `minutes`.
+    pub fn since_minutes_ago(minutes: u64) -> Ungated {
+        let from = std::time::SystemTime::now() - Duration::from_secs(minutes * 60);
+        Ungated {
+            after: kura_store::time::format(from),
+        }
+    }
+
+    /// Queues a notice for each ungated call recorded since the last look (at most 50).
+    pub fn tell(&mut self, store: &kura_store::Store, notifier: &Notifier) -> anyhow::Result<()> {
+        if !notifier.enabled() {
+            return Ok(());
+        }
+        let found = kura_history::ungated::since(store, &self.after, 50)?;
+        for u in found.iter().rev() {
+            let how = u
+                .why
+                .split("noticed by ")
+                .nth(1)
+                .and_then(|x| x.split(')').next())
+                .unwrap_or("an agent's report");
+            notifier.ungated(CallUngated {
+                event: "call.ungated".into(),
+                record_id: kura_store::store::parse_id(&u.record_id)?,
+                tool: one_line(&u.tool),
+                session_label: one_line(&u.session_label),
+                session_id: kura_store::store::parse_id(&u.session_id)?,
+                by: one_line(&u.by),
+                noticed_by: one_line(how),
+                link: None,
+            });
+        }
+        if let Some(newest) = found.first() {
+            self.after = newest.at.clone();
+        }
+        Ok(())
+    }
+}
+
 /// The notice for a request, read from the store.
 fn notice(
     store: &std::sync::Mutex<kura_store::Store>,
@@ -251,7 +296,7 @@ fn notice(
 /// An agent's or a model's words as a notice shows them: one line, every hidden character
 /// (bidi overrides, zero-width, controls, newlines) written as an escape, at most 200 bytes —
 /// as the console and the CLI show them, so a label cannot reorder or hide what a phone reads.
-pub(crate) fn one_line(text: &str) -> String {
+fn one_line(text: &str) -> String {
     let shown = proto::text::escape_controls(text).replace('\n', "\\n");
     proto::text::excerpt(&shown, 200)
 }

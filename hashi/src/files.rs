@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kura_history::workspace::tree_at;
-use kura_objects::{Head, Index, Limits, LogEntry, Objects};
+use kura_objects::{Head, Index, Limits, LogEntry, Objects, SessionLock};
 use kura_store::Store;
 use proto::LedgerId;
 use proto::workspace::{ObjectId, WorkspaceChange};
@@ -81,16 +81,32 @@ impl Files {
         }
     }
 
+    /// What one snapshot of the session may add: what is left of its share and of the
+    /// store's total (past it, files are named in the tree, not stored).
+    fn budget(&self, ws: &Workspace) -> Limits {
+        let used = self.head(ws).map_or(0, |h| h.stored_bytes);
+        let session = self.config.session_bytes.saturating_sub(used);
+        let total = self
+            .config
+            .total_bytes
+            .saturating_sub(self.total.load(Ordering::Relaxed));
+        Limits {
+            budget: session.min(total),
+            ..self.limits()
+        }
+    }
+
     /// Snapshots the session's workspace with its index (taken out while in use, so two
     /// workers never share one), and counts what was stored against the session.
     fn snap(&self, ws: &Workspace) -> Result<kura_objects::Snapshot, ToolError> {
+        let limits = self.budget(ws);
         let session = ws.session();
         let mut index = self
             .indexes
             .lock()
             .map(|mut m| m.remove(session).unwrap_or_default())
             .unwrap_or_default();
-        let snap = kura_objects::snapshot(ws.root(), &self.objects, &mut index, &self.limits());
+        let snap = kura_objects::snapshot(ws.root(), &self.objects, &mut index, &limits);
         if let Ok(mut m) = self.indexes.lock() {
             m.insert(session.to_owned(), index);
         }
@@ -104,17 +120,29 @@ impl Files {
         self.objects.head(ws.session()).ok().flatten()
     }
 
-    /// The workspace's tree before a side effect runs: refused when the session's files or
-    /// the whole store are at their bound (the call is then not run).
-    pub fn before(&self, ws: &Workspace) -> Result<ObjectId, ToolError> {
+    /// The workspace's tree before a side effect runs, and the session's workspace held
+    /// until its tree after is taken (no other call, reset or replay moves the files
+    /// between). Refused when the session's files or the whole store are at their bound
+    /// (the call is then not run).
+    pub fn before(&self, ws: &Workspace) -> Result<(ObjectId, SessionLock), ToolError> {
+        let held = self
+            .objects
+            .lock(ws.session())
+            .map_err(|e| ToolError::Failed(format!("cannot hold the workspace: {e}")))?;
         let head = self.head(ws);
         let used = head.as_ref().map_or(0, |h| h.stored_bytes);
-        if used >= self.config.session_bytes {
+        if used >= self.config.session_bytes || head.as_ref().is_some_and(|h| h.full) {
             return Err(ToolError::Quota(format!(
                 "this session's files fill its share of the object store ({used} of {} bytes, \
                  [files] session_bytes); raise it, or continue in a new session",
                 self.config.session_bytes
             )));
+        }
+        if self.total.load(Ordering::Relaxed) >= self.config.total_bytes {
+            // Counted again: `kura workspace gc` may have made room since.
+            if let Ok(u) = self.objects.usage() {
+                self.total.store(u.bytes, Ordering::Relaxed);
+            }
         }
         let total = self.total.load(Ordering::Relaxed);
         if total >= self.config.total_bytes {
@@ -125,8 +153,14 @@ impl Files {
             )));
         }
         let snap = self.snap(ws)?;
-        self.set_head(ws, head, &snap.tree, None, snap.new_bytes);
-        Ok(snap.tree)
+        self.set_head(
+            ws,
+            head,
+            &snap.tree,
+            None,
+            (snap.new_bytes, snap.over_budget),
+        );
+        Ok((snap.tree, held))
     }
 
     /// The workspace's tree after a side effect, attested beside the one before; `None` (and
@@ -139,11 +173,18 @@ impl Files {
     ) -> Option<WorkspaceChange> {
         match self.snap(ws) {
             Ok(snap) => {
-                self.set_head(ws, self.head(ws), &snap.tree, Some(ledger), snap.new_bytes);
+                self.set_head(
+                    ws,
+                    self.head(ws),
+                    &snap.tree,
+                    Some(ledger),
+                    (snap.new_bytes, snap.over_budget),
+                );
                 Some(WorkspaceChange {
                     before,
                     after: snap.tree,
                     unstored: snap.unstored,
+                    skipped: snap.skipped,
                     matched: None,
                 })
             }
@@ -157,6 +198,7 @@ impl Files {
     /// A side effect whose worker was lost mid-call: what the files did across it, from the
     /// tree last recorded before it ran to the tree now.
     pub fn across_lost(&self, ws: &Workspace, ledger: LedgerId) -> Option<WorkspaceChange> {
+        let _held = self.objects.lock(ws.session()).ok()?;
         let before = self.head(ws)?.tree;
         self.after(ws, before, ledger)
     }
@@ -167,7 +209,7 @@ impl Files {
         old: Option<Head>,
         tree: &ObjectId,
         ledger: Option<LedgerId>,
-        added: u64,
+        (added, full): (u64, bool),
     ) {
         let head = Head {
             root: ws.root().to_owned(),
@@ -175,6 +217,7 @@ impl Files {
             ledger: ledger
                 .map(|l| l.to_string())
                 .or(old.as_ref().and_then(|h| h.ledger.clone())),
+            full: full || old.as_ref().is_some_and(|h| h.full),
             stored_bytes: old.map_or(0, |h| h.stored_bytes).saturating_add(added),
         };
         if let Err(e) = self.objects.set_head(ws.session(), &head) {
@@ -206,7 +249,8 @@ impl Files {
         );
     }
 
-    /// Moves the workspace to `tree` (only when it is empty, if `only_empty`), logging the move.
+    /// Moves the workspace to `tree` (only when it is empty, if `only_empty`), the move
+    /// logged before a file is touched; whether every file is there now.
     fn restore_to(
         &self,
         ws: &Workspace,
@@ -215,37 +259,35 @@ impl Files {
         why: &str,
         only_empty: bool,
     ) -> bool {
+        let Ok(_held) = self.objects.lock(ws.session()) else {
+            return false;
+        };
         let mut index = Index::default();
         if only_empty {
-            let now = kura_objects::snapshot(
-                ws.root(),
-                &self.objects,
-                &mut index,
-                &Limits {
-                    store: false,
-                    ..self.limits()
-                },
-            );
+            let look = Limits {
+                store: false,
+                ..self.limits()
+            };
+            let now = kura_objects::snapshot(ws.root(), &self.objects, &mut index, &look);
             if !matches!(now, Ok(s) if s.tree == ObjectId::empty_tree()) {
                 return false;
             }
         }
-        match kura_objects::restore(ws.root(), &self.objects, &mut index, &self.limits(), tree) {
-            Ok(done) => {
-                tracing::info!(session = ws.session(), %tree, written = done.written, removed = done.removed, skipped = done.skipped.len(), why, "workspace restored");
+        let moved = kura_objects::plan(ws.root(), &self.objects, &mut index, &self.limits(), tree)
+            .and_then(|plan| {
                 let entry = LogEntry {
                     at_ms: now_ms(),
-                    from: done.previous.clone(),
-                    to: done.tree.clone(),
+                    from: plan.previous.clone(),
+                    to: tree.clone(),
                     why: why.to_owned(),
                 };
-                if let Err(e) = self.objects.log_move(ws.session(), &entry) {
-                    tracing::warn!(error = %e, "cannot log the workspace move");
-                }
-                self.set_head(ws, self.head(ws), &done.tree, ledger, 0);
-                if let Ok(mut m) = self.indexes.lock() {
-                    m.insert(ws.session().to_owned(), index);
-                }
+                self.objects.log_move(ws.session(), &entry)?;
+                kura_objects::apply(ws.root(), &self.objects, plan)
+            });
+        match moved {
+            Ok(done) => {
+                tracing::info!(session = ws.session(), %tree, written = done.written, removed = done.removed, skipped = done.skipped.len(), why, "workspace restored");
+                self.set_head(ws, self.head(ws), &done.tree, ledger, (0, false));
                 done.skipped.is_empty()
             }
             Err(e) => {
@@ -269,10 +311,16 @@ impl Files {
 
     /// A replay serving a recorded side effect's result: the files move as the recorded
     /// call moved them (from its `before`, to its `after`); says whether the replay's files
-    /// were where the record's were.
-    pub fn follow(&self, ws: &Workspace, recorded: &WorkspaceChange) -> WorkspaceChange {
-        let now = self.snap(ws).map(|s| s.tree).ok();
-        let matched = now.as_ref() == Some(&recorded.before);
+    /// were where the record's were. `None` (logged) when the workspace cannot be read.
+    pub fn follow(&self, ws: &Workspace, recorded: &WorkspaceChange) -> Option<WorkspaceChange> {
+        let now = match self.snap(ws) {
+            Ok(s) => s.tree,
+            Err(e) => {
+                tracing::warn!(session = ws.session(), error = %e, "a replay cannot read its workspace");
+                return None;
+            }
+        };
+        let matched = now == recorded.before;
         let moved = self.restore_to(
             ws,
             &recorded.after,
@@ -280,12 +328,19 @@ impl Files {
             "a replay serves a recorded side effect",
             false,
         );
-        WorkspaceChange {
-            before: now.unwrap_or_else(|| recorded.before.clone()),
-            after: recorded.after.clone(),
+        // Where the files are now, whatever the restore managed.
+        let after = if moved {
+            recorded.after.clone()
+        } else {
+            self.snap(ws).ok()?.tree
+        };
+        Some(WorkspaceChange {
+            before: now,
+            after,
             unstored: recorded.unstored.clone(),
+            skipped: Vec::new(),
             matched: Some(matched && moved),
-        }
+        })
     }
 }
 
@@ -298,7 +353,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = FilesConfig {
             session_bytes: 1000,
-            total_bytes: 5000,
+            total_bytes: 1 << 20,
             ..FilesConfig::default()
         };
         let files = Files::open(&dir.path().join("kura.db"), &config)
@@ -306,27 +361,36 @@ mod tests {
             .expect("recording on");
         let ws = |s: &str| Workspace::open(&dir.path().join("ws"), s, 1 << 20).expect("ws");
         let a = ws("a");
+        std::fs::write(a.root().join("small"), b"fits").expect("write");
+        let (before, held) = files.before(&a).expect("under its share");
+        drop(held);
+        // One call writes more than the share holds: named, not stored — the share is never
+        // overrun — and the session's next side effect is refused, saying why.
         std::fs::write(a.root().join("big"), vec![b'x'; 1500]).expect("write");
-        let before = files.before(&a).expect("under its share when it began");
-        assert!(
-            files
-                .after(&a, before, LedgerId::from(uuid::Uuid::nil()))
-                .is_some()
+        let change = files
+            .after(&a, before, LedgerId::from(uuid::Uuid::nil()))
+            .expect("after");
+        assert_eq!(
+            change
+                .unstored
+                .iter()
+                .map(|u| u.path.as_str())
+                .collect::<Vec<_>>(),
+            ["big"]
         );
-        let refused = files.before(&a).map(|_| ()).map_err(|e| e.to_string());
-        let why = refused.expect_err("past its share");
+        assert!(
+            files.objects.usage().expect("usage").bytes < 1000,
+            "the share was not overrun"
+        );
+        let why = files.before(&a).map(|_| ()).map_err(|e| e.to_string());
+        let why = why.expect_err("past its share");
         assert!(
             why.contains("session_bytes") && why.contains("1000"),
             "{why}"
         );
-        // Another session still has its share; then the whole store is full.
+        // Another session still has its share.
         let b = ws("b");
-        std::fs::write(b.root().join("bigger"), vec![b'y'; 4000]).expect("write");
+        std::fs::write(b.root().join("notes"), b"- rice").expect("write");
         files.before(&b).expect("b's share is its own");
-        let why = files
-            .before(&ws("c"))
-            .map(|_| ())
-            .map_err(|e| e.to_string());
-        assert!(why.expect_err("full").contains("total_bytes"));
     }
 }

@@ -43,6 +43,24 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A JSON value as a record keeps it: whole when its text is at most `max` bytes, else its
+/// text's first `max` bytes as a string, marked cut.
+pub fn bounded_json(v: serde_json::Value, max: usize) -> serde_json::Value {
+    let text = v.to_string();
+    if text.len() <= max {
+        return v;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    serde_json::Value::String(format!(
+        "{}… [cut: {} bytes in all]",
+        &text[..end],
+        text.len()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ pub fn change_of(record_type: RecordType, content: &Value) -> Option<WorkspaceCh
                 before: tree.clone(),
                 after: tree,
                 unstored: Vec::new(),
+                skipped: Vec::new(),
                 matched: None,
             })
         }
@@ -97,6 +98,10 @@ pub struct WorkspaceChange {
     /// max_file_bytes`): their path, size and blob id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unstored: Vec<Unstored>,
+    /// What the tree after leaves out, and why (`path: why`): a directory nested too deep
+    /// or unreadable, a file too large to hash, past the entry bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
     /// A replay that served a recorded result: whether the workspace before it matched the
     /// recorded `before` (false: the replay's files had diverged from the record's).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -63,7 +63,8 @@ impl Worker {
         if let Some(files) = &self.files
             && let Some(recorded) = kura_history::workspace::change_of(&r)
             && let Ok(ws) = self.tools.workspace(&claim.session_id.to_string())
-            && let Ok(v) = serde_json::to_value(files.follow(&ws, &recorded))
+            && let Some(followed) = files.follow(&ws, &recorded)
+            && let Ok(v) = serde_json::to_value(followed)
         {
             content.insert("workspace".into(), v);
         }
@@ -395,9 +396,10 @@ impl Worker {
         let Some(files) = files else {
             return tool.run(&ws.for_call(call_id), arguments);
         };
-        let before = files.before(&ws)?;
+        let (before, held) = files.before(&ws)?;
         let outcome = tool.run(&ws.clone().for_call(call_id), arguments);
         self.changed = files.after(&ws, before, claim.output_ledger_id);
+        drop(held);
         outcome
     }
 

@@ -2,10 +2,9 @@
 //! MCP or HTTP): each authenticates with its own bearer token ([`registry`]), and every
 //! record it makes is authored `agent:<name>` from that token alone. [`ops::Gateway`] holds
 //! the operations; [`mcp`] serves them as MCP tools and [`http`] as JSON routes, both calling
-//! the same methods. [`client`] is the other end, beside the agent: `kura mcp` and
-//! `kura hook`.
+//! the same methods. The other end, beside the agent (`kura mcp`, `kura hook`), is the
+//! `kura-client` crate.
 
-pub mod client;
 pub mod guard;
 pub mod http;
 mod limits;

@@ -13,6 +13,9 @@ use sha2::{Digest, Sha256};
 use crate::ops::{Gateway, store_error};
 use crate::{Caller, GatewayError};
 
+/// The most of an ungated call's result recorded (as an agent's own results are).
+const MAX_RESULT: usize = 32 * 1024;
+
 /// Where an ungated call can be noticed.
 pub const NOTICED_BY: [&str; 2] = ["PostToolUse", "transcript"];
 
@@ -49,7 +52,9 @@ impl Gateway {
         ));
         let call = self.record(caller, RecordType::ToolCall, Content::ToolCall(call))?;
         let result = match req.result {
-            Some(v) => ToolResultContent::success(crate::client::surface::bounded(v), &call_id),
+            Some(v) => {
+                ToolResultContent::success(proto::text::bounded_json(v, MAX_RESULT), &call_id)
+            }
             None => {
                 ToolResultContent::unknown("the agent did not report what it returned", &call_id)
             }

@@ -56,15 +56,19 @@ pub async fn push<H: port::Objects>(hub: &H, objects: &Objects, tree: &ObjectId)
         if t == ObjectId::empty_tree() {
             continue;
         }
+        // What this Pi lacks, or holds altered, is not published (verify says so here).
         let data = match objects.get(Kind::Tree, &t) {
             Ok(d) => d,
             Err(ObjectsError::Missing { .. } | ObjectsError::Redacted { .. }) => continue,
+            Err(ObjectsError::Corrupt { .. }) => continue,
             Err(e) => return Err(local(e)),
         };
         if hub.holds(&name(&t), data.len() as u64).await {
             continue;
         }
-        let entries = parse_tree(&t, &data).map_err(local)?;
+        let Ok(entries) = parse_tree(&t, &data) else {
+            continue;
+        };
         todo.push((t, Some(data)));
         for e in entries {
             if e.is_tree() {
@@ -73,7 +77,11 @@ pub async fn push<H: port::Objects>(hub: &H, objects: &Objects, tree: &ObjectId)
             }
             let blob = match objects.get(Kind::Blob, &e.id) {
                 Ok(b) => b,
-                Err(ObjectsError::Missing { .. } | ObjectsError::Redacted { .. }) => continue,
+                Err(
+                    ObjectsError::Missing { .. }
+                    | ObjectsError::Redacted { .. }
+                    | ObjectsError::Corrupt { .. },
+                ) => continue,
                 Err(e) => return Err(local(e)),
             };
             if !hub.holds(&name(&e.id), blob.len() as u64).await {
@@ -100,8 +108,11 @@ pub struct Pulled {
 /// a tree is stored only after all it names.
 pub async fn pull<H: port::Objects>(hub: &H, objects: &Objects, tree: &ObjectId) -> Result<Pulled> {
     let mut got = Pulled::default();
-    let mut todo: Vec<(ObjectId, Option<Vec<u8>>)> = vec![(tree.clone(), None)];
-    while let Some((t, data)) = todo.pop() {
+    // Every tree is walked, each once, even one already here: an earlier pull may have
+    // stored it without a child the hub did not have then.
+    let mut seen = std::collections::HashSet::new();
+    let mut todo: Vec<(ObjectId, Option<Vec<u8>>, usize)> = vec![(tree.clone(), None, 0)];
+    while let Some((t, data, depth)) = todo.pop() {
         if let Some(data) = data {
             got.objects += objects
                 .put_verified(Kind::Tree, &t, &data)
@@ -109,17 +120,29 @@ pub async fn pull<H: port::Objects>(hub: &H, objects: &Objects, tree: &ObjectId)
                 .map_err(local)?;
             continue;
         }
-        if t == ObjectId::empty_tree() || objects.has(&t) {
+        if t == ObjectId::empty_tree() || !seen.insert(t.clone()) || depth > MAX_DEPTH {
             continue;
         }
-        let Some(data) = fetch(hub, &t, Kind::Tree, &mut got).await? else {
+        let here = objects.has(&t);
+        let data = if here {
+            objects.get(Kind::Tree, &t).map_err(local)?
+        } else {
+            let Some(d) = fetch(hub, &t, Kind::Tree, &mut got).await? else {
+                continue;
+            };
+            d
+        };
+        // A tree that is not one (names `..`, a submodule) is refused like a wrong hash.
+        let Ok(entries) = parse_tree(&t, &data) else {
+            got.refused += 1;
             continue;
         };
-        let entries = parse_tree(&t, &data).map_err(local)?;
-        todo.push((t, Some(data)));
+        if !here {
+            todo.push((t, Some(data), depth));
+        }
         for e in entries {
             if e.is_tree() {
-                todo.push((e.id, None));
+                todo.push((e.id, None, depth + 1));
             } else if !objects.has(&e.id)
                 && !objects.is_redacted(&e.id)
                 && let Some(blob) = fetch(hub, &e.id, Kind::Blob, &mut got).await?
@@ -134,6 +157,9 @@ pub async fn pull<H: port::Objects>(hub: &H, objects: &Objects, tree: &ObjectId)
     objects.sync().map_err(local)?;
     Ok(got)
 }
+
+/// Deepest trees are walked (as snapshots bound them).
+const MAX_DEPTH: usize = 64;
 
 /// One object from the hub, checked against its id (`None`: missing or refused, counted).
 async fn fetch<H: port::Objects>(

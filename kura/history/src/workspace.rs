@@ -61,7 +61,8 @@ pub fn tree_at(store: &Store, ledger: LedgerId) -> Result<Option<ObjectId>> {
 
 /// The session's files before its first recorded side effect.
 fn first_before(store: &Store, session: SessionId) -> Result<Option<ObjectId>> {
-    for l in store.session_ledgers(session)? {
+    // Oldest first (the store lists a session's ledgers newest first).
+    for l in store.session_ledgers(session)?.into_iter().rev() {
         if let Some(c) = store.hydrate(l.ledger_id)?.iter().find_map(change_of) {
             return Ok(Some(c.before));
         }
@@ -198,14 +199,29 @@ fn put_back(
 ) -> Result<Rewound> {
     let sid = session.to_string();
     let known = objects.head(&sid)?;
-    let head = match (known, root) {
-        (Some(h), None) => h,
-        (known, Some(root)) => kura_objects::Head {
-            root,
-            tree: ObjectId::empty_tree(),
-            ledger: None,
-            stored_bytes: known.map_or(0, |h| h.stored_bytes),
-        },
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b
+            || a.canonicalize()
+                .ok()
+                .is_some_and(|x| b.canonicalize().ok() == Some(x))
+    };
+    // Files go to the session's own workspace, or to an empty directory: a restore there
+    // removes what the tree lacks, so it never goes where someone's other files are.
+    let (dir, is_head) = match (&known, root) {
+        (Some(h), None) => (h.root.clone(), true),
+        (Some(h), Some(r)) if same(&h.root, &r) => (r, true),
+        (known, Some(r)) => {
+            let full = std::fs::read_dir(&r)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false);
+            if full {
+                return Err(WorkspaceError::Unknown(format!(
+                    "{} is not empty: files are put only into the session's own workspace or an empty directory",
+                    r.display()
+                )));
+            }
+            (r, known.is_none())
+        }
         (None, None) => {
             return Err(WorkspaceError::Unknown(format!(
                 "no turn of session {session} recorded its workspace here; its files were not touched (name a directory: --root)"
@@ -217,32 +233,40 @@ fn put_back(
             "no tree is recorded as of ledger {ledger}; the files were not touched"
         ))
     })?;
-    let done = kura_objects::restore(
-        &head.root,
+    let _held = objects.lock(&sid)?;
+    let plan = kura_objects::plan(
+        &dir,
         objects,
         &mut Index::default(),
         &Limits::default(),
         &target,
     )?;
+    // Logged before anything is touched: the files this replaces stay reachable whatever
+    // happens next.
     objects.log_move(
         &sid,
         &kura_objects::LogEntry {
             at_ms: now_ms(),
-            from: done.previous.clone(),
-            to: done.tree.clone(),
+            from: plan.previous.clone(),
+            to: target.clone(),
             why: why.to_owned(),
         },
     )?;
-    objects.set_head(
-        &sid,
-        &kura_objects::Head {
-            tree: done.tree.clone(),
-            ledger: Some(ledger.to_string()),
-            ..head.clone()
-        },
-    )?;
+    let done = kura_objects::apply(&dir, objects, plan)?;
+    if is_head {
+        objects.set_head(
+            &sid,
+            &kura_objects::Head {
+                root: dir.clone(),
+                tree: done.tree.clone(),
+                ledger: Some(ledger.to_string()),
+                stored_bytes: known.as_ref().map_or(0, |h| h.stored_bytes),
+                full: known.is_some_and(|h| h.full),
+            },
+        )?;
+    }
     Ok(Rewound {
-        root: head.root,
+        root: dir,
         previous: done.previous,
         tree: done.tree,
         written: done.written,
@@ -370,9 +394,14 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
     for w in chain.windows(2) {
         let ((_, prev), (call, next)) = (&w[0], &w[1]);
         if prev.after != next.before {
+            // Trees that cannot be compared (missing, altered) are reported below by name.
+            let (files, note) = match kura_objects::changes(objects, &prev.after, &next.before) {
+                Ok(f) => (f, String::new()),
+                Err(e) => (Vec::new(), format!(" (the trees cannot be compared: {e})")),
+            };
             report.drift.push(Drift {
-                when: format!("before call {call}"),
-                files: kura_objects::changes(objects, &prev.after, &next.before)?,
+                when: format!("before call {call}{note}"),
+                files,
             });
         }
     }
@@ -383,7 +412,16 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
             corrupt,
             missing,
             redacted,
-        } = kura_objects::check_tree(objects, t)?;
+        } = match kura_objects::check_tree(objects, t) {
+            Ok(c) => c,
+            // A tree that cannot be walked at all (nested past the bound, unreadable).
+            Err(e) => {
+                report
+                    .corrupt
+                    .push((format!("(the tree itself: {e})"), t.clone()));
+                continue;
+            }
+        };
         report.objects_ok += ok;
         report.corrupt.extend(corrupt);
         report
@@ -404,15 +442,28 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
             store: false,
             ..Limits::default()
         };
-        let found = kura_objects::snapshot(&h.root, objects, &mut Index::default(), &limits)?.tree;
-        if &found != expected {
-            report.drift.push(Drift {
-                when: "now".into(),
-                files: changes_on_disk(objects, expected, &h.root)?,
-            });
+        match kura_objects::snapshot(&h.root, objects, &mut Index::default(), &limits) {
+            Ok(snap) if &snap.tree == expected => report.found = Some(snap.tree),
+            Ok(snap) => {
+                let (files, note) = match changes_on_disk(objects, expected, &h.root) {
+                    Ok(f) => (f, String::new()),
+                    Err(e) => (Vec::new(), format!(" (cannot be compared: {e})")),
+                };
+                report.drift.push(Drift {
+                    when: format!("now{note}"),
+                    files,
+                });
+                report.found = Some(snap.tree);
+            }
+            Err(e) => report.drift.push(Drift {
+                when: format!(
+                    "now: the workspace {} cannot be read ({e})",
+                    h.root.display()
+                ),
+                files: Vec::new(),
+            }),
         }
         report.root = Some(h.root);
-        report.found = Some(found);
     }
     Ok(report)
 }
@@ -427,6 +478,20 @@ fn changes_on_disk(
     let now =
         kura_objects::snapshot(root, objects, &mut Index::default(), &Limits::default())?.tree;
     Ok(kura_objects::changes(objects, expected, &now)?)
+}
+
+/// A file name as a line shows it: every hidden character written as an escape, so a name
+/// cannot forge a line of the report.
+pub fn shown(path: &str) -> String {
+    proto::text::escape_controls(path).replace('\n', "\\n")
+}
+
+/// A diff's text as lines show it: control characters escaped, lines kept.
+pub fn shown_text(text: &str) -> String {
+    text.lines()
+        .map(|l| proto::text::escape_controls(l).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn dedup(v: &mut Vec<(String, ObjectId)>) {
@@ -497,6 +562,7 @@ pub fn collect(store: &Store, objects: &Objects, grace: std::time::Duration) -> 
         roots.extend(session_trees(store, s.session_id)?);
     }
     roots.extend(objects.kept_trees()?);
+    roots.extend(objects.young_trees(grace)?);
     let mut keep = std::collections::HashSet::new();
     for t in &roots {
         kura_objects::reachable(objects, t, &mut keep)?;

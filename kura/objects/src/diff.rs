@@ -58,10 +58,18 @@ impl FileChange {
 
 /// The file changes from tree `before` to tree `after`, by path.
 pub fn changes(objects: &Objects, before: &ObjectId, after: &ObjectId) -> Result<Vec<FileChange>> {
-    let mut out = Vec::new();
-    walk(objects, Some(before), Some(after), &[], &mut out)?;
-    Ok(out)
+    let mut c = Compare {
+        objects,
+        budget: MAX_ENTRIES,
+        out: Vec::new(),
+    };
+    c.walk(Some(before), Some(after), &[], 0)?;
+    Ok(c.out)
 }
+
+/// Most entries two trees are compared by: a forged tree naming one subtree twice at every
+/// level would otherwise cost 2^depth.
+const MAX_ENTRIES: usize = 1_000_000;
 
 fn entries(objects: &Objects, tree: Option<&ObjectId>) -> Result<Vec<Entry>> {
     let mut e = match tree {
@@ -70,43 +78,6 @@ fn entries(objects: &Objects, tree: Option<&ObjectId>) -> Result<Vec<Entry>> {
     };
     e.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(e)
-}
-
-fn walk(
-    objects: &Objects,
-    a: Option<&ObjectId>,
-    b: Option<&ObjectId>,
-    prefix: &[u8],
-    out: &mut Vec<FileChange>,
-) -> Result<()> {
-    if a == b {
-        return Ok(());
-    }
-    let (left, right) = (entries(objects, a)?, entries(objects, b)?);
-    let (mut i, mut j) = (0, 0);
-    while i < left.len() || j < right.len() {
-        let order = match (left.get(i), right.get(j)) {
-            (Some(l), Some(r)) => l.name.cmp(&r.name),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            _ => std::cmp::Ordering::Greater,
-        };
-        match order {
-            std::cmp::Ordering::Less => {
-                one_side(objects, &left[i], prefix, ChangeKind::Removed, out)?;
-                i += 1;
-            }
-            std::cmp::Ordering::Greater => {
-                one_side(objects, &right[j], prefix, ChangeKind::Added, out)?;
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                both(objects, &left[i], &right[j], prefix, out)?;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    Ok(())
 }
 
 fn joined(prefix: &[u8], name: &[u8]) -> Vec<u8> {
@@ -134,53 +105,104 @@ fn change(
     }
 }
 
-fn one_side(
-    objects: &Objects,
-    e: &Entry,
-    prefix: &[u8],
-    kind: ChangeKind,
-    out: &mut Vec<FileChange>,
-) -> Result<()> {
-    let path = joined(prefix, &e.name);
-    match (e.is_tree(), kind) {
-        (true, ChangeKind::Removed) => walk(objects, Some(&e.id), None, &path, out),
-        (true, _) => walk(objects, None, Some(&e.id), &path, out),
-        (false, ChangeKind::Removed) => {
-            out.push(change(path, kind, Some(e), None));
-            Ok(())
-        }
-        (false, _) => {
-            out.push(change(path, kind, None, Some(e)));
-            Ok(())
-        }
-    }
+/// One comparison: its budget of entries, and the changes found.
+struct Compare<'a> {
+    objects: &'a Objects,
+    budget: usize,
+    out: Vec<FileChange>,
 }
 
-fn both(
-    objects: &Objects,
-    l: &Entry,
-    r: &Entry,
-    prefix: &[u8],
-    out: &mut Vec<FileChange>,
-) -> Result<()> {
-    let path = joined(prefix, &l.name);
-    match (l.is_tree(), r.is_tree()) {
-        (true, true) => walk(objects, Some(&l.id), Some(&r.id), &path, out),
-        (false, false) => {
-            if l.id != r.id || l.kind != r.kind {
-                out.push(change(path, ChangeKind::Changed, Some(l), Some(r)));
+impl Compare<'_> {
+    fn walk(
+        &mut self,
+        a: Option<&ObjectId>,
+        b: Option<&ObjectId>,
+        prefix: &[u8],
+        depth: usize,
+    ) -> Result<()> {
+        if a == b {
+            return Ok(());
+        }
+        if depth > crate::walk::MAX_DEPTH {
+            return Err(ObjectsError::Bound(format!(
+                "the trees nest more than {} deep",
+                crate::walk::MAX_DEPTH
+            )));
+        }
+        let (left, right) = (entries(self.objects, a)?, entries(self.objects, b)?);
+        self.budget = self
+            .budget
+            .checked_sub(left.len() + right.len())
+            .ok_or_else(|| {
+                ObjectsError::Bound(format!(
+                    "the trees differ in more than {MAX_ENTRIES} entries"
+                ))
+            })?;
+        let (mut i, mut j) = (0, 0);
+        while i < left.len() || j < right.len() {
+            let order = match (left.get(i), right.get(j)) {
+                (Some(l), Some(r)) => l.name.cmp(&r.name),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    self.one_side(&left[i], prefix, ChangeKind::Removed, depth)?;
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    self.one_side(&right[j], prefix, ChangeKind::Added, depth)?;
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    self.both(&left[i], &right[j], prefix, depth)?;
+                    i += 1;
+                    j += 1;
+                }
             }
-            Ok(())
         }
-        // A file became a directory or the other way: the one removed, the other added.
-        (true, false) => {
-            walk(objects, Some(&l.id), None, &path, out)?;
-            out.push(change(path, ChangeKind::Added, None, Some(r)));
-            Ok(())
+        Ok(())
+    }
+
+    fn one_side(&mut self, e: &Entry, prefix: &[u8], kind: ChangeKind, depth: usize) -> Result<()> {
+        let path = joined(prefix, &e.name);
+        match (e.is_tree(), kind) {
+            (true, ChangeKind::Removed) => self.walk(Some(&e.id), None, &path, depth + 1),
+            (true, _) => self.walk(None, Some(&e.id), &path, depth + 1),
+            (false, ChangeKind::Removed) => {
+                self.out.push(change(path, kind, Some(e), None));
+                Ok(())
+            }
+            (false, _) => {
+                self.out.push(change(path, kind, None, Some(e)));
+                Ok(())
+            }
         }
-        (false, true) => {
-            out.push(change(path.clone(), ChangeKind::Removed, Some(l), None));
-            walk(objects, None, Some(&r.id), &path, out)
+    }
+
+    fn both(&mut self, l: &Entry, r: &Entry, prefix: &[u8], depth: usize) -> Result<()> {
+        let path = joined(prefix, &l.name);
+        match (l.is_tree(), r.is_tree()) {
+            (true, true) => self.walk(Some(&l.id), Some(&r.id), &path, depth + 1),
+            (false, false) => {
+                if l.id != r.id || l.kind != r.kind {
+                    self.out
+                        .push(change(path, ChangeKind::Changed, Some(l), Some(r)));
+                }
+                Ok(())
+            }
+            // A file became a directory or the other way: the one removed, the other added.
+            (true, false) => {
+                self.walk(Some(&l.id), None, &path, depth + 1)?;
+                self.out
+                    .push(change(path, ChangeKind::Added, None, Some(r)));
+                Ok(())
+            }
+            (false, true) => {
+                self.out
+                    .push(change(path.clone(), ChangeKind::Removed, Some(l), None));
+                self.walk(None, Some(&r.id), &path, depth + 1)
+            }
         }
     }
 }
@@ -192,6 +214,9 @@ fn text(data: &[u8]) -> Option<&str> {
     }
     std::str::from_utf8(data).ok()
 }
+
+/// The largest side of a text diff shown (larger: named as changed, no diff).
+const MAX_DIFFED: usize = 1 << 20;
 
 /// A unified diff of a changed text file (3 lines of context), at most `max_bytes` long;
 /// `None` for a binary file, a symlink, or bytes the store no longer holds.
@@ -212,6 +237,10 @@ pub fn unified(objects: &Objects, c: &FileChange, max_bytes: usize) -> Result<Op
     let (Some(a), Some(b)) = (read(&c.before)?, read(&c.after)?) else {
         return Ok(None);
     };
+    // A diff of megabytes is not read by anyone and costs the console its CPU.
+    if a.len() > MAX_DIFFED || b.len() > MAX_DIFFED {
+        return Ok(None);
+    }
     let (Some(a), Some(b)) = (text(&a), text(&b)) else {
         return Ok(None);
     };
@@ -225,7 +254,9 @@ pub fn unified(objects: &Objects, c: &FileChange, max_bytes: usize) -> Result<Op
     } else {
         "/dev/null".into()
     };
-    let diff = similar::TextDiff::from_lines(a, b);
+    let diff = similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(a, b);
     let mut text = diff
         .unified_diff()
         .context_radius(3)

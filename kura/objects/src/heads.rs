@@ -22,6 +22,9 @@ pub struct Head {
     /// Bytes this session's snapshots added to the store.
     #[serde(default)]
     pub stored_bytes: u64,
+    /// Whether a snapshot left a file unstored because the session's share was spent.
+    #[serde(default)]
+    pub full: bool,
 }
 
 /// One move of a session's workspace.
@@ -138,5 +141,33 @@ impl Objects {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(io(format!("cannot read {}", path.display()))(e)),
         }
+    }
+}
+
+/// A session's workspace held by one of Kura's processes (released when dropped): hashi
+/// from a side effect's tree before to its tree after, a reset or restore while it moves the
+/// files — so no two of them record or move the same files at once.
+#[derive(Debug)]
+pub struct SessionLock {
+    _file: std::fs::File,
+}
+
+impl Objects {
+    /// Waits for, then holds, the session's workspace (an advisory lock on
+    /// `workspaces/<session>.lock`, shared by every process using this store).
+    pub fn lock(&self, session: &str) -> Result<SessionLock> {
+        let path = self
+            .dir()
+            .join("workspaces")
+            .join(format!("{}.lock", checked(session)?));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io(format!("cannot open {}", path.display())))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io(format!("cannot lock {}", path.display()))(e.into()))?;
+        Ok(SessionLock { _file: file })
     }
 }

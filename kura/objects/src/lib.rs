@@ -11,12 +11,12 @@ mod heads;
 mod restore;
 mod snapshot;
 mod store;
-mod walk;
+pub(crate) mod walk;
 
 pub use diff::{ChangeKind, FileChange, changes, unified};
 pub use error::{ObjectsError, Result};
-pub use heads::{Head, LogEntry};
-pub use restore::{Restored, restore};
+pub use heads::{Head, LogEntry, SessionLock};
+pub use restore::{Plan, Restored, apply, plan, restore};
 pub use snapshot::{Index, Limits, Snapshot, snapshot};
 pub use store::{Entry, Kind, Objects, Usage, hash, parse_tree};
 
@@ -47,8 +47,18 @@ impl Checked {
 pub fn check_tree(objects: &Objects, tree: &ObjectId) -> Result<Checked> {
     let mut checked = Checked::default();
     let mut seen = std::collections::HashSet::new();
-    check_into(objects, tree, "", &mut checked, &mut seen)?;
+    check_into(objects, tree, "", &mut checked, &mut seen, 0)?;
     Ok(checked)
+}
+
+fn too_deep(depth: usize) -> Result<()> {
+    if depth > walk::MAX_DEPTH {
+        return Err(ObjectsError::Bound(format!(
+            "a tree nests more than {} deep",
+            walk::MAX_DEPTH
+        )));
+    }
+    Ok(())
 }
 
 fn check_into(
@@ -57,7 +67,13 @@ fn check_into(
     prefix: &str,
     out: &mut Checked,
     seen: &mut std::collections::HashSet<ObjectId>,
+    depth: usize,
 ) -> Result<()> {
+    too_deep(depth)?;
+    // Each object is read once, however often trees name it.
+    if !seen.insert(tree.clone()) {
+        return Ok(());
+    }
     let shown = if prefix.is_empty() { "/" } else { prefix };
     let entries = match objects.tree(tree) {
         Ok(e) => e,
@@ -70,7 +86,14 @@ fn check_into(
     for entry in entries {
         let path = format!("{prefix}{}", entry.name_lossy());
         if entry.is_tree() {
-            check_into(objects, &entry.id, &format!("{path}/"), out, seen)?;
+            check_into(
+                objects,
+                &entry.id,
+                &format!("{path}/"),
+                out,
+                seen,
+                depth + 1,
+            )?;
         } else if seen.insert(entry.id.clone()) {
             match objects.get(Kind::Blob, &entry.id) {
                 Ok(_) => out.ok += 1,
@@ -97,6 +120,16 @@ pub fn reachable(
     tree: &ObjectId,
     seen: &mut std::collections::HashSet<ObjectId>,
 ) -> Result<()> {
+    reachable_at(objects, tree, seen, 0)
+}
+
+fn reachable_at(
+    objects: &Objects,
+    tree: &ObjectId,
+    seen: &mut std::collections::HashSet<ObjectId>,
+    depth: usize,
+) -> Result<()> {
+    too_deep(depth)?;
     if !seen.insert(tree.clone()) {
         return Ok(());
     }
@@ -107,7 +140,7 @@ pub fn reachable(
     };
     for e in entries {
         if e.is_tree() {
-            reachable(objects, &e.id, seen)?;
+            reachable_at(objects, &e.id, seen, depth + 1)?;
         } else {
             seen.insert(e.id);
         }
@@ -128,16 +161,33 @@ pub struct Copied {
 /// before their tree, so a tree in `to` always has all it names that `from` had.
 pub fn copy_tree(from: &Objects, to: &Objects, tree: &ObjectId) -> Result<Copied> {
     let mut done = Copied::default();
-    copy_into(from, to, tree, &mut done)?;
+    let mut seen = std::collections::HashSet::new();
+    copy_into(from, to, tree, &mut done, &mut seen, 0)?;
     to.sync()?;
     Ok(done)
 }
 
-fn copy_into(from: &Objects, to: &Objects, tree: &ObjectId, done: &mut Copied) -> Result<()> {
-    if to.has(tree) || *tree == ObjectId::empty_tree() {
+/// Every tree is walked (a tree the destination holds may lack a child an earlier copy
+/// could not get), each once.
+fn copy_into(
+    from: &Objects,
+    to: &Objects,
+    tree: &ObjectId,
+    done: &mut Copied,
+    seen: &mut std::collections::HashSet<ObjectId>,
+    depth: usize,
+) -> Result<()> {
+    too_deep(depth)?;
+    if *tree == ObjectId::empty_tree() || !seen.insert(tree.clone()) {
         return Ok(());
     }
-    let data = match from.get(Kind::Tree, tree) {
+    let held = to.has(tree);
+    let got = if held {
+        to.get(Kind::Tree, tree)
+    } else {
+        from.get(Kind::Tree, tree)
+    };
+    let data = match got {
         Ok(d) => d,
         Err(ObjectsError::Missing { .. } | ObjectsError::Redacted { .. }) => {
             done.missing += 1;
@@ -147,7 +197,7 @@ fn copy_into(from: &Objects, to: &Objects, tree: &ObjectId, done: &mut Copied) -
     };
     for e in parse_tree(tree, &data)? {
         if e.is_tree() {
-            copy_into(from, to, &e.id, done)?;
+            copy_into(from, to, &e.id, done, seen, depth + 1)?;
         } else if !to.has(&e.id) && !to.is_redacted(&e.id) {
             match from.get(Kind::Blob, &e.id) {
                 Ok(b) => {
@@ -161,8 +211,10 @@ fn copy_into(from: &Objects, to: &Objects, tree: &ObjectId, done: &mut Copied) -
             }
         }
     }
-    to.put_verified(Kind::Tree, tree, &data)?;
-    done.objects += 1;
+    if !held {
+        to.put_verified(Kind::Tree, tree, &data)?;
+        done.objects += 1;
+    }
     Ok(())
 }
 

@@ -29,14 +29,28 @@ pub struct Restored {
     pub skipped: Vec<(String, String)>,
 }
 
-/// Puts the workspace at `root` back to `target` (created if absent).
-pub fn restore(
+/// What a restore will do, checked before anything is touched: the workspace's present
+/// tree (stored), and every file to remove or write — each object to write read and checked
+/// against its id, so a missing or altered one stops the restore before it begins.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The workspace's tree now (stored, so it stays reachable: log it before applying).
+    pub previous: ObjectId,
+    /// The tree it is to be in.
+    pub target: ObjectId,
+    removes: Vec<FileChange>,
+    writes: Vec<FileChange>,
+    skipped: Vec<(String, String)>,
+}
+
+/// Plans putting the workspace at `root` (created if absent) back to `target`.
+pub fn plan(
     root: &Path,
     objects: &Objects,
     index: &mut Index,
     limits: &Limits,
     target: &ObjectId,
-) -> Result<Restored> {
+) -> Result<Plan> {
     std::fs::create_dir_all(root).map_err(crate::error::io(format!(
         "cannot create the workspace {}",
         root.display()
@@ -46,45 +60,78 @@ pub fn restore(
         ..*limits
     };
     let previous = snapshot(root, objects, index, &limits)?.tree;
-    // Every object the target needs is read (and checked) before anything is touched.
     let todo = changes(objects, &previous, target)?;
-    let top = walk::open_root(root)?;
-    let mut done = Restored {
-        previous: previous.clone(),
-        tree: previous,
-        written: 0,
-        removed: 0,
+    let (removes, maybe): (Vec<FileChange>, Vec<FileChange>) = todo
+        .into_iter()
+        .partition(|c| c.change == ChangeKind::Removed);
+    let mut plan = Plan {
+        previous,
+        target: target.clone(),
+        removes,
+        writes: Vec::new(),
         skipped: Vec::new(),
     };
-    let (gone, new): (Vec<&FileChange>, Vec<&FileChange>) =
-        todo.iter().partition(|c| c.change == ChangeKind::Removed);
-    for c in gone.iter().rev() {
-        if remove(&top, &c.raw)? {
-            done.removed += 1;
-        }
-        prune(&top, &c.raw);
-    }
-    for c in new {
+    for c in maybe {
         let Some(id) = &c.after else { continue };
-        match write(&top, objects, &c.raw, c.kind, id) {
-            Ok(()) => done.written += 1,
-            Err(ObjectsError::Missing { .. }) => done
+        match objects.get(Kind::Blob, id) {
+            Ok(_) => plan.writes.push(c),
+            Err(ObjectsError::Missing { .. }) => plan
                 .skipped
                 .push((c.path.clone(), "its bytes were not stored".into())),
-            Err(ObjectsError::Redacted { reason, .. }) => done
+            Err(ObjectsError::Redacted { reason, .. }) => plan
                 .skipped
                 .push((c.path.clone(), format!("redacted: {reason}"))),
             Err(e) => return Err(e),
         }
     }
+    Ok(plan)
+}
+
+/// Applies a plan: removes, then writes.
+pub fn apply(root: &Path, objects: &Objects, plan: Plan) -> Result<Restored> {
+    let top = walk::open_root(root)?;
+    let mut done = Restored {
+        previous: plan.previous.clone(),
+        tree: plan.previous,
+        written: 0,
+        removed: 0,
+        skipped: plan.skipped,
+    };
+    for c in plan.removes.iter().rev() {
+        if remove(&top, &c.raw)? {
+            done.removed += 1;
+        }
+        prune(&top, &c.raw);
+    }
+    for c in &plan.writes {
+        let Some(id) = &c.after else { continue };
+        write(&top, objects, &c.raw, c.kind, id)?;
+        done.written += 1;
+    }
     // Every file the target names was written or already there: the workspace is in the
     // target (rehashing 50 MB to say so again would double a restore's cost).
     done.tree = if done.skipped.is_empty() {
-        target.clone()
+        plan.target
     } else {
-        snapshot(root, objects, index, &limits)?.tree
+        let limits = Limits {
+            store: false,
+            ..Limits::default()
+        };
+        snapshot(root, objects, &mut Index::default(), &limits)?.tree
     };
     Ok(done)
+}
+
+/// Puts the workspace at `root` back to `target`: [`plan`], then [`apply`].
+pub fn restore(
+    root: &Path,
+    objects: &Objects,
+    index: &mut Index,
+    limits: &Limits,
+    target: &ObjectId,
+) -> Result<Restored> {
+    let p = plan(root, objects, index, limits, target)?;
+    apply(root, objects, p)
 }
 
 /// The directory holding `path` (its parents created; a file or symlink in the way is

@@ -35,18 +35,25 @@ pub struct Index {
 pub struct Limits {
     /// A file larger than this is named (path, size, id) but its bytes are not stored.
     pub max_file_bytes: u64,
-    /// Most files and directories walked.
+    /// A file larger than this is not even hashed (a sparse petabyte would hold a worker
+    /// for ever): it is left out of the tree, and said so.
+    pub max_hash_bytes: u64,
+    /// Most files and directories walked (past it the rest is left out, and said so).
     pub max_entries: usize,
     /// Whether to store new objects (false: only hash, as a drift check does).
     pub store: bool,
+    /// New bytes this snapshot may add to the store; past it files are named, not stored.
+    pub budget: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_file_bytes: 64 << 20,
+            max_hash_bytes: 1 << 30,
             max_entries: 200_000,
             store: true,
+            budget: u64::MAX,
         }
     }
 }
@@ -64,6 +71,12 @@ pub struct Snapshot {
     pub files: usize,
     /// Files read and hashed (the rest were unchanged since the index saw them).
     pub hashed: usize,
+    /// What the tree leaves out, and why (`path: why`): a directory nested too deep or that
+    /// cannot be opened, a file that cannot be read or is too large to hash, past the entry
+    /// bound. The tree says what it saw; this says what it did not.
+    pub skipped: Vec<String>,
+    /// Whether a file was left unstored because the snapshot's budget was spent.
+    pub over_budget: bool,
 }
 
 /// How far back from a snapshot's start a file's change must be for its status to be
@@ -106,6 +119,8 @@ pub fn snapshot(
             unstored: Vec::new(),
             files: 0,
             hashed: 0,
+            skipped: Vec::new(),
+            over_budget: false,
         },
         entries: 0,
     };
@@ -120,36 +135,65 @@ pub fn snapshot(
 }
 
 impl Walk<'_> {
-    fn dir(&mut self, fd: &OwnedFd, prefix: &str, depth: usize) -> Result<ObjectId> {
-        if depth > MAX_DEPTH {
-            return Err(ObjectsError::Bound(format!(
-                "the workspace nests directories more than {MAX_DEPTH} deep at {prefix}"
-            )));
+    /// Bounds on what fits in one snapshot, shared by every skip.
+    fn skip(&mut self, path: &str, why: impl std::fmt::Display) {
+        if self.out.skipped.len() < 1000 {
+            self.out.skipped.push(format!("{path}: {why}"));
         }
+    }
+
+    fn dir(&mut self, fd: &OwnedFd, prefix: &str, depth: usize) -> Result<ObjectId> {
         let shown = if prefix.is_empty() {
             "the workspace"
         } else {
             prefix
         };
         let mut entries = Vec::new();
-        for name in walk::names(fd, shown)? {
+        let names = match walk::names(fd, shown) {
+            Ok(n) => n,
+            Err(e) => {
+                self.skip(shown, e);
+                Vec::new()
+            }
+        };
+        for name in names {
             self.entries += 1;
             if self.entries > self.limits.max_entries {
-                return Err(ObjectsError::Bound(format!(
-                    "the workspace holds more than {} files and directories",
-                    self.limits.max_entries
-                )));
+                if self.entries == self.limits.max_entries + 1 {
+                    let bound = self.limits.max_entries;
+                    self.skip(
+                        shown,
+                        format!("more than {bound} files and directories; the rest is left out"),
+                    );
+                }
+                break;
             }
-            let Some(st) = walk::stat(fd, &name)? else {
-                continue;
-            };
             let path = format!("{prefix}{}", String::from_utf8_lossy(&name));
+            let st = match walk::stat(fd, &name) {
+                Ok(Some(st)) => st,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.skip(&path, e);
+                    continue;
+                }
+            };
             let entry = match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory if depth >= MAX_DEPTH => {
+                    self.skip(
+                        &path,
+                        format!("nested more than {MAX_DEPTH} deep; left out"),
+                    );
+                    continue;
+                }
                 FileType::Directory => {
                     let sub = match walk::open_dir(fd, &name) {
                         Ok(s) => s,
                         // Replaced while we walked.
-                        Err(_) => continue,
+                        Err(rustix::io::Errno::NOENT) => continue,
+                        Err(e) => {
+                            self.skip(&path, std::io::Error::from(e));
+                            continue;
+                        }
                     };
                     let id = self.dir(&sub, &format!("{path}/"), depth + 1)?;
                     // git keeps no empty directories.
@@ -160,9 +204,22 @@ impl Walk<'_> {
                 }
                 FileType::RegularFile | FileType::Symlink => {
                     let key = path.as_bytes().to_vec();
-                    let (kind, id) = self.file(fd, &name, key, &st)?;
-                    self.out.files += 1;
-                    (kind, id)
+                    match self.file(fd, &name, key, &st) {
+                        Ok(found) => {
+                            self.out.files += 1;
+                            found
+                        }
+                        // Unreadable, changed while read, too large to hash: said, left out.
+                        Err(ObjectsError::Io { source, .. }) => {
+                            self.skip(&path, source);
+                            continue;
+                        }
+                        Err(ObjectsError::Refused(why) | ObjectsError::Bound(why)) => {
+                            self.skip(&path, why);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 // FIFOs, sockets, devices: not files a tool's work is made of.
                 _ => continue,
@@ -223,6 +280,12 @@ impl Walk<'_> {
             self.keep(key, c);
             return Ok((kind, id));
         }
+        if now.size > self.limits.max_hash_bytes {
+            return Err(ObjectsError::Bound(format!(
+                "{} bytes, more than a snapshot hashes ({}); left out",
+                now.size, self.limits.max_hash_bytes
+            )));
+        }
         self.out.hashed += 1;
         let data = if kind == EntryKind::Link {
             walk::read_link(fd, name)?
@@ -231,10 +294,13 @@ impl Walk<'_> {
             walk::read_file(fd, name, self.limits.max_file_bytes.saturating_add(1))?
         };
         let too_big = data.len() as u64 > self.limits.max_file_bytes;
+        // Past the snapshot's budget a file is named, not stored.
+        let over = self.out.new_bytes.saturating_add(data.len() as u64) > self.limits.budget;
+        self.out.over_budget |= over && !too_big && self.limits.store;
         let (id, stored) = if too_big {
             // Hash it all without holding it all.
             (self.hash_large(fd, name)?, false)
-        } else if self.limits.store {
+        } else if self.limits.store && (!over || self.objects.has(&hash(Kind::Blob, &data)?)) {
             let id = hash(Kind::Blob, &data)?;
             self.out.new_bytes += self.objects.put_as(&id, &data)?;
             (id, true)

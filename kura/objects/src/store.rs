@@ -249,22 +249,50 @@ impl Objects {
 }
 
 /// The entries of tree `id`'s bytes.
+///
+/// A tree that did not come from a snapshot (a peer's, one altered on disk) may name
+/// anything: an entry that is not one plain name (empty, `.`, `..`, holding `/` or NUL), a
+/// submodule, or a name twice is refused, so nothing read from a tree can lead a restore
+/// outside the workspace.
 pub fn parse_tree(id: &ObjectId, data: &[u8]) -> Result<Vec<Entry>> {
-    let tree = gix_object::TreeRef::from_bytes(data, gix_hash::Kind::Sha1).map_err(|e| {
-        ObjectsError::Corrupt {
-            id: id.clone(),
-            why: format!("not a tree: {e}"),
-        }
-    })?;
-    Ok(tree
-        .entries
+    let corrupt = |why: String| ObjectsError::Corrupt {
+        id: id.clone(),
+        why,
+    };
+    let tree = gix_object::TreeRef::from_bytes(data, gix_hash::Kind::Sha1)
+        .map_err(|e| corrupt(format!("not a tree: {e}")))?;
+    let mut names = std::collections::HashSet::new();
+    tree.entries
         .iter()
-        .map(|e| Entry {
-            name: e.filename.as_bytes().to_vec(),
-            kind: e.mode.kind(),
-            id: from_gix(e.oid),
+        .map(|e| {
+            let name = e.filename.as_bytes();
+            if name.is_empty()
+                || name == b"."
+                || name == b".."
+                || name.contains(&b'/')
+                || name.contains(&0)
+            {
+                return Err(corrupt(format!(
+                    "an entry named {:?} is not a file name",
+                    String::from_utf8_lossy(name)
+                )));
+            }
+            if e.mode.kind() == EntryKind::Commit {
+                return Err(corrupt("a submodule entry is not a workspace file".into()));
+            }
+            if !names.insert(name) {
+                return Err(corrupt(format!(
+                    "{:?} is named twice",
+                    String::from_utf8_lossy(name)
+                )));
+            }
+            Ok(Entry {
+                name: name.to_vec(),
+                kind: e.mode.kind(),
+                id: from_gix(e.oid),
+            })
         })
-        .collect())
+        .collect()
 }
 
 impl Objects {
@@ -325,6 +353,23 @@ impl Objects {
                 if let Ok(id) = ObjectId::parse(&name) {
                     out.push(id);
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The trees written less than `grace` ago: a snapshot in flight, not yet on record, is
+    /// kept whole by collection (its old children with it).
+    pub fn young_trees(&self, grace: std::time::Duration) -> Result<Vec<ObjectId>> {
+        let mut out = Vec::new();
+        for id in self.ids()? {
+            let young = std::fs::metadata(self.path(&id))
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|m| m.elapsed().ok())
+                .is_none_or(|age| age < grace);
+            if young && self.get(Kind::Tree, &id).is_ok() {
+                out.push(id);
             }
         }
         Ok(out)

@@ -262,3 +262,117 @@ fn collection_removes_only_what_nothing_names() {
     assert_eq!(n, 2, "the dropped tree and its blob");
     assert!(check_tree(&objects, &kept).expect("check").intact());
 }
+
+/// A raw tree object with one entry `name` (a forged tree, as a peer or the disk could hand
+/// it over: snapshots never write such names).
+fn forged_tree(objects: &Objects, entries: &[(&[u8], &[u8], &ObjectId)]) -> ObjectId {
+    let mut raw = Vec::new();
+    for (mode, name, id) in entries {
+        raw.extend_from_slice(mode);
+        raw.push(b' ');
+        raw.extend_from_slice(name);
+        raw.push(0);
+        raw.extend_from_slice(store::to_gix(id).expect("id").as_bytes());
+    }
+    objects.put(Kind::Tree, &raw).expect("put").0
+}
+
+#[test]
+fn a_forged_tree_naming_dot_dot_is_refused_and_nothing_is_written_outside() {
+    let (d, root, objects) = setup();
+    let (blob, _) = objects
+        .put(Kind::Blob, b"ssh-ed25519 AAAA attacker\n")
+        .expect("blob");
+    let outside = d.path().join("escape");
+    for name in [&b"../escape"[..], b"..", b"", b"a/b"] {
+        let tree = forged_tree(&objects, &[(b"100644", name, &blob)]);
+        let err = restore(
+            &root,
+            &objects,
+            &mut Index::default(),
+            &Limits::default(),
+            &tree,
+        );
+        assert!(
+            matches!(err, Err(ObjectsError::Corrupt { .. })),
+            "{name:?}: {err:?}"
+        );
+    }
+    // A `..` directory leading to a file.
+    let inner = forged_tree(&objects, &[(b"100644", b"escape", &blob)]);
+    let tree = forged_tree(&objects, &[(b"40000", b"..", &inner)]);
+    let err = restore(
+        &root,
+        &objects,
+        &mut Index::default(),
+        &Limits::default(),
+        &tree,
+    );
+    assert!(matches!(err, Err(ObjectsError::Corrupt { .. })), "{err:?}");
+    assert!(
+        !outside.exists(),
+        "nothing was written outside the workspace"
+    );
+}
+
+#[test]
+fn a_tree_doubled_at_every_level_costs_no_more_than_the_bounds() {
+    let (_d, _root, objects) = setup();
+    let (blob, _) = objects.put(Kind::Blob, b"x").expect("blob");
+    let mut t = forged_tree(&objects, &[(b"100644", b"f", &blob)]);
+    // 100 levels, each naming the one below twice: 2^100 paths if walked naively.
+    for _ in 0..100 {
+        t = forged_tree(&objects, &[(b"40000", b"a", &t), (b"40000", b"b", &t)]);
+    }
+    let started = std::time::Instant::now();
+    let diff = changes(&objects, &ObjectId::empty_tree(), &t);
+    assert!(matches!(diff, Err(ObjectsError::Bound(_))), "{diff:?}");
+    assert!(matches!(
+        check_tree(&objects, &t),
+        Err(ObjectsError::Bound(_))
+    ));
+    let mut seen = std::collections::HashSet::new();
+    assert!(matches!(
+        reachable(&objects, &t, &mut seen),
+        Err(ObjectsError::Bound(_))
+    ));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "bounded, not exponential"
+    );
+}
+
+#[test]
+fn a_sparse_huge_file_and_a_deep_directory_are_left_out_and_said() {
+    let (_d, root, objects) = setup();
+    write(&root, "fine.txt", "fine\n");
+    let huge = std::fs::File::create(root.join("huge")).expect("huge");
+    huge.set_len(3 << 30).expect("a 3 GiB hole");
+    let mut deep = root.clone();
+    for _ in 0..70 {
+        deep = deep.join("d");
+    }
+    std::fs::create_dir_all(&deep).expect("deep");
+    std::fs::write(deep.join("bottom"), "b").expect("bottom");
+    let started = std::time::Instant::now();
+    let snap =
+        snapshot(&root, &objects, &mut Index::default(), &Limits::default()).expect("snapshot");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the hole was not read"
+    );
+    assert!(
+        snap.skipped.iter().any(|s| s.starts_with("huge: ")),
+        "{:?}",
+        snap.skipped
+    );
+    assert!(
+        snap.skipped
+            .iter()
+            .any(|s| s.contains("nested more than 64 deep")),
+        "{:?}",
+        snap.skipped
+    );
+    let files = changes(&objects, &ObjectId::empty_tree(), &snap.tree).expect("files");
+    assert!(files.iter().any(|f| f.path == "fine.txt"));
+}

@@ -30,8 +30,8 @@ pub use config::ServeConfig;
 // through this daemon when it manages a part (an agent's token, a fleet's replica, a bus key,
 // the log's checkpoints).
 pub use {
-    kura_agents as agents, kura_fleet as fleet, kura_history as history, kura_memory as memory,
-    kura_runtime as runtime, kura_tlog as tlog,
+    kura_agents as agents, kura_client as client, kura_fleet as fleet, kura_history as history,
+    kura_memory as memory, kura_runtime as runtime, kura_tlog as tlog,
 };
 
 use crate::duties::Duties;

@@ -41,7 +41,7 @@ impl Diff {
             d.only_b.len(),
             d.both.len()
         ))?;
-        super::workspace::print_diff(out, &files)?;
+        super::workspace::print_diff(out, files.as_ref())?;
         Ok(Outcome::Ok)
     }
 }
@@ -51,7 +51,7 @@ impl Diff {
 struct Both<'a> {
     #[serde(flatten)]
     records: &'a kura_serve::history::diff::LedgerDiff,
-    files: &'a kura_serve::history::workspace::FileDiff,
+    files: &'a Option<kura_serve::history::workspace::FileDiff>,
 }
 
 fn lines(out: &mut Out, mark: char, records: &[Record]) -> std::io::Result<()> {

@@ -15,7 +15,7 @@
 //! | `fleet` | `kura fleet …` (the hub's files are [`kura_serve::fleet::operator`]) |
 //! | `writ`, `redact` | `kura writ grant/delegate/revoke/list/show`, `kura redact` |
 //! | `bench` | `kura bench`, `kura bench-peer` |
-//! | (none) | `kura mcp` and `kura hook` are the outside agent's client, [`kura_serve::agents::client`] |
+//! | (none) | `kura mcp` and `kura hook` are the outside agent's client, [`kura_serve::client`] |
 
 pub mod agents;
 pub mod bench;
@@ -46,7 +46,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use kura_serve::agents::client::install::HookCmd;
+use kura_serve::client::install::HookCmd;
 use kura_store::store::parse_id;
 use kura_store::{Store, StoreOptions};
 use proto::record::MAX_CONTENT_BYTES;
@@ -118,13 +118,13 @@ pub enum Command {
     /// moves, a file's bytes erased, unreferenced objects collected.
     #[command(subcommand)]
     Workspace(workspace::WorkspaceCmd),
-    Mcp(kura_serve::agents::client::relay::Mcp),
+    Mcp(kura_serve::client::relay::Mcp),
     /// Claude Code's hooks: what they run, their set-up and a check of it.
     #[command(subcommand)]
     Hook(HookCmd),
     /// Put Kura in front of an MCP server: serve its tools on stdio, each call gated and
     /// recorded by Kura before the server sees it.
-    McpProxy(kura_serve::agents::client::proxy::McpProxy),
+    McpProxy(kura_serve::client::proxy::McpProxy),
     Bench(bench::Bench),
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),

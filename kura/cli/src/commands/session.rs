@@ -71,9 +71,12 @@ impl SessionCmd {
             } => {
                 reset(&mut store, out, json, &session, &ledger, &reason)?;
                 // The files go back with the head.
-                let files = super::workspace::rewind(ctx, &store, id(&session)?, id(&ledger)?);
-                if !json {
-                    ctx.out.line(files)?;
+                match super::workspace::rewind(ctx, &store, id(&session)?, id(&ledger)?) {
+                    Ok(said) if !json => ctx.out.line(said)?,
+                    Ok(_) => {}
+                    // The head moved (that is on record); the files did not: say so where
+                    // a script sees it, whatever the output format.
+                    Err(why) => eprintln!("kura: warning: {why}"),
                 }
             }
             SessionCmd::Fork {

@@ -64,7 +64,7 @@ impl WorkspaceCmd {
                     out.json(&files)?;
                 }
                 for (path, blob) in files.iter().filter(|_| !json) {
-                    out.line(format!("{blob}  {path}"))?;
+                    out.line(format!("{blob}  {}", ws::shown(path)))?;
                 }
             }
             WorkspaceCmd::Log { session } => {
@@ -143,15 +143,25 @@ pub fn diff(
     store: &Store,
     a: proto::LedgerId,
     b: proto::LedgerId,
-) -> anyhow::Result<FileDiff> {
-    Ok(ws::files_between(store, &objects(ctx)?, a, b, 64 << 10)?)
+) -> anyhow::Result<Option<FileDiff>> {
+    // No object store here (a database copied alone, read-only media): the records only.
+    if !Objects::beside(&ctx.db).is_dir() {
+        return Ok(None);
+    }
+    Ok(Some(ws::files_between(
+        store,
+        &objects(ctx)?,
+        a,
+        b,
+        64 << 10,
+    )?))
 }
 
 /// Prints a file diff (nothing when neither ledger has a recorded tree).
-pub fn print_diff(out: &mut Out, d: &FileDiff) -> std::io::Result<()> {
-    if d.tree_a.is_none() && d.tree_b.is_none() {
+pub fn print_diff(out: &mut Out, d: Option<&FileDiff>) -> std::io::Result<()> {
+    let Some(d) = d.filter(|d| d.tree_a.is_some() || d.tree_b.is_some()) else {
         return Ok(());
-    }
+    };
     let tree = |t: &Option<proto::workspace::ObjectId>| {
         t.as_ref().map_or("-".to_owned(), |t| t.to_string())
     };
@@ -168,32 +178,23 @@ pub fn print_diff(out: &mut Out, d: &FileDiff) -> std::io::Result<()> {
             f.change.path
         ))?;
         match &f.diff {
-            Some(text) => out.line(text.trim_end())?,
+            Some(text) => out.line(kura_serve::history::workspace::shown_text(text.trim_end()))?,
             None => out.line("    (binary, or bytes not stored)")?,
         }
     }
     Ok(())
 }
 
-/// After `kura session reset`: the session's files put back as of `ledger`, said in a line.
+/// After `kura session reset`: the session's files put back as of `ledger`, said in a line
+/// (`Err`: why they were not).
 pub fn rewind(
     ctx: &Ctx,
     store: &Store,
     session: proto::SessionId,
     ledger: proto::LedgerId,
-) -> String {
-    objects(ctx)
-        .and_then(|o| {
-            Ok(ws::rewind(
-                store,
-                &o,
-                session,
-                ledger,
-                &format!("reset to {ledger}"),
-            )?)
-        })
-        .map_or_else(
-            |e| format!("files not put back: {e}"),
-            |r| r.said(session, ledger),
-        )
+) -> anyhow::Result<String> {
+    let o = objects(ctx)?;
+    let r = ws::rewind(store, &o, session, ledger, &format!("reset to {ledger}"))
+        .map_err(|e| anyhow::anyhow!("the files were not put back: {e}"))?;
+    Ok(r.said(session, ledger))
 }

@@ -9,7 +9,7 @@ use futures::StreamExt as _;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::RwLock;
 
-use super::AgentArgs;
+use crate::AgentArgs;
 
 /// One message's cap (JSON-RPC line from the client, or one answer from the server).
 const MAX_MESSAGE: usize = 8 << 20;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
-use super::install::Agent;
+use crate::install::Agent;
 
 /// The most of a transcript read (a longer one is refused: split it, or raise this).
 const MAX_TRANSCRIPT: u64 = 256 << 20;

@@ -106,7 +106,7 @@ mod tests {
     /// README's settings are what a newcomer copies: they must leave the margin.
     #[test]
     fn the_settings_readme_shows_leave_the_hook_room_to_refuse() {
-        let readme = include_str!("../../../../README.md");
+        let readme = include_str!("../../../README.md");
         let start = readme
             .find("```json\n{\n  \"hooks\"")
             .expect("README shows the hooks");

@@ -9,15 +9,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::{Map, Value};
 
-use super::AgentArgs;
-use super::settings::{DEFAULT_WAIT_S, Finding, MARGIN_S, check};
+use crate::AgentArgs;
+use crate::settings::{DEFAULT_WAIT_S, Finding, MARGIN_S, check};
 
 /// `kura hook …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum HookCmd {
     /// What Claude Code's hooks run: record and gate one hook event.
     #[command(name = "claude-code")]
-    ClaudeCode(super::hook::Hook),
+    ClaudeCode(crate::hook::Hook),
     /// Set Claude Code up: merge Kura's hooks into its settings and register Kura's MCP
     /// server (for a project; else print the command that does it).
     Install(Install),
@@ -26,12 +26,12 @@ pub enum HookCmd {
     Doctor(Doctor),
     /// Write a session the agent had before Kura watched it (its transcript) into the
     /// database, as a session of its own, every record marked imported.
-    Import(super::import::Import),
+    Import(crate::import::Import),
 }
 
 impl HookCmd {
     /// Runs the command; `say` writes one whole message to stdout. An import writes to the
-    /// database: the caller opens it and runs [`super::import::Import::run`].
+    /// database: the caller opens it and runs [`crate::import::Import::run`].
     pub fn run(self, say: impl FnMut(&str) -> std::io::Result<()>) -> anyhow::Result<()> {
         match self {
             HookCmd::ClaudeCode(h) => h.run(say),
@@ -221,7 +221,7 @@ impl Install {
         if let Some(t) = &self.agent_args.token_file {
             args.push_str(&format!(" --token-file {}", t.display()));
         }
-        if self.agent_args.url != super::DEFAULT_URL {
+        if self.agent_args.url != crate::DEFAULT_URL {
             args.push_str(&format!(" --url {}", self.agent_args.url));
         }
         let (mut settings, old) = read_object(&file)?;
@@ -373,16 +373,16 @@ fn reach(args: &AgentArgs, token: &str) -> Finding {
     let req = proto::agent::ShowRecord {
         record_id: proto::RecordId::new(),
     };
-    let asked: Result<proto::agent::Records, super::CallError> =
-        rt.block_on(super::call(&client, args, token, "show_record", &req));
+    let asked: Result<proto::agent::Records, crate::CallError> =
+        rt.block_on(crate::call(&client, args, token, "show_record", &req));
     let answers = Finding {
         ok: true,
         said: format!("kura serve at {} answers this agent's token", args.url),
     };
     match asked {
         Ok(_) => answers,
-        Err(super::CallError::Refused { kind, .. }) if kind == "not_found" => answers,
-        Err(super::CallError::Refused { kind, message, .. }) => failed(format!(
+        Err(crate::CallError::Refused { kind, .. }) if kind == "not_found" => answers,
+        Err(crate::CallError::Refused { kind, message, .. }) => failed(format!(
             "kura serve at {} refused the token ({kind}: {message}): issue one with kura keys add-agent",
             args.url
         )),

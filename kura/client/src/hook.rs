@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::AgentArgs;
-use super::surface::{Kura, Outcome, Ruling};
+use crate::AgentArgs;
+use crate::surface::{Kura, Outcome, Ruling};
 
 /// The most of a hook payload read from stdin.
 const MAX_PAYLOAD: u64 = 4 << 20;
@@ -73,7 +73,7 @@ fn check_settings(
         .with_context(|| format!("cannot read {}", file.display()))?;
     let settings: Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not Claude Code's settings JSON", file.display()))?;
-    let found = super::settings::check(&settings);
+    let found = crate::settings::check(&settings);
     for f in &found {
         say(&proto::text::escape_controls(&f.said))?;
     }
@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn a_large_tool_response_is_cut_and_says_so() {
-        use crate::client::surface::{MAX_RESULT, bounded};
+        use crate::surface::{MAX_RESULT, bounded};
         let small = serde_json::json!({"ok": true});
         assert_eq!(bounded(small.clone()), small);
         let big = Value::String("é".repeat(MAX_RESULT));

@@ -23,8 +23,8 @@ use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, ServiceError,
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt as _;
 
-use super::AgentArgs;
-use super::surface::{Kura, Outcome, Ruling};
+use crate::AgentArgs;
+use crate::surface::{Kura, Outcome, Ruling};
 
 /// One message's cap on the way back to the agent (a longer line is not passed on).
 const MAX_MESSAGE: usize = 16 << 20;

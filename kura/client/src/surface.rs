@@ -13,7 +13,7 @@ use proto::{ApprovalState, CallId, TurnId, Verdict};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{AgentArgs, CallError, call};
+use crate::{AgentArgs, CallError, call};
 
 /// A tool's result is recorded up to this many bytes of JSON (the rest is cut, and says so).
 pub const MAX_RESULT: usize = 32 * 1024;
@@ -264,17 +264,5 @@ impl Kura {
 
 /// A tool response as recorded: whole when small, else its first part as text, marked cut.
 pub fn bounded(v: Value) -> Value {
-    let text = v.to_string();
-    if text.len() <= MAX_RESULT {
-        return v;
-    }
-    let mut end = MAX_RESULT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Value::String(format!(
-        "{}… [cut: {} bytes in all]",
-        &text[..end],
-        text.len()
-    ))
+    proto::text::bounded_json(v, MAX_RESULT)
 }
