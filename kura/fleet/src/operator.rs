@@ -116,6 +116,12 @@ impl Restore {
             "{} exists: restore builds a new database (move the old one away first)",
             self.to.display()
         );
+        let files = kura_objects::Objects::beside(&self.to);
+        anyhow::ensure!(
+            !files.exists(),
+            "{} exists: the restored workspaces' files go there (move the old one away first)",
+            files.display()
+        );
         let head = kura_tlog::witness::head_file(self.checkpoint_file.as_deref(), &self.to);
         anyhow::ensure!(
             !head.exists(),
@@ -153,11 +159,10 @@ impl Restore {
         })?;
         // The workspaces' files came with the ledgers that name them: beside the database,
         // where hashi and `kura workspace restore` find them.
-        let files = kura_objects::Objects::beside(&db);
-        let objects = kura_objects::Objects::beside(&self.to);
-        if files.is_dir() && !objects.exists() {
-            std::fs::rename(&files, &objects).with_context(|| {
-                format!("cannot move the restored files to {}", objects.display())
+        let fetched = kura_objects::Objects::beside(&db);
+        if fetched.is_dir() {
+            std::fs::rename(&fetched, &files).with_context(|| {
+                format!("cannot move the restored files to {}", files.display())
             })?;
         }
         kura_tlog::witness::save_last(&head, &note)?;

@@ -70,6 +70,9 @@ fn first_before(store: &Store, session: SessionId) -> Result<Option<ObjectId>> {
     Ok(None)
 }
 
+/// Most files a diff shows with their text diffs.
+const MAX_DIFFS: usize = 100;
+
 /// The files two ledgers differ by.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileDiff {
@@ -106,10 +109,16 @@ pub fn files_between(
         (None, None) => Vec::new(),
         (ta, tb) => {
             let (ta, tb) = (ta.as_ref().unwrap_or(&empty), tb.as_ref().unwrap_or(&empty));
+            // The first files each with its diff; past them, only what changed (a page that
+            // diffs ten thousand files helps nobody and costs the console its CPU).
             kura_objects::changes(objects, ta, tb)?
                 .into_iter()
-                .map(|change| {
-                    let diff = kura_objects::unified(objects, &change, max_text)?;
+                .enumerate()
+                .map(|(i, change)| {
+                    let diff = match i < MAX_DIFFS {
+                        true => kura_objects::unified(objects, &change, max_text)?,
+                        false => None,
+                    };
                     Ok(FileDelta { change, diff })
                 })
                 .collect::<Result<Vec<_>>>()?
@@ -389,6 +398,15 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
             unstored.extend(c.unstored.iter().map(|u| u.blob.clone()));
             trees.insert(c.before);
             trees.insert(c.after);
+        }
+    }
+    // A replay that began a served side effect from other files than the record's.
+    for (call, c) in &chain {
+        if c.matched == Some(false) {
+            report.drift.push(Drift {
+                when: format!("replayed call {call}: its files were not where the recorded call began"),
+                files: kura_objects::changes(objects, &c.before, &c.after).unwrap_or_default(),
+            });
         }
     }
     for w in chain.windows(2) {
