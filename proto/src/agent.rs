@@ -100,6 +100,10 @@ wire! {
         pub output_ledger_id: LedgerId,
         /// The memory found for the instruction (also in the context ledger).
         pub memory: Vec<Remembered>,
+        /// The files this turn starts from, as recorded (a fork's: its origin's tree), when
+        /// Kura recorded any: put them in place with `kura workspace restore SESSION --root DIR`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub workspace: Option<crate::workspace::ObjectId>,
     }
 
     /// A memory record found for an instruction or a search.

@@ -119,3 +119,17 @@ pub struct Unstored {
     /// Its blob id.
     pub blob: ObjectId,
 }
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for ObjectId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ObjectId".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[0-9a-f]{40}$",
+            "description": "a git object id (a workspace tree)"
+        })
+    }
+}

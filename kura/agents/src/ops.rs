@@ -222,7 +222,16 @@ impl Gateway {
                         context_ledger_id: claim.context_ledger_id,
                         output_ledger_id: claim.output_ledger_id,
                         memory: found,
+                        workspace: None,
                     })
+                })
+                .map(|mut started| {
+                    // The files it starts from (a fork's: its origin's), read after the commit.
+                    started.workspace =
+                        kura_history::workspace::tree_at(store, started.context_ledger_id)
+                            .ok()
+                            .flatten();
+                    started
                 })
                 .map_err(store_error)
         })
@@ -242,6 +251,13 @@ impl Gateway {
                 ));
             }
             Value::String(s) => Content::text(s),
+            // What a tool did to Kura's workspaces is attested by hashi alone: a tree an agent
+            // named would be restored for a fork as if Kura had seen it.
+            Value::Object(m) if t == RecordType::ToolResult && m.contains_key("workspace") => {
+                return Err(GatewayError::Invalid(
+                    "a tool.result's \"workspace\" is attested by Kura's executor, never recorded by an agent".into(),
+                ));
+            }
             v @ Value::Object(_) => {
                 Content::parse(t, v).map_err(|e| GatewayError::Invalid(e.to_string()))?
             }

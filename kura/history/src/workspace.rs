@@ -404,7 +404,9 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
     for (call, c) in &chain {
         if c.matched == Some(false) {
             report.drift.push(Drift {
-                when: format!("replayed call {call}: its files were not where the recorded call began"),
+                when: format!(
+                    "replayed call {call}: its files were not where the recorded call began"
+                ),
                 files: kura_objects::changes(objects, &c.before, &c.after).unwrap_or_default(),
             });
         }

@@ -154,6 +154,7 @@ fn a_wrong_edit_is_rewound_with_its_ledger_and_the_right_fix_follows() {
     let ok = s.cli().ok(&["verify", "--workspace", &session]);
     assert!(ok.ends_with("OK"), "{ok}");
     the_console_shows_the_file_changes(&mut s, &before_edit, &edit);
+    a_sessions_files_are_put_where_asked(&s, &session);
 
     forks_and_replays_start_from_the_recorded_files(&s, &session, &before_edit);
     drift_and_tampering_are_named(&s, &session);
@@ -192,6 +193,35 @@ fn the_console_shows_the_file_changes(s: &mut Stack, a: &str, b: &str) {
         page.contains("+add() { echo $(($1 - $2)); }"),
         "the unified diff: {page}"
     );
+}
+
+/// `kura workspace restore` puts a session's files into an empty directory (say, where an
+/// outside agent works), and never into one holding other files.
+fn a_sessions_files_are_put_where_asked(s: &Stack, session: &str) {
+    let dir = s.path("checkout");
+    let said = s.cli().ok(&[
+        "workspace",
+        "restore",
+        session,
+        "--root",
+        dir.to_str().expect("utf8"),
+    ]);
+    assert!(said.contains("(2 written"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("calc.sh")).expect("calc"),
+        FIXED
+    );
+    let (_, err) = s.cli().fails(
+        2,
+        &[
+            "workspace",
+            "restore",
+            session,
+            "--root",
+            s.path("ws").to_str().expect("utf8"),
+        ],
+    );
+    assert!(err.contains("is not empty"), "{err}");
 }
 
 /// A fork starts with its parent ledger's files; a replay's served side effects move the

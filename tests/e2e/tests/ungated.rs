@@ -51,6 +51,29 @@ fn a_call_no_pretooluse_hook_declared_is_recorded_ungated_and_raises_the_alarm()
     );
     let (code, _, err) = hook(&s, port, &token, "UserPromptSubmit", "UserPromptSubmit");
     assert_eq!(code, 0, "{err}");
+    // Attack: an agent naming a workspace tree in its own result (a fork would restore it as
+    // if Kura had seen it) is refused.
+    let turn: String = s
+        .store()
+        .conn()
+        .query_row(
+            "SELECT turn_id FROM turns WHERE agent = 'agent:laptop'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the hook's turn");
+    let forged = serde_json::json!({"turn_id": turn, "record_type": "tool.result", "content": {
+        "status": "success", "result": "ok",
+        "workspace": {"before": "4b825dc642cb6eb9a060e54bf8d69288fbee4904", "after": "4b825dc642cb6eb9a060e54bf8d69288fbee4904"}}});
+    let (status, said) =
+        crate::agents::post(port, "record_step", Some(&token), &forged.to_string());
+    assert_eq!(status, 400, "{said}");
+    assert!(
+        said["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("attested by Kura's executor")),
+        "{said}"
+    );
     // The PreToolUse hook was removed: Claude Code ran the Write, PostToolUse reports it.
     let (code, _, err) = hook(&s, port, &token, "PostToolUse", "PostToolUse");
     assert_eq!(code, 0, "{err}");
