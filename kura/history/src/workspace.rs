@@ -370,13 +370,31 @@ impl Report {
 pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Report> {
     let mut report = Report::default();
     let head_ledger = store.read_session(session)?.head_ledger_id;
-    // The head's history, oldest first: consecutive side effects must chain.
+    let chain = chain_of(store, head_ledger)?;
+    check_chain(objects, &chain, &mut report);
+    check_objects(store, objects, session, &mut report)?;
+    report.expected = match head_ledger {
+        Some(h) => tree_at(store, h)?,
+        None => None,
+    };
+    if let (Some(h), Some(expected)) =
+        (objects.head(&session.to_string())?, report.expected.clone())
+    {
+        check_disk(objects, &h.root, &expected, &mut report);
+        report.root = Some(h.root);
+    }
+    Ok(report)
+}
+
+/// The attested changes along the head's history (first parents), oldest first, each with
+/// its call id.
+fn chain_of(store: &Store, head: Option<LedgerId>) -> Result<Vec<(String, WorkspaceChange)>> {
     let mut chain = Vec::new();
-    let mut at = head_ledger;
+    let mut at = head;
     for _ in 0..MAX_WALK {
         let Some(id) = at else { break };
-        let records = store.hydrate(id)?;
-        let mut here: Vec<(String, WorkspaceChange)> = records
+        let mut here: Vec<(String, WorkspaceChange)> = store
+            .hydrate(id)?
             .iter()
             .filter_map(|r| {
                 let c = change_of(r)?;
@@ -389,19 +407,13 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
         at = store.read_ledger(id)?.parent_ids.first().copied();
     }
     chain.reverse();
-    // Every tree the session's records name, reachable from its head or not (a reset
-    // leaves the later ledgers, and their files, on record).
-    let mut unstored = std::collections::HashSet::new();
-    let mut trees = std::collections::BTreeSet::new();
-    for l in store.session_ledgers(session)? {
-        for c in store.hydrate(l.ledger_id)?.iter().filter_map(change_of) {
-            unstored.extend(c.unstored.iter().map(|u| u.blob.clone()));
-            trees.insert(c.before);
-            trees.insert(c.after);
-        }
-    }
-    // A replay that began a served side effect from other files than the record's.
-    for (call, c) in &chain {
+    Ok(chain)
+}
+
+/// Each side effect must begin where the last left the files; a replay's served call where
+/// the recorded one began.
+fn check_chain(objects: &Objects, chain: &[(String, WorkspaceChange)], report: &mut Report) {
+    for (call, c) in chain {
         if c.matched == Some(false) {
             report.drift.push(Drift {
                 when: format!(
@@ -414,7 +426,7 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
     for w in chain.windows(2) {
         let ((_, prev), (call, next)) = (&w[0], &w[1]);
         if prev.after != next.before {
-            // Trees that cannot be compared (missing, altered) are reported below by name.
+            // Trees that cannot be compared (missing, altered) are reported by name too.
             let (files, note) = match kura_objects::changes(objects, &prev.after, &next.before) {
                 Ok(f) => (f, String::new()),
                 Err(e) => (Vec::new(), format!(" (the trees cannot be compared: {e})")),
@@ -425,14 +437,28 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
             });
         }
     }
+}
+
+/// Every object of every tree the session's records name (reachable from its head or not:
+/// a reset leaves the later ledgers, and their files, on record) read and checked.
+fn check_objects(
+    store: &Store,
+    objects: &Objects,
+    session: SessionId,
+    report: &mut Report,
+) -> Result<()> {
+    let mut unstored = std::collections::HashSet::new();
+    let mut trees = std::collections::BTreeSet::new();
+    for l in store.session_ledgers(session)? {
+        for c in store.hydrate(l.ledger_id)?.iter().filter_map(change_of) {
+            unstored.extend(c.unstored.iter().map(|u| u.blob.clone()));
+            trees.insert(c.before);
+            trees.insert(c.after);
+        }
+    }
     report.trees = trees.len();
     for t in &trees {
-        let Checked {
-            ok,
-            corrupt,
-            missing,
-            redacted,
-        } = match kura_objects::check_tree(objects, t) {
+        let checked = match kura_objects::check_tree(objects, t) {
             Ok(c) => c,
             // A tree that cannot be walked at all (nested past the bound, unreadable).
             Err(e) => {
@@ -442,6 +468,12 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
                 continue;
             }
         };
+        let Checked {
+            ok,
+            corrupt,
+            missing,
+            redacted,
+        } = checked;
         report.objects_ok += ok;
         report.corrupt.extend(corrupt);
         report
@@ -452,40 +484,33 @@ pub fn verify(store: &Store, objects: &Objects, session: SessionId) -> Result<Re
     dedup(&mut report.corrupt);
     dedup(&mut report.missing);
     dedup(&mut report.redacted);
-    report.expected = match head_ledger {
-        Some(h) => tree_at(store, h)?,
-        None => None,
+    Ok(())
+}
+
+/// The workspace on disk against the tree the records say it is in.
+fn check_disk(objects: &Objects, root: &std::path::Path, expected: &ObjectId, report: &mut Report) {
+    let limits = Limits {
+        store: false,
+        ..Limits::default()
     };
-    let head = objects.head(&session.to_string())?;
-    if let (Some(h), Some(expected)) = (head, &report.expected) {
-        let limits = Limits {
-            store: false,
-            ..Limits::default()
-        };
-        match kura_objects::snapshot(&h.root, objects, &mut Index::default(), &limits) {
-            Ok(snap) if &snap.tree == expected => report.found = Some(snap.tree),
-            Ok(snap) => {
-                let (files, note) = match changes_on_disk(objects, expected, &h.root) {
-                    Ok(f) => (f, String::new()),
-                    Err(e) => (Vec::new(), format!(" (cannot be compared: {e})")),
-                };
-                report.drift.push(Drift {
-                    when: format!("now{note}"),
-                    files,
-                });
-                report.found = Some(snap.tree);
-            }
-            Err(e) => report.drift.push(Drift {
-                when: format!(
-                    "now: the workspace {} cannot be read ({e})",
-                    h.root.display()
-                ),
-                files: Vec::new(),
-            }),
+    match kura_objects::snapshot(root, objects, &mut Index::default(), &limits) {
+        Ok(snap) if &snap.tree == expected => report.found = Some(snap.tree),
+        Ok(snap) => {
+            let (files, note) = match changes_on_disk(objects, expected, root) {
+                Ok(f) => (f, String::new()),
+                Err(e) => (Vec::new(), format!(" (cannot be compared: {e})")),
+            };
+            report.drift.push(Drift {
+                when: format!("now{note}"),
+                files,
+            });
+            report.found = Some(snap.tree);
         }
-        report.root = Some(h.root);
+        Err(e) => report.drift.push(Drift {
+            when: format!("now: the workspace {} cannot be read ({e})", root.display()),
+            files: Vec::new(),
+        }),
     }
-    Ok(report)
 }
 
 /// The files on disk at `root` that differ from `expected` (the disk's new bytes stored so
