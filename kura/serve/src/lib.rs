@@ -31,7 +31,7 @@ pub use config::ServeConfig;
 // the log's checkpoints).
 pub use {
     kura_agents as agents, kura_client as client, kura_fleet as fleet, kura_history as history,
-    kura_memory as memory, kura_runtime as runtime, kura_tlog as tlog,
+    kura_memory as memory, kura_runtime as runtime, kura_tlog as tlog, kura_up as up,
 };
 
 use crate::duties::Duties;

@@ -23,6 +23,7 @@ mod questions;
 mod supervise;
 mod timetravel;
 mod ungated;
+mod up;
 mod upgrade;
 mod witness;
 mod writs;

@@ -125,6 +125,11 @@ pub enum Command {
     /// Put Kura in front of an MCP server: serve its tools on stdio, each call gated and
     /// recorded by Kura before the server sees it.
     McpProxy(kura_serve::client::proxy::McpProxy),
+    /// The whole stack on this machine: keys, config and database made once, every daemon
+    /// under one supervisor, the console on loopback.
+    Up(kura_serve::up::Up),
+    /// Stop what `kura up` started.
+    Down(kura_serve::up::Down),
     Bench(bench::Bench),
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),
@@ -185,6 +190,8 @@ impl Command {
             }
             Command::Hook(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::McpProxy(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
+            Command::Up(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
+            Command::Down(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Bench(c) => c.run(ctx),
             Command::BenchPeer(c) => c.run(ctx),
             Command::VerifyProof(c) => c.run(ctx),

@@ -1,0 +1,229 @@
+//! The state directory `kura up` keeps: made once (the database, the bus keys, a person's
+//! key trusted on the bus and by aegis, the ports, a scripted model), then reused as is.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+/// What `kura up` chose the first time, kept in `up.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Chosen {
+    /// The bundled bus's port (loopback).
+    pub nats_port: u16,
+    /// The console's and the agents' port (loopback).
+    pub console_port: u16,
+    /// The person `kura up` made a key for.
+    pub person: String,
+    /// Their approver public key (hex).
+    pub person_key: String,
+    /// aegis's reply-signing key (what approvers pin).
+    pub aegis_signer: String,
+    /// Browser keys enrolled for the console (`kura up --enrol NAME KEY`): name, key.
+    #[serde(default)]
+    pub browsers: Vec<(String, String)>,
+    /// The model settings (`KURA_PROVIDER__*`), when not the scripted one.
+    #[serde(default)]
+    pub model: Vec<(String, String)>,
+}
+
+/// The state directory and what is in it.
+pub struct State {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its choices.
+    pub chosen: Chosen,
+}
+
+/// A binary beside this one (the install's, or the build's `target/*/`).
+pub fn bin(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// A free loopback port.
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A small offline model to start with: it looks at the workspace and says what it was asked.
+const SCRIPT: &str = r#"{"turns": [[
+  {"thought": "Looking at the workspace first."},
+  {"tool": "fs.list", "args": {}},
+  {"deliver": "Done (the scripted model; point kura up at a real one with --model openai): {instruction}"}
+]]}"#;
+
+impl State {
+    /// Opens the state at `dir`, making it the first time.
+    pub fn open_or_make(dir: &Path) -> anyhow::Result<State> {
+        let file = dir.join("up.json");
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            let chosen = serde_json::from_str(&text).with_context(|| {
+                format!("{} is not kura up's state; move it away", file.display())
+            })?;
+            return Ok(State {
+                dir: dir.to_owned(),
+                chosen,
+            });
+        }
+        std::fs::create_dir_all(dir.join("logs"))
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let db = dir.join("kura.db");
+        let keys = dir.join("keys");
+        let kura = bin("kura");
+        run(
+            Command::new(&kura).arg("--db").arg(&db).arg("init"),
+            "kura init",
+        )?;
+        if !keys.join("identities.toml").exists() {
+            run(
+                Command::new(&kura)
+                    .args(["keys", "init", "--dir"])
+                    .arg(&keys),
+                "kura keys init",
+            )?;
+        }
+        let person = std::env::var("USER")
+            .ok()
+            .filter(|u| !u.is_empty() && u.len() < 40)
+            .unwrap_or_else(|| "me".into());
+        let key = dir.join("person.key");
+        let said = run(
+            Command::new(bin("aegis"))
+                .args(["keygen", "--name", &person, "--key"])
+                .arg(&key),
+            "aegis keygen",
+        )?;
+        let nkey = said
+            .split_whitespace()
+            .skip_while(|w| *w != "--nkey")
+            .nth(1)
+            .context("aegis keygen did not print the bus key")?
+            .to_owned();
+        run(
+            Command::new(&kura)
+                .args([
+                    "keys",
+                    "add-approver",
+                    "--name",
+                    &person,
+                    "--nkey",
+                    &nkey,
+                    "--dir",
+                ])
+                .arg(&keys),
+            "kura keys add-approver",
+        )?;
+        let person_key = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(
+            &key,
+        )?)?["public_key"]
+            .as_str()
+            .context("the person's key file has no public key")?
+            .to_owned();
+        let list: serde_json::Value = serde_json::from_str(&run(
+            Command::new(&kura)
+                .args(["keys", "list", "--json", "--dir"])
+                .arg(&keys),
+            "kura keys list",
+        )?)?;
+        let aegis_signer = list
+            .as_array()
+            .and_then(|ids| ids.iter().find(|i| i["name"] == "aegis"))
+            .and_then(|i| i["signer"].as_str())
+            .context("the bus identities have no aegis")?
+            .to_owned();
+        std::fs::write(dir.join("script.json"), SCRIPT)?;
+        let chosen = Chosen {
+            nats_port: free_port()?,
+            console_port: free_port()?,
+            person,
+            person_key,
+            aegis_signer,
+            browsers: Vec::new(),
+            model: Vec::new(),
+        };
+        let state = State {
+            dir: dir.to_owned(),
+            chosen,
+        };
+        state.save()?;
+        Ok(state)
+    }
+
+    /// Writes `up.json`.
+    pub fn save(&self) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(&self.chosen)?;
+        std::fs::write(self.dir.join("up.json"), text).context("cannot write up.json")
+    }
+
+    /// The bus's address.
+    pub fn nats_url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.chosen.nats_port)
+    }
+
+    /// The console's address.
+    pub fn console_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.chosen.console_port)
+    }
+
+    /// What every process of this stack (and a shell talking to it) is told: the database,
+    /// the bus, its CA, where workspaces are, the model, who approves.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let model = &self.chosen.model;
+        let d = |p: &str| self.dir.join(p).display().to_string();
+        let c = &self.chosen;
+        let approvers = std::iter::once((c.person.clone(), c.person_key.clone()))
+            .chain(c.browsers.iter().cloned())
+            .map(|(n, k)| format!("{{ name = \"{n}\", public_key = \"{k}\" }}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let users = c
+            .browsers
+            .iter()
+            .map(|(n, k)| format!("{{ name = \"{n}\", public_key = \"{k}\" }}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut env = vec![
+            ("KURA_DB".into(), d("kura.db")),
+            ("KURA_NATS_URL".into(), self.nats_url()),
+            ("KURA_NATS_CA".into(), d("keys/nats-ca.pem")),
+            ("KURA_NATS__KEYS_DIR".into(), d("keys")),
+            ("KURA_KEYS_DIR".into(), d("keys")),
+            (
+                "KURA_NATS__CONFIG_DIR".into(),
+                self.dir.display().to_string(),
+            ),
+            ("KURA_TOOLS__WORKSPACE_ROOT".into(), d("workspaces")),
+            ("KURA_AEGIS__REPLY_KEY".into(), c.aegis_signer.clone()),
+            ("KURA_AEGIS__APPROVERS".into(), format!("[{approvers}]")),
+            ("KURA_AEGIS_KEY".into(), d("person.key")),
+            (
+                "KURA_CONSOLE__LISTEN".into(),
+                format!("127.0.0.1:{}", c.console_port),
+            ),
+            ("KURA_CONSOLE__USERS".into(), format!("[{users}]")),
+            ("KURA_SERVE__KEYRING".into(), d("keys/identities.toml")),
+        ];
+        if model.is_empty() {
+            env.push(("KURA_PROVIDER__KIND".into(), "scripted".into()));
+            env.push(("KURA_PROVIDER__SCRIPT".into(), d("script.json")));
+        }
+        env.extend(model.iter().cloned());
+        env
+    }
+}
