@@ -63,3 +63,17 @@ pub fn alarm(store: &Store, now_ms: i64, limit: i64) -> Result<Vec<Ungated>> {
         + std::time::Duration::from_millis(now_ms.saturating_sub(ALARM_WINDOW_MS).max(0) as u64);
     since(store, &kura_store::time::format(from), limit)
 }
+
+/// The ALARM line `kura status` prints first, when calls ran ungated in the last day.
+pub fn alarm_line(ungated: &[Ungated]) -> Option<String> {
+    let u = ungated.first()?;
+    Some(format!(
+        "ALARM: {} tool call(s) ran ungated in the last day, nobody ruling on them (the newest: {} by {} in {:?} at {}); an agent's PreToolUse hook was missing, killed or timed out: `kura hook doctor claude-code`, and `kura show {}`",
+        ungated.len(),
+        proto::text::escape_controls(&u.tool),
+        u.by,
+        u.session_label,
+        u.at,
+        u.record_id
+    ))
+}

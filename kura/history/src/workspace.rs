@@ -84,6 +84,35 @@ pub struct FileDiff {
     pub files: Vec<FileDelta>,
 }
 
+impl FileDiff {
+    /// The diff as `kura diff` prints it under the records (nothing when neither ledger has
+    /// a tree): each file, then its unified diff; every name and line escaped.
+    pub fn lines(&self) -> Vec<String> {
+        if self.tree_a.is_none() && self.tree_b.is_none() {
+            return Vec::new();
+        }
+        let tree = |t: &Option<ObjectId>| t.as_ref().map_or("-".to_owned(), |t| t.to_string());
+        let mut out = vec![format!(
+            "files: tree {} -> {}, {} changed",
+            tree(&self.tree_a),
+            tree(&self.tree_b),
+            self.files.len()
+        )];
+        for f in &self.files {
+            out.push(format!(
+                "  {:<7} {}",
+                f.change.change.as_str(),
+                shown(&f.change.path)
+            ));
+            out.push(match &f.diff {
+                Some(text) => shown_text(text.trim_end()),
+                None => "    (binary, too large, or bytes not stored)".into(),
+            });
+        }
+        out
+    }
+}
+
 /// One changed file.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileDelta {
@@ -149,6 +178,18 @@ pub struct Rewound {
 }
 
 impl Rewound {
+    /// What `kura workspace restore` says.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: tree {} ({} written, {} removed, {} not stored)",
+            self.root.display(),
+            self.tree,
+            self.written,
+            self.removed,
+            self.skipped.len()
+        )
+    }
+
     /// What to tell the person who reset `session` to `ledger`.
     pub fn said(&self, session: SessionId, ledger: LedgerId) -> String {
         let root = self.root.display();

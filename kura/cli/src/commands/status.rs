@@ -33,11 +33,8 @@ impl Status {
                 ungated,
             })?;
         } else {
-            if let Some(u) = ungated.first() {
-                out.line(format!(
-                    "ALARM: {} tool call(s) ran ungated in the last day, nobody ruling on them (the newest: {} by {} in {:?} at {}); an agent's PreToolUse hook was missing, killed or timed out: `kura hook doctor claude-code`, and `kura show {}`",
-                    ungated.len(), u.tool, u.by, u.session_label, u.at, u.record_id
-                ))?;
+            if let Some(line) = kura_serve::history::ungated::alarm_line(&ungated) {
+                out.line(line)?;
             }
             print_status(out, &st)?;
             out.line(kura_serve::anchor::anchoring(store.path()))?;

@@ -98,14 +98,7 @@ impl WorkspaceCmd {
                 if json {
                     out.json(&r)?;
                 } else {
-                    out.line(format!(
-                        "{}: tree {} ({} written, {} removed, {} not stored)",
-                        r.root.display(),
-                        r.tree,
-                        r.written,
-                        r.removed,
-                        r.skipped.len()
-                    ))?;
+                    out.line(r.line())?;
                 }
             }
             WorkspaceCmd::Gc => {
@@ -159,28 +152,8 @@ pub fn diff(
 
 /// Prints a file diff (nothing when neither ledger has a recorded tree).
 pub fn print_diff(out: &mut Out, d: Option<&FileDiff>) -> std::io::Result<()> {
-    let Some(d) = d.filter(|d| d.tree_a.is_some() || d.tree_b.is_some()) else {
-        return Ok(());
-    };
-    let tree = |t: &Option<proto::workspace::ObjectId>| {
-        t.as_ref().map_or("-".to_owned(), |t| t.to_string())
-    };
-    out.line(format!(
-        "files: tree {} -> {}, {} changed",
-        tree(&d.tree_a),
-        tree(&d.tree_b),
-        d.files.len()
-    ))?;
-    for f in &d.files {
-        out.line(format!(
-            "  {:<7} {}",
-            f.change.change.as_str(),
-            f.change.path
-        ))?;
-        match &f.diff {
-            Some(text) => out.line(kura_serve::history::workspace::shown_text(text.trim_end()))?,
-            None => out.line("    (binary, or bytes not stored)")?,
-        }
+    for line in d.map(FileDiff::lines).unwrap_or_default() {
+        out.line(line)?;
     }
     Ok(())
 }
