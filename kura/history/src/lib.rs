@@ -14,6 +14,7 @@ pub mod sessions;
 pub mod transcript;
 pub mod ungated;
 pub mod workspace;
+pub mod workspace_cmd;
 
 /// The object store the workspace functions read and write (one crate up for the CLI).
 pub use kura_objects as objects;

@@ -117,7 +117,7 @@ pub enum Command {
     /// A session's files as its records attest them: a ledger's tree, the workspace's
     /// moves, a file's bytes erased, unreferenced objects collected.
     #[command(subcommand)]
-    Workspace(workspace::WorkspaceCmd),
+    Workspace(kura_serve::history::workspace_cmd::WorkspaceCmd),
     Mcp(kura_serve::client::relay::Mcp),
     /// Claude Code's hooks: what they run, their set-up and a check of it.
     #[command(subcommand)]
@@ -180,7 +180,12 @@ impl Command {
             Command::Fleet(c) => c.run(ctx),
             Command::Writ(c) => c.run(ctx),
             Command::Redact(c) => c.run(ctx),
-            Command::Workspace(c) => c.run(ctx),
+            Command::Workspace(c) => {
+                let (store, objects) = (ctx.open_store()?, workspace::objects(ctx)?);
+                let json = ctx.json;
+                c.run(&store, &objects, json, |m| ctx.out.message(m))
+                    .map(|()| Outcome::Ok)
+            }
             Command::Mcp(c) => c.run(|m| ctx.out.message(m)).map(|()| Outcome::Ok),
             Command::Hook(HookCmd::Import(i)) => {
                 let mut store = ctx.open_store()?;
