@@ -4,6 +4,7 @@
 //! client and no SQLite live here, so every process (and an offline auditor) can use it.
 
 pub mod agent;
+pub mod bundle;
 pub mod canonical;
 pub mod consumers;
 pub mod content;

@@ -4,6 +4,7 @@
 //! read back for its rebuild ([`prompt`]). Rewinding a head and
 //! building a proof stay in the store, beside the ref log and the hashes they need.
 
+pub mod bundle;
 pub mod diff;
 pub mod fork;
 pub mod import;
