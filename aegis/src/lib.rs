@@ -395,7 +395,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // aegis restarted is not missed) are told to people as they are found.
     let mut ungated = notify::Ungated::since_minutes_ago(10);
     daemon.consumer(AEGIS_REQUESTS, poll, move || {
-        ungated.tell(&store, &notifier)?;
+        // A failed look is said and tried again; it holds up no request's expiry.
+        if let Err(e) = ungated.tell(&store, &notifier) {
+            tracing::warn!(error = %e, "cannot read the ungated calls for their notices");
+        }
         // Refusals held back by the rate limit join the stored counts.
         let held = limiter
             .lock()

@@ -237,8 +237,8 @@ impl Ungated {
         if !notifier.enabled() {
             return Ok(());
         }
-        let found = kura_history::ungated::since(store, &self.after, 50)?;
-        for u in found.iter().rev() {
+        let found = kura_history::ungated::oldest_after(store, &self.after, 50)?;
+        for u in &found {
             let how = u
                 .why
                 .split("noticed by ")
@@ -256,7 +256,7 @@ impl Ungated {
                 link: None,
             });
         }
-        if let Some(newest) = found.first() {
+        if let Some(newest) = found.last() {
             self.after = newest.at.clone();
         }
         Ok(())

@@ -16,6 +16,9 @@ use crate::{Caller, GatewayError};
 /// The most of an ungated call's result recorded (as an agent's own results are).
 const MAX_RESULT: usize = 32 * 1024;
 
+/// The most of its arguments recorded (past it: their size and hash).
+const MAX_ARGUMENTS: usize = 64 * 1024;
+
 /// Where an ungated call can be noticed.
 pub const NOTICED_BY: [&str; 2] = ["PostToolUse", "transcript"];
 
@@ -44,7 +47,43 @@ impl Gateway {
         // The agent's id only through its hash: the same call reported twice pairs the same.
         let digest = hex::encode(Sha256::digest(req.agent_call_id.as_bytes()));
         let call_id = CallId::new(format!("ungated-{}", &digest[..32]));
-        let mut call = ToolCallContent::new(req.tool.clone(), req.arguments.clone(), &call_id);
+        let author = caller.author();
+        // Reported before (noticed twice): the record there is the answer, and costs the
+        // agent none of its rate.
+        let known = self.with_store(|store| {
+            let claim = agent_claim(store, &author, req.turn_id).map_err(store_error)?;
+            Ok(store
+                .hydrate(claim.output_ledger_id)
+                .map_err(store_error)?
+                .into_iter()
+                .enumerate()
+                .find(|(_, r)| {
+                    r.record_type == RecordType::ToolCall
+                        && call_id_of(&r.content) == Some(call_id.as_str())
+                }))
+        })?;
+        if let Some((position, r)) = known {
+            return Ok(Recorded {
+                record_id: r.record_id,
+                hash: r.hash,
+                position: position as u64,
+            });
+        }
+        // Arguments past what a record should hold (a large file's Write) are named by size
+        // and hash: the call is still on record, and still an alarm.
+        let text = serde_json::to_string(&req.arguments).unwrap_or_default();
+        let (arguments, omitted) = if text.len() > MAX_ARGUMENTS {
+            let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
+            let o = proto::content::OmittedArguments {
+                bytes: text.len() as u64,
+                sha256,
+            };
+            (serde_json::Map::new(), Some(o))
+        } else {
+            (req.arguments.clone(), None)
+        };
+        let mut call = ToolCallContent::new(req.tool.clone(), arguments, &call_id);
+        call.arguments_omitted = omitted;
         call.ungated = Some(format!(
             "ran without being declared to Kura (noticed by {}): the agent's PreToolUse hook was \
              missing, killed or timed out, so nobody ruled on it",
@@ -60,26 +99,9 @@ impl Gateway {
             }
         };
         let result = self.record(caller, RecordType::ToolResult, Content::ToolResult(result))?;
-        let author = caller.author();
         self.with_store(|store| {
             let claim = agent_claim(store, &author, req.turn_id).map_err(store_error)?;
             let out = claim.output_ledger_id;
-            let known = store
-                .hydrate(out)
-                .map_err(store_error)?
-                .into_iter()
-                .enumerate()
-                .find(|(_, r)| {
-                    r.record_type == RecordType::ToolCall
-                        && call_id_of(&r.content) == Some(call_id.as_str())
-                });
-            if let Some((position, r)) = known {
-                return Ok(Recorded {
-                    record_id: r.record_id,
-                    hash: r.hash,
-                    position: position as u64,
-                });
-            }
             let a = kura_work::fenced(store, &claim, |tx| {
                 let a = tx.append(out, &call)?;
                 tx.append(out, &result)?;

@@ -106,16 +106,16 @@ struct Input {
 }
 
 /// What the hook remembers per agent session.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 struct State {
     session: Option<SessionId>,
     turn: Option<TurnId>,
     /// tool_use_id -> Kura call id.
     calls: BTreeMap<String, CallId>,
     /// Every tool_use_id Kura knows of in this agent session (declared, or reported
-    /// ungated): a call in the transcript that is not here ran ungated.
+    /// ungated), oldest first: a call in the transcript that is not here ran ungated.
     #[serde(default)]
-    known: std::collections::BTreeSet<String>,
+    known: Vec<String>,
 }
 
 /// The most tool_use ids remembered per agent session (then the oldest half is forgotten:
@@ -181,10 +181,8 @@ impl Hook {
         let file = self
             .state_file(&input.session_id)
             .map_err(Refuse::from_err)?;
-        let mut state: State = std::fs::read(&file)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let mut state = load(&file);
+        let before = state.clone();
         let kura = Kura::new(&self.agent_args).map_err(|e| self.failed(e))?;
         // Kura's own tools (`kura mcp`) record themselves: declaring them again would gate
         // every Kura call on Kura.
@@ -263,7 +261,7 @@ impl Hook {
         .await;
         // Saved whatever happened: a turn started (or ended) before a refusal or a failure
         // must be remembered, or the next call would open another.
-        save(&file, &state).map_err(Refuse::from_err)?;
+        save(&file, &before, &state).map_err(Refuse::from_err)?;
         answer
     }
 
@@ -370,11 +368,13 @@ impl Refuse {
 
 /// Remembers that Kura knows of tool use `id`.
 fn know(state: &mut State, id: &str) {
-    if state.known.len() >= MAX_KNOWN {
-        let keep: Vec<String> = state.known.iter().skip(MAX_KNOWN / 2).cloned().collect();
-        state.known = keep.into_iter().collect();
+    if state.known.iter().any(|k| k == id) {
+        return;
     }
-    state.known.insert(id.to_owned());
+    if state.known.len() >= MAX_KNOWN {
+        state.known.drain(..MAX_KNOWN / 2);
+    }
+    state.known.push(id.to_owned());
 }
 
 /// At Stop: every tool use in the transcript's tail that Kura never saw (neither declared
@@ -386,27 +386,88 @@ async fn ungated_in_transcript(
     turn: TurnId,
     path: &str,
 ) -> anyhow::Result<()> {
-    let t = kura_history::transcript::read(std::path::Path::new(path), TRANSCRIPT_TAIL)
-        .with_context(|| format!("cannot read the transcript {path}"))?;
+    let path = std::path::Path::new(path);
+    // A FIFO (or anything but a file) named as the transcript would hold the hook.
+    anyhow::ensure!(
+        std::fs::metadata(path).is_ok_and(|m| m.is_file()),
+        "{} is not a file",
+        path.display()
+    );
+    let t = kura_history::transcript::read(path, TRANSCRIPT_TAIL)
+        .with_context(|| format!("cannot read the transcript {}", path.display()))?;
+    let results: std::collections::HashMap<&str, &Value> = t
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            kura_history::transcript::Step::ToolResult { id, content, .. } => {
+                Some((id.as_str(), content))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut failed = None;
     for step in &t.steps {
         let kura_history::transcript::Step::ToolUse { id, name, input } = step else {
             continue;
         };
-        if id.is_empty() || name.starts_with("mcp__kura__") || state.known.contains(id) {
+        if id.is_empty() || name.starts_with("mcp__kura__") || state.known.iter().any(|k| k == id) {
             continue;
         }
-        let result = kura_history::transcript::result_of(&t.steps, id).map(|(v, _)| v.clone());
-        kura.report_ungated(turn, name, input.clone(), id, result, "transcript")
-            .await?;
-        know(state, id);
+        let result = results.get(id.as_str()).map(|v| (*v).clone());
+        // Each call on its own: one refused (too large, the rate limit) hides no other.
+        match kura
+            .report_ungated(turn, name, input.clone(), id, result, "transcript")
+            .await
+        {
+            Ok(()) => know(state, id),
+            Err(e) => failed = Some(e),
+        }
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
-fn save(file: &std::path::Path, state: &State) -> anyhow::Result<()> {
+/// The hook's state for an agent session (empty when there is none yet).
+fn load(file: &std::path::Path) -> State {
+    std::fs::read(file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Saves what this run changed (`before` → `now`) over what is on disk now: hooks for
+/// parallel calls run at once (one may wait minutes for a person), and a whole-file write
+/// would drop another's declared call — whose result would then be reported ungated.
+fn save(file: &std::path::Path, before: &State, now: &State) -> anyhow::Result<()> {
+    if before == now {
+        return Ok(());
+    }
     let dir = file.parent().unwrap_or(std::path::Path::new("."));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(file.with_extension("lock"))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
+    let mut merged = load(file);
+    if now.session != before.session {
+        merged.session = now.session;
+    }
+    if now.turn != before.turn {
+        merged.turn = now.turn;
+    }
+    for (k, v) in &now.calls {
+        if before.calls.get(k) != Some(v) {
+            merged.calls.insert(k.clone(), v.clone());
+        }
+    }
+    for k in before.calls.keys().filter(|k| !now.calls.contains_key(*k)) {
+        merged.calls.remove(k);
+    }
+    for k in now.known.iter().filter(|k| !before.known.contains(k)) {
+        know(&mut merged, k);
+    }
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer(&mut tmp, state)?;
+    serde_json::to_writer(&mut tmp, &merged)?;
     tmp.persist(file).map_err(|e| e.error)?;
     Ok(())
 }

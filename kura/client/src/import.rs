@@ -57,8 +57,8 @@ impl Import {
         let bytes = std::fs::read(&self.file)
             .with_context(|| format!("cannot read {}", self.file.display()))?;
         let source = hex::encode(Sha256::digest(&bytes));
-        let t = kura_history::transcript::read(&self.file, MAX_TRANSCRIPT)
-            .with_context(|| format!("cannot read {}", self.file.display()))?;
+        // The bytes hashed are the bytes imported (a live session's file may grow meanwhile).
+        let t = kura_history::transcript::parse(&bytes, false);
         let name = self
             .file
             .file_name()

@@ -297,13 +297,13 @@ pub fn verification(
 }
 
 /// `kura status` as a page.
-pub fn status(st: &kura_work::ops::Status, ungated: &[kura_history::ungated::Ungated]) -> Markup {
+pub fn status(st: &kura_work::ops::Status, alarm: &kura_history::ungated::Alarm) -> Markup {
     html! {
         h1 { "Status" }
-        @if !ungated.is_empty() {
+        @if !alarm.newest.is_empty() {
             section.ungated {
-                p.fail { "ALARM: " (ungated.len()) " tool call(s) ran ungated in the last day: an agent's PreToolUse hook was missing, killed or timed out, and nobody ruled on them." }
-                ul { @for u in ungated {
+                p.fail { "ALARM: " (alarm.count) " tool call(s) ran ungated in the last day: an agent's PreToolUse hook was missing, killed or timed out, and nobody ruled on them." }
+                ul { @for u in &alarm.newest {
                     li { code { (t(&u.tool)) } " by " (t(&u.by)) " in " a href={ "/s/" (u.session_id) } { (t(&u.session_label)) } " at " (t(&u.at)) " — " a href={ "/r/" (u.record_id) } { "the record" } }
                 } }
             }

@@ -38,9 +38,11 @@ pub fn build(
     let mut ledgers = Vec::new();
     for id in ids {
         let l = store.read_ledger(id)?;
-        let (Some(root_hash), Some(ledger_hash), Some(sealed_at)) =
-            (l.root_hash.clone(), l.ledger_hash.clone(), l.sealed_at.clone())
-        else {
+        let (Some(root_hash), Some(ledger_hash), Some(sealed_at)) = (
+            l.root_hash.clone(),
+            l.ledger_hash.clone(),
+            l.sealed_at.clone(),
+        ) else {
             continue;
         };
         let (index, leaf) = log.leaf_of(id)?.ok_or_else(|| {

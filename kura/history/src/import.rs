@@ -52,24 +52,25 @@ pub fn claude_code(
         r.metadata.insert("source_sha256".into(), source.to_owned());
     };
     let sealer = store.sealer().cloned();
-    store.write(|tx| {
-        let session = tx.create_session(label)?;
-        let (mut head, mut done) = (
-            None::<LedgerId>,
-            Imported {
-                session_id: session.session_id,
-                turns: 0,
-                records: 0,
-                calls: 0,
-            },
-        );
-        for (n, (prompt, steps)) in turns.iter().enumerate() {
+    let session = store.write(|tx| tx.create_session(label))?;
+    let mut done = Imported {
+        session_id: session.session_id,
+        turns: 0,
+        records: 0,
+        calls: 0,
+    };
+    let mut head = None::<LedgerId>;
+    // A commit per turn: a long transcript holds the live stack's writers up no longer than
+    // one turn's records take.
+    for (n, (prompt, steps)) in turns.iter().enumerate() {
+        let out_id = store.write(|tx| {
             let parents: Vec<LedgerId> = head.into_iter().collect();
             let ctx =
                 tx.open_ledger(session.session_id, &format!("turn-{}-ctx", n + 1), &parents)?;
+            let text = proto::text::excerpt(prompt, MAX_TEXT);
             let mut rec = NewRecord::new(
                 RecordType::TaskInstruction,
-                proto::record::Content::text(prompt.as_str()),
+                proto::record::Content::text(text),
                 author.to_owned(),
             );
             meta(&mut rec);
@@ -96,6 +97,7 @@ pub fn claude_code(
             } else {
                 last
             };
+            let said = proto::text::excerpt(&said, MAX_TEXT);
             let mut d = NewRecord::new(
                 RecordType::TaskDeliverable,
                 proto::record::Content::Json(
@@ -106,13 +108,20 @@ pub fn claude_code(
             meta(&mut d);
             tx.append(out.ledger_id, &d)?;
             tx.seal(out.ledger_id, sealer.as_ref())?;
-            done.records += 2;
-            done.turns += 1;
-            head = Some(out.ledger_id);
-        }
-        Ok(done)
-    })
+            Ok(out.ledger_id)
+        })?;
+        done.records += 2;
+        done.turns += 1;
+        head = Some(out_id);
+    }
+    Ok(done)
 }
+
+/// The most text one imported record keeps (the rest is cut, saying so).
+const MAX_TEXT: usize = 256 << 10;
+
+/// The most of a call's input kept (past it: its size and hash).
+const MAX_INPUT: usize = 256 << 10;
 
 /// The prompts and the steps after each (steps before the first prompt join the first).
 fn turns_of(steps: &[Step]) -> Vec<(String, Vec<&Step>)> {
@@ -142,15 +151,27 @@ fn records_of(steps: &[&Step], marked: &str, last: &mut String) -> Vec<NewRecord
                 *last = text.clone();
                 out.push(record(
                     RecordType::AgentThought,
-                    TextContent::new(text).to_value(),
+                    TextContent::new(proto::text::excerpt(text, MAX_TEXT)).to_value(),
                 ));
             }
             Step::ToolUse { id, name, input } => {
+                let text = serde_json::to_string(input).unwrap_or_default();
+                let (args, omitted) = if text.len() > MAX_INPUT {
+                    let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
+                    let o = proto::content::OmittedArguments {
+                        bytes: text.len() as u64,
+                        sha256,
+                    };
+                    (Map::new(), Some(o))
+                } else {
+                    (input.clone(), None)
+                };
                 let mut call = ToolCallContent::new(
                     proto::text::excerpt(name, 200),
-                    input.clone(),
+                    args,
                     call_id(id),
                 );
+                call.arguments_omitted = omitted;
                 call.imported = Some(marked.to_owned());
                 out.push(record(RecordType::ToolCall, call.to_value()));
             }

@@ -54,9 +54,14 @@ pub fn read(path: &Path, max_bytes: u64) -> std::io::Result<Transcript> {
     f.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::new();
     f.take(max_bytes).read_to_end(&mut bytes)?;
-    let text = String::from_utf8_lossy(&bytes);
+    Ok(parse(&bytes, from > 0))
+}
+
+/// Reads transcript bytes (`cut`: the first line may be cut, and is skipped).
+pub fn parse(bytes: &[u8], cut: bool) -> Transcript {
+    let text = String::from_utf8_lossy(bytes);
     let mut lines = text.lines();
-    if from > 0 {
+    if cut {
         lines.next();
     }
     let mut out = Transcript::default();
@@ -66,7 +71,7 @@ pub fn read(path: &Path, max_bytes: u64) -> std::io::Result<Transcript> {
             _ => out.unreadable += 1,
         }
     }
-    Ok(out)
+    out
 }
 
 /// The steps one transcript line holds.

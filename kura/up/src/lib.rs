@@ -58,7 +58,8 @@ pub struct Down {
 
 fn default_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(d) = dir {
-        return Ok(d);
+        // Absolute: the daemons and a shell from `--env` run from anywhere.
+        return Ok(std::path::absolute(&d).unwrap_or(d));
     }
     let data = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
@@ -103,11 +104,16 @@ impl Up {
         }
         if self.env {
             let state = State::open_or_make(&dir)?;
-            for (k, v) in state.env() {
-                say(&format!("export {k}='{}'", v.replace('\'', "'\\''")))?;
+            let seed = dir.join("keys/submit.nk").display().to_string();
+            let quote = |v: &str| format!("'{}'", v.replace('\'', "'\\''"));
+            for (k, v) in state
+                .env()
+                .into_iter()
+                .chain([("KURA_NATS_SEED".into(), seed)])
+            {
+                say(&format!("export {k}={}", quote(&v)))?;
             }
-            let seed = dir.join("keys/submit.nk");
-            return Ok(say(&format!("export KURA_NATS_SEED='{}'", seed.display()))?);
+            return Ok(());
         }
         if self.logs {
             return logs(&dir, &mut say);
@@ -210,6 +216,15 @@ fn start(dir: &Path, state: &State) -> anyhow::Result<()> {
 
 fn supervise_here(dir: &Path) -> anyhow::Result<()> {
     let state = State::open_or_make(dir)?;
+    // One supervisor per state directory, however many `kura up` race to start one.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("up.lock"))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Ok(());
+    }
     std::fs::write(dir.join("up.pid"), std::process::id().to_string())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -288,7 +303,23 @@ impl Down {
                     dir.display()
                 ))?)
             }
-            None => Ok(say(&format!("Kura is not running from {}", dir.display()))?),
+            None => {
+                // A supervisor killed outright leaves its daemons in its process group.
+                let group = std::fs::read_to_string(dir.join("up.pid"))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                    .and_then(rustix::process::Pid::from_raw);
+                if let Some(g) = group
+                    && rustix::process::kill_process_group(g, rustix::process::Signal::TERM).is_ok()
+                {
+                    let _ = std::fs::remove_file(dir.join("up.pid"));
+                    return Ok(say(&format!(
+                        "Kura's supervisor was gone; its daemons were told to stop ({})",
+                        dir.display()
+                    ))?);
+                }
+                Ok(say(&format!("Kura is not running from {}", dir.display()))?)
+            }
         }
     }
 }

@@ -45,6 +45,30 @@ pub fn bin(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(name))
 }
 
+/// Creates `dir` for this user alone (logs, workspaces and choices are nobody else's).
+fn make_private(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    check_private(dir)
+}
+
+/// Refuses a state directory another user owns or may write (its `up.json` names who
+/// approves and where the console listens).
+fn check_private(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    anyhow::ensure!(
+        m.uid() == rustix::process::getuid().as_raw() && m.mode() & 0o022 == 0,
+        "{} is not this user's alone (owned by another, or writable by others); give kura up a directory of your own (--dir)",
+        dir.display()
+    );
+    Ok(())
+}
+
 /// A free loopback port.
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
@@ -73,6 +97,7 @@ impl State {
     pub fn open_or_make(dir: &Path) -> anyhow::Result<State> {
         let file = dir.join("up.json");
         if let Ok(text) = std::fs::read_to_string(&file) {
+            check_private(dir)?;
             let chosen = serde_json::from_str(&text).with_context(|| {
                 format!("{} is not kura up's state; move it away", file.display())
             })?;
@@ -81,6 +106,7 @@ impl State {
                 chosen,
             });
         }
+        make_private(dir)?;
         std::fs::create_dir_all(dir.join("logs"))
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let db = dir.join("kura.db");

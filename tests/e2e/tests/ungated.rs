@@ -97,7 +97,8 @@ fn a_call_no_pretooluse_hook_declared_is_recorded_ungated_and_raises_the_alarm()
         "{status}"
     );
     let json = s.cli().json(&["status"]);
-    assert_eq!(json["ungated"][0]["tool"], "Write", "{json}");
+    assert_eq!(json["ungated"]["newest"][0]["tool"], "Write", "{json}");
+    assert_eq!(json["ungated"]["count"], 1, "{json}");
     let cookie =
         kura_testkit::console::login(port, &ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]));
     let (code, _, page) = http(port, "GET", "/status", &[("Cookie", cookie.as_str())], "");

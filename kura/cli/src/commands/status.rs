@@ -52,7 +52,7 @@ struct WithFleet<'a> {
     st: &'a kura_work::ops::Status,
     fleet: Option<Vec<kura_serve::fleet::status::PiStatus>>,
     /// Tool calls that ran without Kura's gate in the last day (newest first, at most 20).
-    ungated: Vec<kura_serve::history::ungated::Ungated>,
+    ungated: kura_serve::history::ungated::Alarm,
 }
 
 fn print_status(out: &mut Out, st: &kura_work::ops::Status) -> anyhow::Result<()> {
