@@ -166,11 +166,8 @@ fn records_of(steps: &[&Step], marked: &str, last: &mut String) -> Vec<NewRecord
                 } else {
                     (input.clone(), None)
                 };
-                let mut call = ToolCallContent::new(
-                    proto::text::excerpt(name, 200),
-                    args,
-                    call_id(id),
-                );
+                let mut call =
+                    ToolCallContent::new(proto::text::excerpt(name, 200), args, call_id(id));
                 call.arguments_omitted = omitted;
                 call.imported = Some(marked.to_owned());
                 out.push(record(RecordType::ToolCall, call.to_value()));

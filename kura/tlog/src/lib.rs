@@ -8,6 +8,7 @@
 //! checks, signing the next checkpoint) take a [`storage::LogStorage`]; the store implements
 //! it over its database and calls [`seallog::append`] inside its sealing transaction.
 
+pub mod bundle;
 pub mod checkpoint;
 pub mod cosign;
 pub mod error;

@@ -101,6 +101,14 @@ impl Keyring {
         self.keys.contains_key(key)
     }
 
+    /// Every key with its name (what a bundle carries for a checker).
+    pub fn names(&self) -> BTreeMap<String, String> {
+        self.keys
+            .iter()
+            .map(|(k, e)| (k.clone(), e.name.clone()))
+            .collect()
+    }
+
     /// Where each retired key stopped: the seal-log size recorded when it was retired, or the
     /// first position sealed by any newer key of the same name, whichever is lower. A retired
     /// key verifies only seals below that position.

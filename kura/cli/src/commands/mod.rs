@@ -134,6 +134,7 @@ pub enum Command {
     #[command(hide = true)]
     BenchPeer(bench::BenchPeer),
     VerifyProof(prove::VerifyProof),
+    Bundle(prove::Bundle),
 }
 
 /// How a successful run ends.
@@ -200,6 +201,7 @@ impl Command {
             Command::Bench(c) => c.run(ctx),
             Command::BenchPeer(c) => c.run(ctx),
             Command::VerifyProof(c) => c.run(ctx),
+            Command::Bundle(c) => c.run(ctx),
         }
     }
 }

@@ -28,6 +28,98 @@ pub struct Prove {
     log_key: Option<String>,
 }
 
+/// Write a session's proof as one file anyone can check — `kura verify --bundle`, or the
+/// static page `docs/verify/index.html` in a browser, offline: its ledgers, records, seals
+/// and each ledger's place in a signed checkpoint.
+#[derive(Debug, clap::Args)]
+pub struct Bundle {
+    /// The session.
+    session: String,
+    /// Where to write it.
+    #[arg(long)]
+    out: PathBuf,
+    /// The signed checkpoint to prove the ledgers in (default: the signer's last).
+    #[arg(long, value_name = "FILE")]
+    checkpoint: Option<PathBuf>,
+    /// The log's verifier key. Default: `[serve] log_verifier`.
+    #[arg(long, env = "KURA_LOG_VERIFIER", value_name = "VKEY")]
+    log_key: Option<String>,
+}
+
+impl Bundle {
+    /// Writes the bundle and says what is in it.
+    pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
+        let store = ctx.open_store()?;
+        let cfg = kura_serve::anchor::serve_config()?;
+        let file = self.checkpoint.unwrap_or_else(|| {
+            let at = cfg.as_ref().and_then(|c| c.serve.checkpoint_file.clone());
+            kura_serve::tlog::witness::head_file(at.as_deref(), store.path())
+        });
+        let note = std::fs::read_to_string(&file).with_context(|| {
+            format!(
+                "no checkpoint at {} (sign one: `kura checkpoint`)",
+                file.display()
+            )
+        })?;
+        let vkey = kura_serve::anchor::log_verifier(self.log_key)?;
+        let names = kura_serve::anchor::keyring(None)?
+            .map(|k| k.names())
+            .unwrap_or_default();
+        let b =
+            kura_serve::history::bundle::build(&store, id(&self.session)?, &note, &vkey, names)?;
+        let records: usize = b.ledgers.iter().map(|l| l.records.len()).sum();
+        std::fs::write(&self.out, serde_json::to_vec(&b)?)
+            .with_context(|| format!("cannot write {}", self.out.display()))?;
+        ctx.out.line(format!(
+            "wrote {}: {} ledgers, {records} records, proved in checkpoint {}; check it with `kura verify --bundle` or docs/verify/index.html",
+            self.out.display(),
+            b.ledgers.len(),
+            note.lines().next().unwrap_or("")
+        ))?;
+        Ok(Outcome::Ok)
+    }
+}
+
+/// `kura verify --bundle FILE`: every check the browser page makes, with no database.
+pub fn verify_bundle(
+    ctx: &mut Ctx,
+    file: &std::path::Path,
+    log_key: Option<String>,
+) -> anyhow::Result<Outcome> {
+    let text = read_input(file)?;
+    let b: proto::bundle::Bundle = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{} is not a Kura bundle: {e}", file.display()))?;
+    let trusted = log_key.or_else(|| kura_serve::anchor::log_verifier(None).ok());
+    let c = kura_serve::tlog::bundle::verify(&b, trusted.as_deref());
+    if ctx.json {
+        ctx.out.json(&c)?;
+    } else {
+        for p in &c.problems {
+            ctx.out
+                .line(format!("FAIL {} {}: {}", p.check, p.id, p.detail))?;
+        }
+        let key = if trusted.is_some() {
+            "the trusted log key"
+        } else {
+            "the bundle's own log key (compare it with yours: --log-key)"
+        };
+        let ok = if c.problems.is_empty() {
+            "OK"
+        } else {
+            "FAILED"
+        };
+        ctx.out.line(format!(
+            "{ok}: {} ledgers, {} records of session {}, checked against {key}",
+            c.ledgers, c.records, b.session_id
+        ))?;
+    }
+    Ok(if c.problems.is_empty() {
+        Outcome::Ok
+    } else {
+        Outcome::VerifyFailed
+    })
+}
+
 /// Check an inclusion proof offline (no database needed); exit 1 if it fails.
 #[derive(Debug, clap::Args)]
 pub struct VerifyProof {

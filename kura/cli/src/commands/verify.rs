@@ -16,13 +16,17 @@ use crate::output::Out;
 #[derive(Debug, clap::Args)]
 pub struct Verify {
     /// A ledger or session id.
-    #[arg(required_unless_present_any = ["all", "workspace"], conflicts_with_all = ["all", "workspace"])]
+    #[arg(required_unless_present_any = ["all", "workspace", "bundle"], conflicts_with_all = ["all", "workspace", "bundle"])]
     id: Option<String>,
     /// Check a session's files instead: every object its records name is whole, each side
     /// effect began where the last left the files, and the workspace on disk holds what the
     /// records say (a change no recorded call made is drift, named file by file).
     #[arg(long, value_name = "SESSION", conflicts_with = "all")]
     workspace: Option<String>,
+    /// Check a bundle (`kura bundle`) instead, with no database: every record, root, ledger
+    /// hash, seal and the checkpoint (against --log-key, else the bundle's own key).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["all", "workspace"])]
+    bundle: Option<PathBuf>,
     /// Verify the whole database.
     #[arg(long)]
     all: bool,
@@ -70,6 +74,9 @@ impl Verify {
     pub fn run(self, ctx: &mut Ctx) -> anyhow::Result<Outcome> {
         if let Some(session) = &self.workspace {
             return super::workspace::verify(ctx, session);
+        }
+        if let Some(file) = &self.bundle {
+            return super::prove::verify_bundle(ctx, file, self.log_key.clone());
         }
         let store = ctx.open_store()?;
         let (out, json) = (&mut ctx.out, ctx.json);
