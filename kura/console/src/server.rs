@@ -248,6 +248,7 @@ fn router(console: Shared) -> Router {
         .route("/events", get(events))
         .route("/login", get(login_page))
         .route("/enrol", get(enrol_page))
+        .route("/verify/bundle", get(bundle_verifier))
         .route(
             "/assets/console.js",
             get(|| async { asset("text/javascript; charset=utf-8", JS) }),
@@ -270,6 +271,25 @@ fn asset(kind: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
+/// The static bundle verifier (docs/verify/index.html), for anyone: it reads a file the
+/// person picks and checks it in the browser; it makes no request, so it may run its own
+/// inline script and nothing else.
+async fn bundle_verifier() -> Response {
+    const PAGE: &str = include_str!("../../../docs/verify/index.html");
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'none'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'",
+            ),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
 /// Every response: no framing (clickjacking), scripts only from this console (an injected
 /// `<script>` would not run even if escaping failed), no sniffing, no referrer, no caching.
 async fn secure_headers(mut r: Response) -> Response {
@@ -277,12 +297,15 @@ async fn secure_headers(mut r: Response) -> Response {
     let set = |h: &mut HeaderMap, k: &'static str, v: &'static str| {
         h.insert(k, HeaderValue::from_static(v));
     };
-    set(
-        h,
-        "content-security-policy",
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-         connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    );
+    // A page that set its own (the bundle verifier: one file, its script inline) keeps it.
+    if !h.contains_key("content-security-policy") {
+        set(
+            h,
+            "content-security-policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        );
+    }
     set(h, "x-frame-options", "DENY");
     set(h, "x-content-type-options", "nosniff");
     set(h, "referrer-policy", "no-referrer");

@@ -4,6 +4,7 @@
 //! model output rendered as text; history pages that stay small at 100 000 records.
 
 mod browser;
+mod bundle;
 mod hidden;
 mod limits;
 mod people;
