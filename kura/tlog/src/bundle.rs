@@ -77,107 +77,123 @@ pub fn verify(b: &Bundle, trusted: Option<&str>) -> Checked {
         .collect();
     for l in &b.ledgers {
         out.ledgers += 1;
-        let id = l.header.ledger_id.as_str();
-        let mut leaves = Vec::with_capacity(l.records.len());
-        for r in &l.records {
-            out.records += 1;
-            match r {
-                BundledRecord::Whole(c) => {
-                    let cols = c.as_columns();
-                    if !cols.hash_matches() {
-                        match cols.recompute_hash() {
-                            Ok(h) if h.eq_ignore_ascii_case(&c.hash) => out.fail(
-                                "content_not_canonical",
-                                &c.record_id,
-                                "the content is not in its RFC 8785 form",
-                            ),
-                            _ => out.fail(
-                                "record_hash",
-                                &c.record_id,
-                                "the record's content, type or author does not hash to its hash",
-                            ),
-                        }
-                    }
-                    leaves.push(cols.leaf_hash());
-                }
-                BundledRecord::Redacted {
-                    record_id,
-                    redacted_leaf,
-                } => {
-                    match hex::decode(redacted_leaf)
-                        .ok()
-                        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                    {
-                        Some(h) => leaves.push(h),
-                        None => out.fail(
-                            "record_leaf",
-                            record_id,
-                            "the kept leaf of a redacted record is not a 32-byte hex hash",
-                        ),
-                    }
-                }
-            }
-        }
-        let root = hex::encode(proto::merkle::root(&leaves));
-        if !root.eq_ignore_ascii_case(&l.root_hash) {
-            out.fail(
-                "merkle_root",
-                id,
-                format!("the records' leaves make root {root}, not {}", l.root_hash),
-            );
-        }
-        let hash = l.header.ledger_hash(l.records.len() as u64, &l.root_hash);
-        if !hash.eq_ignore_ascii_case(&l.ledger_hash) {
-            out.fail(
-                "ledger_hash",
-                id,
-                format!("the ledger hashes to {hash}, not {}", l.ledger_hash),
-            );
-        }
-        for p in &l.header.parents {
-            if let Some(h) = hashes
-                .get(p.ledger_id.as_str())
-                .filter(|h| !h.eq_ignore_ascii_case(&p.ledger_hash))
-            {
-                out.fail(
-                    "parent_hash",
-                    id,
-                    format!(
-                        "parent {} has hash {h}, not the {} this ledger commits to",
-                        p.ledger_id, p.ledger_hash
-                    ),
-                );
-            }
-        }
-        if let Some((sealer, sig)) = &l.seal {
-            let verified = nkeys::KeyPair::from_public_key(sealer)
-                .map_err(|e| e.to_string())
-                .and_then(|k| {
-                    let sig = base64::engine::general_purpose::STANDARD
-                        .decode(sig)
-                        .map_err(|e| e.to_string())?;
-                    k.verify(&crate::sealer::signing_bytes(&l.ledger_hash), &sig)
-                        .map_err(|e| e.to_string())
-                });
-            if let Err(e) = verified {
-                out.fail(
-                    "seal_signature",
-                    id,
-                    format!("the seal by {sealer} does not verify: {e}"),
-                );
-            } else if !b.sealers.is_empty() && !b.sealers.contains_key(sealer) {
-                out.fail(
-                    "sealer_unknown",
-                    id,
-                    format!("sealed by {sealer}, a key the bundle's keyring does not name"),
-                );
-            }
-        }
+        ledger(&mut out, b, l, &hashes);
         if let Some(cp) = &cp {
             seal_log(&mut out, l, cp);
         }
     }
     out
+}
+
+/// Each record's hash checked, and its leaf (a redacted one's kept leaf).
+fn leaves(out: &mut Checked, records: &[BundledRecord]) -> Vec<[u8; 32]> {
+    let mut leaves = Vec::with_capacity(records.len());
+    for r in records {
+        out.records += 1;
+        match r {
+            BundledRecord::Whole(c) => {
+                let cols = c.as_columns();
+                if !cols.hash_matches() {
+                    match cols.recompute_hash() {
+                        Ok(h) if h.eq_ignore_ascii_case(&c.hash) => out.fail(
+                            "content_not_canonical",
+                            &c.record_id,
+                            "the content is not in its RFC 8785 form",
+                        ),
+                        _ => out.fail(
+                            "record_hash",
+                            &c.record_id,
+                            "the record's content, type or author does not hash to its hash",
+                        ),
+                    }
+                }
+                leaves.push(cols.leaf_hash());
+            }
+            BundledRecord::Redacted {
+                record_id,
+                redacted_leaf,
+            } => {
+                match hex::decode(redacted_leaf)
+                    .ok()
+                    .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                {
+                    Some(h) => leaves.push(h),
+                    None => out.fail(
+                        "record_leaf",
+                        record_id,
+                        "the kept leaf of a redacted record is not a 32-byte hex hash",
+                    ),
+                }
+            }
+        }
+    }
+    leaves
+}
+
+/// One ledger: its records, root, chained hash, parents and seal.
+fn ledger(
+    out: &mut Checked,
+    b: &Bundle,
+    l: &proto::bundle::BundledLedger,
+    hashes: &HashMap<&str, &str>,
+) {
+    let id = l.header.ledger_id.as_str();
+    let leaves = leaves(out, &l.records);
+    let root = hex::encode(proto::merkle::root(&leaves));
+    if !root.eq_ignore_ascii_case(&l.root_hash) {
+        out.fail(
+            "merkle_root",
+            id,
+            format!("the records' leaves make root {root}, not {}", l.root_hash),
+        );
+    }
+    let hash = l.header.ledger_hash(l.records.len() as u64, &l.root_hash);
+    if !hash.eq_ignore_ascii_case(&l.ledger_hash) {
+        out.fail(
+            "ledger_hash",
+            id,
+            format!("the ledger hashes to {hash}, not {}", l.ledger_hash),
+        );
+    }
+    for p in &l.header.parents {
+        if let Some(h) = hashes
+            .get(p.ledger_id.as_str())
+            .filter(|h| !h.eq_ignore_ascii_case(&p.ledger_hash))
+        {
+            out.fail(
+                "parent_hash",
+                id,
+                format!(
+                    "parent {} has hash {h}, not the {} this ledger commits to",
+                    p.ledger_id, p.ledger_hash
+                ),
+            );
+        }
+    }
+    if let Some((sealer, sig)) = &l.seal {
+        let verified = nkeys::KeyPair::from_public_key(sealer)
+            .map_err(|e| e.to_string())
+            .and_then(|k| {
+                let sig = base64::engine::general_purpose::STANDARD
+                    .decode(sig)
+                    .map_err(|e| e.to_string())?;
+                k.verify(&crate::sealer::signing_bytes(&l.ledger_hash), &sig)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = verified {
+            out.fail(
+                "seal_signature",
+                id,
+                format!("the seal by {sealer} does not verify: {e}"),
+            );
+        } else if !b.sealers.is_empty() && !b.sealers.contains_key(sealer) {
+            out.fail(
+                "sealer_unknown",
+                id,
+                format!("sealed by {sealer}, a key the bundle's keyring does not name"),
+            );
+        }
+    }
 }
 
 /// The ledger's leaf in the seal log names it, and is included in the checkpoint.
