@@ -1,7 +1,7 @@
 //! `kura up` and `kura down`: the whole stack on one machine from nothing, as Temporal's
 //! `server start-dev` or `ollama serve` do — keys, config, database and a person's key made
 //! once under a state directory, the bundled bus and every daemon under one supervisor
-//! ([`supervise`]) that restarts what exits, the console and the agents' surface on loopback;
+//! (`supervise`) that restarts what exits, the console and the agents' surface on loopback;
 //! `kura down` stops it cleanly. Under systemd the units stay the way to run in production.
 
 mod state;
