@@ -27,6 +27,8 @@ pub struct ServeConfig {
     pub fleet: kura_fleet::FleetConfig,
     /// Who may grant writs (checked by `kura writ grant` and `revoke`).
     pub writs: kura_policy::writ::WritsConfig,
+    /// Sessions exported as OpenTelemetry traces (`[traces] endpoint`; off unless set).
+    pub traces: kura_traces::TracesConfig,
 }
 
 /// What `kura serve` does, and how often.

@@ -105,6 +105,20 @@ pub async fn run(config: ServeConfig, shutdown: impl Future<Output = ()>) -> any
         )?;
     }
     let (console_stop, console) = surfaces::start_console(&config, daemon.bus().cloned()).await?;
+    // Traces from their own cursor over the seal log, on this runtime: a receiver away or
+    // slow holds up nobody's turn.
+    let (traces_stop, traces_stopped) = tokio::sync::watch::channel(false);
+    let traces = config.traces.endpoint.is_some().then(|| {
+        let (t, db, options) = (
+            config.traces.clone(),
+            common.db.clone(),
+            common.store_options(),
+        );
+        tokio::spawn(async move {
+            let options = options.map_err(|e| anyhow::anyhow!("{e}"))?;
+            kura_traces::run(t, db, options, traces_stopped).await
+        })
+    });
     let duties = Duties {
         store,
         signer,
@@ -118,6 +132,12 @@ pub async fn run(config: ServeConfig, shutdown: impl Future<Output = ()>) -> any
         .run(async move {
             shutdown.await;
             let _ = fleet_stop.send(true);
+            let _ = traces_stop.send(true);
+            if let Some(t) = traces
+                && let Ok(Err(e)) = t.await
+            {
+                tracing::error!(error = %format!("{e:#}"), "traces stopped");
+            }
             drop(console_stop);
             if let Some(c) = console {
                 let _ = c.await;

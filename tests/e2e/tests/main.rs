@@ -22,6 +22,7 @@ mod proxy;
 mod questions;
 mod supervise;
 mod timetravel;
+mod traces;
 mod ungated;
 mod up;
 mod upgrade;

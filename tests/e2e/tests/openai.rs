@@ -14,7 +14,7 @@ use minato::requests::accept_next_request;
 use proto::record::RecordType;
 use serde_json::{Value, json};
 
-struct Captured {
+pub(crate) struct Captured {
     bodies: Vec<Value>,
     /// Each request body as the bytes received.
     raw: Vec<Vec<u8>>,
@@ -22,7 +22,7 @@ struct Captured {
 }
 
 /// A minimal HTTP/1.1 server: first request gets a tool call, later ones a final answer.
-fn fake_openai() -> (u16, Arc<Mutex<Captured>>) {
+pub(crate) fn fake_openai() -> (u16, Arc<Mutex<Captured>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let captured = Arc::new(Mutex::new(Captured {
@@ -114,7 +114,7 @@ impl Drop for Killed {
 }
 
 /// Queues one turn and runs hashi (no NATS: polling alone) with `env` until it is done.
-fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, proto::SessionId) {
+pub(crate) fn run_one_turn(dir: &Path, env: &[(&str, String)]) -> (Store, proto::SessionId) {
     run_turn_with(dir, env, "Write out.txt, then say so.", &[])
 }
 
