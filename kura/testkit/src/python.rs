@@ -55,7 +55,13 @@ pub fn phoenix() -> PathBuf {
             "python3 -m venv failed (Debian: apt-get install python3-venv)"
         );
         let pip = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .args([
+                "install",
+                "--quiet",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                "-r",
+            ])
             .arg(root.join("tests/e2e/agents/phoenix-requirements.txt"))
             .status()
             .expect("pip");
