@@ -27,9 +27,14 @@ pub struct Bundle {
     /// The log's verifier key (`name+keyid+base64`), as the bundle's maker pinned it: a
     /// checker compares it with the one it trusts.
     pub log_key: String,
-    /// Names for sealing keys (nkey → name), from the maker's keyring.
+    /// Names for sealing keys (nkey → name), from the maker's keyring (its claim: a checker
+    /// holds seals to its own keyring).
     #[serde(default)]
     pub sealers: BTreeMap<String, String>,
+    /// The seal-log index from which every ledger is sealed with a signature (`None`: from
+    /// the start).
+    #[serde(default)]
+    pub signed_from: Option<u64>,
     /// The ledgers, the session's own and the ancestors they grew from, oldest first.
     pub ledgers: Vec<BundledLedger>,
 }

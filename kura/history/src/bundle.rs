@@ -104,6 +104,7 @@ pub fn build(
         checkpoint: note.to_owned(),
         log_key: vkey.to_owned(),
         sealers,
+        signed_from: log.signing_since()?.map(|n| n.max(0) as u64),
         ledgers: ledgers.into_iter().map(|(_, l)| l).collect(),
     })
 }

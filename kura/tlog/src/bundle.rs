@@ -30,6 +30,8 @@ pub struct Checked {
     pub records: usize,
     /// The checkpoint's origin and size, when its signature verified.
     pub checkpoint: Option<(String, u64)>,
+    /// Records whose content was erased under a redaction (their kept leaves checked).
+    pub redacted: usize,
     /// Every failure.
     pub problems: Vec<Problem>,
 }
@@ -75,9 +77,17 @@ pub fn verify(b: &Bundle, trusted: Option<&str>) -> Checked {
         .iter()
         .map(|l| (l.header.ledger_id.as_str(), l.ledger_hash.as_str()))
         .collect();
+    coverage(&mut out, b, &hashes);
     for l in &b.ledgers {
         out.ledgers += 1;
         ledger(&mut out, b, l, &hashes);
+        if l.seal.is_none() && b.signed_from.is_some_and(|from| l.seal_log.0 >= from) {
+            out.fail(
+                "sealer_missing",
+                &l.header.ledger_id,
+                "sealed without a signature after sealing began to be signed",
+            );
+        }
         if let Some(cp) = &cp {
             seal_log(&mut out, l, cp);
         }
@@ -113,6 +123,7 @@ fn leaves(out: &mut Checked, records: &[BundledRecord]) -> Vec<[u8; 32]> {
                 record_id,
                 redacted_leaf,
             } => {
+                out.redacted += 1;
                 match hex::decode(redacted_leaf)
                     .ok()
                     .and_then(|b| <[u8; 32]>::try_from(b).ok())
@@ -128,6 +139,64 @@ fn leaves(out: &mut Checked, records: &[BundledRecord]) -> Vec<[u8; 32]> {
         }
     }
     leaves
+}
+
+/// The bundle is the session it names: at least one of its ledgers is the session's, no
+/// ledger twice, every other one an ancestor of those, every parent there.
+fn coverage(out: &mut Checked, b: &Bundle, hashes: &HashMap<&str, &str>) {
+    if hashes.len() != b.ledgers.len() {
+        out.fail(
+            "duplicate_ledger",
+            &b.session_id,
+            "a ledger is in the bundle twice",
+        );
+    }
+    let own: Vec<&str> = b
+        .ledgers
+        .iter()
+        .filter(|l| l.header.session_id == b.session_id)
+        .map(|l| l.header.ledger_id.as_str())
+        .collect();
+    if own.is_empty() {
+        out.fail(
+            "session",
+            &b.session_id,
+            "no ledger of the session the bundle names",
+        );
+    }
+    let by_id: HashMap<&str, &proto::bundle::BundledLedger> = b
+        .ledgers
+        .iter()
+        .map(|l| (l.header.ledger_id.as_str(), l))
+        .collect();
+    let mut reached: std::collections::HashSet<&str> = own.iter().copied().collect();
+    let mut todo = own;
+    while let Some(id) = todo.pop() {
+        for p in by_id
+            .get(id)
+            .map(|l| l.header.parents.as_slice())
+            .unwrap_or_default()
+        {
+            if !by_id.contains_key(p.ledger_id.as_str()) {
+                out.fail(
+                    "parent_missing",
+                    id,
+                    format!("its parent {} is not in the bundle", p.ledger_id),
+                );
+            } else if reached.insert(p.ledger_id.as_str()) {
+                todo.push(p.ledger_id.as_str());
+            }
+        }
+    }
+    for l in &b.ledgers {
+        if !reached.contains(l.header.ledger_id.as_str()) {
+            out.fail(
+                "unrelated_ledger",
+                &l.header.ledger_id,
+                "neither the session's nor an ancestor of its ledgers",
+            );
+        }
+    }
 }
 
 /// One ledger: its records, root, chained hash, parents and seal.

@@ -109,48 +109,27 @@ pub async fn run(
             .with_service_name(config.service_name.clone())
             .build(),
     );
-    tracing::info!(%endpoint, "traces: sessions exported as OpenTelemetry spans");
+    // The host only: an endpoint may hold a token.
+    let host = reqwest::Url::parse(&endpoint)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_default();
+    tracing::info!(%host, "traces: sessions exported as OpenTelemetry spans");
     let every = Duration::from_millis(config.interval_ms.max(100));
     let mut backoff = every;
     loop {
-        let (db, options, console, limit) = (
-            db.clone(),
-            options.clone(),
-            config.console_url.clone(),
-            config.batch_turns.max(1),
-        );
-        let batch = tokio::task::spawn_blocking(move || {
-            let store = Store::open(&db, &options)?;
-            next_batch(&store, console.as_deref(), limit).map(|b| (b, store))
-        })
-        .await?;
-        let wait = match batch {
-            Ok(((spans, to), store)) if spans.is_empty() => {
-                kura_work::set_cursor(&store, CURSOR, to)?;
-                every
+        // Nothing here ends the export: a failed look or write is said, and tried again.
+        let wait = match round(&config, &db, &options, &exporter).await {
+            Ok(true) => {
+                backoff = every;
+                Duration::ZERO
             }
-            Ok(((spans, to), store)) => {
-                let n = spans.len();
-                match exporter.export(spans).await {
-                    Ok(()) => {
-                        tokio::task::spawn_blocking(move || {
-                            kura_work::set_cursor(&store, CURSOR, to)
-                        })
-                        .await??;
-                        tracing::debug!(spans = n, to, "traces: exported");
-                        backoff = every;
-                        Duration::ZERO
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "traces: the receiver did not take the spans; trying again");
-                        backoff = (backoff * 2).min(Duration::from_secs(60));
-                        backoff
-                    }
-                }
-            }
+            Ok(false) => every,
             Err(e) => {
-                tracing::warn!(error = %e, "traces: cannot read the sealed turns");
-                every
+                tracing::warn!(error = %format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "traces: not delivered; trying again");
+                let w = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                w
             }
         };
         tokio::select! {
@@ -158,4 +137,40 @@ pub async fn run(
             _ = tokio::time::sleep(wait.max(Duration::from_millis(50))) => {}
         }
     }
+}
+
+/// One look: the next batch read off the runtime, exported, the cursor moved once it is
+/// delivered (and only when it moves). Whether there was anything to send.
+async fn round(
+    config: &TracesConfig,
+    db: &std::path::Path,
+    options: &kura_store::StoreOptions,
+    exporter: &opentelemetry_otlp::SpanExporter,
+) -> anyhow::Result<bool> {
+    let (db, options, console, limit) = (
+        db.to_owned(),
+        options.clone(),
+        config.console_url.clone(),
+        config.batch_turns.max(1),
+    );
+    let (spans, from, to, store) = tokio::task::spawn_blocking(move || {
+        let store = Store::open(&db, &options)?;
+        let from = kura_work::cursor(&store, CURSOR)?;
+        let (spans, to) = next_batch(&store, console.as_deref(), limit)?;
+        anyhow::Ok((spans, from, to, store))
+    })
+    .await??;
+    if to == from {
+        return Ok(false);
+    }
+    let n = spans.len();
+    if !spans.is_empty() {
+        exporter
+            .export(spans)
+            .await
+            .map_err(|e| anyhow::anyhow!("the receiver did not take the spans: {e}"))?;
+    }
+    tokio::task::spawn_blocking(move || kura_work::set_cursor(&store, CURSOR, to)).await??;
+    tracing::debug!(spans = n, to, "traces: exported");
+    Ok(true)
 }

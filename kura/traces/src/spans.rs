@@ -166,7 +166,7 @@ fn chat(
         .map_or_else(|| "unknown".to_owned(), |u| u.model.clone());
     if let Some(u) = &usage {
         attributes.push(KeyValue::new("gen_ai.provider.name", u.provider.clone()));
-        attributes.push(KeyValue::new("gen_ai.request.model", u.model.clone()));
+        attributes.push(KeyValue::new("gen_ai.response.model", u.model.clone()));
         attributes.push(KeyValue::new(
             "gen_ai.usage.input_tokens",
             u.tokens_in as i64,

@@ -119,7 +119,7 @@ fn a_real_models_turn_reaches_phoenix_as_genai_spans_with_kuras_hashes() {
     let attr = |s: &Value, k: &str| s["attributes"][k].clone();
     assert_eq!(attr(chats[0], "gen_ai.operation.name"), "chat");
     assert_eq!(
-        attr(chats[0], "gen_ai.request.model"),
+        attr(chats[0], "gen_ai.response.model"),
         "tiny-test-model",
         "{:#}",
         chats[0]

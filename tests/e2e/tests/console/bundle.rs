@@ -114,6 +114,36 @@ fn a_bundle_checks_in_the_browser_offline_and_a_flipped_byte_is_named() {
         ),
     ];
     let mut files = Vec::new();
+    // Forgeries that change no hash but lie about what the bundle covers or who sealed it.
+    let mut unsealed = b.clone();
+    unsealed["ledgers"][sealed]
+        .as_object_mut()
+        .expect("ledger")
+        .remove("seal");
+    let mut empty = b.clone();
+    empty["ledgers"] = Value::Array(vec![]);
+    let mut renamed = b.clone();
+    renamed["session_id"] = Value::from("01a21f00-0000-7000-8000-000000000000");
+    for (what, forged, check) in [
+        ("unsealed", &unsealed, "sealer_missing"),
+        ("empty", &empty, "session"),
+        ("renamed", &renamed, "session"),
+    ] {
+        let path = s.path(&format!("bundle-{what}.json"));
+        std::fs::write(&path, forged.to_string()).expect("forged");
+        let (out, _) = s.cli().fails(
+            1,
+            &[
+                "verify",
+                "--bundle",
+                path.to_str().expect("utf8"),
+                "--log-key",
+                &vkey,
+            ],
+        );
+        assert!(out.contains(&format!("FAIL {check} ")), "{what}: {out}");
+        files.push((path, check));
+    }
     for (what, pointer, check) in &cases {
         let path = s.path(&format!("bundle-{what}.json"));
         std::fs::write(&path, flipped(&b, pointer).to_string()).expect("tampered");
@@ -160,7 +190,7 @@ fn a_bundle_checks_in_the_browser_offline_and_a_flipped_byte_is_named() {
             until(
                 c,
                 "a verdict",
-                "['OK','FAILED'].includes(document.getElementById('verdict').textContent)",
+                "['OK','FAILED','UNVERIFIED'].includes(document.getElementById('verdict').textContent)",
             )
             .await;
             let verdict = eval(c, "document.getElementById('verdict').textContent").await;
@@ -176,8 +206,8 @@ fn a_bundle_checks_in_the_browser_offline_and_a_flipped_byte_is_named() {
     assert_eq!(verdict, "OK", "{checks}");
     let (verdict, _) = check(&file, "");
     assert_eq!(
-        verdict, "OK",
-        "under the bundle's own key too (which the page shows for comparing)"
+        verdict, "UNVERIFIED",
+        "under no key but the bundle's own it is consistent, not verified"
     );
     for (path, name) in &files {
         let (verdict, checks) = check(path, &vkey);
