@@ -26,6 +26,10 @@ pub struct Chosen {
     /// The model settings (`KURA_PROVIDER__*`), when not the scripted one.
     #[serde(default)]
     pub model: Vec<(String, String)>,
+    /// The log key's verifier (`kura serve` signs checkpoints with `log.key`): history is
+    /// anchored from the first run.
+    #[serde(default)]
+    pub log_verifier: Option<String>,
 }
 
 /// The state directory and what is in it.
@@ -174,6 +178,32 @@ impl State {
             .context("the bus identities have no aegis")?
             .to_owned();
         std::fs::write(dir.join("script.json"), SCRIPT)?;
+        let log_key = dir.join("log.key");
+        let _ = std::fs::remove_file(&log_key);
+        let nonce = format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        let said = run(
+            Command::new(&kura)
+                .args([
+                    "log-key",
+                    "init",
+                    "--name",
+                    &format!("kura.local/log/{nonce}"),
+                    "--out",
+                ])
+                .arg(&log_key),
+            "kura log-key init",
+        )?;
+        let log_verifier = said
+            .lines()
+            .last()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| l.contains('+'));
         let chosen = Chosen {
             nats_port: free_port()?,
             console_port: free_port()?,
@@ -182,6 +212,7 @@ impl State {
             aegis_signer,
             browsers: Vec::new(),
             model: Vec::new(),
+            log_verifier,
         };
         let state = State {
             dir: dir.to_owned(),
@@ -245,6 +276,11 @@ impl State {
             ("KURA_CONSOLE__USERS".into(), format!("[{users}]")),
             ("KURA_SERVE__KEYRING".into(), d("keys/identities.toml")),
         ];
+        if let Some(v) = &c.log_verifier {
+            env.push(("KURA_SERVE__LOG_KEY".into(), d("log.key")));
+            env.push(("KURA_SERVE__LOG_VERIFIER".into(), v.clone()));
+            env.push(("KURA_LOG_VERIFIER".into(), v.clone()));
+        }
         if model.is_empty() {
             env.push(("KURA_PROVIDER__KIND".into(), "scripted".into()));
             env.push(("KURA_PROVIDER__SCRIPT".into(), d("script.json")));
