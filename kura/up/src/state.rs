@@ -73,6 +73,76 @@ fn check_private(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A person's key (`person.key`), let onto the bus and trusted by aegis: their name (the
+/// login's, when it is a plain one) and public key.
+fn make_person(dir: &Path, keys: &Path) -> anyhow::Result<(String, String)> {
+    let person = std::env::var("USER")
+        .ok()
+        .filter(|u| {
+            !u.is_empty()
+                && u.len() < 40
+                && u.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .unwrap_or_else(|| "me".into());
+    let key = dir.join("person.key");
+    // A first run cut short after the key was made: nothing trusts it yet; make it anew.
+    let _ = std::fs::remove_file(&key);
+    let said = run(
+        Command::new(bin("aegis"))
+            .args(["keygen", "--name", &person, "--key"])
+            .arg(&key),
+        "aegis keygen",
+    )?;
+    let nkey = said
+        .split_whitespace()
+        .skip_while(|w| *w != "--nkey")
+        .nth(1)
+        .context("aegis keygen did not print the bus key")?
+        .to_owned();
+    let add = [
+        "keys",
+        "add-approver",
+        "--name",
+        &person,
+        "--nkey",
+        &nkey,
+        "--dir",
+    ];
+    run(
+        Command::new(bin("kura")).args(add).arg(keys),
+        "kura keys add-approver",
+    )?;
+    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&key)?)?;
+    let public = file["public_key"]
+        .as_str()
+        .context("the person's key file has no public key")?;
+    Ok((person, public.to_owned()))
+}
+
+/// The log key `kura serve` signs checkpoints with (`log.key`), under a name of its own;
+/// its verifier key.
+fn make_log_key(dir: &Path) -> anyhow::Result<Option<String>> {
+    let log_key = dir.join("log.key");
+    let _ = std::fs::remove_file(&log_key);
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = format!("kura.local/log/{nonce:x}");
+    let said = run(
+        Command::new(bin("kura"))
+            .args(["log-key", "init", "--name", &name, "--out"])
+            .arg(&log_key),
+        "kura log-key init",
+    )?;
+    Ok(said
+        .lines()
+        .last()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| l.contains('+')))
+}
+
 /// A free loopback port.
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
@@ -128,43 +198,7 @@ impl State {
                 "kura keys init",
             )?;
         }
-        let person = std::env::var("USER")
-            .ok()
-            .filter(|u| !u.is_empty() && u.len() < 40)
-            .unwrap_or_else(|| "me".into());
-        let key = dir.join("person.key");
-        let said = run(
-            Command::new(bin("aegis"))
-                .args(["keygen", "--name", &person, "--key"])
-                .arg(&key),
-            "aegis keygen",
-        )?;
-        let nkey = said
-            .split_whitespace()
-            .skip_while(|w| *w != "--nkey")
-            .nth(1)
-            .context("aegis keygen did not print the bus key")?
-            .to_owned();
-        run(
-            Command::new(&kura)
-                .args([
-                    "keys",
-                    "add-approver",
-                    "--name",
-                    &person,
-                    "--nkey",
-                    &nkey,
-                    "--dir",
-                ])
-                .arg(&keys),
-            "kura keys add-approver",
-        )?;
-        let person_key = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(
-            &key,
-        )?)?["public_key"]
-            .as_str()
-            .context("the person's key file has no public key")?
-            .to_owned();
+        let (person, person_key) = make_person(dir, &keys)?;
         let list: serde_json::Value = serde_json::from_str(&run(
             Command::new(&kura)
                 .args(["keys", "list", "--json", "--dir"])
@@ -178,32 +212,7 @@ impl State {
             .context("the bus identities have no aegis")?
             .to_owned();
         std::fs::write(dir.join("script.json"), SCRIPT)?;
-        let log_key = dir.join("log.key");
-        let _ = std::fs::remove_file(&log_key);
-        let nonce = format!(
-            "{:x}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        );
-        let said = run(
-            Command::new(&kura)
-                .args([
-                    "log-key",
-                    "init",
-                    "--name",
-                    &format!("kura.local/log/{nonce}"),
-                    "--out",
-                ])
-                .arg(&log_key),
-            "kura log-key init",
-        )?;
-        let log_verifier = said
-            .lines()
-            .last()
-            .map(|l| l.trim().to_owned())
-            .filter(|l| l.contains('+'));
+        let log_verifier = make_log_key(dir)?;
         let chosen = Chosen {
             nats_port: free_port()?,
             console_port: free_port()?,

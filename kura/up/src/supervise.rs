@@ -80,7 +80,14 @@ pub async fn run(state: State) -> anyhow::Result<()> {
     let mut int = signal(SignalKind::interrupt())?;
     let mut running: HashMap<&str, Running> = HashMap::new();
     for (name, ..) in DAEMONS {
-        let child = spawn(&state, name)?;
+        let child = match spawn(&state, name) {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing half-started is left behind.
+                stop_all(&mut running).await;
+                return Err(e);
+            }
+        };
         running.insert(
             name,
             Running {
