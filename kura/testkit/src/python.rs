@@ -1,47 +1,17 @@
-//! The Python the MCP tests and benches run the official `mcp` SDK with: a venv under
-//! `target/`, made once from the pinned requirements (pip from PyPI).
+//! The Pythons the tests and benches run: venvs under `target/`, each made once from its
+//! pinned requirements (pip from PyPI) — the official `mcp` SDK and MCP servers, and Arize
+//! Phoenix (an OpenTelemetry receiver).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The venv's python, with the pinned `mcp` client and server SDK and the MCP servers the
-/// tests use installed.
-pub fn mcp_python() -> PathBuf {
+/// The venv `target/<name>`, made from `tests/e2e/agents/<requirements>` unless `check`
+/// (Python code) already runs in it.
+fn venv(name: &str, requirements: &str, check: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = root.join("target/mcp-venv");
-    let python = venv.join("bin/python");
-    let ready = Command::new(&python)
-        .args(["-c", "import mcp, httpx2, mcp_server_time, mcp_server_git"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ready {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3");
-        assert!(
-            made.success(),
-            "python3 -m venv failed (Debian: apt-get install python3-venv)"
-        );
-        let pip = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(root.join("tests/e2e/agents/requirements.txt"))
-            .status()
-            .expect("pip");
-        assert!(pip.success(), "pip install of the pinned mcp client failed");
-    }
-    python
-}
-
-/// The `phoenix` command of Arize Phoenix (an OpenTelemetry receiver people watch agents
-/// with), pinned, in a venv under `target/` made once from PyPI.
-pub fn phoenix() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = root.join("target/phoenix-venv");
-    let bin = venv.join("bin/phoenix");
+    let venv = root.join("target").join(name);
     let ready = Command::new(venv.join("bin/python"))
-        .args(["-c", "import phoenix"])
+        .args(["-c", check])
         .status()
         .is_ok_and(|s| s.success());
     if !ready {
@@ -54,6 +24,7 @@ pub fn phoenix() -> PathBuf {
             made.success(),
             "python3 -m venv failed (Debian: apt-get install python3-venv)"
         );
+        // No pip cache: CI's disk holds the venv once, not twice.
         let pip = Command::new(venv.join("bin/pip"))
             .args([
                 "install",
@@ -62,13 +33,23 @@ pub fn phoenix() -> PathBuf {
                 "--disable-pip-version-check",
                 "-r",
             ])
-            .arg(root.join("tests/e2e/agents/phoenix-requirements.txt"))
+            .arg(root.join("tests/e2e/agents").join(requirements))
             .status()
             .expect("pip");
-        assert!(
-            pip.success(),
-            "pip install of the pinned arize-phoenix failed"
-        );
+        assert!(pip.success(), "pip install of {requirements} failed");
     }
-    bin
+    venv
+}
+
+/// The venv's python, with the pinned `mcp` client and server SDK and the MCP servers the
+/// tests use installed.
+pub fn mcp_python() -> PathBuf {
+    let check = "import mcp, httpx2, mcp_server_time, mcp_server_git";
+    venv("mcp-venv", "requirements.txt", check).join("bin/python")
+}
+
+/// The `phoenix` command of Arize Phoenix (an OpenTelemetry receiver people watch agents
+/// with), pinned.
+pub fn phoenix() -> PathBuf {
+    venv("phoenix-venv", "phoenix-requirements.txt", "import phoenix").join("bin/phoenix")
 }
