@@ -30,7 +30,7 @@ fuzz seconds="60":
 
 # The Pi: cross build, bundle, and the emulated end-to-end run under qemu.
 pi:
-    ./deploy/bundle-aarch64
+    ./deploy/release
     ./deploy/smoke-aarch64
 
 # Everything CI runs, on this machine.

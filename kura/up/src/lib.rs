@@ -134,18 +134,7 @@ impl Up {
     fn configure(&self, state: &mut State) -> anyhow::Result<bool> {
         let mut changed = false;
         if let [name, key] = self.enrol.as_slice() {
-            anyhow::ensure!(
-                key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
-                "--enrol NAME KEY: the key is the 64 hex digits the console's /enrol page shows"
-            );
-            anyhow::ensure!(
-                !name.is_empty()
-                    && name.len() <= 40
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
-                "--enrol NAME KEY: a name of letters, digits, - and _"
-            );
+            check_enrol(name, key, &state.chosen.person)?;
             state.chosen.browsers.retain(|(n, _)| n != name);
             state
                 .chosen
@@ -182,6 +171,33 @@ impl Up {
         }
         Ok(changed)
     }
+}
+
+/// Refuses a browser `kura up --enrol` could not start with: a name that is not a plain one,
+/// the name of this person's own command-line key (aegis takes one key per approver, and
+/// would not start), or a key that is not an Ed25519 public key (the console would not).
+fn check_enrol(name: &str, key: &str, person: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !name.is_empty()
+            && name.len() <= 40
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        "--enrol NAME KEY: a name of letters, digits, - and _"
+    );
+    anyhow::ensure!(
+        name != person,
+        "--enrol NAME KEY: {person} is already the name of your command-line key (person.key); \
+         give the browser a name of its own, such as {person}-laptop"
+    );
+    let bytes: Option<[u8; 32]> = hex::decode(key).ok().and_then(|b| b.try_into().ok());
+    let valid = bytes.is_some_and(|b| ed25519_dalek::VerifyingKey::from_bytes(&b).is_ok());
+    anyhow::ensure!(
+        valid,
+        "--enrol NAME KEY: the key is the 64 hex digits the console's /enrol page shows (an \
+         Ed25519 public key); copy it again"
+    );
+    Ok(())
 }
 
 /// Starts the supervisor in the background and waits for the console to answer.
@@ -321,5 +337,32 @@ impl Down {
                 Ok(say(&format!("Kura is not running from {}", dir.display()))?)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_enrol;
+
+    /// A key the console's /enrol page could show: a real Ed25519 public key.
+    const KEY: &str = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+
+    #[test]
+    fn a_browser_enrolled_under_the_persons_own_name_is_refused_not_a_stack_that_never_starts() {
+        let e = check_enrol("alice", KEY, "alice").expect_err("refused");
+        assert!(e.to_string().contains("alice-laptop"), "{e}");
+        assert!(check_enrol("alice-laptop", KEY, "alice").is_ok());
+    }
+
+    #[test]
+    fn an_enrolled_key_that_is_not_an_ed25519_public_key_is_refused_before_anything_restarts() {
+        // 64 hex digits, but no point on the curve: the console would refuse to start on it.
+        let not_a_point = "ab".repeat(32);
+        for key in [not_a_point.as_str(), "abc", &KEY[..62], "zz"] {
+            let e = check_enrol("phone", key, "alice").expect_err(key);
+            assert!(e.to_string().contains("Ed25519"), "{e}");
+        }
+        let e = check_enrol("a b", KEY, "alice").expect_err("a name with a space");
+        assert!(e.to_string().contains("letters, digits"), "{e}");
     }
 }

@@ -175,10 +175,12 @@ impl State {
             let chosen = serde_json::from_str(&text).with_context(|| {
                 format!("{} is not kura up's state; move it away", file.display())
             })?;
-            return Ok(State {
+            let state = State {
                 dir: dir.to_owned(),
                 chosen,
-            });
+            };
+            state.write_serve_config()?;
+            return Ok(state);
         }
         make_private(dir)?;
         std::fs::create_dir_all(dir.join("logs"))
@@ -228,7 +230,34 @@ impl State {
             chosen,
         };
         state.save()?;
+        state.write_serve_config()?;
         Ok(state)
+    }
+
+    /// `serve.toml` in the state directory, which `KURA_SERVE_CONFIG` names for the stack and
+    /// for a shell from `--env`: `kura status`, `kura verify` and `kura checkpoint` then hold
+    /// this stack's history to this stack's signed head, never to the machine's
+    /// `/etc/kura/serve.toml` (a package install's, whose head is another log's and not
+    /// this user's to read).
+    fn write_serve_config(&self) -> anyhow::Result<()> {
+        let q = |p: &str| {
+            serde_json::to_string(&self.dir.join(p).display().to_string()).unwrap_or_default()
+        };
+        let mut text = format!(
+            "# Written by kura up (made again from up.json on every start; edits are lost).\n\
+             [serve]\nkeyring = {}\ncheckpoint_file = {}\n",
+            q("keys/identities.toml"),
+            q("kura.db.checkpoint")
+        );
+        if let Some(v) = &self.chosen.log_verifier {
+            text.push_str(&format!("log_verifier = {}\n", serde_json::to_string(v)?));
+        }
+        let path = self.dir.join("serve.toml");
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// Writes `up.json`.
@@ -284,6 +313,7 @@ impl State {
             ),
             ("KURA_CONSOLE__USERS".into(), format!("[{users}]")),
             ("KURA_SERVE__KEYRING".into(), d("keys/identities.toml")),
+            ("KURA_SERVE_CONFIG".into(), d("serve.toml")),
         ];
         if let Some(v) = &c.log_verifier {
             env.push(("KURA_SERVE__LOG_KEY".into(), d("log.key")));

@@ -3,7 +3,7 @@
 //! edit parked `fs.write` calls from the page; nothing but the login page for strangers;
 //! model output rendered as text; history pages that stay small at 100 000 records.
 
-mod browser;
+pub(crate) mod browser;
 mod bundle;
 mod hidden;
 mod limits;
@@ -209,7 +209,7 @@ fn history_pages_stay_small_and_fast_at_100_000_records() {
 
 /// Clicks `decision` on the first waiting request the page has verified, after typing `note`
 /// (and, for an edit, the new arguments); returns the outcome line.
-async fn decide_first(
+pub(crate) async fn decide_first(
     c: &Client,
     decision: &str,
     note: &str,

@@ -17,6 +17,7 @@ mod hook_setup;
 mod mcp_tools;
 mod memory;
 mod openai;
+mod package;
 mod plans;
 mod proxy;
 mod questions;
