@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install (or upgrade in place) Kura on a Raspberry Pi (64-bit Raspberry Pi OS / Debian arm64).
-# Run from the unpacked kura-<version>-aarch64-linux directory, as root:
+# Install (or upgrade in place) Kura on a Raspberry Pi (64-bit Raspberry Pi OS / Debian arm64)
+# or a PC (the x86_64 bundle). The .deb is the other way in; both run the same set-up (setup).
+# Run from the unpacked kura-<version>-<arch>-linux directory, as root:
 #
 #   sudo ./install.sh                 install or upgrade; keeps data and edited configs
 #   sudo ./install.sh --uninstall     remove services and binaries; keep /var/lib/kura, /etc/kura
@@ -56,9 +57,17 @@ if [ $live = 1 ]; then
     want=$(cat "$here/ARCH" 2>/dev/null || echo aarch64)
     [ "$arch" = "$want" ] || { echo "install.sh: this bundle is for $want, not $arch" >&2; exit 2; }
     (cd "$here" && sha256sum --quiet -c SHA256SUMS) || { echo "install.sh: SHA256SUMS do not match" >&2; exit 1; }
+    if command -v dpkg-query >/dev/null && dpkg-query -S /opt/kura/bin/kura >/dev/null 2>&1; then
+        echo "install.sh: Kura is installed here from its package; upgrade it with sudo apt install ./kura_*.deb" >&2
+        exit 2
+    fi
 fi
 
-if [ -L "$root/opt/kura" ]; then echo "install.sh: $root/opt/kura is a symlink; refusing to install through it" >&2; exit 1; fi
+# Never through a symlink (the set-up checks the same again): refused before anything is
+# stopped or replaced.
+for d in "$root/var/lib/kura" "$root/var/lib/kura-serve" "$root/etc/kura" "$root/opt/kura"; do
+    if [ -L "$d" ]; then echo "install.sh: $d is a symlink; refusing to install through it" >&2; exit 1; fi
+done
 install -d -m 0755 "$root/opt/kura/bin" "$root/opt/kura/config" "$root/opt/kura/lib" \
     "$root/etc/systemd/system" "$root/usr/local/bin"
 # Stop running services before replacing their binaries (an upgrade).

@@ -143,6 +143,11 @@ fn make_log_key(dir: &Path) -> anyhow::Result<Option<String>> {
         .filter(|l| l.contains('+')))
 }
 
+/// A string in TOML's quoting.
+fn q_str(v: &str) -> String {
+    toml::Value::String(v.to_owned()).to_string()
+}
+
 /// A free loopback port.
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
@@ -240,9 +245,14 @@ impl State {
     /// `/etc/kura/serve.toml` (a package install's, whose head is another log's and not
     /// this user's to read).
     fn write_serve_config(&self) -> anyhow::Result<()> {
-        let q = |p: &str| {
-            serde_json::to_string(&self.dir.join(p).display().to_string()).unwrap_or_default()
-        };
+        let dir = self.dir.to_str().with_context(|| {
+            format!(
+                "{} is not UTF-8; give kura up a directory whose name is (--dir)",
+                self.dir.display()
+            )
+        })?;
+        // TOML's own quoting: a path is any string.
+        let q = |p: &str| toml::Value::String(format!("{dir}/{p}")).to_string();
         let mut text = format!(
             "# Written by kura up (made again from up.json on every start; edits are lost).\n\
              [serve]\nkeyring = {}\ncheckpoint_file = {}\n",
@@ -250,7 +260,7 @@ impl State {
             q("kura.db.checkpoint")
         );
         if let Some(v) = &self.chosen.log_verifier {
-            text.push_str(&format!("log_verifier = {}\n", serde_json::to_string(v)?));
+            text.push_str(&format!("log_verifier = {}\n", q_str(v)));
         }
         let path = self.dir.join("serve.toml");
         if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {

@@ -2,11 +2,14 @@
 //! keys, configs and database and starts nothing; a plain user's `kura up` runs the installed
 //! binaries; a session's write is approved in the console from Chromium; `kura verify --all`
 //! passes; `kura down` leaves no process; `apt remove` keeps the history, `apt purge` leaves
-//! the root as it found it, but for what the owner asked to keep.
+//! the root as it found it, but for what the owner asked to keep; a tarball install is
+//! refused until `install.sh --uninstall`, and then taken over with its keys; an upgrade
+//! makes and starts nothing.
 //!
 //! Needs root (chroot, a mount namespace): as root, or through `sudo -n`. The root comes from
-//! `deploy/debian-root` (debootstrap, cached under `target/`); the package from
-//! `deploy/package`, run first so the package tested is this tree's.
+//! `deploy/debian-root` (debootstrap, cached under `target/`); the package and the x86_64
+//! bundle from `deploy/package` and `deploy/bundle`, run first so what is tested is this
+//! tree's.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -43,9 +46,10 @@ fn said(o: &Output) -> String {
     )
 }
 
-/// This tree's .deb for this machine, built (or found up to date) by `deploy/package`.
-fn package() -> PathBuf {
-    let mut cmd = Command::new(repo().join("deploy/package"));
+/// Runs `deploy/<script>` for this machine and returns the file it names on its
+/// `<what>: PATH (N bytes)` line: this tree's .deb or bundle, built or found up to date.
+fn deploy(script: &str, what: &str) -> PathBuf {
+    let mut cmd = Command::new(repo().join("deploy").join(script));
     // What `cargo test` tells a test is not the build's: a build script that reads
     // CARGO_MANIFEST_DIR (ring's) would make the whole release build again, twice.
     for (k, _) in std::env::vars_os() {
@@ -66,14 +70,14 @@ fn package() -> PathBuf {
             cmd.env_remove(k);
         }
     }
-    let out = cmd.current_dir(repo()).output().expect("deploy/package");
-    assert!(out.status.success(), "deploy/package: {}", said(&out));
+    let out = cmd.current_dir(repo()).output().expect(script);
+    assert!(out.status.success(), "deploy/{script}: {}", said(&out));
+    let prefix = format!("{what}: ");
     let line = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .find_map(|l| l.strip_prefix("package: ").map(str::to_owned))
-        .expect("deploy/package names its .deb");
-    let path = line.split(' ').next().expect("a path").to_owned();
-    repo().join(path)
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+        .unwrap_or_else(|| panic!("deploy/{script} names its {what}"));
+    repo().join(line.split(' ').next().expect("a path"))
 }
 
 /// A fresh Debian root in a temporary directory, removed (as root, never across a mount)
@@ -94,8 +98,11 @@ impl Root {
             .current_dir(repo())
             .output()
             .expect("deploy/debian-root");
+        // Canonical: the kernel names a process's root so.
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        let root = Root { dir };
         assert!(out.status.success(), "deploy/debian-root: {}", said(&out));
-        Root { dir }
+        root
     }
 
     /// `script` in the root as `user`, with a clean environment and /proc mounted in a mount
@@ -148,13 +155,13 @@ impl Root {
     }
 
     /// Every path in the root but package managers' bookkeeping, logs, caches and homes, with
-    /// its type and mode: what an install may add and a purge must take away again.
+    /// its type, mode and owner: what an install may add and a purge must take away again.
     fn tree(&self) -> BTreeSet<String> {
         let out = self.run(
             "root",
             "find / -xdev \\( -path /proc -o -path /var/lib/dpkg -o -path /var/lib/apt \
              -o -path /var/cache -o -path /var/log -o -path /home -o -path /tmp \
-             -o -path /root \\) -prune -o -print | grep -v -e '-$' | sort",
+             -o -path /root -o -name '*-' \\) -prune -o -printf '%p %y %m %U %G\\n' | sort",
         );
         assert!(out.status.success(), "find: {}", said(&out));
         String::from_utf8_lossy(&out.stdout)
@@ -166,11 +173,17 @@ impl Root {
 
 impl Drop for Root {
     fn drop(&mut self) {
-        // A test that failed half-way leaves the stack it started: stop it first.
-        for p in self.processes() {
-            if let Some(pid) = p.split(' ').next() {
+        // A test that failed half-way leaves the stack it started: stop it first (again, while
+        // a supervisor starts what was killed).
+        for _ in 0..20 {
+            let left = self.processes();
+            if left.is_empty() {
+                break;
+            }
+            for pid in left.iter().filter_map(|p| p.split(' ').next()) {
                 let _ = as_root("kill").args(["-KILL", pid]).status();
             }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
         let _ = as_root("rm")
             .args(["-rf", "--one-file-system"])
@@ -188,7 +201,8 @@ const SCRIPT: &str = r#"{"turns": [[
 
 #[test]
 fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_purges_cleanly() {
-    let deb = package();
+    let deb = deploy("package", "package");
+    let bundle = deploy("bundle", "bundle");
     let root = Root::make();
     root.ok("root", "useradd -m -s /bin/sh alice");
     let before = root.tree();
@@ -223,6 +237,20 @@ fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_p
         assert!(made.contains(want), "{want} in {made}");
     }
     assert_eq!(root.processes(), Vec::<String>::new(), "nothing started");
+    let enabled = root.ok(
+        "root",
+        "ls /etc/systemd/system/*.wants 2>/dev/null | grep kura; true",
+    );
+    assert_eq!(enabled, "", "nothing enabled");
+    // Every path the units start or hand over is where the package and its set-up put it.
+    let missing = root.ok(
+        "root",
+        "for u in mikado serve aegis minato hashi; do \
+           sed -n -e 's/^ExecStart=\\([^ ]*\\).*/\\1/p' -e 's/^LoadCredential=[^:]*:\\(.*\\)/\\1/p' \
+             /usr/lib/systemd/system/kura-$u.service; \
+         done | while read -r p; do test -e \"$p\" || echo \"missing: $p\"; done",
+    );
+    assert_eq!(missing, "", "the units name what the package installed");
     // The system's own (empty) history verifies, as its owner checks it with sudo, and that
     // leaves nothing of root's among the kura user's files.
     root.ok("root", "kura --db /var/lib/kura/kura.db verify --all");
@@ -335,7 +363,11 @@ fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_p
         "test ! -e /opt/kura && test ! -e /usr/bin/kura && test -s /var/lib/kura/kura.db \
          && test -s /etc/kura/log.key && id kura",
     );
-    root.ok("root", "apt-get purge -y kura 2>&1");
+    // The daemons' user cannot ask to keep anything (its keys would outlive the purge).
+    root.ok(
+        "root",
+        "runuser -u kura -- touch /var/lib/kura/keep && apt-get purge -y kura 2>&1",
+    );
     let after = root.tree();
     let added: Vec<_> = after.difference(&before).collect();
     let taken: Vec<_> = before.difference(&after).collect();
@@ -349,15 +381,53 @@ fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_p
         "no kura user or group: {users}"
     );
 
-    // Asked to keep the history, purge keeps it (and the user who owns it).
+    // Asked to keep the history (by root: /etc/kura is root's, /var/lib/kura the daemons'),
+    // purge keeps it and the user who owns it.
     root.ok("root", "apt-get install -y /tmp/kura.deb 2>&1");
-    root.ok(
-        "root",
-        "touch /var/lib/kura/keep && apt-get purge -y kura 2>&1",
-    );
+    let log_key = root.ok("root", "sha256sum /etc/kura/log.key");
+    root.ok("root", "touch /etc/kura/keep && apt-get purge -y kura 2>&1");
     root.ok(
         "root",
         "test ! -e /opt/kura && test -s /var/lib/kura/kura.db && test -s /etc/kura/log.key \
          && test -d /var/lib/kura-serve && id kura",
     );
+
+    // The tarball's install.sh takes what was kept as it is; the package is then refused with
+    // what to do (its units would shadow the package's), and after `install.sh --uninstall`
+    // it takes the machine over, keys and history as they were.
+    let copied = as_root("cp")
+        .arg(&bundle)
+        .arg(root.dir.join("tmp/bundle.tar.gz"))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    root.ok(
+        "root",
+        "cd /tmp && tar xzf bundle.tar.gz && cd kura-*-linux && ./install.sh --no-start 2>&1",
+    );
+    let refused = root.run("root", "apt-get install -y /tmp/kura.deb 2>&1");
+    assert!(
+        !refused.status.success() && said(&refused).contains("install.sh --uninstall"),
+        "{}",
+        said(&refused)
+    );
+    root.ok(
+        "root",
+        "test -x /opt/kura/bin/kura && test -L /usr/local/bin/kura && test ! -e /usr/bin/kura",
+    );
+    root.ok(
+        "root",
+        "cd /tmp/kura-*-linux && ./install.sh --uninstall 2>&1",
+    );
+    root.ok("root", "apt-get install -y /tmp/kura.deb 2>&1");
+    // An upgrade (postinst is told the version it replaces): nothing new made or started.
+    let upgraded = root.ok("root", "dpkg -i /tmp/kura.deb 2>&1");
+    assert!(!upgraded.contains("nothing was started"), "{upgraded}");
+    assert_eq!(
+        root.ok("root", "sha256sum /etc/kura/log.key"),
+        log_key,
+        "the same log key through keep, install.sh, the package and an upgrade"
+    );
+    root.ok("root", "kura --db /var/lib/kura/kura.db verify --all");
+    assert_eq!(root.processes(), Vec::<String>::new(), "nothing started");
 }
