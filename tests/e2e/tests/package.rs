@@ -363,10 +363,12 @@ fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_p
         "test ! -e /opt/kura && test ! -e /usr/bin/kura && test -s /var/lib/kura/kura.db \
          && test -s /etc/kura/log.key && id kura",
     );
-    // The daemons' user cannot ask to keep anything (its keys would outlive the purge).
+    // A fleet hub's node had run here too (its config, its JetStream state). The daemons'
+    // user cannot ask to keep anything (its keys would outlive the purge).
     root.ok(
         "root",
-        "runuser -u kura -- touch /var/lib/kura/keep && apt-get purge -y kura 2>&1",
+        "install -d /etc/kura-hub /var/lib/kura-hub && touch /etc/kura-hub/hub-a.conf \
+         && runuser -u kura -- touch /var/lib/kura/keep && apt-get purge -y kura 2>&1",
     );
     let after = root.tree();
     let added: Vec<_> = after.difference(&before).collect();
