@@ -5,8 +5,10 @@
 //! every span carries its record's hash, its ledger's hash and a link to its proof, so a
 //! trace leads back to what can be verified. `kura serve` exports them over OTLP/HTTP from a
 //! durable cursor over the seal log: batched, bounded (one batch in memory), retried with
-//! backoff while the receiver is away, and never in a turn's way. Off unless configured.
+//! backoff while the receiver is away (a batch it refuses for what it is, 400 or 413, is
+//! skipped and said), and never in a turn's way. Off unless configured.
 
+mod client;
 mod spans;
 
 use std::time::Duration;
@@ -95,9 +97,12 @@ pub async fn run(
     let Some(endpoint) = config.endpoint.clone() else {
         return Ok(());
     };
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let client = client::Client::new(
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()?,
+    );
+    let refused = client.refused();
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(client)
@@ -119,7 +124,7 @@ pub async fn run(
     let mut backoff = every;
     loop {
         // Nothing here ends the export: a failed look or write is said, and tried again.
-        let wait = match round(&config, &db, &options, &exporter).await {
+        let wait = match round(&config, &db, &options, &exporter, &refused).await {
             Ok(true) => {
                 backoff = every;
                 Duration::ZERO
@@ -146,6 +151,7 @@ async fn round(
     db: &std::path::Path,
     options: &kura_store::StoreOptions,
     exporter: &opentelemetry_otlp::SpanExporter,
+    refused: &std::sync::atomic::AtomicU16,
 ) -> anyhow::Result<bool> {
     let (db, options, console, limit) = (
         db.to_owned(),
@@ -164,11 +170,20 @@ async fn round(
         return Ok(false);
     }
     let n = spans.len();
-    if !spans.is_empty() {
-        exporter
-            .export(spans)
-            .await
-            .map_err(|e| anyhow::anyhow!("the receiver did not take the spans: {e}"))?;
+    if !spans.is_empty()
+        && let Err(e) = exporter.export(spans).await
+    {
+        let status = refused.load(std::sync::atomic::Ordering::Relaxed);
+        if !client::batch_refused(status) {
+            anyhow::bail!("the receiver did not take the spans: {e}");
+        }
+        // Sent again it would be refused again, and hold back every later turn's spans.
+        tracing::warn!(
+            status,
+            spans = n,
+            leaves = format!("{from}..{to}"),
+            "traces: the receiver refused this batch for what it is; skipped (413: lower [traces] batch_turns)"
+        );
     }
     tokio::task::spawn_blocking(move || kura_work::set_cursor(&store, CURSOR, to)).await??;
     tracing::debug!(spans = n, to, "traces: exported");

@@ -144,7 +144,7 @@ fn run_turn_seeded(
 
 /// Queues one turn per instruction (each its own session, `files` planted in each
 /// workspace) after `seed`, and runs hashi until all are done.
-fn run_turns_seeded(
+pub(crate) fn run_turns_seeded(
     dir: &Path,
     env: &[(&str, String)],
     instructions: &[&str],

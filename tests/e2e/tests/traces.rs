@@ -5,7 +5,10 @@
 //! receiver is away while the turn runs (the turn is not held up) and the spans arrive once
 //! it is up. (Phoenix also opens its OTLP gRPC port; it is given a free one and unused.)
 
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kura_testkit::free_port;
@@ -17,6 +20,30 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `kura serve` on `dir`'s database, exporting to a receiver on `receiver` every 200 ms
+/// (its log in `serve.log`), with `extra` settings.
+fn serve_exporting(dir: &Path, receiver: u16, extra: &[(&str, &str)]) -> Killed {
+    let mut serve = Command::new(kura_testkit::bin("kura"));
+    serve
+        .arg("serve")
+        .env("KURA_DB", dir.join("kura.db"))
+        .env("KURA_NATS_URL", format!("nats://127.0.0.1:{}", free_port()))
+        .env(
+            "KURA_TRACES__ENDPOINT",
+            format!("http://127.0.0.1:{receiver}/v1/traces"),
+        )
+        .env("KURA_TRACES__CONSOLE_URL", "https://pi.example:8480")
+        .env("KURA_TRACES__INTERVAL_MS", "200")
+        .env("RUST_LOG", "info,kura_traces=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).expect("log"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_") && k != "KURA_DB") {
+        serve.env_remove(k);
+    }
+    serve.envs(extra.iter().copied());
+    Killed(serve.spawn().expect("kura serve"))
 }
 
 fn get(port: u16, path: &str) -> Option<Value> {
@@ -49,24 +76,7 @@ fn a_real_models_turn_reaches_phoenix_as_genai_spans_with_kuras_hashes() {
     );
     drop(store);
     let turn_took = started.elapsed();
-    let mut serve = Command::new(kura_testkit::bin("kura"));
-    serve
-        .arg("serve")
-        .env("KURA_DB", &db)
-        .env("KURA_NATS_URL", format!("nats://127.0.0.1:{}", free_port()))
-        .env(
-            "KURA_TRACES__ENDPOINT",
-            format!("http://127.0.0.1:{receiver}/v1/traces"),
-        )
-        .env("KURA_TRACES__CONSOLE_URL", "https://pi.example:8480")
-        .env("KURA_TRACES__INTERVAL_MS", "200")
-        .env("RUST_LOG", "info,kura_traces=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("serve.log")).expect("log"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("KURA_") && k != "KURA_DB") {
-        serve.env_remove(k);
-    }
-    let _serve = Killed(serve.spawn().expect("kura serve"));
+    let _serve = serve_exporting(dir.path(), receiver, &[]);
     // The receiver away: serve retries, and nothing else waits on it.
     std::thread::sleep(Duration::from_secs(2));
     let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
@@ -153,5 +163,124 @@ fn a_real_models_turn_reaches_phoenix_as_genai_spans_with_kuras_hashes() {
     println!(
         "the turn took {} ms with the receiver away",
         turn_took.as_millis()
+    );
+}
+
+/// What a receiver was sent: the status it answered and the body.
+type Sent = Arc<Mutex<Vec<(u16, Vec<u8>)>>>;
+
+/// An OTLP/HTTP receiver on loopback that answers each request with the next of `statuses`
+/// (then 200), and keeps what it was sent.
+fn scripted_receiver(statuses: Vec<u16>) -> (u16, Sent) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let sent: Sent = Arc::default();
+    let keep = Arc::clone(&sent);
+    let script = Arc::new(Mutex::new(statuses.into_iter()));
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (keep, script) = (Arc::clone(&keep), Arc::clone(&script));
+            std::thread::spawn(move || {
+                let mut out = conn.try_clone().expect("clone");
+                let mut r = BufReader::new(conn);
+                // Requests on one kept-alive connection, one after another.
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let status = script.lock().expect("script").next().unwrap_or(200);
+                    keep.lock().expect("sent").push((status, body));
+                    let answer = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n"
+                    );
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, sent)
+}
+
+fn holds(body: &[u8], text: &str) -> bool {
+    body.windows(text.len()).any(|w| w == text.as_bytes())
+}
+
+/// OTLP/HTTP: a batch the receiver refuses for what it is (400) would be refused forever and
+/// hold back every later turn; it is skipped and said. One it cannot take now (503) is sent
+/// again, the same spans, until it can.
+#[test]
+fn a_batch_the_receiver_refuses_for_what_it_is_is_skipped_and_one_it_cannot_take_now_is_sent_again()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (model, _) = crate::openai::fake_openai();
+    let (store, sessions) = crate::openai::run_turns_seeded(
+        dir.path(),
+        &[
+            ("KURA_PROVIDER__KIND", "openai".into()),
+            (
+                "KURA_PROVIDER__BASE_URL",
+                format!("http://127.0.0.1:{model}/v1"),
+            ),
+            ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
+        ],
+        &["Write out.txt, then say so.", "Write it again."],
+        &[],
+        &|_| {},
+        0,
+    );
+    drop(store);
+    let (receiver, sent) = scripted_receiver(vec![503, 400]);
+    let _serve = serve_exporting(dir.path(), receiver, &[("KURA_TRACES__BATCH_TURNS", "1")]);
+    let ids: Vec<String> = sessions.iter().map(|s| s.to_string()).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let taken = loop {
+        let now = sent.lock().expect("sent").clone();
+        if let Some(i) = now.iter().position(|(st, _)| *st == 200) {
+            break (now, i);
+        }
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "nothing taken: {now:?}\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (now, first_taken) = taken;
+    let of = |body: &[u8]| ids.iter().position(|id| holds(body, id));
+    assert_eq!(now[0].0, 503);
+    assert_eq!(now[1].0, 400);
+    let refused = of(&now[0].1).expect("a turn's spans");
+    assert_eq!(
+        of(&now[1].1),
+        Some(refused),
+        "the same batch sent again after the 503"
+    );
+    assert_eq!(
+        first_taken, 2,
+        "the batch refused for what it is was not sent a third time"
+    );
+    assert_eq!(
+        of(&now[2].1),
+        Some(1 - refused),
+        "the next turn's spans go through"
+    );
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).expect("log");
+    assert!(
+        log.contains("refused this batch") && log.contains("400"),
+        "{log}"
     );
 }
