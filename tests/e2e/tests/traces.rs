@@ -46,6 +46,18 @@ fn serve_exporting(dir: &Path, receiver: u16, extra: &[(&str, &str)]) -> Killed 
     Killed(serve.spawn().expect("kura serve"))
 }
 
+/// hashi's settings for the fake OpenAI-compatible model server on `port`.
+fn model_env(port: u16) -> [(&'static str, String); 3] {
+    [
+        ("KURA_PROVIDER__KIND", "openai".into()),
+        (
+            "KURA_PROVIDER__BASE_URL",
+            format!("http://127.0.0.1:{port}/v1"),
+        ),
+        ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
+    ]
+}
+
 fn get(port: u16, path: &str) -> Option<Value> {
     std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let (status, _, body) = kura_testkit::console::http(port, "GET", path, &[], "");
@@ -63,17 +75,7 @@ fn a_real_models_turn_reaches_phoenix_as_genai_spans_with_kuras_hashes() {
     let db = dir.path().join("kura.db");
     let (model, _) = crate::openai::fake_openai();
     let started = Instant::now();
-    let (store, session) = crate::openai::run_one_turn(
-        dir.path(),
-        &[
-            ("KURA_PROVIDER__KIND", "openai".into()),
-            (
-                "KURA_PROVIDER__BASE_URL",
-                format!("http://127.0.0.1:{model}/v1"),
-            ),
-            ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
-        ],
-    );
+    let (store, session) = crate::openai::run_one_turn(dir.path(), &model_env(model));
     drop(store);
     let turn_took = started.elapsed();
     let _serve = serve_exporting(dir.path(), receiver, &[]);
@@ -232,14 +234,7 @@ fn a_batch_the_receiver_refuses_for_what_it_is_is_skipped_and_one_it_cannot_take
     let (model, _) = crate::openai::fake_openai();
     let (store, sessions) = crate::openai::run_turns_seeded(
         dir.path(),
-        &[
-            ("KURA_PROVIDER__KIND", "openai".into()),
-            (
-                "KURA_PROVIDER__BASE_URL",
-                format!("http://127.0.0.1:{model}/v1"),
-            ),
-            ("KURA_PROVIDER__MODEL", "tiny-test-model".into()),
-        ],
+        &model_env(model),
         &["Write out.txt, then say so.", "Write it again."],
         &[],
         &|_| {},
