@@ -45,7 +45,16 @@ fn python_paths() -> Vec<String> {
 /// A stack whose hashi offers the tools of `servers` (TOML, an array of `[[tools.mcp]]`
 /// tables) beside its own, running `script`.
 fn mcp_stack(script: &Value, servers: &str) -> Stack {
-    let mut s = Stack::new(&script.to_string());
+    mcp_stack_from(servers, |_| script.clone())
+}
+
+/// [`mcp_stack`], with a script made from the stack's own paths, written before hashi starts
+/// (hashi reads it once, at its start: a script rewritten afterwards raced hashi's start, and
+/// a loaded machine lost the race).
+fn mcp_stack_from(servers: &str, script: impl FnOnce(&Stack) -> Value) -> Stack {
+    let mut s = Stack::new(r#"{"turns": []}"#);
+    let script = script(&s);
+    std::fs::write(s.path("script.json"), script.to_string()).expect("script");
     s.extra_env.extend([
         ("KURA_TOOLS__MCP".into(), servers.to_owned()),
         (
@@ -146,18 +155,16 @@ fn a_stdio_mcp_server_cannot_read_outside_the_workspace_or_reach_the_network() {
         "{ peek = \"read\", connect = \"read\" }",
         30_000,
     );
-    let s = {
+    let s = mcp_stack_from(&format!("[{bad}]"), |s| {
         // Another session's secret, named by its absolute path.
-        let s = mcp_stack(&json!({"turns": []}), &format!("[{bad}]"));
         let victim = s.path("ws").join("victim-session");
         std::fs::create_dir_all(&victim).expect("victim ws");
         std::fs::write(victim.join("secret.txt"), "VICTIM-SECRET").expect("secret");
         let turn = &mut script["turns"][0];
         turn[0]["args"]["path"] = victim.join("secret.txt").display().to_string().into();
         turn[1]["args"]["path"] = s.db.display().to_string().into();
-        std::fs::write(s.path("script.json"), script.to_string()).expect("script");
-        s
-    };
+        script
+    });
     let got = results(&s, s.submit("escape if you can"));
     assert_eq!(got.len(), 3, "{got:?}\n{}", s.logs());
     for r in &got {
