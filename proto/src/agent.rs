@@ -390,3 +390,38 @@ wire! {
         pub deliverable: Option<String>,
     }
 }
+
+/// A JSON-RPC 2.0 error answer, as the agents' surface and `kura mcp`'s relay send one for a
+/// message they could not take or deliver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpcErrorAnswer {
+    /// Always "2.0".
+    pub jsonrpc: String,
+    /// The request's id (null when it had none that could be read).
+    pub id: Value,
+    /// What went wrong.
+    pub error: RpcError,
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RpcError {
+    /// JSON-RPC's code (-32700 parse error, -32000 and below a server's own).
+    pub code: i64,
+    /// One line for a person.
+    pub message: String,
+}
+
+impl RpcErrorAnswer {
+    /// An error answer to `id`.
+    pub fn new(id: Value, code: i64, message: impl Into<String>) -> RpcErrorAnswer {
+        RpcErrorAnswer {
+            jsonrpc: "2.0".into(),
+            id,
+            error: RpcError {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+}

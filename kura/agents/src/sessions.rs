@@ -98,26 +98,8 @@ pub(crate) struct McpGate {
     pub(crate) sessions: Arc<McpSessions>,
 }
 
-/// A JSON-RPC error answer.
-#[derive(serde::Serialize)]
-struct RpcRefusal {
-    jsonrpc: &'static str,
-    id: serde_json::Value,
-    error: RpcError,
-}
-
-#[derive(serde::Serialize)]
-struct RpcError {
-    code: i64,
-    message: String,
-}
-
 fn refusal(status: StatusCode, id: serde_json::Value, code: i64, message: String) -> Response {
-    let body = RpcRefusal {
-        jsonrpc: "2.0",
-        id,
-        error: RpcError { code, message },
-    };
+    let body = proto::agent::RpcErrorAnswer::new(id, code, message);
     (status, axum::Json(body)).into_response()
 }
 

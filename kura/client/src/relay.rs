@@ -53,20 +53,6 @@ impl Mcp {
     }
 }
 
-/// A JSON-RPC error answer, for a message the relay could not deliver.
-#[derive(serde::Serialize)]
-struct RpcFailure {
-    jsonrpc: &'static str,
-    id: serde_json::Value,
-    error: RpcError,
-}
-
-#[derive(serde::Serialize)]
-struct RpcError {
-    code: i64,
-    message: String,
-}
-
 struct Bridge {
     client: reqwest::Client,
     url: String,
@@ -143,14 +129,7 @@ impl Bridge {
     async fn fail(&self, id: Option<serde_json::Value>, e: anyhow::Error) {
         tracing::warn!(error = %format!("{e:#}"), "kura mcp: relay failed");
         let Some(id) = id else { return };
-        let err = RpcFailure {
-            jsonrpc: "2.0",
-            id,
-            error: RpcError {
-                code: -32000,
-                message: format!("kura serve: {e:#}"),
-            },
-        };
+        let err = proto::agent::RpcErrorAnswer::new(id, -32000, format!("kura serve: {e:#}"));
         self.write(&serde_json::to_string(&err).unwrap_or_default())
             .await;
     }

@@ -15,9 +15,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use fantoccini::Locator;
-
-use crate::console::browser::{Browser, text, until};
+use crate::console::browser::{Browser, enrol, log_in, until};
 use crate::console::decide_first;
 
 /// Where the workspace is (the test runs in `tests/e2e`).
@@ -276,17 +274,7 @@ fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_p
 
     // Her browser enrols; kura up lets it in (and takes a script with a write).
     let b = Browser::start(port);
-    let key = b.run(async {
-        let c = &b.c;
-        c.goto(&format!("{}/enrol", b.url)).await.expect("enrol");
-        let name = c.find(Locator::Css("#enrol-name")).await.expect("name");
-        name.send_keys("alice-laptop").await.expect("type");
-        let button = c.find(Locator::Css("#enrol-button")).await.expect("button");
-        button.click().await.expect("click");
-        let made = "document.getElementById('enrol-key').textContent.length === 64";
-        until(c, "a public key", made).await;
-        text(c, "#enrol-key").await
-    });
+    let key = b.run(enrol(&b.c, &b.url, "alice-laptop"));
     // Her own name is her command-line key's: refused with what to do, nothing restarted
     // (it once left aegis unable to start and the console silent).
     let same = root.run("alice", &format!("kura up --enrol alice {key}"));
@@ -298,14 +286,7 @@ fn the_deb_installs_into_a_fresh_debian_root_runs_kura_up_for_a_plain_user_and_p
             "cat > {state}/script.json <<'EOF'\n{SCRIPT}\nEOF\nkura up --enrol alice-laptop {key}"
         ),
     );
-    b.run(async {
-        let c = &b.c;
-        c.goto(&format!("{}/login", b.url)).await.expect("login");
-        let button = c.find(Locator::Css("#login-button")).await.expect("login");
-        button.click().await.expect("click");
-        let home = "location.pathname === '/' && document.querySelector('table.sessions')";
-        until(c, "the sessions page", home).await;
-    });
+    b.run(log_in(&b.c, &b.url));
 
     // A session from her shell; its write waits for her, and she approves it in the browser.
     let submitted = std::thread::scope(|scope| {

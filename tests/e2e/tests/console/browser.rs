@@ -202,13 +202,7 @@ pub fn enrolled_with(s: &mut Stack, port: u16, others: &[(&str, String, bool)]) 
     let b = Browser::start(port);
     let public_key = b.run(async {
         let c = &b.c;
-        c.goto(&format!("{}/enrol", b.url)).await.expect("enrol");
-        let name = c.find(Locator::Css("#enrol-name")).await.expect("name");
-        name.send_keys("alice").await.expect("type");
-        let button = c.find(Locator::Css("#enrol-button")).await.expect("button");
-        button.click().await.expect("click");
-        let made = "document.getElementById('enrol-key').textContent.length === 64";
-        until(c, "a public key", made).await;
+        let key = enrol(c, &b.url, "alice").await;
         let extractable = c
             .execute_async(
                 "const done = arguments[0]; const r = indexedDB.open('kura-console', 1);
@@ -220,7 +214,7 @@ pub fn enrolled_with(s: &mut Stack, port: u16, others: &[(&str, String, bool)]) 
             .expect("idb");
         assert_eq!(extractable, json!(false), "the private key can never leave the browser");
         shot(c, "enrol").await;
-        text(c, "#enrol-key").await
+        key
     });
     let person = |name: &str, key: &str| format!("{{ name = \"{name}\", public_key = \"{key}\" }}");
     let alice = person("alice", &public_key);
@@ -244,16 +238,28 @@ pub fn enrolled_with(s: &mut Stack, port: u16, others: &[(&str, String, bool)]) 
     for d in ["aegis", "minato", "hashi"] {
         s.spawn(d, d);
     }
-    b.run(async {
-        let c = &b.c;
-        c.goto(&format!("{}/login", b.url))
-            .await
-            .expect("login page");
-        shot(c, "login").await;
-        let button = c.find(Locator::Css("#login-button")).await.expect("login");
-        button.click().await.expect("click");
-        let home = "location.pathname === '/' && document.querySelector('table.sessions')";
-        until(c, "the sessions page", home).await;
-    });
+    b.run(log_in(&b.c, &b.url));
     b
+}
+
+/// The console's /enrol page at `url` makes a key for `name` in this browser; its public key.
+pub async fn enrol(c: &Client, url: &str, name: &str) -> String {
+    c.goto(&format!("{url}/enrol")).await.expect("enrol");
+    let field = c.find(Locator::Css("#enrol-name")).await.expect("name");
+    field.send_keys(name).await.expect("type");
+    let button = c.find(Locator::Css("#enrol-button")).await.expect("button");
+    button.click().await.expect("click");
+    let made = "document.getElementById('enrol-key').textContent.length === 64";
+    until(c, "a public key", made).await;
+    text(c, "#enrol-key").await
+}
+
+/// Logs in with this browser's key (screenshot `login`) and waits for the sessions page.
+pub async fn log_in(c: &Client, url: &str) {
+    c.goto(&format!("{url}/login")).await.expect("login page");
+    shot(c, "login").await;
+    let button = c.find(Locator::Css("#login-button")).await.expect("login");
+    button.click().await.expect("click");
+    let home = "location.pathname === '/' && document.querySelector('table.sessions')";
+    until(c, "the sessions page", home).await;
 }

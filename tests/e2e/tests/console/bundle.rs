@@ -114,6 +114,21 @@ fn a_bundle_checks_in_the_browser_offline_and_a_flipped_byte_is_named() {
         ),
     ];
     let mut files = Vec::new();
+    // `kura verify --bundle` on `bundle` (written as bundle-WHAT.json) fails `check`: exit 1.
+    let refused = |bundle: &Value, what: &str, check: &str| {
+        let path = s.path(&format!("bundle-{what}.json"));
+        std::fs::write(&path, bundle.to_string()).expect("bundle");
+        let verify = [
+            "verify",
+            "--bundle",
+            path.to_str().expect("utf8"),
+            "--log-key",
+            &vkey,
+        ];
+        let (out, _) = s.cli().fails(1, &verify);
+        assert!(out.contains(&format!("FAIL {check} ")), "{what}: {out}");
+        path
+    };
     // Forgeries that change no hash but lie about what the bundle covers or who sealed it.
     let mut unsealed = b.clone();
     unsealed["ledgers"][sealed]
@@ -129,36 +144,10 @@ fn a_bundle_checks_in_the_browser_offline_and_a_flipped_byte_is_named() {
         ("empty", &empty, "session"),
         ("renamed", &renamed, "session"),
     ] {
-        let path = s.path(&format!("bundle-{what}.json"));
-        std::fs::write(&path, forged.to_string()).expect("forged");
-        let (out, _) = s.cli().fails(
-            1,
-            &[
-                "verify",
-                "--bundle",
-                path.to_str().expect("utf8"),
-                "--log-key",
-                &vkey,
-            ],
-        );
-        assert!(out.contains(&format!("FAIL {check} ")), "{what}: {out}");
-        files.push((path, check));
+        files.push((refused(forged, what, check), check));
     }
     for (what, pointer, check) in &cases {
-        let path = s.path(&format!("bundle-{what}.json"));
-        std::fs::write(&path, flipped(&b, pointer).to_string()).expect("tampered");
-        let (out, _) = s.cli().fails(
-            1,
-            &[
-                "verify",
-                "--bundle",
-                path.to_str().expect("utf8"),
-                "--log-key",
-                &vkey,
-            ],
-        );
-        assert!(out.contains(&format!("FAIL {check} ")), "{what}: {out}");
-        files.push((path, *check));
+        files.push((refused(&flipped(&b, pointer), what, check), *check));
     }
 
     let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/verify/index.html");
